@@ -1,0 +1,180 @@
+// `lockstep run`: torchrun's command line in front of lockstep::launch::Launcher.
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "lockstep/launch/launch.h"
+
+namespace lockstep::cli {
+namespace {
+
+namespace launch = lockstep::launch;
+
+constexpr const char* kDescription =
+    "Start N copies of CMD on this node, each with torchrun's environment:\n"
+    "  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,\n"
+    "  ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,\n"
+    "  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS = max(1, cores / N)\n"
+    "  unless already set.\n"
+    "Each worker's output lines are printed prefixed with \"[rank R] \" (stdout to stdout, stderr to\n"
+    "stderr). When one worker fails, the others are stopped (SIGTERM, SIGKILL 3 s later).\n"
+    "Everything after the first non-option argument (or after --) is the worker command, passed\n"
+    "untouched.";
+
+constexpr const char* kFooter =
+    "Exit status:\n"
+    "  0        every worker exited with status 0\n"
+    "  S        the first worker that failed exited with status S (the others were stopped)\n"
+    "  128+N    the first worker that failed was killed by signal N, or the launcher itself\n"
+    "           received signal N (SIGINT, SIGTERM, SIGHUP are forwarded to every worker)\n"
+    "  127/126  CMD was not found / could not be executed\n"
+    "  2        bad flags\n"
+    "\n"
+    "Examples:\n"
+    "  lockstep run --nproc-per-node 4 --standalone ./train --epochs 3\n"
+    "  lockstep run --nproc-per-node 2 python3 train.py --lr 0.1\n"
+    "  # two nodes (run one on each):\n"
+    "  lockstep run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.1 \\\n"
+    "               --master-port 29500 --rdzv-id job42 ./train\n"
+    "  lockstep run --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr 10.0.0.1 \\\n"
+    "               --master-port 29500 --rdzv-id job42 ./train";
+
+// CLI11's help with our usage line (the worker command is not a CLI11 positional).
+class RunFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] [--] CMD [ARGS...]\n";
+  }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    return make_usage(app, name) + "\n" + make_description(app) + make_groups(app, mode) + "\n" +
+           make_footer(app);
+  }
+};
+
+// A usage mistake: printed as "lockstep run: <message>", exit status 2.
+struct UsageError {
+  std::string message;
+};
+
+int parse_int(const std::string& flag, const std::string& text, const char* expected) {
+  errno = 0;
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < INT_MIN || value > INT_MAX) {
+    throw UsageError{flag + "='" + text + "' is not valid (expected " + expected + ")"};
+  }
+  return static_cast<int>(value);
+}
+
+int usage_error(const std::string& message) {
+  std::cerr << "lockstep run: " << message << "\nRun 'lockstep run --help' for the flags.\n";
+  return 2;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  CLI::App app(kDescription, "lockstep run");
+  app.footer(kFooter);
+  app.prefix_command();  // the first positional and all after it are the worker command
+  auto formatter = std::make_shared<RunFormatter>();
+  formatter->column_width(34);
+  app.formatter(formatter);
+
+  std::optional<std::string> nproc, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
+      run_id;
+  bool standalone = false;
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
+                 "Workers to start on this node: a count, or 'auto' (one per\n"
+                 "GPU when there are GPUs, else one per online CPU core).\n"
+                 "Default: 1")
+      ->type_name("N|auto");
+  app.add_option("--nnodes", nnodes,
+                 "Nodes in the job; start one launcher per node with the same\n"
+                 "flags except --node-rank. Default: 1")
+      ->type_name("N");
+  app.add_option("--node-rank,--node_rank", node_rank,
+                 "This node's index in [0, nnodes); a worker's RANK is\n"
+                 "node_rank * nproc_per_node + LOCAL_RANK. Default: 0")
+      ->type_name("R");
+  app.add_option("--master-addr,--master_addr", master_addr,
+                 "Address of node 0, where rank 0 hosts the rendezvous store\n"
+                 "(MASTER_ADDR). Default: 127.0.0.1")
+      ->type_name("ADDR");
+  app.add_option("--master-port,--master_port", master_port,
+                 "Port of the rendezvous store on node 0 (MASTER_PORT), 1..65535.\n"
+                 "Default: 29500")
+      ->type_name("PORT");
+  app.add_flag("--standalone", standalone,
+               "Single-node job on its own: MASTER_ADDR=127.0.0.1, a free\n"
+               "port, a random run id (not with --master-addr, --master-port\n"
+               "or --nnodes > 1)");
+  app.add_option("--max-restarts,--max_restarts", max_restarts,
+                 "After a worker fails, stop all and start them again, up to K\n"
+                 "times (TORCHELASTIC_RESTART_COUNT counts them). Default: 0")
+      ->type_name("K");
+  app.add_option("--log-dir,--log_dir", log_dir,
+                 "Also write each rank's output, unprefixed, to\n"
+                 "DIR/rank_N.stdout.log and DIR/rank_N.stderr.log (DIR is\n"
+                 "created)")
+      ->type_name("DIR");
+  app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", run_id,
+                 "Job id (TORCHELASTIC_RUN_ID), the same on every node.\n"
+                 "Default: random for a single-node job, 'none' with --nnodes > 1")
+      ->type_name("ID");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+
+  std::vector<std::string> command = app.remaining();
+  if (!command.empty() && command.front() == "--") {
+    command.erase(command.begin());
+  } else if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-') {
+    // CLI11 hands an unknown flag over as if it began the command; nothing sensible starts with '-'.
+    return usage_error("unknown option '" + command.front() +
+                       "' (put the worker command after the flags, or after --)");
+  }
+  if (command.empty()) return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");
+
+  std::optional<launch::Launcher> launcher;
+  try {
+    launch::LaunchOptions options(command);
+    if (nproc) options.nproc_per_node(launch::NprocPerNode::parse(*nproc));
+    if (nnodes) options.nnodes(parse_int("--nnodes", *nnodes, "an integer >= 1"));
+    if (node_rank) options.node_rank(parse_int("--node-rank", *node_rank, "an integer >= 0"));
+    if (master_addr) options.master_addr(*master_addr);
+    if (master_port) options.master_port(parse_int("--master-port", *master_port, "a port in 1..65535"));
+    if (max_restarts) options.max_restarts(parse_int("--max-restarts", *max_restarts, "an integer >= 0"));
+    if (log_dir) options.log_dir(*log_dir);
+    if (run_id) options.run_id(*run_id);
+    options.standalone(standalone);
+    launcher.emplace(options);
+  } catch (const UsageError& e) {
+    return usage_error(e.message);
+  } catch (const launch::LaunchError& e) {
+    return usage_error(e.what());
+  }
+
+  try {
+    return launcher->run().exit_status;
+  } catch (const launch::LaunchError& e) {
+    std::cerr << "lockstep run: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,10 @@
+#pragma once
+
+// Subcommands of the `lockstep` CLI. Each takes the arguments after its own name
+// (argv[0] is the subcommand name) and returns the process exit status.
+namespace lockstep::cli {
+
+int run_main(int argc, char** argv);  // lockstep run  (cmd_run.cpp)
+int env_main(int argc, char** argv);  // lockstep env  (cmd_env.cpp)
+
+}  // namespace lockstep::cli

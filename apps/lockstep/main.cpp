@@ -1,0 +1,38 @@
+// lockstep — data-parallel training for LibTorch. Entry point: dispatches to a subcommand.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "lockstep — data-parallel training for LibTorch\n"
+    "\n"
+    "usage: lockstep <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run    start N local workers with torchrun's environment (torchrun's flags)\n"
+    "  env    print who this process is (rank, world size, master) as lockstep reads it\n"
+    "\n"
+    "`lockstep <command> --help` describes each command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "--version") {
+    std::puts("lockstep " LOCKSTEP_VERSION);
+    return 0;
+  }
+  if (command == "run") return lockstep::cli::run_main(argc - 1, argv + 1);
+  if (command == "env") return lockstep::cli::env_main(argc - 1, argv + 1);
+  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, env)\n\n%s",
+               command.c_str(), kUsage);
+  return 2;
+}

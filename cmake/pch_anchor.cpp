@@ -1,0 +1,1 @@
+// Anchor translation unit for the shared LibTorch precompiled header.

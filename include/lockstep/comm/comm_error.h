@@ -1,0 +1,25 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lockstep::comm {
+
+/// A failure of rendezvous or of a collective. `what()` names this rank, the operation and, where known,
+/// the peer or the address involved, and says what to check, e.g.
+///   "rank 1: rendezvous: could not reach the rendezvous server at 10.0.0.5:29500 within 30 s: ..."
+class CommError : public std::runtime_error {
+ public:
+  CommError(int rank, std::string op, const std::string& message);
+
+  /// The rank that raised the error (this process), or -1 when it is not known yet.
+  int rank() const { return rank_; }
+  /// The operation that failed: "rendezvous", "allreduce", "barrier", ...
+  const std::string& op() const { return op_; }
+
+ private:
+  int rank_;
+  std::string op_;
+};
+
+}  // namespace lockstep::comm

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "lockstep/comm/comm_error.h"
+#include "lockstep/comm/process_group_options.h"
+#include "lockstep/comm/work.h"
+
+namespace lockstep::comm {
+
+/// Reductions. kAvg is a sum divided by the world size (Gloo has no native average).
+enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
+
+/// A process group: lockstep's small interface over a c10d::ProcessGroup (Gloo/NCCL/MPI), so that the
+/// layers above never touch c10d directly (LibTorch 2.x changed those classes; only comm/ follows).
+///
+/// Collectives must be called in the same order on every rank. Each one is numbered (its sequence
+/// number appears in errors) and bounded by the collective timeout.
+///
+/// Example:
+///   auto pg = lockstep::comm::init_process_group(
+///       lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
+///   auto t = torch::ones({4});
+///   pg.all_reduce(t, ReduceOp::kSum).wait();  // t == world_size everywhere
+///   pg.shutdown();
+class ProcessGroup {
+ public:
+  ProcessGroup() = default;
+  ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native, c10::intrusive_ptr<c10d::Store> root_store,
+               c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options);
+  ProcessGroup(ProcessGroup&&) noexcept;
+  ProcessGroup& operator=(ProcessGroup&&) noexcept;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  /// Calls shutdown() if it has not been called (errors there are swallowed: destructors don't throw).
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Backend backend() const { return options_.backend(); }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  /// In-place all-reduce of `tensor` (any dtype the backend supports) across all ranks.
+  Work all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// In-place all-reduce of several tensors as one collective.
+  Work all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
+  /// Copies `tensor` of rank `root` into `tensor` on every rank.
+  Work broadcast(at::Tensor& tensor, int root = 0);
+  /// outputs[r] receives rank r's `input`; outputs must hold size() tensors shaped like input.
+  Work all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input);
+  /// Blocks until every rank has called barrier(), at most the collective timeout.
+  void barrier();
+
+  /// Clean exit: every rank checks out through the store; rank 0 (which serves the TCPStore) waits,
+  /// up to the rendezvous timeout, until all have, so no rank loses its store mid-operation. Then the
+  /// backend is released. Idempotent.
+  void shutdown();
+
+  /// The c10d process group, for code that needs the raw LibTorch API (e.g. a custom comm hook).
+  const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }
+  /// The job's namespace in the rendezvous store ("lockstep/<run_id>/...").
+  const c10::intrusive_ptr<c10d::Store>& store() const { return job_store_; }
+
+ private:
+  std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
+  void check_open(const char* op) const;
+
+  c10::intrusive_ptr<c10d::ProcessGroup> native_;
+  c10::intrusive_ptr<c10d::Store> root_store_;
+  c10::intrusive_ptr<c10d::Store> job_store_;
+  ProcessGroupOptions options_{0, 1};
+  int rank_ = 0;
+  int size_ = 1;
+  std::uint64_t sequence_ = 0;
+  bool shut_down_ = true;
+};
+
+/// Rendezvous (see rendezvous.h) then the backend's process group. Throws CommError with the rank,
+/// the address and what to check when the master cannot be reached, its port is taken, another job
+/// answers, or a rank never arrives; std::invalid_argument for bad options; CommError naming the
+/// backend when this LibTorch lacks it (e.g. NCCL without CUDA).
+ProcessGroup init_process_group(const ProcessGroupOptions& options);
+
+}  // namespace lockstep::comm

@@ -1,0 +1,87 @@
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace lockstep::env {
+struct Environment;
+}
+
+namespace lockstep::comm {
+
+/// Collective backends. kGloo works everywhere (CPU tensors); kNccl needs LibTorch built with CUDA;
+/// kMpi needs LibTorch built with MPI.
+enum class Backend { kGloo, kNccl, kMpi };
+
+/// "gloo", "nccl", "mpi".
+const char* to_string(Backend backend);
+/// Parses "gloo" | "nccl" | "mpi" | "auto" ("auto" = nccl when LibTorch has CUDA, else gloo).
+/// Throws std::invalid_argument naming the value and the accepted ones.
+Backend parse_backend(const std::string& name);
+
+/// Everything `init_process_group` needs. Required: rank and world size; the rest has defaults.
+///
+/// Example:
+///   auto opts = ProcessGroupOptions(/*rank=*/0, /*world_size=*/2)
+///                   .master_addr("10.0.0.5").master_port(29500).run_id("job-17");
+///   auto opts = ProcessGroupOptions::from_environment(lockstep::env::from_env());
+class ProcessGroupOptions {
+ public:
+  ProcessGroupOptions(int rank, int world_size);
+
+  /// Rank, world size, master address/port and run id taken from `environment`.
+  static ProcessGroupOptions from_environment(const env::Environment& environment);
+
+#define LOCKSTEP_PG_OPT(T, name)               \
+  ProcessGroupOptions& name(T v) {             \
+    name##_ = std::move(v);                    \
+    return *this;                              \
+  }                                            \
+  const T& name() const { return name##_; }
+
+  /// This process's rank in [0, world_size).
+  LOCKSTEP_PG_OPT(int, rank)
+  LOCKSTEP_PG_OPT(int, world_size)
+  /// Host of rank 0's rendezvous server (TCPStore). Rank 0 listens on all interfaces.
+  LOCKSTEP_PG_OPT(std::string, master_addr)
+  LOCKSTEP_PG_OPT(int, master_port)
+  /// Job token: every rank must pass the same one; a process with another is refused at rendezvous.
+  LOCKSTEP_PG_OPT(std::string, run_id)
+  LOCKSTEP_PG_OPT(Backend, backend)
+  /// How long rendezvous may take (all ranks connected and checked in). Default: LOCKSTEP_RDZV_TIMEOUT
+  /// (seconds) when set, else 300 s.
+  LOCKSTEP_PG_OPT(std::chrono::milliseconds, rendezvous_timeout)
+  /// How long one collective may take before it fails with a CommError. Default: LOCKSTEP_TIMEOUT
+  /// (seconds) when set, else 1800 s (PyTorch's default).
+  LOCKSTEP_PG_OPT(std::chrono::milliseconds, collective_timeout)
+  /// Gloo worker threads per process group.
+  LOCKSTEP_PG_OPT(int, gloo_threads)
+  /// Use this store instead of creating a TCPStore (tests run ranks as threads over a c10d::HashStore).
+  LOCKSTEP_PG_OPT(c10::intrusive_ptr<c10d::Store>, store)
+  /// Network interface for Gloo (like GLOO_SOCKET_IFNAME). Empty: the interface whose address reaches
+  /// master_addr (loopback when the master is local). GLOO_SOCKET_IFNAME is read when this is empty.
+  LOCKSTEP_PG_OPT(std::string, interface)
+#undef LOCKSTEP_PG_OPT
+
+  /// Throws std::invalid_argument naming the field and value when an option is out of range.
+  void validate() const;
+
+ private:
+  int rank_;
+  int world_size_;
+  std::string master_addr_ = "127.0.0.1";
+  int master_port_ = 29500;
+  std::string run_id_ = "none";
+  Backend backend_ = Backend::kGloo;
+  std::chrono::milliseconds rendezvous_timeout_;
+  std::chrono::milliseconds collective_timeout_;
+  int gloo_threads_ = 2;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string interface_;
+};
+
+}  // namespace lockstep::comm

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <string>
+
+namespace lockstep::launch::detail {
+
+/// CPU cores online now (sysconf(_SC_NPROCESSORS_ONLN)), at least 1.
+int online_cpu_count();
+
+/// A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read the port back, close).
+/// Throws LaunchError when no socket can be bound.
+int find_free_port();
+
+/// 16 random hex digits from /dev/urandom (a time-and-pid mix where that cannot be read).
+std::string random_run_id();
+
+}  // namespace lockstep::launch::detail

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace lockstep::launch {
+
+/// Counts the accelerators (GPUs) this node offers its workers; 0 when there are none.
+using DeviceCounter = std::function<int()>;
+
+/// The value of `--nproc-per-node`: a count of workers, or `auto`.
+///
+/// `auto` means one worker per accelerator when the node has any (as torchrun does for CUDA), else one
+/// per online CPU core.
+///
+/// Example:
+///   LaunchOptions(cmd).nproc_per_node(4);
+///   LaunchOptions(cmd).nproc_per_node(NprocPerNode::automatic());
+///   NprocPerNode::parse("auto");  // from a command line
+class NprocPerNode {
+ public:
+  /// A fixed count (validated when the options are resolved: must be >= 1). Implicit, so that
+  /// `nproc_per_node(4)` reads naturally.
+  NprocPerNode(int count) : count_(count) {}  // NOLINT(google-explicit-constructor)
+
+  /// `auto`: accelerators if any, else online CPU cores.
+  static NprocPerNode automatic();
+
+  /// Parses a command-line value: "auto" or a positive integer. Throws `LaunchError` naming
+  /// --nproc-per-node and the value otherwise.
+  static NprocPerNode parse(const std::string& text);
+
+  bool is_auto() const { return auto_; }
+  /// The fixed count; meaningless when `is_auto()`.
+  int count() const { return count_; }
+
+  /// The number of workers: the fixed count, or for `auto` `count_devices()` when that is > 0, else
+  /// the online CPU cores (at least 1).
+  int resolve(const DeviceCounter& count_devices) const;
+
+ private:
+  NprocPerNode() = default;
+  int count_ = 1;
+  bool auto_ = false;
+};
+
+/// The accelerators visible to this process without loading any GPU runtime: NVIDIA GPUs listed by the
+/// driver under /proc/driver/nvidia/gpus, limited by CUDA_VISIBLE_DEVICES when that is set. 0 on
+/// machines without the NVIDIA driver. The default `DeviceCounter` of `LaunchOptions`.
+int visible_cuda_device_count();
+
+}  // namespace lockstep::launch

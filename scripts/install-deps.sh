@@ -1,0 +1,37 @@
+#!/bin/sh
+# Installs every Debian package lockstep needs to build, test and run (Debian 12 "bookworm").
+# Idempotent: packages already present are left alone and nothing is downloaded twice.
+# Run as root (or with sudo). Needs only Debian's package archive.
+set -eu
+
+packages="
+  build-essential cmake ccache git pkg-config
+  libtorch-dev libgloo-dev libopenblas0-openmp
+  zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist
+  python3 python3-torch
+"
+# libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
+# python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
+
+missing=""
+for p in $packages; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+
+if [ -z "$missing" ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq $missing
+echo "install-deps: done"

@@ -1,0 +1,21 @@
+#pragma once
+
+// Backend factories (private to comm/). Each lives in its own file; CMake picks the real NCCL/MPI
+// files only when LibTorch was built with them, and the *_unavailable.cpp stubs otherwise.
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "lockstep/comm/process_group_options.h"
+
+namespace lockstep::comm::detail {
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const ProcessGroupOptions& options);
+c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const ProcessGroupOptions& options);
+c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const ProcessGroupOptions& options);
+
+}  // namespace lockstep::comm::detail

@@ -1,0 +1,29 @@
+// Stubs for backends this LibTorch was built without: a clear error that says what to use instead.
+#include <torch/version.h>
+
+#include "backend.h"
+#include "lockstep/comm/comm_error.h"
+
+namespace lockstep::comm::detail {
+
+#ifndef LOCKSTEP_WITH_NCCL
+c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>&,
+                                                 const ProcessGroupOptions& options) {
+  throw CommError(options.rank(), "init_process_group",
+                  "backend 'nccl' needs LibTorch built with CUDA and NCCL, but lockstep was built against "
+                  "a CPU-only LibTorch " TORCH_VERSION
+                  ". Use --backend gloo (or auto), or rebuild lockstep against a CUDA LibTorch.");
+}
+#endif
+
+#ifndef LOCKSTEP_WITH_MPI
+c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>&,
+                                                const ProcessGroupOptions& options) {
+  throw CommError(options.rank(), "init_process_group",
+                  "backend 'mpi' needs LibTorch built with MPI (USE_MPI), and this LibTorch " TORCH_VERSION
+                  " was not. Use --backend gloo; ranks started by mpirun still work with it (lockstep "
+                  "reads OMPI_COMM_WORLD_*).");
+}
+#endif
+
+}  // namespace lockstep::comm::detail

@@ -1,0 +1,180 @@
+#include "lockstep/comm/process_group.h"
+
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "backend.h"
+#include "lockstep/comm/rendezvous.h"
+
+namespace lockstep::comm {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // summed, then divided on completion
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
+}
+
+const char* name_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "?";
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
+                           c10::intrusive_ptr<c10d::Store> root_store,
+                           c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options)
+    : native_(std::move(native)),
+      root_store_(std::move(root_store)),
+      job_store_(std::move(job_store)),
+      options_(std::move(options)),
+      rank_(options_.rank()),
+      size_(options_.world_size()),
+      shut_down_(false) {}
+
+ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept { *this = std::move(other); }
+
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
+  if (this != &other) {
+    native_ = std::move(other.native_);
+    root_store_ = std::move(other.root_store_);
+    job_store_ = std::move(other.job_store_);
+    options_ = other.options_;
+    rank_ = other.rank_;
+    size_ = other.size_;
+    sequence_ = other.sequence_;
+    shut_down_ = other.shut_down_;
+    other.shut_down_ = true;
+  }
+  return *this;
+}
+
+ProcessGroup::~ProcessGroup() {
+  // No check-out wait here: a destructor may run while an exception unwinds, and must not block.
+  native_.reset();
+  job_store_.reset();
+  root_store_.reset();
+}
+
+void ProcessGroup::check_open(const char* op) const {
+  TORCH_CHECK(!shut_down_ && native_, "lockstep::comm::ProcessGroup::", op,
+              " called on a process group that was shut down or never initialised");
+}
+
+std::string ProcessGroup::describe(const char* op, const std::vector<at::Tensor>& tensors) {
+  std::ostringstream out;
+  out << op << " #" << ++sequence_ << " (";
+  for (size_t i = 0; i < tensors.size() && i < 3; ++i) {
+    out << (i ? ", " : "") << tensors[i].scalar_type() << "[" << tensors[i].numel() << "]";
+  }
+  if (tensors.size() > 3) out << ", ... " << tensors.size() << " tensors";
+  out << ")";
+  return out.str();
+}
+
+Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  std::vector<at::Tensor> tensors{tensor};
+  return all_reduce(tensors, op);
+}
+
+Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+  check_open("all_reduce");
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = options_.collective_timeout();
+  auto description = describe("allreduce", tensors) + " " + name_of(op);
+  std::function<void()> finish;
+  if (op == ReduceOp::kAvg && size_ > 1) {
+    finish = [tensors, size = size_]() mutable {
+      for (auto& t : tensors) {
+        if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) {
+          t.div_(size);
+        } else {
+          t.div_(size, /*rounding_mode=*/"trunc");
+        }
+      }
+    };
+  }
+  return Work(native_->allreduce(tensors, opts), std::move(description), rank_, options_.collective_timeout(),
+              std::move(finish));
+}
+
+Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  check_open("broadcast");
+  TORCH_CHECK(root >= 0 && root < size_, "broadcast root must be in [0, ", size_ - 1, "], got ", root);
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.rootTensor = 0;
+  opts.timeout = options_.collective_timeout();
+  auto description = describe("broadcast", tensors) + " from rank " + std::to_string(root);
+  return Work(native_->broadcast(tensors, opts), std::move(description), rank_, options_.collective_timeout());
+}
+
+Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input) {
+  check_open("all_gather");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather needs one output tensor per rank (",
+              size_, "), got ", outputs.size());
+  std::vector<std::vector<at::Tensor>> out{outputs};
+  std::vector<at::Tensor> in{input};
+  c10d::AllgatherOptions opts;
+  opts.timeout = options_.collective_timeout();
+  auto description = describe("allgather", in);
+  return Work(native_->allgather(out, in, opts), std::move(description), rank_, options_.collective_timeout());
+}
+
+void ProcessGroup::barrier() {
+  check_open("barrier");
+  c10d::BarrierOptions opts;
+  opts.timeout = options_.collective_timeout();
+  Work(native_->barrier(opts), describe("barrier", {}), rank_, options_.collective_timeout()).wait();
+}
+
+void ProcessGroup::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  native_.reset();
+  if (job_store_) {
+    // Rank 0 serves the TCPStore: it leaves last, so no rank loses the store mid-operation.
+    try {
+      if (job_store_->add("checked_out", 1) == size_) job_store_->set("all_checked_out", {'1'});
+      if (rank_ == 0) job_store_->wait({"all_checked_out"}, options_.rendezvous_timeout());
+    } catch (const std::exception& e) {
+      job_store_.reset();
+      root_store_.reset();
+      throw CommError(rank_, "shutdown",
+                      std::string("not every rank checked out of the job's store: ") + e.what());
+    }
+  }
+  job_store_.reset();
+  root_store_.reset();
+}
+
+ProcessGroup init_process_group(const ProcessGroupOptions& options) {
+  RendezvousResult rdzv = rendezvous(options);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", rdzv.job_store);
+  c10::intrusive_ptr<c10d::ProcessGroup> native;
+  switch (options.backend()) {
+    case Backend::kGloo: native = detail::make_gloo(pg_store, options); break;
+    case Backend::kNccl: native = detail::make_nccl(pg_store, options); break;
+    case Backend::kMpi: native = detail::make_mpi(pg_store, options); break;
+  }
+  return ProcessGroup(std::move(native), std::move(rdzv.root_store), std::move(rdzv.job_store), options);
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,93 @@
+#include "lockstep/comm/process_group_options.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "lockstep/env/environment.h"
+
+namespace lockstep::comm {
+namespace {
+
+// Seconds from an environment variable, or `fallback` when it is unset. Accepts decimals ("0.5").
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
+  const char* raw = std::getenv(name);
+  if (raw == nullptr || *raw == '\0') return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(raw, &end);
+  if (end == raw || *end != '\0' || !(seconds > 0) || seconds > 1e7) {
+    throw std::invalid_argument(std::string(name) + "='" + raw +
+                                "' is not a valid timeout: give a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+}  // namespace
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kGloo: return "gloo";
+    case Backend::kNccl: return "nccl";
+    case Backend::kMpi: return "mpi";
+  }
+  return "?";
+}
+
+Backend parse_backend(const std::string& name) {
+  if (name == "gloo") return Backend::kGloo;
+  if (name == "nccl") return Backend::kNccl;
+  if (name == "mpi") return Backend::kMpi;
+  if (name == "auto") {
+#ifdef LOCKSTEP_WITH_NCCL
+    return Backend::kNccl;
+#else
+    return Backend::kGloo;
+#endif
+  }
+  throw std::invalid_argument("unknown backend '" + name + "': expected one of gloo, nccl, mpi, auto");
+}
+
+ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
+    : rank_(rank),
+      world_size_(world_size),
+      rendezvous_timeout_(seconds_from_env("LOCKSTEP_RDZV_TIMEOUT", std::chrono::seconds(300))),
+      collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800))) {}
+
+ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment& environment) {
+  return ProcessGroupOptions(environment.rank, environment.world_size)
+      .master_addr(environment.master_addr)
+      .master_port(environment.master_port)
+      .run_id(environment.run_id);
+}
+
+void ProcessGroupOptions::validate() const {
+  if (world_size_ < 1) {
+    throw std::invalid_argument("world_size must be >= 1, got " + std::to_string(world_size_));
+  }
+  if (rank_ < 0 || rank_ >= world_size_) {
+    throw std::invalid_argument("rank must be in [0, " + std::to_string(world_size_ - 1) + "] for world_size " +
+                                std::to_string(world_size_) + ", got " + std::to_string(rank_));
+  }
+  if (!store_ && (master_port_ < 1 || master_port_ > 65535)) {
+    throw std::invalid_argument("master_port must be in [1, 65535], got " + std::to_string(master_port_));
+  }
+  if (!store_ && master_addr_.empty()) {
+    throw std::invalid_argument("master_addr is empty: set MASTER_ADDR or --master-addr to rank 0's host");
+  }
+  if (run_id_.empty()) {
+    throw std::invalid_argument("run_id is empty: give every rank the same non-empty run id");
+  }
+  if (rendezvous_timeout_.count() <= 0) {
+    throw std::invalid_argument("rendezvous_timeout must be > 0 ms, got " +
+                                std::to_string(rendezvous_timeout_.count()));
+  }
+  if (collective_timeout_.count() <= 0) {
+    throw std::invalid_argument("collective_timeout must be > 0 ms, got " +
+                                std::to_string(collective_timeout_.count()));
+  }
+  if (gloo_threads_ < 1) {
+    throw std::invalid_argument("gloo_threads must be >= 1, got " + std::to_string(gloo_threads_));
+  }
+}
+
+}  // namespace lockstep::comm

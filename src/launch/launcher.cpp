@@ -1,0 +1,456 @@
+#include "lockstep/launch/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "lockstep/launch/detail/output_forwarder.h"
+#include "lockstep/launch/launch_error.h"
+#include "lockstep/launch/worker_env.h"
+#include "signal_relay.h"
+#include "unique_fd.h"
+#include "worker_process.h"
+
+// How one attempt runs (torchrun's local agent, reduced to one poll loop):
+//
+//   spawn every worker ─▶ poll(signal pipe, every worker's stdout/stderr pipe)
+//        │                  ├─ pipe data  ─▶ OutputForwarder (prefixed lines, log file, stderr tail)
+//        │                  ├─ SIGCHLD    ─▶ waitpid(pid, WNOHANG) for each of our pids
+//        │                  │                 first non-zero exit ─▶ stop: SIGTERM to every group
+//        │                  ├─ SIGINT/TERM/HUP ─▶ stop: that signal to every group (twice: SIGKILL)
+//        │                  └─ timeout    ─▶ grace period over: SIGKILL to every group
+//        └─ all workers reaped ─▶ read the pipes to EOF (bounded by kDrainTimeout, for grandchildren
+//                                 that escaped their group and keep a pipe open) ─▶ summary
+//
+// Every worker leads its own process group, so a signal to -pid also reaches the processes it
+// started (a shell's children, data-loader processes).
+
+namespace lockstep::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last worker is reaped, how long to wait for the pipes to reach EOF.
+constexpr std::chrono::milliseconds kDrainTimeout{1000};
+// poll() never sleeps longer than this, so a lost wake-up cannot stall the loop.
+constexpr int kMaxPollMs = 500;
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr const char* kTag = "lockstep run: ";
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  detail::UniqueFd out_fd;
+  detail::UniqueFd err_fd;
+  std::unique_ptr<detail::OutputForwarder> out;
+  std::unique_ptr<detail::OutputForwarder> err;
+  std::optional<WorkerExit> exit;  // set once reaped
+};
+
+// Why an attempt stops its workers.
+enum class StopCause { kNone, kWorkerFailed, kSpawnFailed, kSignal };
+
+struct AttemptResult {
+  StopCause cause = StopCause::kNone;
+  int exit_status = 0;
+  std::optional<int> failed_rank;
+  std::optional<WorkerExit> failure;
+  std::optional<int> signal;
+};
+
+// The command as a shell would need it typed: arguments with special characters in single quotes.
+std::string join_command(const std::vector<std::string>& command) {
+  std::string s;
+  for (const std::string& arg : command) {
+    if (!s.empty()) s += ' ';
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") == std::string::npos;
+    if (plain) {
+      s += arg;
+      continue;
+    }
+    s += '\'';
+    for (char c : arg) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    s += '\'';
+  }
+  return s;
+}
+
+// One start of all local workers, until they have all ended.
+class Attempt {
+ public:
+  Attempt(const LaunchConfig& config, const LaunchStreams& streams, detail::SignalRelay& relay,
+          const std::vector<int>& out_logs, const std::vector<int>& err_logs, int restart_count)
+      : config_(config),
+        streams_(streams),
+        relay_(relay),
+        out_logs_(out_logs),
+        err_logs_(err_logs),
+        restart_count_(restart_count) {}
+
+  // Normally every worker is reaped by run(). When an exception cut it short (no fds left for a pipe,
+  // poll failed), no worker may outlive the launcher: kill and reap what is left.
+  ~Attempt() {
+    for (Worker& w : workers_) {
+      if (w.exit) continue;
+      ::kill(-w.pid, SIGKILL);
+      ::kill(w.pid, SIGKILL);
+      int status;
+      while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  AttemptResult run() {
+    spawn_all();
+    loop();
+    finish_output();
+    if (cause_ != StopCause::kNone) kill_all(SIGKILL);  // leftovers in the groups, if any
+    print_summary();
+    return result();
+  }
+
+ private:
+  void spawn_all() {
+    detail::SpawnSettings settings;
+    settings.null_stdin = ::isatty(STDIN_FILENO) == 1;
+    settings.default_sigpipe = !relay_.sigpipe_was_ignored();
+    const EnvEntries base = current_environment();
+    workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
+    for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
+      detail::SpawnedWorker spawned = detail::spawn_worker(
+          config_.command, worker_environment(config_, local_rank, restart_count_, base), settings);
+      const int rank = config_.rank_of(local_rank);
+      if (spawned.error != 0) {
+        spawn_error_ = spawned.error;
+        failed_rank_ = rank;
+        begin_stop(StopCause::kSpawnFailed, SIGTERM);
+        return;
+      }
+      Worker& w = workers_.emplace_back();
+      w.local_rank = local_rank;
+      w.rank = rank;
+      w.pid = spawned.pid;
+      w.out_fd = std::move(spawned.out);
+      w.err_fd = std::move(spawned.err);
+      const auto index = static_cast<std::size_t>(local_rank);
+      w.out = std::make_unique<detail::OutputForwarder>(rank, *streams_.out, out_logs_[index]);
+      w.err = std::make_unique<detail::OutputForwarder>(rank, *streams_.err, err_logs_[index]);
+    }
+  }
+
+  void loop() {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, bool /*stderr*/>> owners;
+    for (;;) {
+      handle_signals();
+      reap();
+      const auto now = Clock::now();
+      if (kill_deadline_ && !killed_ && now >= *kill_deadline_) {
+        kill_all(SIGKILL);
+        killed_ = true;
+      }
+      if (all_reaped()) {
+        if (!drain_deadline_) drain_deadline_ = now + kDrainTimeout;
+        if (!any_pipe_open() || now >= *drain_deadline_) return;
+      }
+
+      fds.clear();
+      owners.clear();
+      fds.push_back({relay_.fd(), POLLIN, 0});
+      owners.emplace_back(nullptr, false);
+      for (Worker& w : workers_) {
+        if (w.out_fd.valid()) {
+          fds.push_back({w.out_fd.get(), POLLIN, 0});
+          owners.emplace_back(&w, false);
+        }
+        if (w.err_fd.valid()) {
+          fds.push_back({w.err_fd.get(), POLLIN, 0});
+          owners.emplace_back(&w, true);
+        }
+      }
+      const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        throw LaunchError(std::string("poll() failed while watching the workers: ") + std::strerror(errno));
+      }
+      bool wrote = false;
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        wrote = read_pipe(*owners[i].first, owners[i].second) || wrote;
+      }
+      if (wrote) flush();
+    }
+  }
+
+  int poll_timeout_ms(Clock::time_point now) const {
+    auto timeout = std::chrono::milliseconds(kMaxPollMs);
+    auto until = [&](Clock::time_point t) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(t - now);
+      timeout = std::min(timeout, std::max(left, std::chrono::milliseconds(0)));
+    };
+    if (kill_deadline_ && !killed_) until(*kill_deadline_);
+    if (drain_deadline_) until(*drain_deadline_);
+    return static_cast<int>(timeout.count());
+  }
+
+  // Returns whether something was forwarded.
+  bool read_pipe(Worker& w, bool is_stderr) {
+    detail::UniqueFd& fd = is_stderr ? w.err_fd : w.out_fd;
+    detail::OutputForwarder& forwarder = is_stderr ? *w.err : *w.out;
+    ssize_t n;
+    do {
+      n = ::read(fd.get(), buffer_, sizeof(buffer_));
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      forwarder.feed(std::string_view(buffer_, static_cast<std::size_t>(n)));
+      return true;
+    }
+    if (n < 0 && errno == EAGAIN) return false;
+    forwarder.finish();  // EOF (or a read error): the last line without newline, then close
+    fd.reset();
+    return true;
+  }
+
+  void handle_signals() {
+    for (int signal : relay_.take()) {
+      if (signal == SIGCHLD) continue;  // reap() runs on every turn of the loop
+      if (cause_ == StopCause::kNone) {
+        message("received " + signal_name(signal) + "; forwarding it to " +
+                std::to_string(live_count()) + " worker(s), SIGKILL in " + grace_text());
+        stop_signal_ = signal;
+        begin_stop(StopCause::kSignal, signal);
+      } else if (!killed_) {
+        message("received " + signal_name(signal) + " while stopping; killing the workers now");
+        if (!stop_signal_) stop_signal_ = signal;
+        kill_all(SIGKILL);
+        killed_ = true;
+      }
+    }
+  }
+
+  void reap() {
+    for (Worker& w : workers_) {
+      if (w.exit) continue;
+      int status = 0;
+      pid_t rc;
+      do {
+        rc = ::waitpid(w.pid, &status, WNOHANG);
+      } while (rc < 0 && errno == EINTR);
+      if (rc == 0) continue;
+      // rc < 0 (ECHILD) means someone else in this process reaped our worker: its status is lost.
+      w.exit = rc == w.pid ? WorkerExit::from_wait_status(status) : WorkerExit::exited(255);
+      if (!w.exit->success() && cause_ == StopCause::kNone) {
+        failed_rank_ = w.rank;
+        failure_ = w.exit;
+        message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
+                ", pid " + std::to_string(w.pid) + ") " + w.exit->describe() +
+                (live_count() > 0 ? "; stopping the other " + std::to_string(live_count()) +
+                                        " worker(s) (SIGTERM, SIGKILL in " + grace_text() + ")"
+                                  : ""));
+        begin_stop(StopCause::kWorkerFailed, SIGTERM);
+      }
+    }
+  }
+
+  void begin_stop(StopCause cause, int signal) {
+    cause_ = cause;
+    kill_deadline_ = Clock::now() + config_.grace_period;
+    kill_all(signal);
+  }
+
+  // Sends `signal` to every worker's process group (also groups whose leader has exited: processes
+  // it started may still be there). Groups of reaped leaders whose members are all gone give ESRCH.
+  void kill_all(int signal) {
+    for (const Worker& w : workers_) {
+      if (::kill(-w.pid, signal) != 0 && errno == ESRCH && !w.exit) ::kill(w.pid, signal);
+    }
+  }
+
+  void finish_output() {
+    for (Worker& w : workers_) {
+      if (w.out_fd.valid()) {
+        w.out->finish();
+        w.out_fd.reset();
+      }
+      if (w.err_fd.valid()) {
+        w.err->finish();
+        w.err_fd.reset();
+      }
+    }
+    flush();
+  }
+
+  void print_summary() {
+    if (cause_ == StopCause::kSpawnFailed) {
+      message("cannot execute '" + config_.command.front() + "' for rank " +
+              std::to_string(*failed_rank_) + ": " + std::strerror(spawn_error_) +
+              (spawn_error_ == ENOENT ? " (not found in PATH)" : ""));
+    } else if (cause_ == StopCause::kWorkerFailed) {
+      const Worker* failed = nullptr;
+      for (const Worker& w : workers_) {
+        if (w.rank == *failed_rank_) failed = &w;
+      }
+      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " +
+                         failure_->describe() + " (command: " + join_command(config_.command) + ")";
+      const auto& tail = failed->err->tail();
+      if (tail.empty()) {
+        text += "\n" + std::string(kTag) + "rank " + std::to_string(*failed_rank_) +
+                " wrote nothing to stderr";
+      } else {
+        text += "\n" + std::string(kTag) + "last " + std::to_string(tail.size()) +
+                " stderr line(s) of rank " + std::to_string(*failed_rank_) + ":";
+        for (const std::string& line : tail) text += "\n  | " + line;
+      }
+      message(text);
+    } else if (cause_ == StopCause::kSignal) {
+      message("workers stopped after " + signal_name(*stop_signal_));
+    }
+  }
+
+  AttemptResult result() const {
+    AttemptResult r;
+    r.cause = cause_;
+    r.failed_rank = failed_rank_;
+    r.failure = failure_;
+    r.signal = stop_signal_;
+    switch (cause_) {
+      case StopCause::kNone: r.exit_status = 0; break;
+      case StopCause::kWorkerFailed: r.exit_status = failure_->shell_status(); break;
+      case StopCause::kSpawnFailed: r.exit_status = spawn_error_ == ENOENT ? 127 : 126; break;
+      case StopCause::kSignal: r.exit_status = 128 + *stop_signal_; break;
+    }
+    return r;
+  }
+
+  bool all_reaped() const {
+    return std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exit.has_value(); });
+  }
+  bool any_pipe_open() const {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [](const Worker& w) { return w.out_fd.valid() || w.err_fd.valid(); });
+  }
+  int live_count() const {
+    return static_cast<int>(
+        std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.exit; }));
+  }
+  std::string grace_text() const {
+    const auto ms = config_.grace_period.count();
+    return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  }
+
+  void message(const std::string& text) {
+    streams_.err->flush();
+    *streams_.err << kTag << text << '\n';
+    streams_.err->flush();
+  }
+  void flush() {
+    streams_.out->flush();
+    streams_.err->flush();
+  }
+
+  const LaunchConfig& config_;
+  const LaunchStreams& streams_;
+  detail::SignalRelay& relay_;
+  const std::vector<int>& out_logs_;
+  const std::vector<int>& err_logs_;
+  const int restart_count_;
+
+  std::vector<Worker> workers_;
+  StopCause cause_ = StopCause::kNone;
+  std::optional<Clock::time_point> kill_deadline_;
+  std::optional<Clock::time_point> drain_deadline_;
+  bool killed_ = false;
+  std::optional<int> failed_rank_;
+  std::optional<WorkerExit> failure_;
+  std::optional<int> stop_signal_;
+  int spawn_error_ = 0;
+  char buffer_[kReadChunk];
+};
+
+// Opens DIR/rank_N.<stream>.log for each local rank (truncating), creating DIR.
+std::vector<detail::UniqueFd> open_logs(const LaunchConfig& config, const char* stream) {
+  std::vector<detail::UniqueFd> fds;
+  if (config.log_dir.empty()) return fds;
+  for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
+    const std::string path = (std::filesystem::path(config.log_dir) /
+                              ("rank_" + std::to_string(config.rank_of(local_rank)) + "." + stream + ".log"))
+                                 .string();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      throw LaunchError("--log-dir='" + config.log_dir + "': cannot open " + path + ": " +
+                        std::strerror(errno));
+    }
+    fds.emplace_back(fd);
+  }
+  return fds;
+}
+
+std::vector<int> raw_fds(const std::vector<detail::UniqueFd>& fds, int count) {
+  std::vector<int> raw(static_cast<std::size_t>(count), -1);
+  for (std::size_t i = 0; i < fds.size(); ++i) raw[i] = fds[i].get();
+  return raw;
+}
+
+}  // namespace
+
+Launcher::Launcher(const LaunchOptions& options, LaunchStreams streams)
+    : Launcher(resolve(options), streams) {}
+
+Launcher::Launcher(LaunchConfig config, LaunchStreams streams)
+    : config_(std::move(config)), streams_(streams) {
+  if (streams_.out == nullptr) streams_.out = &std::cout;
+  if (streams_.err == nullptr) streams_.err = &std::cerr;
+}
+
+LaunchResult Launcher::run() {
+  if (!config_.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config_.log_dir, ec);
+    if (ec) {
+      throw LaunchError("--log-dir='" + config_.log_dir + "': cannot create the directory: " + ec.message());
+    }
+  }
+  const std::vector<detail::UniqueFd> out_logs = open_logs(config_, "stdout");
+  const std::vector<detail::UniqueFd> err_logs = open_logs(config_, "stderr");
+  const std::vector<int> out_raw = raw_fds(out_logs, config_.nproc_per_node);
+  const std::vector<int> err_raw = raw_fds(err_logs, config_.nproc_per_node);
+
+  detail::SignalRelay relay;
+  LaunchResult result;
+  for (int restart = 0;; ++restart) {
+    const AttemptResult attempt = Attempt(config_, streams_, relay, out_raw, err_raw, restart).run();
+    result.exit_status = attempt.exit_status;
+    result.failed_rank = attempt.failed_rank;
+    result.failure = attempt.failure;
+    result.signal = attempt.signal;
+    result.restarts = restart;
+    // Restart only after a worker failure, and not when the user also asked to stop meanwhile.
+    if (attempt.cause != StopCause::kWorkerFailed || attempt.signal || restart >= config_.max_restarts) {
+      break;
+    }
+    *streams_.err << kTag << "restarting all " << config_.nproc_per_node << " worker(s) (restart "
+                  << restart + 1 << " of " << config_.max_restarts << ")\n";
+    streams_.err->flush();
+  }
+  return result;
+}
+
+}  // namespace lockstep::launch

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <csignal>
+#include <vector>
+
+#include "unique_fd.h"
+
+namespace lockstep::launch::detail {
+
+/// Turns signals into bytes on a pipe that poll() can wait on (the self-pipe trick): the handler only
+/// write()s the signal number, which is async-signal-safe, and the launcher's loop does the rest.
+///
+/// While alive it handles SIGCHLD, SIGINT, SIGTERM and SIGHUP (the last three only when they were not
+/// ignored: a launcher started with `nohup` or in the background keeps ignoring them) and ignores
+/// SIGPIPE (a closed stdout must not kill the launcher and orphan its workers). The destructor restores
+/// every previous disposition. At most one relay exists per process.
+class SignalRelay {
+ public:
+  /// Throws LaunchError when another relay is alive or the pipe cannot be created.
+  SignalRelay();
+  ~SignalRelay();
+  SignalRelay(const SignalRelay&) = delete;
+  SignalRelay& operator=(const SignalRelay&) = delete;
+
+  /// Read end of the pipe, for poll().
+  int fd() const { return read_fd_.get(); }
+
+  /// The signals that arrived since the last call, in order (repeats of one signal may be merged).
+  std::vector<int> take();
+
+  /// Whether SIGPIPE was ignored before the relay ignored it: workers then inherit SIG_IGN, otherwise
+  /// they must get SIG_DFL back.
+  bool sigpipe_was_ignored() const { return old_pipe_.sa_handler == SIG_IGN; }
+
+ private:
+  static constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+  UniqueFd read_fd_;
+  UniqueFd write_fd_;
+  struct sigaction old_[sizeof(kHandled) / sizeof(kHandled[0])] = {};
+  bool installed_[sizeof(kHandled) / sizeof(kHandled[0])] = {};
+  struct sigaction old_pipe_ = {};
+  sigset_t old_mask_ = {};
+};
+
+}  // namespace lockstep::launch::detail

@@ -1,0 +1,59 @@
+#include "lockstep/launch/worker_env.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere else
+
+namespace lockstep::launch {
+namespace {
+
+std::string key_of(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+}  // namespace
+
+EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int restart_count,
+                              const EnvEntries& base) {
+  const int rank = config.rank_of(local_rank);
+  const int world_size = config.world_size();
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(config.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(config.nnodes)},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world_size)},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", config.master_addr},
+      {"MASTER_PORT", std::to_string(config.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", config.run_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+  };
+
+  bool user_omp = false;
+  EnvEntries env;
+  env.reserve(base.size() + vars.size() + 1);
+  for (const std::string& entry : base) {
+    const std::string key = key_of(entry);
+    if (key == "OMP_NUM_THREADS") user_omp = true;
+    bool replaced = false;
+    for (const auto& var : vars) replaced = replaced || var.first == key;
+    if (!replaced) env.push_back(entry);
+  }
+  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  if (!user_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(config.omp_num_threads));
+  return env;
+}
+
+EnvEntries current_environment() {
+  EnvEntries env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) env.emplace_back(*entry);
+  return env;
+}
+
+}  // namespace lockstep::launch

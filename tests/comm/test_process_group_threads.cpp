@@ -1,0 +1,209 @@
+// Process groups with N ranks as threads over an in-memory c10d::HashStore: collectives, rendezvous
+// checks (token, duplicate rank, missing rank) and collective timeouts.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <chrono>
+
+#include "lockstep/comm/process_group.h"
+#include "thread_ranks.h"
+
+namespace lockstep::comm {
+namespace {
+
+using lockstep::testing::run_ranks;
+using namespace std::chrono_literals;
+
+ProcessGroupOptions thread_options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+  return ProcessGroupOptions(rank, world).store(store).run_id("test-run").rendezvous_timeout(20s).collective_timeout(
+      20s).gloo_threads(1);
+}
+
+void expect_all_ok(const std::vector<lockstep::testing::RankOutcome>& outcomes) {
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
+  }
+}
+
+class ProcessGroupWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProcessGroupWorld, AllReduceSumMatchesClosedFormForSizesIncludingZeroAndOdd) {
+  const int world = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = init_process_group(thread_options(rank, world, store));
+    ASSERT_EQ(pg.rank(), rank);
+    ASSERT_EQ(pg.size(), world);
+    for (int64_t n : {0, 1, 7, 1001, 65537}) {
+      // rank r contributes r + i at position i: the sum is world*i + world*(world-1)/2.
+      auto t = at::arange(n, at::kFloat) + static_cast<float>(rank);
+      pg.all_reduce(t, ReduceOp::kSum).wait();
+      auto expected = at::arange(n, at::kFloat) * world + static_cast<float>(world * (world - 1) / 2);
+      ASSERT_TRUE(at::equal(t, expected)) << "n=" << n << " rank=" << rank;
+    }
+    pg.shutdown();
+  }));
+}
+
+TEST_P(ProcessGroupWorld, AllReduceMinMaxAvgAndIntegers) {
+  const int world = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = init_process_group(thread_options(rank, world, store));
+    auto mn = at::full({5}, static_cast<double>(rank + 3), at::kDouble);
+    pg.all_reduce(mn, ReduceOp::kMin).wait();
+    ASSERT_TRUE(at::equal(mn, at::full({5}, 3.0, at::kDouble)));
+    auto mx = at::full({3}, static_cast<int64_t>(rank * 10), at::kLong);
+    pg.all_reduce(mx, ReduceOp::kMax).wait();
+    ASSERT_TRUE(at::equal(mx, at::full({3}, static_cast<int64_t>((world - 1) * 10), at::kLong)));
+    auto avg = at::full({4}, static_cast<float>(rank), at::kFloat);
+    pg.all_reduce(avg, ReduceOp::kAvg).wait();
+    ASSERT_TRUE(at::allclose(avg, at::full({4}, (world - 1) / 2.0f, at::kFloat)));
+    auto ints = at::full({9}, rank + 1, at::kInt);
+    pg.all_reduce(ints, ReduceOp::kSum).wait();
+    ASSERT_TRUE(at::equal(ints, at::full({9}, world * (world + 1) / 2, at::kInt)));
+    pg.shutdown();
+  }));
+}
+
+TEST_P(ProcessGroupWorld, BroadcastFromEveryRootAndAllGather) {
+  const int world = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = init_process_group(thread_options(rank, world, store));
+    for (int root = 0; root < world; ++root) {
+      auto t = at::full({13}, static_cast<float>(rank == root ? 100 + root : -1), at::kFloat);
+      pg.broadcast(t, root).wait();
+      ASSERT_TRUE(at::equal(t, at::full({13}, static_cast<float>(100 + root), at::kFloat))) << "root " << root;
+    }
+    std::vector<at::Tensor> outputs;
+    for (int r = 0; r < world; ++r) outputs.push_back(at::empty({2}, at::kLong));
+    auto in = at::full({2}, static_cast<int64_t>(rank * rank), at::kLong);
+    pg.all_gather(outputs, in).wait();
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(at::equal(outputs[r], at::full({2}, static_cast<int64_t>(r * r), at::kLong))) << "slot " << r;
+    }
+    pg.barrier();
+    pg.shutdown();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ProcessGroupWorld, ::testing::Values(1, 2, 3, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
+
+TEST(Rendezvous, ProcessOfAnotherJobIsRefusedNamingBothRunIds) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto opts = thread_options(rank, 2, store).rendezvous_timeout(3s);
+    if (rank == 1) opts.run_id("other-job");
+    init_process_group(opts);
+  });
+  ASSERT_FALSE(outcomes[1].ok);
+  EXPECT_NE(outcomes[1].error.find("run id 'test-run'"), std::string::npos) << outcomes[1].error;
+  EXPECT_NE(outcomes[1].error.find("'other-job'"), std::string::npos) << outcomes[1].error;
+  EXPECT_NE(outcomes[1].error.find("refused"), std::string::npos) << outcomes[1].error;
+  // Rank 0 is left waiting for its real rank 1 and says so when the rendezvous times out.
+  ASSERT_FALSE(outcomes[0].ok);
+  EXPECT_NE(outcomes[0].error.find("rank(s) 1 never arrived"), std::string::npos) << outcomes[0].error;
+}
+
+TEST(Rendezvous, WorldSizeDisagreementIsRefused) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto opts = thread_options(rank, rank == 0 ? 2 : 3, store).rendezvous_timeout(3s);
+    init_process_group(opts);
+  });
+  ASSERT_FALSE(outcomes[1].ok);
+  EXPECT_NE(outcomes[1].error.find("WORLD_SIZE=2"), std::string::npos) << outcomes[1].error;
+  EXPECT_NE(outcomes[1].error.find("WORLD_SIZE=3"), std::string::npos) << outcomes[1].error;
+}
+
+TEST(Rendezvous, MissingRanksAreNamedWithinTheTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto start = std::chrono::steady_clock::now();
+  // World of 4, but only ranks 0 and 2 start.
+  auto outcomes = run_ranks(2, [&](int i) {
+    init_process_group(thread_options(i * 2, 4, store).rendezvous_timeout(1500ms));
+  });
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("rank(s) 1, 3 never arrived"), std::string::npos) << o.error;
+    EXPECT_NE(o.error.find("rendezvous"), std::string::npos) << o.error;
+  }
+  EXPECT_LT(elapsed, 10s);
+}
+
+TEST(Rendezvous, DuplicateRankIsAnError) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(3, [&](int i) {
+    init_process_group(thread_options(i == 2 ? 1 : i, 3, store).rendezvous_timeout(2s));
+  });
+  int duplicate_errors = 0;
+  for (const auto& o : outcomes) {
+    if (!o.ok && o.error.find("rank 1 was already claimed") != std::string::npos) ++duplicate_errors;
+  }
+  EXPECT_EQ(duplicate_errors, 1);
+}
+
+TEST(Rendezvous, BadOptionsNameTheField) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  try {
+    init_process_group(ProcessGroupOptions(4, 4).store(store));
+    FAIL() << "rank 4 of 4 was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank must be in [0, 3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("got 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ProcessGroupOptions(0, 1).gloo_threads(0).validate(), std::invalid_argument);
+  EXPECT_THROW(ProcessGroupOptions(0, 2).master_port(70000).validate(), std::invalid_argument);
+  EXPECT_THROW(parse_backend("nccl2"), std::invalid_argument);
+  EXPECT_EQ(parse_backend("gloo"), Backend::kGloo);
+}
+
+TEST(Backends, NcclWithoutCudaSaysWhatToUse) {
+#ifdef LOCKSTEP_WITH_NCCL
+  GTEST_SKIP() << "this LibTorch has NCCL";
+#else
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  try {
+    init_process_group(thread_options(0, 1, store).backend(Backend::kNccl));
+    FAIL() << "nccl accepted by a CPU-only LibTorch";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("--backend gloo"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+TEST(Collectives, APeerThatNeverCallsMakesTheOtherFailWithinTheTimeout) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::chrono::steady_clock::duration elapsed{};
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = init_process_group(thread_options(rank, 2, store).collective_timeout(1s));
+    if (rank == 0) {
+      auto t = at::ones({8});
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        pg.all_reduce(t).wait();
+      } catch (...) {
+        elapsed = std::chrono::steady_clock::now() - start;
+        throw;
+      }
+    } else {
+      std::this_thread::sleep_for(3s);  // rank 1 is "stuck" outside the collective
+    }
+  });
+  ASSERT_FALSE(outcomes[0].ok);
+  EXPECT_NE(outcomes[0].error.find("rank 0: allreduce #1 (Float[8]) sum"), std::string::npos) << outcomes[0].error;
+  EXPECT_NE(outcomes[0].error.find("LOCKSTEP_TIMEOUT"), std::string::npos) << outcomes[0].error;
+  EXPECT_LT(elapsed, 2900ms);
+  EXPECT_TRUE(outcomes[1].ok) << outcomes[1].error;
+}
+
+}  // namespace
+}  // namespace lockstep::comm

@@ -1,0 +1,362 @@
+// End-to-end: the built `lockstep run` ($LOCKSTEP_BIN) with real worker processes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launch_test_util.h"
+
+namespace lockstep::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::line_set;
+using testing::lines_of;
+using testing::process_alive;
+using testing::read_file;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::wait_until;
+
+constexpr auto kTimeout = 20s;
+
+class LockstepRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = find_lockstep_bin();
+    if (bin_.empty()) GTEST_SKIP() << "the lockstep CLI was not found (set LOCKSTEP_BIN to its path)";
+  }
+
+  // $LOCKSTEP_BIN (set by ctest), else $LOCKSTEP_BUILD_DIR/lockstep, else the build tree this test
+  // binary sits in (build/tests/launch/test_launch -> build/lockstep).
+  static std::string find_lockstep_bin() {
+    std::vector<std::filesystem::path> candidates;
+    if (const char* bin = std::getenv("LOCKSTEP_BIN")) candidates.emplace_back(bin);
+    if (const char* dir = std::getenv("LOCKSTEP_BUILD_DIR")) candidates.push_back(std::filesystem::path(dir) / "lockstep");
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) candidates.push_back(self.parent_path().parent_path().parent_path() / "lockstep");
+    for (const auto& path : candidates) {
+      if (std::filesystem::is_regular_file(path) && ::access(path.c_str(), X_OK) == 0) return path.string();
+    }
+    return "";
+  }
+
+  /// argv for `lockstep run ARGS...`, optionally behind `env` to change the environment.
+  std::vector<std::string> cmd(std::vector<std::string> args, std::vector<std::string> env = {}) const {
+    std::vector<std::string> argv;
+    if (!env.empty()) {
+      argv.push_back("env");
+      argv.insert(argv.end(), env.begin(), env.end());
+    }
+    argv.push_back(bin_);
+    argv.push_back("run");
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  std::string bin_;
+};
+
+TEST_F(LockstepRun, EveryWorkerGetsItsRankAndLinesArePrefixed) {
+  Subprocess p(cmd({"--nproc-per-node", "3", "--standalone", "--", "sh", "-c", "echo $RANK/$WORLD_SIZE"}));
+  EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] 0/3", "[rank 1] 1/3", "[rank 2] 2/3"}));
+}
+
+TEST_F(LockstepRun, StderrLinesGoToStderrAndALastPartialLineIsFlushed) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c", "echo to-err >&2; printf no-newline"}));
+  EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] no-newline", "[rank 1] no-newline"}));
+  EXPECT_EQ(line_set(p.err()), (std::multiset<std::string>{"[rank 0] to-err", "[rank 1] to-err"}));
+}
+
+TEST_F(LockstepRun, LinesOfDifferentWorkersNeverInterleave) {
+  // awk writes in 4 KiB blocks that cut lines anywhere; every forwarded line must still be whole.
+  Subprocess p(cmd({"--nproc-per-node", "3", "sh", "-c",
+                    "awk -v r=$RANK 'BEGIN { for (i = 0; i < 3000; i++) "
+                    "printf \"r%d-%d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n\", r, i }'"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  const std::regex line_re(R"(\[rank (\d)\] r(\d)-(\d+)-x{54})");
+  std::vector<int> next(3, 0);
+  for (const std::string& line : lines_of(p.out())) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, line_re)) << "mangled line: " << line;
+    ASSERT_EQ(m[1], m[2]) << line;
+    const int rank = std::stoi(m[1]);
+    EXPECT_EQ(std::stoi(m[3]), next[rank]++) << "out of order: " << line;
+  }
+  EXPECT_EQ(next, (std::vector<int>{3000, 3000, 3000}));
+}
+
+TEST_F(LockstepRun, FailingWorkerStatusIsTheLauncherStatusAndOthersAreStopped) {
+  Subprocess p(cmd({"--nproc-per-node", "3", "sh", "-c",
+                    "if [ $RANK = 1 ]; then sleep 0.3; echo 'bad thing' >&2; exit 3; fi; sleep 60"}));
+  EXPECT_EQ(p.wait(kTimeout), 3) << p.err();
+  EXPECT_LT(p.elapsed_s(), 5.0);
+  const std::string err = p.err();
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("exited with status 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("  | bad thing"), std::string::npos) << err;
+}
+
+TEST_F(LockstepRun, WorkerIgnoringSigtermIsKilledWithinFiveSeconds) {
+  TempDir dir;
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c",
+                    "if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; trap '' TERM; echo $$ > " + (dir / "pid") +
+                        "; sleep 60"}));
+  EXPECT_EQ(p.wait(kTimeout), 3) << p.err();
+  EXPECT_LT(p.elapsed_s(), 5.0);
+  EXPECT_GT(p.elapsed_s(), 2.5) << "the worker ignoring SIGTERM should only die of the SIGKILL after 3 s";
+  const pid_t pid = std::stoi(read_file(dir / "pid"));
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 2000ms)) << "worker " << pid << " survived";
+}
+
+TEST_F(LockstepRun, WorkerKilledBySignalGives128PlusSignal) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c",
+                    "if [ $RANK = 1 ]; then sleep 0.2; kill -KILL $$; fi; sleep 60"}));
+  EXPECT_EQ(p.wait(kTimeout), 128 + 9) << p.err();
+  EXPECT_LT(p.elapsed_s(), 5.0);
+  EXPECT_NE(p.err().find("rank 1"), std::string::npos) << p.err();
+  EXPECT_NE(p.err().find("killed by signal 9 (SIGKILL)"), std::string::npos) << p.err();
+}
+
+TEST_F(LockstepRun, WorkerSegfaultGives139) {
+  Subprocess p(cmd({"sh", "-c", "kill -SEGV $$"}));
+  EXPECT_EQ(p.wait(kTimeout), 128 + 11) << p.err();
+  EXPECT_NE(p.err().find("rank 0 killed by signal 11 (SIGSEGV)"), std::string::npos) << p.err();
+}
+
+// Starts a launcher whose workers record their pids (and a child's), waits until all are written.
+struct RunningJob {
+  std::vector<pid_t> pids;
+};
+
+RunningJob wait_for_pids(const TempDir& dir, int files) {
+  RunningJob job;
+  const bool ready = wait_until(
+      [&] {
+        for (int i = 0; i < files; ++i) {
+          const std::string text = read_file(dir / ("pid" + std::to_string(i)));
+          if (text.empty() || text.back() != '\n') return false;
+        }
+        return true;
+      },
+      10000ms);
+  EXPECT_TRUE(ready) << "workers did not start";
+  for (int i = 0; i < files && ready; ++i) job.pids.push_back(std::stoi(read_file(dir / ("pid" + std::to_string(i)))));
+  return job;
+}
+
+TEST_F(LockstepRun, SigtermToTheLauncherStopsEveryWorkerAndTheirChildren) {
+  TempDir dir;
+  // Each worker: a shell that ignores SIGTERM, with a background child that does not. Files pid0..pid3.
+  const std::string d = dir.path().string();
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c",
+                    "trap '' TERM; sleep 60 & echo $! > " + d + "/pid$((RANK * 2 + 1)).tmp; "
+                    "mv " + d + "/pid$((RANK * 2 + 1)).tmp " + d + "/pid$((RANK * 2 + 1)); "
+                    "echo $$ > " + d + "/pid$((RANK * 2)).tmp; mv " + d + "/pid$((RANK * 2)).tmp " + d +
+                        "/pid$((RANK * 2)); wait"}));
+  const RunningJob job = wait_for_pids(dir, 4);
+  ASSERT_EQ(job.pids.size(), 4u);
+  for (pid_t pid : job.pids) EXPECT_TRUE(process_alive(pid)) << pid;
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(kTimeout), 128 + SIGTERM) << p.err();
+  EXPECT_LT(p.elapsed_s(), 15.0);
+  EXPECT_NE(p.err().find("received SIGTERM"), std::string::npos) << p.err();
+  for (pid_t pid : job.pids) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 2000ms)) << "orphan left: pid " << pid;
+  }
+}
+
+TEST_F(LockstepRun, SigintIsForwardedToTheWorkers) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c",
+                    "trap 'echo got-int; exit 0' INT; echo $$ > " + d + "/pid$RANK.tmp; mv " + d +
+                        "/pid$RANK.tmp " + d + "/pid$RANK; while :; do sleep 0.05; done"}));
+  const RunningJob job = wait_for_pids(dir, 2);
+  ASSERT_EQ(job.pids.size(), 2u);
+  const auto start = testing::Clock::now();
+  p.signal(SIGINT);
+  EXPECT_EQ(p.wait(kTimeout), 128 + SIGINT) << p.err();
+  EXPECT_LT(testing::Clock::now() - start, 2s) << "workers handle SIGINT at once: no grace period needed";
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] got-int", "[rank 1] got-int"}));
+}
+
+TEST_F(LockstepRun, LogDirGetsEachRanksOutput) {
+  TempDir dir;
+  const std::string logs = dir / "nested/logs";
+  Subprocess p(cmd({"--nproc-per-node", "2", "--log-dir", logs, "sh", "-c",
+                    "echo out $RANK; echo err $RANK >&2; printf tail"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(read_file(logs + "/rank_0.stdout.log"), "out 0\ntail");
+  EXPECT_EQ(read_file(logs + "/rank_1.stdout.log"), "out 1\ntail");
+  EXPECT_EQ(read_file(logs + "/rank_0.stderr.log"), "err 0\n");
+  EXPECT_EQ(read_file(logs + "/rank_1.stderr.log"), "err 1\n");
+  EXPECT_EQ(line_set(p.out()).count("[rank 1] out 1"), 1u);  // still forwarded
+}
+
+TEST_F(LockstepRun, LogDirThatCannotBeCreatedIsNamed) {
+  TempDir dir;
+  { std::ofstream(dir / "file") << "x"; }
+  const std::string logs = dir / "file/logs";
+  Subprocess p(cmd({"--log-dir", logs, "true"}));
+  EXPECT_EQ(p.wait(kTimeout), 1);
+  EXPECT_NE(p.err().find(logs), std::string::npos) << p.err();
+}
+
+TEST_F(LockstepRun, OmpNumThreadsIsCoresPerWorker) {
+  const int cores = std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c", "echo $OMP_NUM_THREADS"}, {"-u", "OMP_NUM_THREADS"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  const std::string n = std::to_string(std::max(1, cores / 2));
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] " + n, "[rank 1] " + n}));
+}
+
+TEST_F(LockstepRun, OmpNumThreadsSetByTheUserIsKept) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c", "echo $OMP_NUM_THREADS"}, {"OMP_NUM_THREADS=7"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] 7", "[rank 1] 7"}));
+}
+
+TEST_F(LockstepRun, TwoNodesOnLoopbackGiveRanksZeroToThree) {
+  const std::string script =
+      "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE "
+      "$MASTER_ADDR:$MASTER_PORT $TORCHELASTIC_RUN_ID";
+  Subprocess node0(cmd({"--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
+  Subprocess node1(cmd({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
+  ASSERT_EQ(node0.wait(kTimeout), 0) << node0.err();
+  ASSERT_EQ(node1.wait(kTimeout), 0) << node1.err();
+  EXPECT_EQ(line_set(node0.out()), (std::multiset<std::string>{"[rank 0] 0 0 4 2 0 2 127.0.0.1:29631 none",
+                                                               "[rank 1] 1 1 4 2 0 2 127.0.0.1:29631 none"}));
+  EXPECT_EQ(line_set(node1.out()), (std::multiset<std::string>{"[rank 2] 2 0 4 2 1 2 127.0.0.1:29631 none",
+                                                               "[rank 3] 3 1 4 2 1 2 127.0.0.1:29631 none"}));
+}
+
+TEST_F(LockstepRun, UnderscoreSpellingsWork) {
+  TempDir dir;
+  Subprocess p(cmd({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.2",
+                    "--master_port=29999", "--max_restarts=0", "--log_dir=" + (dir / "l"), "--rdzv_id=abc",
+                    "sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 2] 2 4 127.0.0.2 29999 abc",
+                                                           "[rank 3] 3 4 127.0.0.2 29999 abc"}));
+  EXPECT_TRUE(std::filesystem::exists(dir / "l/rank_3.stdout.log"));
+}
+
+TEST_F(LockstepRun, RunIdSpellings) {
+  for (const std::string flag : {"--rdzv-id", "--rdzv_id", "--run-id", "--run_id"}) {
+    Subprocess p(cmd({flag, "job-" + flag, "sh", "-c", "echo $TORCHELASTIC_RUN_ID"}));
+    ASSERT_EQ(p.wait(kTimeout), 0) << flag << ": " << p.err();
+    EXPECT_EQ(p.out(), "[rank 0] job-" + flag + "\n");
+  }
+}
+
+TEST_F(LockstepRun, DefaultsAreTorchrunsDefaults) {
+  Subprocess p(cmd({"sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_TRUE(std::regex_match(p.out(), std::regex(R"(\[rank 0\] 0 1 127\.0\.0\.1 29500 [0-9a-f]{16}\n)")))
+      << p.out();
+}
+
+TEST_F(LockstepRun, StandaloneUsesAFreePortAndARandomRunId) {
+  Subprocess p(cmd({"--standalone", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  std::smatch m;
+  const std::string out = p.out();
+  ASSERT_TRUE(std::regex_match(out, m, std::regex(R"(\[rank 0\] 127\.0\.0\.1 (\d+) [0-9a-f]{16}\n)"))) << out;
+  const int port = std::stoi(m[1]);
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+}
+
+TEST_F(LockstepRun, NprocAutoStartsOneWorkerPerCore) {
+  const int cores = std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (std::filesystem::exists("/proc/driver/nvidia/gpus")) GTEST_SKIP() << "GPUs present: auto counts them";
+  Subprocess p(cmd({"--nproc-per-node", "auto", "sh", "-c", "echo $LOCAL_WORLD_SIZE"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(lines_of(p.out()).size(), static_cast<std::size_t>(cores));
+  EXPECT_EQ(line_set(p.out()).count("[rank 0] " + std::to_string(cores)), 1u);
+}
+
+TEST_F(LockstepRun, WorkerCommandKeepsItsOwnFlags) {
+  Subprocess p(cmd({"--nproc-per-node", "1", "sh", "-c", "echo \"$@\"", "sh", "--lr", "0.1", "--nproc-per-node",
+                    "5", "--", "x"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(p.out(), "[rank 0] --lr 0.1 --nproc-per-node 5 -- x\n");
+}
+
+TEST_F(LockstepRun, MaxRestartsRestartsTheWorkers) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "--max-restarts", "2", "sh", "-c",
+                    "echo try $TORCHELASTIC_RESTART_COUNT; [ $RANK = 0 ] || [ $TORCHELASTIC_RESTART_COUNT = 2 ]"}));
+  EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
+  const auto lines = line_set(p.out());
+  EXPECT_EQ(lines.count("[rank 1] try 0") + lines.count("[rank 1] try 1") + lines.count("[rank 1] try 2"), 3u)
+      << p.out();
+}
+
+TEST_F(LockstepRun, UnknownCommandExits127NamingIt) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "lockstep-no-such-command-xyz", "--flag"}));
+  EXPECT_EQ(p.wait(kTimeout), 127);
+  EXPECT_NE(p.err().find("lockstep-no-such-command-xyz"), std::string::npos) << p.err();
+}
+
+TEST_F(LockstepRun, HelpExplainsFlagsAndExitStatus) {
+  Subprocess p(cmd({"--help"}));
+  EXPECT_EQ(p.wait(kTimeout), 0);
+  const std::string help = p.out();
+  for (const char* flag : {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--master-addr",
+                           "--master-port", "--standalone", "--max-restarts", "--log-dir", "--rdzv-id",
+                           "Exit status", "128+N", "127"}) {
+    EXPECT_NE(help.find(flag), std::string::npos) << flag;
+  }
+}
+
+struct BadFlags {
+  std::string name;
+  std::vector<std::string> args;
+  std::string message_part;
+};
+void PrintTo(const BadFlags& flags, std::ostream* os) { *os << flags.name; }
+
+class LockstepRunRejects : public LockstepRun, public ::testing::WithParamInterface<BadFlags> {};
+
+TEST_P(LockstepRunRejects, WithStatus2NamingTheFlag) {
+  Subprocess p(cmd(GetParam().args));
+  EXPECT_EQ(p.wait(kTimeout), 2) << p.err();
+  EXPECT_NE(p.err().find(GetParam().message_part), std::string::npos) << p.err();
+  EXPECT_EQ(p.out(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, LockstepRunRejects,
+    ::testing::Values(
+        BadFlags{"NprocZero", {"--nproc-per-node", "0", "true"}, "--nproc-per-node='0'"},
+        BadFlags{"NprocText", {"--nproc-per-node", "many", "true"}, "--nproc-per-node='many'"},
+        BadFlags{"NnodesZero", {"--nnodes", "0", "true"}, "--nnodes=0"},
+        BadFlags{"NnodesText", {"--nnodes", "1:2", "true"}, "--nnodes='1:2'"},
+        BadFlags{"NodeRankOutOfRange", {"--nnodes", "2", "--node-rank", "2", "true"},
+                 "--node-rank=2 is out of range for --nnodes=2"},
+        BadFlags{"NodeRankNegative", {"--node_rank=-1", "true"}, "--node-rank=-1"},
+        BadFlags{"PortTooBig", {"--master-port", "70000", "true"}, "--master-port=70000"},
+        BadFlags{"PortText", {"--master-port", "http", "true"}, "--master-port='http'"},
+        BadFlags{"RestartsNegative", {"--max-restarts=-2", "true"}, "--max-restarts=-2"},
+        BadFlags{"StandaloneTwoNodes", {"--standalone", "--nnodes", "2", "true"}, "--standalone"},
+        BadFlags{"StandaloneWithPort", {"--standalone", "--master-port", "1234", "true"}, "--master-port=1234"},
+        BadFlags{"UnknownFlag", {"--bogus", "1", "true"}, "unknown option '--bogus'"},
+        BadFlags{"MissingValue", {"--nnodes"}, "--nnodes"},
+        BadFlags{"NoCommand", {"--nproc-per-node", "2"}, "no worker command"},
+        BadFlags{"OnlyDashDash", {"--"}, "no worker command"}),
+    [](const ::testing::TestParamInfo<BadFlags>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace lockstep::launch

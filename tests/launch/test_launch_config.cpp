@@ -1,0 +1,157 @@
+#include "lockstep/launch/launch_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "lockstep/launch/launch_error.h"
+
+namespace lockstep::launch {
+namespace {
+
+LaunchOptions opts() { return LaunchOptions({"true"}); }
+
+int cores() { return std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))); }
+
+bool is_hex16(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+TEST(Resolve, DefaultsAreTorchrunsDefaults) {
+  const LaunchConfig c = resolve(opts());
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.nnodes, 1);
+  EXPECT_EQ(c.node_rank, 0);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.master_port, 29500);
+  EXPECT_EQ(c.max_restarts, 0);
+  EXPECT_TRUE(c.log_dir.empty());
+  EXPECT_EQ(c.grace_period, std::chrono::seconds(3));
+  EXPECT_TRUE(is_hex16(c.run_id)) << c.run_id;
+  EXPECT_EQ(c.command, std::vector<std::string>{"true"});
+}
+
+TEST(Resolve, SingleNodeRunIdsAreRandom) {
+  EXPECT_NE(resolve(opts()).run_id, resolve(opts()).run_id);
+}
+
+TEST(Resolve, MultiNodeRunIdDefaultsToNone) {
+  EXPECT_EQ(resolve(opts().nnodes(2).node_rank(1)).run_id, "none");
+  EXPECT_EQ(resolve(opts().nnodes(2).run_id("job7")).run_id, "job7");
+}
+
+TEST(Resolve, ExplicitValuesAreKept) {
+  const LaunchConfig c = resolve(opts()
+                                     .nproc_per_node(3)
+                                     .nnodes(4)
+                                     .node_rank(2)
+                                     .master_addr("10.1.2.3")
+                                     .master_port(1234)
+                                     .max_restarts(5)
+                                     .log_dir("/tmp/x")
+                                     .grace_period(std::chrono::milliseconds(250)));
+  EXPECT_EQ(c.nproc_per_node, 3);
+  EXPECT_EQ(c.world_size(), 12);
+  EXPECT_EQ(c.rank_of(1), 7);
+  EXPECT_EQ(c.master_addr, "10.1.2.3");
+  EXPECT_EQ(c.master_port, 1234);
+  EXPECT_EQ(c.max_restarts, 5);
+  EXPECT_EQ(c.log_dir, "/tmp/x");
+  EXPECT_EQ(c.grace_period.count(), 250);
+}
+
+TEST(Resolve, StandalonePicksAFreeLocalPortAndARandomId) {
+  const LaunchConfig c = resolve(opts().standalone(true));
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_GE(c.master_port, 1);
+  EXPECT_LE(c.master_port, 65535);
+  EXPECT_TRUE(is_hex16(c.run_id)) << c.run_id;
+}
+
+TEST(Resolve, OmpNumThreadsIsCoresPerWorkerAtLeastOne) {
+  EXPECT_EQ(resolve(opts().nproc_per_node(1)).omp_num_threads, cores());
+  EXPECT_EQ(resolve(opts().nproc_per_node(2)).omp_num_threads, std::max(1, cores() / 2));
+  EXPECT_EQ(resolve(opts().nproc_per_node(1000)).omp_num_threads, 1);
+}
+
+TEST(Resolve, AutoUsesTheDeviceCountWhenThereAreDevices) {
+  const LaunchConfig c =
+      resolve(opts().nproc_per_node(NprocPerNode::automatic()).device_counter([] { return 3; }));
+  EXPECT_EQ(c.nproc_per_node, 3);
+}
+
+TEST(Resolve, AutoUsesOnlineCoresWithoutDevices) {
+  const LaunchConfig c =
+      resolve(opts().nproc_per_node(NprocPerNode::automatic()).device_counter([] { return 0; }));
+  EXPECT_EQ(c.nproc_per_node, cores());
+  const LaunchConfig d = resolve(opts().nproc_per_node(NprocPerNode::automatic()).device_counter(nullptr));
+  EXPECT_EQ(d.nproc_per_node, cores());
+}
+
+TEST(NprocPerNode, ParsesCountsAndAuto) {
+  EXPECT_TRUE(NprocPerNode::parse("auto").is_auto());
+  EXPECT_FALSE(NprocPerNode::parse("4").is_auto());
+  EXPECT_EQ(NprocPerNode::parse("4").count(), 4);
+}
+
+TEST(NprocPerNode, RejectsOtherTextNamingTheFlag) {
+  for (const char* bad : {"", "0", "-1", "two", "4x", "AUTO", "99999999999"}) {
+    try {
+      NprocPerNode::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const LaunchError& e) {
+      EXPECT_NE(std::string(e.what()).find("--nproc-per-node='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+struct BadOptions {
+  std::string name;
+  std::function<LaunchOptions()> make;
+  std::string message_part;
+};
+void PrintTo(const BadOptions& options, std::ostream* os) { *os << options.name; }
+
+class ResolveRejects : public ::testing::TestWithParam<BadOptions> {};
+
+TEST_P(ResolveRejects, NamingTheFlagAndValue) {
+  try {
+    resolve(GetParam().make());
+    FAIL() << "resolve accepted the options";
+  } catch (const LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find(GetParam().message_part), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Options, ResolveRejects,
+    ::testing::Values(
+        BadOptions{"EmptyCommand", [] { return LaunchOptions({}); }, "no worker command"},
+        BadOptions{"EmptyProgram", [] { return LaunchOptions({""}); }, "no worker command"},
+        BadOptions{"ZeroProcs", [] { return opts().nproc_per_node(0); }, "--nproc-per-node=0"},
+        BadOptions{"ZeroNodes", [] { return opts().nnodes(0); }, "--nnodes=0"},
+        BadOptions{"NodeRankTooBig", [] { return opts().nnodes(2).node_rank(2); },
+                   "--node-rank=2 is out of range for --nnodes=2"},
+        BadOptions{"NegativeNodeRank", [] { return opts().node_rank(-1); }, "--node-rank=-1"},
+        BadOptions{"PortTooBig", [] { return opts().master_port(70000); }, "--master-port=70000"},
+        BadOptions{"PortZero", [] { return opts().master_port(0); }, "--master-port=0"},
+        BadOptions{"EmptyAddr", [] { return opts().master_addr(""); }, "--master-addr=''"},
+        BadOptions{"NegativeRestarts", [] { return opts().max_restarts(-1); }, "--max-restarts=-1"},
+        BadOptions{"EmptyRunId", [] { return opts().run_id(""); }, "--rdzv-id=''"},
+        BadOptions{"EmptyLogDir", [] { return opts().log_dir(""); }, "--log-dir=''"},
+        BadOptions{"NegativeGrace", [] { return opts().grace_period(std::chrono::milliseconds(-1)); },
+                   "grace_period=-1ms"},
+        BadOptions{"StandaloneMultiNode", [] { return opts().standalone(true).nnodes(2); },
+                   "--standalone runs a single-node job, but --nnodes=2"},
+        BadOptions{"StandaloneWithPort", [] { return opts().standalone(true).master_port(1234); },
+                   "--master-port=1234"},
+        BadOptions{"StandaloneWithAddr", [] { return opts().standalone(true).master_addr("h"); },
+                   "--master-addr=h"}),
+    [](const ::testing::TestParamInfo<BadOptions>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace lockstep::launch

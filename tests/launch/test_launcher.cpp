@@ -1,0 +1,206 @@
+// The Launcher driven in-process, its output captured through LaunchStreams.
+#include "lockstep/launch/launcher.h"
+
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "launch_test_util.h"
+#include "lockstep/launch/launch_error.h"
+
+namespace lockstep::launch {
+namespace {
+
+using testing::Clock;
+using testing::line_set;
+using testing::read_file;
+using testing::TempDir;
+
+struct Captured {
+  std::ostringstream out, err;
+  LaunchStreams streams() { return LaunchStreams{&out, &err}; }
+};
+
+LaunchOptions sh(const std::string& script) { return LaunchOptions({"sh", "-c", script}); }
+
+TEST(Launcher, ForwardsEachWorkersLinesWithItsRank) {
+  Captured io;
+  Launcher launcher(sh("echo out $RANK; echo err $RANK >&2").nproc_per_node(3), io.streams());
+  const LaunchResult r = launcher.run();
+  EXPECT_EQ(r.exit_status, 0);
+  EXPECT_TRUE(r.success());
+  EXPECT_FALSE(r.failed_rank);
+  EXPECT_EQ(line_set(io.out.str()),
+            (std::multiset<std::string>{"[rank 0] out 0", "[rank 1] out 1", "[rank 2] out 2"}));
+  EXPECT_EQ(line_set(io.err.str()),
+            (std::multiset<std::string>{"[rank 0] err 0", "[rank 1] err 1", "[rank 2] err 2"}));
+}
+
+TEST(Launcher, ReportsTheFirstFailureAndItsStderrTail) {
+  Captured io;
+  Launcher launcher(sh("if [ $RANK = 1 ]; then echo first >&2; echo boom >&2; exit 3; fi; sleep 30")
+                        .nproc_per_node(2),
+                    io.streams());
+  const auto start = Clock::now();
+  const LaunchResult r = launcher.run();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(r.exit_status, 3);
+  ASSERT_TRUE(r.failed_rank);
+  EXPECT_EQ(*r.failed_rank, 1);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->describe(), "exited with status 3");
+  const std::string err = io.err.str();
+  EXPECT_NE(err.find("job failed: rank 1 exited with status 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("last 2 stderr line(s) of rank 1:\n  | first\n  | boom"), std::string::npos) << err;
+}
+
+TEST(Launcher, GracePeriodBoundsTheStopOfAWorkerIgnoringSigterm) {
+  Captured io;
+  Launcher launcher(sh("if [ $RANK = 0 ]; then sleep 0.3; exit 5; fi; trap '' TERM; sleep 30")
+                        .nproc_per_node(2)
+                        .grace_period(std::chrono::milliseconds(300)),
+                    io.streams());
+  const auto start = Clock::now();
+  const LaunchResult r = launcher.run();
+  const auto elapsed = Clock::now() - start;
+  EXPECT_EQ(r.exit_status, 5);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(550));  // 0.3 s of work + the 0.3 s grace
+  EXPECT_LT(elapsed, std::chrono::milliseconds(2500));
+}
+
+TEST(Launcher, CommandNotFoundIs127) {
+  Captured io;
+  Launcher launcher(LaunchOptions({"lockstep-no-such-command-xyz"}).nproc_per_node(2), io.streams());
+  const LaunchResult r = launcher.run();
+  EXPECT_EQ(r.exit_status, 127);
+  EXPECT_NE(io.err.str().find("cannot execute 'lockstep-no-such-command-xyz'"), std::string::npos)
+      << io.err.str();
+}
+
+TEST(Launcher, CommandNotExecutableIs126) {
+  TempDir dir;
+  const std::string path = dir / "script";
+  { std::ofstream(path) << "echo hi\n"; }
+  ::chmod(path.c_str(), 0644);
+  Captured io;
+  const LaunchResult r = Launcher(LaunchOptions({path}), io.streams()).run();
+  EXPECT_EQ(r.exit_status, 126);
+  EXPECT_NE(io.err.str().find(path), std::string::npos) << io.err.str();
+}
+
+TEST(Launcher, RestartsAllWorkersUpToMaxRestarts) {
+  Captured io;
+  // Rank 1 fails on the first two attempts; the third one succeeds.
+  Launcher launcher(sh("echo try $TORCHELASTIC_RESTART_COUNT; "
+                       "[ $RANK = 0 ] || [ $TORCHELASTIC_RESTART_COUNT -ge 2 ]")
+                        .nproc_per_node(2)
+                        .max_restarts(3),
+                    io.streams());
+  const LaunchResult r = launcher.run();
+  EXPECT_EQ(r.exit_status, 0) << io.err.str();
+  EXPECT_EQ(r.restarts, 2);
+  const auto lines = line_set(io.out.str());
+  EXPECT_EQ(lines.count("[rank 1] try 0"), 1u);
+  EXPECT_EQ(lines.count("[rank 1] try 1"), 1u);
+  EXPECT_EQ(lines.count("[rank 1] try 2"), 1u);
+  EXPECT_EQ(lines.count("[rank 1] try 3"), 0u);
+  EXPECT_NE(io.err.str().find("restarting all 2 worker(s) (restart 1 of 3)"), std::string::npos);
+}
+
+TEST(Launcher, GivesUpAfterMaxRestarts) {
+  Captured io;
+  Launcher launcher(sh("echo try $TORCHELASTIC_RESTART_COUNT; exit 4").max_restarts(1), io.streams());
+  const LaunchResult r = launcher.run();
+  EXPECT_EQ(r.exit_status, 4);
+  EXPECT_EQ(r.restarts, 1);
+  EXPECT_EQ(line_set(io.out.str()), (std::multiset<std::string>{"[rank 0] try 0", "[rank 0] try 1"}));
+}
+
+TEST(Launcher, LogFilesKeepTheirContentAcrossRestarts) {
+  TempDir dir;
+  Captured io;
+  Launcher(sh("echo attempt $TORCHELASTIC_RESTART_COUNT; exit 1").max_restarts(1).log_dir(dir / "logs"),
+           io.streams())
+      .run();
+  EXPECT_EQ(read_file(dir / "logs/rank_0.stdout.log"), "attempt 0\nattempt 1\n");
+}
+
+TEST(Launcher, LogDirThatCannotBeCreatedThrowsNamingIt) {
+  TempDir dir;
+  { std::ofstream(dir / "file") << "x"; }
+  Captured io;
+  Launcher launcher(sh("true").log_dir(dir / "file/sub"), io.streams());
+  try {
+    launcher.run();
+    FAIL() << "no error";
+  } catch (const LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "file/sub"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Launcher, ReapsOnlyItsOwnWorkers) {
+  // A child of this process that is not a worker ends while the launcher runs: its status stays ours.
+  pid_t other = -1;
+  char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>("sleep 0.1; exit 7"),
+                  nullptr};
+  ASSERT_EQ(::posix_spawnp(&other, "sh", nullptr, nullptr, argv, environ), 0);
+  Captured io;
+  EXPECT_EQ(Launcher(sh("sleep 0.4"), io.streams()).run().exit_status, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(other, &status, 0), other);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+}
+
+TEST(Launcher, RestoresSignalDispositions) {
+  struct sigaction before_chld {}, before_pipe {}, before_int {}, after {};
+  ::sigaction(SIGCHLD, nullptr, &before_chld);
+  ::sigaction(SIGPIPE, nullptr, &before_pipe);
+  ::sigaction(SIGINT, nullptr, &before_int);
+  Captured io;
+  Launcher(sh("true"), io.streams()).run();
+  ::sigaction(SIGCHLD, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before_chld.sa_handler);
+  ::sigaction(SIGPIPE, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before_pipe.sa_handler);
+  ::sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before_int.sa_handler);
+}
+
+TEST(Launcher, WorkersGetDefaultSigpipeAndAnEmptySignalMask) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  Captured io;
+  // SigBlk and SigIgn of the worker shell itself: nothing blocked, SIGPIPE (bit 13) not ignored.
+  Launcher(sh("grep -E '^Sig(Blk|Ign)' /proc/$$/status"), io.streams()).run();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  const std::string out = io.out.str();
+  EXPECT_NE(out.find("SigBlk:\t0000000000000000"), std::string::npos) << out;
+  const auto ign = out.find("SigIgn:\t");
+  ASSERT_NE(ign, std::string::npos) << out;
+  const unsigned long long ignored = std::stoull(out.substr(ign + 8, 16), nullptr, 16);
+  EXPECT_EQ(ignored & (1ull << (SIGPIPE - 1)), 0u) << out;
+}
+
+TEST(Launcher, SecondConcurrentRunIsRefused) {
+  Captured io1;
+  Launcher first(sh("sleep 1"), io1.streams());
+  std::thread runner([&] { first.run(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Captured io2;
+  Launcher second(sh("true"), io2.streams());
+  EXPECT_THROW(second.run(), LaunchError);
+  runner.join();
+}
+
+}  // namespace
+}  // namespace lockstep::launch

@@ -1,0 +1,99 @@
+#include "lockstep/launch/worker_env.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace lockstep::launch {
+namespace {
+
+std::map<std::string, std::string> as_map(const EnvEntries& env) {
+  std::map<std::string, std::string> m;
+  for (const std::string& e : env) {
+    const auto eq = e.find('=');
+    EXPECT_TRUE(m.emplace(e.substr(0, eq), e.substr(eq + 1)).second) << "duplicate entry " << e;
+  }
+  return m;
+}
+
+LaunchConfig two_nodes_of_four() {
+  LaunchConfig c;
+  c.command = {"true"};
+  c.nproc_per_node = 4;
+  c.nnodes = 2;
+  c.node_rank = 1;
+  c.master_addr = "10.0.0.1";
+  c.master_port = 1234;
+  c.run_id = "job7";
+  c.max_restarts = 3;
+  c.omp_num_threads = 5;
+  return c;
+}
+
+TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
+  const auto env = as_map(worker_environment(two_nodes_of_four(), /*local_rank=*/2, /*restart_count=*/1, {}));
+  EXPECT_EQ(env.at("RANK"), "6");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "2");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "8");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("GROUP_RANK"), "1");
+  EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("ROLE_RANK"), "6");
+  EXPECT_EQ(env.at("ROLE_WORLD_SIZE"), "8");
+  EXPECT_EQ(env.at("ROLE_NAME"), "default");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(env.at("MASTER_PORT"), "1234");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
+  EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "job7");
+  EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "5");
+}
+
+TEST(WorkerEnvironment, RankZeroOfNodeZero) {
+  LaunchConfig c = two_nodes_of_four();
+  c.node_rank = 0;
+  const auto env = as_map(worker_environment(c, /*local_rank=*/0, /*restart_count=*/0, {}));
+  EXPECT_EQ(env.at("RANK"), "0");
+  EXPECT_EQ(env.at("GROUP_RANK"), "0");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "0");
+}
+
+TEST(WorkerEnvironment, ReplacesInheritedTorchrunVariablesAndKeepsTheRest) {
+  const EnvEntries base = {"PATH=/usr/bin", "RANK=99", "WORLD_SIZE=99", "HOME=/root", "EMPTY=",
+                           "WITH_EQUALS=a=b", "TORCHELASTIC_USE_AGENT_STORE=True"};
+  const EnvEntries env = worker_environment(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0, base);
+  const auto m = as_map(env);
+  EXPECT_EQ(m.at("RANK"), "4");
+  EXPECT_EQ(m.at("WORLD_SIZE"), "8");
+  EXPECT_EQ(m.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
+  EXPECT_EQ(m.at("PATH"), "/usr/bin");
+  EXPECT_EQ(m.at("EMPTY"), "");
+  EXPECT_EQ(m.at("WITH_EQUALS"), "a=b");
+  // Untouched entries keep their order, first.
+  ASSERT_GE(env.size(), 4u);
+  EXPECT_EQ(env[0], "PATH=/usr/bin");
+  EXPECT_EQ(env[1], "HOME=/root");
+  EXPECT_EQ(env[2], "EMPTY=");
+  EXPECT_EQ(env[3], "WITH_EQUALS=a=b");
+}
+
+TEST(WorkerEnvironment, KeepsUserOmpNumThreads) {
+  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS=7"}));
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "7");
+}
+
+TEST(WorkerEnvironment, KeepsUserOmpNumThreadsEvenWhenEmpty) {
+  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS="}));
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "");
+}
+
+TEST(WorkerEnvironment, CurrentEnvironmentHasPath) {
+  ::setenv("LOCKSTEP_LAUNCH_TEST_VAR", "x=1", 1);
+  const EnvEntries env = current_environment();
+  EXPECT_NE(std::find(env.begin(), env.end(), "LOCKSTEP_LAUNCH_TEST_VAR=x=1"), env.end());
+}
+
+}  // namespace
+}  // namespace lockstep::launch

@@ -60,7 +60,15 @@ function(lockstep_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  gtest_discover_tests(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-    DISCOVERY_TIMEOUT 60
-    ENVIRONMENT "LOCKSTEP_BIN=$<TARGET_FILE:lockstep_cli>;LOCKSTEP_SOURCE_DIR=${PROJECT_SOURCE_DIR};LOCKSTEP_BUILD_DIR=${PROJECT_BINARY_DIR}")
+  # Tests find the CLI and the trees through LOCKSTEP_BIN / LOCKSTEP_SOURCE_DIR / LOCKSTEP_BUILD_DIR.
+  # (gtest_discover_tests' PROPERTIES cannot carry a list-valued ENVIRONMENT, so ctest sets them from a
+  # generated include file instead.)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  get_property(env_file_done GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE)
+  if(NOT env_file_done)
+    set_property(GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE ON)
+    file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake CONTENT
+      "set(ENV{LOCKSTEP_BIN} [==[$<TARGET_FILE:lockstep_cli>]==])\nset(ENV{LOCKSTEP_SOURCE_DIR} [==[${PROJECT_SOURCE_DIR}]==])\nset(ENV{LOCKSTEP_BUILD_DIR} [==[${PROJECT_BINARY_DIR}]==])\n")
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake)
 endfunction()

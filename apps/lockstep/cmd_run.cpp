@@ -148,7 +148,8 @@ int run_main(int argc, char** argv) {
     return usage_error("unknown option '" + command.front() +
                        "' (put the worker command after the flags, or after --)");
   }
-  if (command.empty()) return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");
+  if (command.empty())
+    return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");
 
   std::optional<launch::Launcher> launcher;
   try {

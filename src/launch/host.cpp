@@ -5,10 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string.h>  // GNU strerror_r
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "lockstep/launch/launch_error.h"
@@ -22,7 +22,7 @@ int online_cpu_count() {
 
 int find_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw LaunchError(std::string("--standalone: cannot create a socket: ") + std::strerror(errno));
+  if (fd < 0) throw LaunchError(std::string("--standalone: cannot create a socket: ") + error_text(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -32,11 +32,16 @@ int find_free_port() {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     const int err = errno;
     ::close(fd);
-    throw LaunchError(std::string("--standalone: cannot find a free port on 127.0.0.1: ") +
-                      std::strerror(err));
+    throw LaunchError(std::string("--standalone: cannot find a free port on 127.0.0.1: ") + error_text(err));
   }
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+std::string error_text(int errnum) {
+  char buffer[256];
+  // GNU strerror_r: returns the message, which may or may not live in `buffer`.
+  return ::strerror_r(errnum, buffer, sizeof(buffer));
 }
 
 std::string random_run_id() {
@@ -56,7 +61,7 @@ std::string random_run_id() {
     bits = static_cast<std::uint64_t>(now) * 0x9E3779B97F4A7C15ull ^
            (static_cast<std::uint64_t>(::getpid()) << 32);
   }
-  static const char kHex[] = "0123456789abcdef";
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string id(16, '0');
   for (int i = 15; i >= 0; --i) {
     id[static_cast<std::size_t>(i)] = kHex[bits & 0xF];

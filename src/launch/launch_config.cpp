@@ -23,9 +23,8 @@ LaunchConfig resolve(const LaunchOptions& options) {
   config.command = options.command();
 
   const NprocPerNode& nproc = options.nproc_per_node();
-  check(nproc.is_auto() || nproc.count() >= 1,
-        "--nproc-per-node=" + std::to_string(nproc.count()) +
-            " is not valid (expected a positive integer or 'auto')");
+  check(nproc.is_auto() || nproc.count() >= 1, "--nproc-per-node=" + std::to_string(nproc.count()) +
+                                                   " is not valid (expected a positive integer or 'auto')");
   config.nproc_per_node = nproc.resolve(options.device_counter());
 
   check(options.nnodes() >= 1,
@@ -33,8 +32,8 @@ LaunchConfig resolve(const LaunchOptions& options) {
   config.nnodes = options.nnodes();
 
   check(options.node_rank() >= 0 && options.node_rank() < options.nnodes(),
-        "--node-rank=" + std::to_string(options.node_rank()) + " is out of range for --nnodes=" +
-            std::to_string(options.nnodes()) + " (must be in [0, " +
+        "--node-rank=" + std::to_string(options.node_rank()) +
+            " is out of range for --nnodes=" + std::to_string(options.nnodes()) + " (must be in [0, " +
             std::to_string(options.nnodes() - 1) + "])");
   config.node_rank = options.node_rank();
 
@@ -43,14 +42,13 @@ LaunchConfig resolve(const LaunchOptions& options) {
   config.max_restarts = options.max_restarts();
 
   check(options.grace_period().count() >= 0,
-        "grace_period=" + std::to_string(options.grace_period().count()) +
-            "ms is not valid (expected >= 0)");
+        "grace_period=" + std::to_string(options.grace_period().count()) + "ms is not valid (expected >= 0)");
   config.grace_period = options.grace_period();
 
   if (options.master_port()) {
     const int port = *options.master_port();
-    check(port >= 1 && port <= 65535, "--master-port=" + std::to_string(port) +
-                                          " is out of range (expected 1..65535)");
+    check(port >= 1 && port <= 65535,
+          "--master-port=" + std::to_string(port) + " is out of range (expected 1..65535)");
   }
   if (options.master_addr()) {
     check(!options.master_addr()->empty(), "--master-addr='' is not valid (expected a host name or IP)");
@@ -62,10 +60,14 @@ LaunchConfig resolve(const LaunchOptions& options) {
   if (options.standalone()) {
     check(options.nnodes() == 1, "--standalone runs a single-node job, but --nnodes=" +
                                      std::to_string(options.nnodes()) + " (drop one of them)");
-    check(!options.master_addr(), "--standalone picks 127.0.0.1 itself; it cannot be combined with "
-                                  "--master-addr=" + options.master_addr().value_or(""));
-    check(!options.master_port(), "--standalone picks a free port itself; it cannot be combined with "
-                                  "--master-port=" + std::to_string(options.master_port().value_or(0)));
+    check(!options.master_addr(),
+          "--standalone picks 127.0.0.1 itself; it cannot be combined with "
+          "--master-addr=" +
+              options.master_addr().value_or(""));
+    check(!options.master_port(),
+          "--standalone picks a free port itself; it cannot be combined with "
+          "--master-port=" +
+              std::to_string(options.master_port().value_or(0)));
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
   } else {

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -18,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
 #include "lockstep/launch/worker_env.h"
@@ -28,7 +28,7 @@
 // How one attempt runs (torchrun's local agent, reduced to one poll loop):
 //
 //   spawn every worker ─▶ poll(signal pipe, every worker's stdout/stderr pipe)
-//        │                  ├─ pipe data  ─▶ OutputForwarder (prefixed lines, log file, stderr tail)
+//        │                  ├─ pipe data  ─▶ OutputForwarder (prefixed lines, log file, tail)
 //        │                  ├─ SIGCHLD    ─▶ waitpid(pid, WNOHANG) for each of our pids
 //        │                  │                 first non-zero exit ─▶ stop: SIGTERM to every group
 //        │                  ├─ SIGINT/TERM/HUP ─▶ stop: that signal to every group (twice: SIGKILL)
@@ -48,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // poll() never sleeps longer than this, so a lost wake-up cannot stall the loop.
 constexpr int kMaxPollMs = 500;
-constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 constexpr const char* kTag = "lockstep run: ";
 
 struct Worker {
@@ -78,8 +78,10 @@ std::string join_command(const std::vector<std::string>& command) {
   std::string s;
   for (const std::string& arg : command) {
     if (!s.empty()) s += ' ';
-    const bool plain = !arg.empty() && arg.find_first_not_of(
-        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") == std::string::npos;
+    const bool plain =
+        !arg.empty() &&
+        arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=/.,:@%") ==
+            std::string::npos;
     if (plain) {
       s += arg;
       continue;
@@ -189,7 +191,8 @@ class Attempt {
       const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
       if (rc < 0) {
         if (errno == EINTR) continue;
-        throw LaunchError(std::string("poll() failed while watching the workers: ") + std::strerror(errno));
+        throw LaunchError(std::string("poll() failed while watching the workers: ") +
+                          detail::error_text(errno));
       }
       bool wrote = false;
       for (std::size_t i = 1; i < fds.size(); ++i) {
@@ -233,8 +236,8 @@ class Attempt {
     for (int signal : relay_.take()) {
       if (signal == SIGCHLD) continue;  // reap() runs on every turn of the loop
       if (cause_ == StopCause::kNone) {
-        message("received " + signal_name(signal) + "; forwarding it to " +
-                std::to_string(live_count()) + " worker(s), SIGKILL in " + grace_text());
+        message("received " + signal_name(signal) + "; forwarding it to " + std::to_string(live_count()) +
+                " worker(s), SIGKILL in " + grace_text());
         stop_signal_ = signal;
         begin_stop(StopCause::kSignal, signal);
       } else if (!killed_) {
@@ -260,8 +263,8 @@ class Attempt {
       if (!w.exit->success() && cause_ == StopCause::kNone) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
-        message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) +
-                ", pid " + std::to_string(w.pid) + ") " + w.exit->describe() +
+        message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
+                std::to_string(w.pid) + ") " + w.exit->describe() +
                 (live_count() > 0 ? "; stopping the other " + std::to_string(live_count()) +
                                         " worker(s) (SIGTERM, SIGKILL in " + grace_text() + ")"
                                   : ""));
@@ -300,20 +303,20 @@ class Attempt {
 
   void print_summary() {
     if (cause_ == StopCause::kSpawnFailed) {
-      message("cannot execute '" + config_.command.front() + "' for rank " +
-              std::to_string(*failed_rank_) + ": " + std::strerror(spawn_error_) +
+      message("cannot execute '" + config_.command.front() + "' for rank " + std::to_string(*failed_rank_) +
+              ": " + detail::error_text(spawn_error_) +
               (spawn_error_ == ENOENT ? " (not found in PATH)" : ""));
     } else if (cause_ == StopCause::kWorkerFailed) {
       const Worker* failed = nullptr;
       for (const Worker& w : workers_) {
         if (w.rank == *failed_rank_) failed = &w;
       }
-      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " +
-                         failure_->describe() + " (command: " + join_command(config_.command) + ")";
+      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " + failure_->describe() +
+                         " (command: " + join_command(config_.command) + ")";
       const auto& tail = failed->err->tail();
       if (tail.empty()) {
-        text += "\n" + std::string(kTag) + "rank " + std::to_string(*failed_rank_) +
-                " wrote nothing to stderr";
+        text +=
+            "\n" + std::string(kTag) + "rank " + std::to_string(*failed_rank_) + " wrote nothing to stderr";
       } else {
         text += "\n" + std::string(kTag) + "last " + std::to_string(tail.size()) +
                 " stderr line(s) of rank " + std::to_string(*failed_rank_) + ":";
@@ -332,10 +335,18 @@ class Attempt {
     r.failure = failure_;
     r.signal = stop_signal_;
     switch (cause_) {
-      case StopCause::kNone: r.exit_status = 0; break;
-      case StopCause::kWorkerFailed: r.exit_status = failure_->shell_status(); break;
-      case StopCause::kSpawnFailed: r.exit_status = spawn_error_ == ENOENT ? 127 : 126; break;
-      case StopCause::kSignal: r.exit_status = 128 + *stop_signal_; break;
+      case StopCause::kNone:
+        r.exit_status = 0;
+        break;
+      case StopCause::kWorkerFailed:
+        r.exit_status = failure_->shell_status();
+        break;
+      case StopCause::kSpawnFailed:
+        r.exit_status = spawn_error_ == ENOENT ? 127 : 126;
+        break;
+      case StopCause::kSignal:
+        r.exit_status = 128 + *stop_signal_;
+        break;
     }
     return r;
   }
@@ -396,7 +407,7 @@ std::vector<detail::UniqueFd> open_logs(const LaunchConfig& config, const char* 
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
       throw LaunchError("--log-dir='" + config.log_dir + "': cannot open " + path + ": " +
-                        std::strerror(errno));
+                        detail::error_text(errno));
     }
     fds.emplace_back(fd);
   }

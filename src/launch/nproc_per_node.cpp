@@ -24,8 +24,7 @@ NprocPerNode NprocPerNode::parse(const std::string& text) {
   char* end = nullptr;
   const long value = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || value < 1 || value > INT_MAX) {
-    throw LaunchError("--nproc-per-node='" + text +
-                      "' is not valid (expected a positive integer or 'auto')");
+    throw LaunchError("--nproc-per-node='" + text + "' is not valid (expected a positive integer or 'auto')");
   }
   return NprocPerNode(static_cast<int>(value));
 }
@@ -40,13 +39,14 @@ int visible_cuda_device_count() {
   // The NVIDIA driver lists one directory per GPU (named by PCI address); reading it loads no runtime.
   int physical = 0;
   if (DIR* dir = ::opendir("/proc/driver/nvidia/gpus")) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): a DIR* of our own
     while (const dirent* entry = ::readdir(dir)) {
       if (entry->d_name[0] != '.') ++physical;
     }
     ::closedir(dir);
   }
   if (physical == 0) return 0;
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");  // NOLINT(concurrency-mt-unsafe)
   if (visible == nullptr) return physical;
   // CUDA_VISIBLE_DEVICES="0,1" or "GPU-uuid,...": count the comma-separated entries (an empty value
   // hides every GPU), never more than the driver has.

@@ -20,7 +20,9 @@ void write_all(int fd, std::string_view bytes) {
 
 }  // namespace
 
-std::string rank_prefix(int rank) { return "[rank " + std::to_string(rank) + "] "; }
+std::string rank_prefix(int rank) {
+  return "[rank " + std::to_string(rank) + "] ";
+}
 
 OutputForwarder::OutputForwarder(int rank, std::ostream& sink, int log_fd, std::size_t tail_lines)
     : prefix_(rank_prefix(rank)), sink_(sink), log_fd_(log_fd), tail_lines_(tail_lines) {}

@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <string>
 
+#include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
 
 namespace lockstep::launch::detail {
@@ -41,7 +41,7 @@ SignalRelay::SignalRelay() {
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     const int err = errno;
     g_relay_alive = false;
-    throw LaunchError(std::string("cannot create the launcher's signal pipe: ") + std::strerror(err));
+    throw LaunchError(std::string("cannot create the launcher's signal pipe: ") + error_text(err));
   }
   read_fd_.reset(fds[0]);
   write_fd_.reset(fds[1]);

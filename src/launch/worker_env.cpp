@@ -9,7 +9,9 @@ extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX decl
 namespace lockstep::launch {
 namespace {
 
-std::string key_of(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+std::string key_of(const std::string& entry) {
+  return entry.substr(0, entry.find('='));
+}
 
 }  // namespace
 
@@ -45,7 +47,11 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
     for (const auto& var : vars) replaced = replaced || var.first == key;
     if (!replaced) env.push_back(entry);
   }
-  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  for (const auto& [key, value] : vars) {
+    std::string& entry = env.emplace_back(key);
+    entry += '=';
+    entry += value;
+  }
   if (!user_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(config.omp_num_threads));
   return env;
 }

@@ -19,36 +19,23 @@ std::string WorkerExit::describe() const {
 }
 
 std::string signal_name(int signal) {
-  switch (signal) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGCHLD: return "SIGCHLD";
-    case SIGCONT: return "SIGCONT";
-    case SIGSTOP: return "SIGSTOP";
-    case SIGTSTP: return "SIGTSTP";
-    case SIGTTIN: return "SIGTTIN";
-    case SIGTTOU: return "SIGTTOU";
-    case SIGURG: return "SIGURG";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    case SIGVTALRM: return "SIGVTALRM";
-    case SIGPROF: return "SIGPROF";
-    case SIGSYS: return "SIGSYS";
-    default: return "SIG" + std::to_string(signal);
+  struct Named {
+    int number;
+    const char* name;
+  };
+  static constexpr Named kSignals[] = {
+      {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"},     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"},     {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+      {SIGCONT, "SIGCONT"},     {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
+      {SIGTTOU, "SIGTTOU"},     {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+      {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGSYS, "SIGSYS"},
+  };
+  for (const Named& s : kSignals) {
+    if (s.number == signal) return s.name;
   }
+  return "SIG" + std::to_string(signal);
 }
 
 }  // namespace lockstep::launch

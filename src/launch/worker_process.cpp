@@ -6,10 +6,10 @@
 
 #include <cerrno>
 #include <csignal>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
 
 namespace lockstep::launch::detail {
@@ -26,7 +26,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw LaunchError(std::string("cannot create a pipe for a worker's output: ") + std::strerror(errno));
+    throw LaunchError(std::string("cannot create a pipe for a worker's output: ") + error_text(errno));
   }
   read_end.reset(fds[0]);
   write_end.reset(fds[1]);

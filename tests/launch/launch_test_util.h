@@ -91,12 +91,15 @@ bool wait_until(Predicate done, std::chrono::milliseconds timeout) {
 /// A program started with stdout and stderr redirected to files.
 class Subprocess {
  public:
-  explicit Subprocess(const std::vector<std::string>& argv) : out_path_(dir_ / "stdout"), err_path_(dir_ / "stderr") {
+  explicit Subprocess(const std::vector<std::string>& argv)
+      : out_path_(dir_ / "stdout"), err_path_(dir_ / "stderr") {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     std::vector<char*> c_argv;
     for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
     c_argv.push_back(nullptr);

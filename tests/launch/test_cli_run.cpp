@@ -37,8 +37,12 @@ class LockstepRun : public ::testing::Test {
   // binary sits in (build/tests/launch/test_launch -> build/lockstep).
   static std::string find_lockstep_bin() {
     std::vector<std::filesystem::path> candidates;
+    // NOLINTBEGIN(concurrency-mt-unsafe): getenv before any thread exists
     if (const char* bin = std::getenv("LOCKSTEP_BIN")) candidates.emplace_back(bin);
-    if (const char* dir = std::getenv("LOCKSTEP_BUILD_DIR")) candidates.push_back(std::filesystem::path(dir) / "lockstep");
+    if (const char* dir = std::getenv("LOCKSTEP_BUILD_DIR")) {
+      candidates.push_back(std::filesystem::path(dir) / "lockstep");
+    }
+    // NOLINTEND(concurrency-mt-unsafe)
     std::error_code ec;
     const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec) candidates.push_back(self.parent_path().parent_path().parent_path() / "lockstep");
@@ -79,9 +83,10 @@ TEST_F(LockstepRun, StderrLinesGoToStderrAndALastPartialLineIsFlushed) {
 
 TEST_F(LockstepRun, LinesOfDifferentWorkersNeverInterleave) {
   // awk writes in 4 KiB blocks that cut lines anywhere; every forwarded line must still be whole.
-  Subprocess p(cmd({"--nproc-per-node", "3", "sh", "-c",
-                    "awk -v r=$RANK 'BEGIN { for (i = 0; i < 3000; i++) "
-                    "printf \"r%d-%d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n\", r, i }'"}));
+  const std::string script =
+      "awk -v r=$RANK 'BEGIN { for (i = 0; i < 3000; i++) "
+      "printf \"r%d-%d-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n\", r, i }'";
+  Subprocess p(cmd({"--nproc-per-node", "3", "sh", "-c", script}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   const std::regex line_re(R"(\[rank (\d)\] r(\d)-(\d+)-x{54})");
   std::vector<int> next(3, 0);
@@ -150,7 +155,8 @@ RunningJob wait_for_pids(const TempDir& dir, int files) {
       },
       10000ms);
   EXPECT_TRUE(ready) << "workers did not start";
-  for (int i = 0; i < files && ready; ++i) job.pids.push_back(std::stoi(read_file(dir / ("pid" + std::to_string(i)))));
+  for (int i = 0; i < files && ready; ++i)
+    job.pids.push_back(std::stoi(read_file(dir / ("pid" + std::to_string(i)))));
   return job;
 }
 
@@ -159,9 +165,13 @@ TEST_F(LockstepRun, SigtermToTheLauncherStopsEveryWorkerAndTheirChildren) {
   // Each worker: a shell that ignores SIGTERM, with a background child that does not. Files pid0..pid3.
   const std::string d = dir.path().string();
   Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c",
-                    "trap '' TERM; sleep 60 & echo $! > " + d + "/pid$((RANK * 2 + 1)).tmp; "
-                    "mv " + d + "/pid$((RANK * 2 + 1)).tmp " + d + "/pid$((RANK * 2 + 1)); "
-                    "echo $$ > " + d + "/pid$((RANK * 2)).tmp; mv " + d + "/pid$((RANK * 2)).tmp " + d +
+                    "trap '' TERM; sleep 60 & echo $! > " + d +
+                        "/pid$((RANK * 2 + 1)).tmp; "
+                        "mv " +
+                        d + "/pid$((RANK * 2 + 1)).tmp " + d +
+                        "/pid$((RANK * 2 + 1)); "
+                        "echo $$ > " +
+                        d + "/pid$((RANK * 2)).tmp; mv " + d + "/pid$((RANK * 2)).tmp " + d +
                         "/pid$((RANK * 2)); wait"}));
   const RunningJob job = wait_for_pids(dir, 4);
   ASSERT_EQ(job.pids.size(), 4u);
@@ -214,7 +224,8 @@ TEST_F(LockstepRun, LogDirThatCannotBeCreatedIsNamed) {
 
 TEST_F(LockstepRun, OmpNumThreadsIsCoresPerWorker) {
   const int cores = std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
-  Subprocess p(cmd({"--nproc-per-node", "2", "sh", "-c", "echo $OMP_NUM_THREADS"}, {"-u", "OMP_NUM_THREADS"}));
+  Subprocess p(
+      cmd({"--nproc-per-node", "2", "sh", "-c", "echo $OMP_NUM_THREADS"}, {"-u", "OMP_NUM_THREADS"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   const std::string n = std::to_string(std::max(1, cores / 2));
   EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] " + n, "[rank 1] " + n}));
@@ -289,15 +300,16 @@ TEST_F(LockstepRun, NprocAutoStartsOneWorkerPerCore) {
 }
 
 TEST_F(LockstepRun, WorkerCommandKeepsItsOwnFlags) {
-  Subprocess p(cmd({"--nproc-per-node", "1", "sh", "-c", "echo \"$@\"", "sh", "--lr", "0.1", "--nproc-per-node",
-                    "5", "--", "x"}));
+  Subprocess p(cmd({"--nproc-per-node", "1", "sh", "-c", "echo \"$@\"", "sh", "--lr", "0.1",
+                    "--nproc-per-node", "5", "--", "x"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   EXPECT_EQ(p.out(), "[rank 0] --lr 0.1 --nproc-per-node 5 -- x\n");
 }
 
 TEST_F(LockstepRun, MaxRestartsRestartsTheWorkers) {
-  Subprocess p(cmd({"--nproc-per-node", "2", "--max-restarts", "2", "sh", "-c",
-                    "echo try $TORCHELASTIC_RESTART_COUNT; [ $RANK = 0 ] || [ $TORCHELASTIC_RESTART_COUNT = 2 ]"}));
+  Subprocess p(
+      cmd({"--nproc-per-node", "2", "--max-restarts", "2", "sh", "-c",
+           "echo try $TORCHELASTIC_RESTART_COUNT; [ $RANK = 0 ] || [ $TORCHELASTIC_RESTART_COUNT = 2 ]"}));
   EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
   const auto lines = line_set(p.out());
   EXPECT_EQ(lines.count("[rank 1] try 0") + lines.count("[rank 1] try 1") + lines.count("[rank 1] try 2"), 3u)
@@ -314,9 +326,9 @@ TEST_F(LockstepRun, HelpExplainsFlagsAndExitStatus) {
   Subprocess p(cmd({"--help"}));
   EXPECT_EQ(p.wait(kTimeout), 0);
   const std::string help = p.out();
-  for (const char* flag : {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--master-addr",
-                           "--master-port", "--standalone", "--max-restarts", "--log-dir", "--rdzv-id",
-                           "Exit status", "128+N", "127"}) {
+  for (const char* flag :
+       {"--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+        "--standalone", "--max-restarts", "--log-dir", "--rdzv-id", "Exit status", "128+N", "127"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }
@@ -326,7 +338,10 @@ struct BadFlags {
   std::vector<std::string> args;
   std::string message_part;
 };
-void PrintTo(const BadFlags& flags, std::ostream* os) { *os << flags.name; }
+// NOLINTNEXTLINE(readability-identifier-naming): the name GoogleTest looks for
+void PrintTo(const BadFlags& flags, std::ostream* os) {
+  *os << flags.name;
+}
 
 class LockstepRunRejects : public LockstepRun, public ::testing::WithParamInterface<BadFlags> {};
 
@@ -344,14 +359,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"NprocText", {"--nproc-per-node", "many", "true"}, "--nproc-per-node='many'"},
         BadFlags{"NnodesZero", {"--nnodes", "0", "true"}, "--nnodes=0"},
         BadFlags{"NnodesText", {"--nnodes", "1:2", "true"}, "--nnodes='1:2'"},
-        BadFlags{"NodeRankOutOfRange", {"--nnodes", "2", "--node-rank", "2", "true"},
+        BadFlags{"NodeRankOutOfRange",
+                 {"--nnodes", "2", "--node-rank", "2", "true"},
                  "--node-rank=2 is out of range for --nnodes=2"},
         BadFlags{"NodeRankNegative", {"--node_rank=-1", "true"}, "--node-rank=-1"},
         BadFlags{"PortTooBig", {"--master-port", "70000", "true"}, "--master-port=70000"},
         BadFlags{"PortText", {"--master-port", "http", "true"}, "--master-port='http'"},
         BadFlags{"RestartsNegative", {"--max-restarts=-2", "true"}, "--max-restarts=-2"},
         BadFlags{"StandaloneTwoNodes", {"--standalone", "--nnodes", "2", "true"}, "--standalone"},
-        BadFlags{"StandaloneWithPort", {"--standalone", "--master-port", "1234", "true"}, "--master-port=1234"},
+        BadFlags{
+            "StandaloneWithPort", {"--standalone", "--master-port", "1234", "true"}, "--master-port=1234"},
         BadFlags{"UnknownFlag", {"--bogus", "1", "true"}, "unknown option '--bogus'"},
         BadFlags{"MissingValue", {"--nnodes"}, "--nnodes"},
         BadFlags{"NoCommand", {"--nproc-per-node", "2"}, "no worker command"},

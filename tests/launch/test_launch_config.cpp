@@ -12,9 +12,13 @@
 namespace lockstep::launch {
 namespace {
 
-LaunchOptions opts() { return LaunchOptions({"true"}); }
+LaunchOptions opts() {
+  return LaunchOptions({"true"});
+}
 
-int cores() { return std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))); }
+int cores() {
+  return std::max(1, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 bool is_hex16(const std::string& s) {
   return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -114,7 +118,10 @@ struct BadOptions {
   std::function<LaunchOptions()> make;
   std::string message_part;
 };
-void PrintTo(const BadOptions& options, std::ostream* os) { *os << options.name; }
+// NOLINTNEXTLINE(readability-identifier-naming): the name GoogleTest looks for
+void PrintTo(const BadOptions& options, std::ostream* os) {
+  *os << options.name;
+}
 
 class ResolveRejects : public ::testing::TestWithParam<BadOptions> {};
 

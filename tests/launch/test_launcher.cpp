@@ -29,7 +29,9 @@ struct Captured {
   LaunchStreams streams() { return LaunchStreams{&out, &err}; }
 };
 
-LaunchOptions sh(const std::string& script) { return LaunchOptions({"sh", "-c", script}); }
+LaunchOptions sh(const std::string& script) {
+  return LaunchOptions({"sh", "-c", script});
+}
 
 TEST(Launcher, ForwardsEachWorkersLinesWithItsRank) {
   Captured io;
@@ -46,9 +48,9 @@ TEST(Launcher, ForwardsEachWorkersLinesWithItsRank) {
 
 TEST(Launcher, ReportsTheFirstFailureAndItsStderrTail) {
   Captured io;
-  Launcher launcher(sh("if [ $RANK = 1 ]; then echo first >&2; echo boom >&2; exit 3; fi; sleep 30")
-                        .nproc_per_node(2),
-                    io.streams());
+  Launcher launcher(
+      sh("if [ $RANK = 1 ]; then echo first >&2; echo boom >&2; exit 3; fi; sleep 30").nproc_per_node(2),
+      io.streams());
   const auto start = Clock::now();
   const LaunchResult r = launcher.run();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
@@ -160,7 +162,8 @@ TEST(Launcher, ReapsOnlyItsOwnWorkers) {
 }
 
 TEST(Launcher, RestoresSignalDispositions) {
-  struct sigaction before_chld {}, before_pipe {}, before_int {}, after {};
+  struct sigaction before_chld {
+  }, before_pipe{}, before_int{}, after{};
   ::sigaction(SIGCHLD, nullptr, &before_chld);
   ::sigaction(SIGPIPE, nullptr, &before_pipe);
   ::sigaction(SIGINT, nullptr, &before_int);

@@ -61,8 +61,13 @@ TEST(WorkerEnvironment, RankZeroOfNodeZero) {
 }
 
 TEST(WorkerEnvironment, ReplacesInheritedTorchrunVariablesAndKeepsTheRest) {
-  const EnvEntries base = {"PATH=/usr/bin", "RANK=99", "WORLD_SIZE=99", "HOME=/root", "EMPTY=",
-                           "WITH_EQUALS=a=b", "TORCHELASTIC_USE_AGENT_STORE=True"};
+  const EnvEntries base = {"PATH=/usr/bin",
+                           "RANK=99",
+                           "WORLD_SIZE=99",
+                           "HOME=/root",
+                           "EMPTY=",
+                           "WITH_EQUALS=a=b",
+                           "TORCHELASTIC_USE_AGENT_STORE=True"};
   const EnvEntries env = worker_environment(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0, base);
   const auto m = as_map(env);
   EXPECT_EQ(m.at("RANK"), "4");
@@ -90,7 +95,7 @@ TEST(WorkerEnvironment, KeepsUserOmpNumThreadsEvenWhenEmpty) {
 }
 
 TEST(WorkerEnvironment, CurrentEnvironmentHasPath) {
-  ::setenv("LOCKSTEP_LAUNCH_TEST_VAR", "x=1", 1);
+  ::setenv("LOCKSTEP_LAUNCH_TEST_VAR", "x=1", 1);  // NOLINT(concurrency-mt-unsafe): single thread
   const EnvEntries env = current_environment();
   EXPECT_NE(std::find(env.begin(), env.end(), "LOCKSTEP_LAUNCH_TEST_VAR=x=1"), env.end());
 }

@@ -27,15 +27,17 @@ class LaunchOptions {
   /// `command`: the worker program and its arguments, passed to execvp untouched (looked up in PATH).
   explicit LaunchOptions(std::vector<std::string> command) : command_(std::move(command)) {}
 
-#define LOCKSTEP_LAUNCH_ARG(T, name)   \
- public:                               \
-  LaunchOptions& name(T value) {       \
-    name##_ = std::move(value);        \
-    return *this;                      \
-  }                                    \
-  const T& name() const { return name##_; } \
-                                       \
- private:                              \
+#define LOCKSTEP_LAUNCH_ARG(T, name) \
+ public:                             \
+  LaunchOptions& name(T value) {     \
+    name##_ = std::move(value);      \
+    return *this;                    \
+  }                                  \
+  const T& name() const {            \
+    return name##_;                  \
+  }                                  \
+                                     \
+ private:                            \
   T name##_
 
   /// The worker command (argv of each worker).

@@ -11,6 +11,9 @@ int online_cpu_count();
 /// Throws LaunchError when no socket can be bound.
 int find_free_port();
 
+/// strerror(errnum), thread-safe.
+std::string error_text(int errnum);
+
 /// 16 random hex digits from /dev/urandom (a time-and-pid mix where that cannot be read).
 std::string random_run_id();
 

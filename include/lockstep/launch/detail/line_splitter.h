@@ -17,7 +17,7 @@ class LineSplitter {
  public:
   using LineCallback = std::function<void(std::string_view line)>;
 
-  static constexpr std::size_t kDefaultMaxLineBytes = 64 * 1024;
+  static constexpr std::size_t kDefaultMaxLineBytes = std::size_t{64} * 1024;
 
   explicit LineSplitter(std::size_t max_line_bytes = kDefaultMaxLineBytes);
 

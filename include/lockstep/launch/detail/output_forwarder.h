@@ -23,8 +23,7 @@ class OutputForwarder {
   static constexpr std::size_t kMaxTailLineBytes = 1000;
 
   /// `log_fd`: an open file descriptor that receives the raw bytes, or -1; not owned.
-  OutputForwarder(int rank, std::ostream& sink, int log_fd = -1,
-                  std::size_t tail_lines = kDefaultTailLines);
+  OutputForwarder(int rank, std::ostream& sink, int log_fd = -1, std::size_t tail_lines = kDefaultTailLines);
 
   /// Bytes just read from the worker's pipe.
   void feed(std::string_view bytes);

@@ -11,9 +11,11 @@ packages="
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   python3 python3-torch
+  openmpi-bin slurm-wlm munge
 "
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
+# openmpi-bin, slurm-wlm, munge: real launch paths (mpirun, a local Slurm cluster) for the scale-out tests.
 
 missing=""
 for p in $packages; do

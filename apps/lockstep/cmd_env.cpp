@@ -4,6 +4,7 @@
 #include <exception>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "lockstep/env/environment.h"
@@ -25,12 +26,22 @@ int env_main(int argc, char** argv) {
   try {
     const env::Environment e = env::from_env();
     if (json) {
-      std::printf(
-          "{\"source\": \"%s\", \"rank\": %d, \"local_rank\": %d, \"world_size\": %d, \"local_world_size\": %d, "
-          "\"node_rank\": %d, \"num_nodes\": %d, \"master_addr\": \"%s\", \"master_port\": %d, "
-          "\"restart_count\": %d, \"run_id\": \"%s\"}\n",
-          env::to_string(e.source), e.rank, e.local_rank, e.world_size, e.local_world_size, e.node_rank,
-          e.num_nodes, e.master_addr.c_str(), e.master_port, e.restart_count, e.run_id.c_str());
+      // nlohmann::json escapes the strings (a run id or host may hold quotes or backslashes).
+      const nlohmann::ordered_json object = {
+          {"source", env::to_string(e.source)},
+          {"rank", e.rank},
+          {"local_rank", e.local_rank},
+          {"world_size", e.world_size},
+          {"local_world_size", e.local_world_size},
+          {"node_rank", e.node_rank},
+          {"num_nodes", e.num_nodes},
+          {"master_addr", e.master_addr},
+          {"master_port", e.master_port},
+          {"restart_count", e.restart_count},
+          {"run_id", e.run_id},
+      };
+      // Invalid UTF-8 (environment values are bytes) becomes U+FFFD instead of an exception.
+      std::printf("%s\n", object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf(
           "source=%s\nrank=%d\nlocal_rank=%d\nworld_size=%d\nlocal_world_size=%d\nnode_rank=%d\nnum_nodes=%d\n"

@@ -1,7 +1,5 @@
 // `lockstep run`: torchrun's command line in front of lockstep::launch::Launcher.
-#include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -22,8 +20,9 @@ constexpr const char* kDescription =
     "Start N copies of CMD on this node, each with torchrun's environment:\n"
     "  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,\n"
     "  ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,\n"
-    "  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and OMP_NUM_THREADS = max(1, cores / N)\n"
-    "  unless already set.\n"
+    "  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID; OMP_NUM_THREADS = max(1, cores / N) and\n"
+    "  PYTHONUNBUFFERED=1 (Python writes each line at once into the launcher's pipe), each only\n"
+    "  when not already set.\n"
     "Each worker's output lines are printed prefixed with \"[rank R] \" (stdout to stdout, stderr to\n"
     "stderr). When one worker fails, the others are stopped (SIGTERM, SIGKILL 3 s later).\n"
     "Everything after the first non-option argument (or after --) is the worker command, passed\n"
@@ -64,14 +63,19 @@ struct UsageError {
   std::string message;
 };
 
+// A flag's integer value, strictly: decimal digits only (no sign, no spaces: strtol would take "+2" and
+// " 2"), at most INT_MAX. The message shows a well-formed integer as is ("--node-rank=-1"), anything
+// else quoted ("--nnodes='+2'").
 int parse_int(const std::string& flag, const std::string& text, const char* expected) {
-  errno = 0;
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || value < INT_MIN || value > INT_MAX) {
-    throw UsageError{flag + "='" + text + "' is not valid (expected " + expected + ")"};
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  if (digits && text.size() <= 10) {
+    const long long value = std::stoll(text);
+    if (value <= INT_MAX) return static_cast<int>(value);
   }
-  return static_cast<int>(value);
+  const bool integer = digits || (text.size() > 1 && text[0] == '-' &&
+                                  text.find_first_not_of("0123456789", 1) == std::string::npos);
+  const std::string shown = integer ? flag + "=" + text : flag + "='" + text + "'";
+  throw UsageError{shown + " is not valid (expected " + expected + ")"};
 }
 
 int usage_error(const std::string& message) {
@@ -128,7 +132,8 @@ int run_main(int argc, char** argv) {
       ->type_name("DIR");
   app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", run_id,
                  "Job id (TORCHELASTIC_RUN_ID), the same on every node.\n"
-                 "Default: random for a single-node job, 'none' with --nnodes > 1")
+                 "Default: random for a single-node job, 'none' with --nnodes > 1\n"
+                 "(with a warning: pass the scheduler's job id)")
       ->type_name("ID");
 
   try {
@@ -164,6 +169,11 @@ int run_main(int argc, char** argv) {
     if (run_id) options.run_id(*run_id);
     options.standalone(standalone);
     launcher.emplace(options);
+    if (launcher->config().nnodes > 1 && !run_id) {
+      std::cerr << "lockstep run: warning: no --rdzv-id for a multi-node job; using run id 'none', so a "
+                   "process of another job started the same way could join this one — pass --rdzv-id "
+                   "<job id> on every node\n";
+    }
   } catch (const UsageError& e) {
     return usage_error(e.message);
   } catch (const launch::LaunchError& e) {

@@ -1,6 +1,8 @@
 // Gloo: the CPU backend. Its TCP device binds to the interface that reaches the master (loopback when
 // the job is local), or to GLOO_SOCKET_IFNAME / the `interface` option when given.
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -12,7 +14,9 @@ namespace lockstep::comm::detail {
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
                                                  const ProcessGroupOptions& options) {
-  auto gloo = c10d::ProcessGroupGloo::Options::create(options.collective_timeout());
+  // The options' timeout bounds the full-mesh connect in the constructor, so it is the rendezvous
+  // timeout; every collective passes the collective timeout itself (process_group.cpp).
+  auto gloo = c10d::ProcessGroupGloo::Options::create(options.rendezvous_timeout());
   gloo->threads = options.gloo_threads();
   std::string interface = options.interface();
   if (interface.empty()) {
@@ -23,8 +27,19 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::
     if (!interface.empty()) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
     } else {
-      gloo->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForHostname(local_address_for(options.master_addr())));
+      std::string address = local_address_for(options.master_addr());
+      if (is_loopback_address(address) && options.num_nodes() > 1) {
+        // MASTER_ADDR names this host (often mapped to 127.0.1.1 in /etc/hosts) but other nodes must
+        // reach us: bind to a real interface instead.
+        address = first_non_loopback_address();
+        if (address.empty()) {
+          throw std::runtime_error("this is a " + std::to_string(options.num_nodes()) +
+                                   "-node job but MASTER_ADDR '" + options.master_addr() +
+                                   "' routes over loopback and no other interface is up; set "
+                                   "GLOO_SOCKET_IFNAME to the interface that connects the nodes");
+        }
+      }
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(address));
     }
   } catch (const std::exception& e) {
     throw CommError(options.rank(), "init_process_group",

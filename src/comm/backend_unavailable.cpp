@@ -10,9 +10,9 @@ namespace lockstep::comm::detail {
 c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>&,
                                                  const ProcessGroupOptions& options) {
   throw CommError(options.rank(), "init_process_group",
-                  "backend 'nccl' needs LibTorch built with CUDA and NCCL, but lockstep was built against "
-                  "a CPU-only LibTorch " TORCH_VERSION
-                  ". Use --backend gloo (or auto), or rebuild lockstep against a CUDA LibTorch.");
+                  "backend 'nccl' needs LibTorch built with CUDA and NCCL, and lockstep was built against "
+                  "LibTorch " TORCH_VERSION
+                  " without CUDA. Use --backend gloo (or auto), or rebuild lockstep against a CUDA LibTorch.");
 }
 #endif
 

@@ -1,6 +1,8 @@
 #include "lockstep/comm/network.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -54,7 +56,7 @@ std::string local_address_for(const std::string& host) {
   }
   std::string last_error = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    SocketFd fd(::socket(ai->ai_family, ai->ai_socktype, 0));
+    SocketFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0));
     if (fd.get() < 0) {
       last_error = std::strerror(errno);
       continue;
@@ -78,8 +80,27 @@ std::string local_address_for(const std::string& host) {
                            "': " + last_error);
 }
 
+bool is_loopback_address(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+std::string first_non_loopback_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* it = list; it != nullptr && found.empty(); it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    if ((it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    sockaddr_storage storage{};
+    std::memcpy(&storage, it->ifa_addr, sizeof(sockaddr_in));
+    found = address_to_string(storage);
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
 bool port_is_free(int port) {
-  SocketFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  SocketFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return false;
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

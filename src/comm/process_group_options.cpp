@@ -10,14 +10,18 @@ namespace lockstep::comm {
 namespace {
 
 // Seconds from an environment variable, or `fallback` when it is unset. Accepts decimals ("0.5").
-std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback) {
+// Never throws (it runs in constructors): a malformed value is recorded in `error` for validate().
+std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::milliseconds fallback,
+                                           std::string& error) {
   const char* raw = std::getenv(name);
   if (raw == nullptr || *raw == '\0') return fallback;
   char* end = nullptr;
   const double seconds = std::strtod(raw, &end);
   if (end == raw || *end != '\0' || !(seconds > 0) || seconds > 1e7) {
-    throw std::invalid_argument(std::string(name) + "='" + raw +
-                                "' is not a valid timeout: give a positive number of seconds");
+    if (error.empty()) {
+      error = std::string(name) + "='" + raw + "' is not a valid timeout: give a positive number of seconds";
+    }
+    return fallback;
   }
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
 }
@@ -50,17 +54,19 @@ Backend parse_backend(const std::string& name) {
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
     : rank_(rank),
       world_size_(world_size),
-      rendezvous_timeout_(seconds_from_env("LOCKSTEP_RDZV_TIMEOUT", std::chrono::seconds(300))),
-      collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800))) {}
+      rendezvous_timeout_(seconds_from_env("LOCKSTEP_RDZV_TIMEOUT", std::chrono::seconds(300), env_error_)),
+      collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800), env_error_)) {}
 
 ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment& environment) {
   return ProcessGroupOptions(environment.rank, environment.world_size)
       .master_addr(environment.master_addr)
       .master_port(environment.master_port)
-      .run_id(environment.run_id);
+      .run_id(environment.run_id)
+      .num_nodes(environment.num_nodes);
 }
 
 void ProcessGroupOptions::validate() const {
+  if (!env_error_.empty()) throw std::invalid_argument(env_error_);
   if (world_size_ < 1) {
     throw std::invalid_argument("world_size must be >= 1, got " + std::to_string(world_size_));
   }
@@ -84,6 +90,10 @@ void ProcessGroupOptions::validate() const {
   if (collective_timeout_.count() <= 0) {
     throw std::invalid_argument("collective_timeout must be > 0 ms, got " +
                                 std::to_string(collective_timeout_.count()));
+  }
+  if (num_nodes_ < 1 || num_nodes_ > world_size_) {
+    throw std::invalid_argument("num_nodes must be in [1, world_size=" + std::to_string(world_size_) + "], got " +
+                                std::to_string(num_nodes_));
   }
   if (gloo_threads_ < 1) {
     throw std::invalid_argument("gloo_threads must be >= 1, got " + std::to_string(gloo_threads_));

@@ -124,7 +124,7 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
   if (their_run != o.run_id()) {
     throw CommError(o.rank(), kOp,
                     "refused: the rendezvous server at " + endpoint(o) + " belongs to run id '" + their_run +
-                        "' but this process has run id '" + o.run_id() +
+                        "' (world size " + their_size + ") but this process has run id '" + o.run_id() +
                         "'. Another job is using this port: point MASTER_ADDR/MASTER_PORT at your own "
                         "job's rank 0, or give every rank of one job the same TORCHELASTIC_RUN_ID / "
                         "--rdzv-id.");
@@ -135,8 +135,21 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
                       ": every rank (and every node's launcher) must use the same world size.");
 }
 
+// Processes of other jobs that were refused at this store (step 2 leaves their trace), as a sentence.
+std::string refused_strangers(c10d::Store& root) {
+  try {
+    const auto n = root.add(kRefusedKey, 0);
+    if (n <= 0) return "";
+    const std::string first = text(root.get(std::string(kRefusedKey) + "/1"));
+    return " Meanwhile " + std::to_string(n) + " process(es) of another job were refused at this port (first: " +
+           first + "): is a second job pointed at this MASTER_PORT?";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 // Step 3: claim this rank and wait for all ranks.
-void check_in(c10d::Store& job, const ProcessGroupOptions& o, Clock::time_point deadline) {
+void check_in(c10d::Store& root, c10d::Store& job, const ProcessGroupOptions& o, Clock::time_point deadline) {
   const std::string rank_key = "rank/" + std::to_string(o.rank());
   const std::string nonce = process_nonce();
   const auto owner = text(job.compareSet(rank_key, {}, bytes(nonce)));
@@ -169,6 +182,7 @@ void check_in(c10d::Store& job, const ProcessGroupOptions& o, Clock::time_point 
                            : "rank(s) " + list + " never arrived. Check that they were started with the same "
                                                  "MASTER_ADDR/MASTER_PORT and WORLD_SIZE=" +
                                  std::to_string(o.world_size()) + ".";
+    msg += refused_strangers(root);
     throw CommError(o.rank(), kOp, msg);
   }
 }
@@ -187,7 +201,7 @@ RendezvousResult rendezvous(const ProcessGroupOptions& options) {
   result.root_store->setTimeout(options.rendezvous_timeout());
   check_token(*result.root_store, options, deadline);
   result.job_store = c10::make_intrusive<c10d::PrefixStore>("lockstep/" + options.run_id(), result.root_store);
-  check_in(*result.job_store, options, deadline);
+  check_in(*result.root_store, *result.job_store, options, deadline);
   return result;
 }
 

@@ -7,6 +7,10 @@
 // relative rank of this process on this node looking across all jobs", i.e. a local rank, not the
 // index of the node. The node index is derived as rank / local size, which is right for Open MPI's
 // default by-slot mapping with the same number of ranks on every node.
+//
+// run_id is "ompi-<OMPI_MCA_ess_base_jobid>" (the job id mpirun gives its processes), else
+// "ompi-<PMIX_NAMESPACE>" (the job's PMIx namespace, set by Open MPI 5 / PRRTE), so that two mpirun jobs
+// never share the default "none"; an empty value counts as unset.
 
 namespace lockstep::env::detail {
 
@@ -22,6 +26,13 @@ Layout read_openmpi(const EnvLookup& lookup) {
   read_int(lookup, "OMPI_COMM_WORLD_LOCAL_SIZE", l.local_world_size, 1);
   read_int(lookup, "LOCKSTEP_NNODES", l.num_nodes, 1);
   read_master_override(lookup, l);
+  for (const char* name : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+    const auto value = lookup(name);
+    if (value && !value->empty()) {
+      l.run_id.set("ompi-" + *value, "run_id", "from " + describe(name, *value));
+      break;
+    }
+  }
   return l;
 }
 

@@ -1,6 +1,7 @@
 #include "lockstep/launch/launch_config.h"
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "lockstep/launch/detail/host.h"
@@ -30,6 +31,12 @@ LaunchConfig resolve(const LaunchOptions& options) {
   check(options.nnodes() >= 1,
         "--nnodes=" + std::to_string(options.nnodes()) + " is not valid (expected an integer >= 1)");
   config.nnodes = options.nnodes();
+
+  // world_size() and rank_of() compute in int: every rank must fit.
+  const long long world = static_cast<long long>(config.nnodes) * config.nproc_per_node;
+  check(world <= INT_MAX, "--nnodes=" + std::to_string(config.nnodes) + " * --nproc-per-node=" +
+                              std::to_string(config.nproc_per_node) + " = " + std::to_string(world) +
+                              " workers is too many (at most " + std::to_string(INT_MAX) + ")");
 
   check(options.node_rank() >= 0 && options.node_rank() < options.nnodes(),
         "--node-rank=" + std::to_string(options.node_rank()) +

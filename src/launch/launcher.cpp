@@ -29,15 +29,24 @@
 //
 //   spawn every worker ─▶ poll(signal pipe, every worker's stdout/stderr pipe)
 //        │                  ├─ pipe data  ─▶ OutputForwarder (prefixed lines, log file, tail)
-//        │                  ├─ SIGCHLD    ─▶ waitpid(pid, WNOHANG) for each of our pids
+//        │                  ├─ SIGCHLD    ─▶ waitid(pid, WNOHANG | WNOWAIT) for each of our pids
 //        │                  │                 first non-zero exit ─▶ stop: SIGTERM to every group
 //        │                  ├─ SIGINT/TERM/HUP ─▶ stop: that signal to every group (twice: SIGKILL)
 //        │                  └─ timeout    ─▶ grace period over: SIGKILL to every group
-//        └─ all workers reaped ─▶ read the pipes to EOF (bounded by kDrainTimeout, for grandchildren
+//        └─ all workers exited ─▶ read the pipes to EOF (bounded by kDrainTimeout, for grandchildren
 //                                 that escaped their group and keep a pipe open) ─▶ summary
 //
 // Every worker leads its own process group, so a signal to -pid also reaches the processes it
 // started (a shell's children, data-loader processes).
+//
+// A process group id is a pid, and pids are reused: once a worker is reaped and the last process of its
+// group is gone, the same number may name an unrelated process or group, and kill(-pgid) would hit it.
+// So the launcher signals a group only while it holds the group's leader unreaped (running, or a
+// zombie: a zombie keeps its pid and its place in the group, so the id cannot be reused meanwhile).
+// A worker that exits while the job runs normally is reaped at once, and its group is never signalled
+// again. Once a stop has begun (a failure, a signal), exited workers are only observed (WNOWAIT) and
+// kept as zombies until the attempt ends, so that the grace-period SIGKILL and the final sweep still
+// reach the processes they left in their groups; then they are reaped.
 
 namespace lockstep::launch {
 namespace {
@@ -59,7 +68,8 @@ struct Worker {
   detail::UniqueFd err_fd;
   std::unique_ptr<detail::OutputForwarder> out;
   std::unique_ptr<detail::OutputForwarder> err;
-  std::optional<WorkerExit> exit;  // set once reaped
+  std::optional<WorkerExit> exit;  // set once it has exited
+  bool held = false;               // not reaped yet (running or a zombie): its pid and group are ours
 };
 
 // Why an attempt stops its workers.
@@ -109,12 +119,10 @@ class Attempt {
   // poll failed), no worker may outlive the launcher: kill and reap what is left.
   ~Attempt() {
     for (Worker& w : workers_) {
-      if (w.exit) continue;
+      if (!w.held) continue;
       ::kill(-w.pid, SIGKILL);
       ::kill(w.pid, SIGKILL);
-      int status;
-      while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      release(w);
     }
   }
   Attempt(const Attempt&) = delete;
@@ -125,6 +133,7 @@ class Attempt {
     loop();
     finish_output();
     if (cause_ != StopCause::kNone) kill_all(SIGKILL);  // leftovers in the groups, if any
+    for (Worker& w : workers_) release(w);
     print_summary();
     return result();
   }
@@ -150,6 +159,7 @@ class Attempt {
       w.local_rank = local_rank;
       w.rank = rank;
       w.pid = spawned.pid;
+      w.held = true;
       w.out_fd = std::move(spawned.out);
       w.err_fd = std::move(spawned.err);
       const auto index = static_cast<std::size_t>(local_rank);
@@ -169,7 +179,7 @@ class Attempt {
         kill_all(SIGKILL);
         killed_ = true;
       }
-      if (all_reaped()) {
+      if (all_exited()) {
         if (!drain_deadline_) drain_deadline_ = now + kDrainTimeout;
         if (!any_pipe_open() || now >= *drain_deadline_) return;
       }
@@ -249,17 +259,26 @@ class Attempt {
     }
   }
 
+  // Notes every worker that has exited. Reaps it at once while no stop is under way; otherwise leaves
+  // it a zombie (see the file comment) until run() ends.
   void reap() {
     for (Worker& w : workers_) {
       if (w.exit) continue;
-      int status = 0;
-      pid_t rc;
+      siginfo_t info{};
+      int rc;
       do {
-        rc = ::waitpid(w.pid, &status, WNOHANG);
+        rc = ::waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT);
       } while (rc < 0 && errno == EINTR);
-      if (rc == 0) continue;
-      // rc < 0 (ECHILD) means someone else in this process reaped our worker: its status is lost.
-      w.exit = rc == w.pid ? WorkerExit::from_wait_status(status) : WorkerExit::exited(255);
+      if (rc == 0 && info.si_pid == 0) continue;  // still running
+      if (rc == 0) {
+        w.exit = info.si_code == CLD_EXITED ? WorkerExit::exited(info.si_status)
+                                            : WorkerExit::signaled(info.si_status);
+      } else {
+        // ECHILD: someone else in this process reaped our worker; its status is lost, and its pid is
+        // no longer ours to signal.
+        w.exit = WorkerExit::exited(255);
+        w.held = false;
+      }
       if (!w.exit->success() && cause_ == StopCause::kNone) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
@@ -270,7 +289,17 @@ class Attempt {
                                   : ""));
         begin_stop(StopCause::kWorkerFailed, SIGTERM);
       }
+      if (cause_ == StopCause::kNone) release(w);
     }
+  }
+
+  // Reaps an exited (or SIGKILLed) worker; from then on its pid and group are never signalled.
+  static void release(Worker& w) {
+    if (!w.held) return;
+    int status;
+    while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    w.held = false;
   }
 
   void begin_stop(StopCause cause, int signal) {
@@ -279,10 +308,12 @@ class Attempt {
     kill_all(signal);
   }
 
-  // Sends `signal` to every worker's process group (also groups whose leader has exited: processes
-  // it started may still be there). Groups of reaped leaders whose members are all gone give ESRCH.
+  // Sends `signal` to the process group of every worker still held (running, or a zombie kept during
+  // a stop: processes it started may still be in its group). Never to a reaped worker's group: its id
+  // may belong to someone else by now.
   void kill_all(int signal) {
     for (const Worker& w : workers_) {
+      if (!w.held) continue;
       if (::kill(-w.pid, signal) != 0 && errno == ESRCH && !w.exit) ::kill(w.pid, signal);
     }
   }
@@ -351,7 +382,7 @@ class Attempt {
     return r;
   }
 
-  bool all_reaped() const {
+  bool all_exited() const {
     return std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exit.has_value(); });
   }
   bool any_pipe_open() const {

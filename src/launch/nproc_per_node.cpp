@@ -2,10 +2,11 @@
 
 #include <dirent.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
@@ -20,10 +21,17 @@ NprocPerNode NprocPerNode::automatic() {
 
 NprocPerNode NprocPerNode::parse(const std::string& text) {
   if (text == "auto") return automatic();
-  errno = 0;
-  char* end = nullptr;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || value < 1 || value > INT_MAX) {
+  // Decimal digits only: no sign, no spaces (strtol would take "+2" and " 2"), at most INT_MAX.
+  long long value = 0;
+  bool ok = !text.empty() && text.size() <= 10;
+  for (const char c : text) {
+    if (c < '0' || c > '9') {
+      ok = false;
+      break;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (!ok || value < 1 || value > INT_MAX) {
     throw LaunchError("--nproc-per-node='" + text + "' is not valid (expected a positive integer or 'auto')");
   }
   return NprocPerNode(static_cast<int>(value));
@@ -48,20 +56,41 @@ int visible_cuda_device_count() {
   if (physical == 0) return 0;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");  // NOLINT(concurrency-mt-unsafe)
   if (visible == nullptr) return physical;
-  // CUDA_VISIBLE_DEVICES="0,1" or "GPU-uuid,...": count the comma-separated entries (an empty value
-  // hides every GPU), never more than the driver has.
-  int listed = 0;
-  std::string entry;
-  const std::string list = visible;
-  for (std::size_t i = 0; i <= list.size(); ++i) {
-    if (i == list.size() || list[i] == ',') {
-      if (!entry.empty()) ++listed;
-      entry.clear();
-    } else if (list[i] != ' ') {
-      entry += list[i];
-    }
-  }
-  return listed < physical ? listed : physical;
+  return detail::count_cuda_visible_devices(visible, physical);
 }
+
+namespace detail {
+
+int count_cuda_visible_devices(const std::string& list, int physical) {
+  // As CUDA reads it: entries are device indices ("0,1") or UUIDs ("GPU-...", "MIG-..."), spaces
+  // ignored; the first invalid entry (negative as in "-1", out of range, repeated, empty, other text)
+  // ends the list, and only the entries before it are visible. So "-1" and "" hide every GPU.
+  std::vector<std::string> seen;
+  int listed = 0;
+  std::size_t start = 0;
+  while (start <= list.size() && listed < physical) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string entry;
+    for (std::size_t i = start; i < end; ++i) {
+      if (list[i] != ' ' && list[i] != '\t') entry += list[i];
+    }
+    start = end + 1;
+    bool valid = false;
+    if (entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0) {
+      valid = entry.size() > 4;
+    } else if (!entry.empty() && entry.size() <= 9 &&
+               entry.find_first_not_of("0123456789") == std::string::npos) {
+      valid = std::stoi(entry) < physical;
+      if (valid) entry = std::to_string(std::stoi(entry));  // "01" is device 1
+    }
+    if (!valid || std::find(seen.begin(), seen.end(), entry) != seen.end()) break;
+    seen.push_back(entry);
+    ++listed;
+  }
+  return listed;
+}
+
+}  // namespace detail
 
 }  // namespace lockstep::launch

@@ -38,11 +38,13 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
   };
 
   bool user_omp = false;
+  bool user_unbuffered = false;
   EnvEntries env;
-  env.reserve(base.size() + vars.size() + 1);
+  env.reserve(base.size() + vars.size() + 2);
   for (const std::string& entry : base) {
     const std::string key = key_of(entry);
     if (key == "OMP_NUM_THREADS") user_omp = true;
+    if (key == "PYTHONUNBUFFERED") user_unbuffered = true;
     bool replaced = false;
     for (const auto& var : vars) replaced = replaced || var.first == key;
     if (!replaced) env.push_back(entry);
@@ -53,6 +55,9 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
     entry += value;
   }
   if (!user_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(config.omp_num_threads));
+  // A worker's stdout is a pipe, which Python block-buffers: without this its lines would reach the
+  // launcher (and the user) kilobytes late, or be lost when it is killed.
+  if (!user_unbuffered) env.push_back("PYTHONUNBUFFERED=1");
   return env;
 }
 

@@ -11,4 +11,6 @@ test -x "$scratch/prefix/bin/lockstep"
 cmake -S "$source_dir/tests/install/consumer" -B "$scratch/build" -DCMAKE_PREFIX_PATH="$scratch/prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$scratch/build" >/dev/null
-"$scratch/build/consumer"
+out=$("$scratch/build/consumer")
+echo "$out"
+[ "$out" = "consumer: rank 1 of 3" ]

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -333,6 +335,68 @@ TEST_F(LockstepRun, HelpExplainsFlagsAndExitStatus) {
   }
 }
 
+constexpr const char* kNoRdzvIdWarning =
+    "lockstep run: warning: no --rdzv-id for a multi-node job; using run id 'none', so a process of "
+    "another job started the same way could join this one — pass --rdzv-id <job id> on every node";
+
+TEST_F(LockstepRun, MultiNodeJobWithoutRdzvIdWarnsOnce) {
+  Subprocess p(cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+                    "29633", "sh", "-c", "echo $TORCHELASTIC_RUN_ID"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(p.out(), "[rank 1] none\n");
+  const auto lines = lines_of(p.err());
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), kNoRdzvIdWarning), 1) << p.err();
+}
+
+TEST_F(LockstepRun, NoRdzvIdWarningWithAnIdOrOnOneNode) {
+  Subprocess with_id(
+      cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--rdzv-id", "job7", "true"}));
+  ASSERT_EQ(with_id.wait(kTimeout), 0) << with_id.err();
+  EXPECT_EQ(with_id.err().find("warning"), std::string::npos) << with_id.err();
+  Subprocess one_node(cmd({"true"}));
+  ASSERT_EQ(one_node.wait(kTimeout), 0) << one_node.err();
+  EXPECT_EQ(one_node.err().find("warning"), std::string::npos) << one_node.err();
+}
+
+TEST_F(LockstepRun, HelpListsPythonUnbufferedInTheWorkerEnvironment) {
+  Subprocess p(cmd({"--help"}));
+  EXPECT_EQ(p.wait(kTimeout), 0);
+  EXPECT_NE(p.out().find("PYTHONUNBUFFERED=1"), std::string::npos) << p.out();
+}
+
+TEST_F(LockstepRun, WorkersGetPythonUnbufferedUnlessTheUserSetsIt) {
+  Subprocess p(cmd({"sh", "-c", "echo \"[$PYTHONUNBUFFERED]\""}, {"-u", "PYTHONUNBUFFERED"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(p.out(), "[rank 0] [1]\n");
+  Subprocess q(cmd({"sh", "-c", "echo \"[$PYTHONUNBUFFERED]\""}, {"PYTHONUNBUFFERED="}));
+  ASSERT_EQ(q.wait(kTimeout), 0) << q.err();
+  EXPECT_EQ(q.out(), "[rank 0] []\n");
+}
+
+// `lockstep env --json` (run from this suite, which has the CLI): strings with quotes, backslashes and
+// control characters must come out as valid JSON.
+TEST_F(LockstepRun, EnvJsonIsValidJsonWithEscapedStrings) {
+  const std::string path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "/usr/bin:/bin";
+  Subprocess p({"env", "-i", "PATH=" + path, "RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=host\\1",
+                "TORCHELASTIC_RUN_ID=a\"b\\c\td", bin_, "env", "--json"});
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(p.out())) << p.out();
+  ASSERT_TRUE(j.is_object()) << p.out();
+  EXPECT_EQ(j.at("run_id"), "a\"b\\c\td");
+  EXPECT_EQ(j.at("master_addr"), "host\\1");
+  EXPECT_EQ(j.at("source"), "torchrun");
+  EXPECT_EQ(j.at("rank"), 1);
+  EXPECT_EQ(j.at("local_rank"), 1);
+  EXPECT_EQ(j.at("world_size"), 2);
+  EXPECT_EQ(j.at("local_world_size"), 2);
+  EXPECT_EQ(j.at("node_rank"), 0);
+  EXPECT_EQ(j.at("num_nodes"), 1);
+  EXPECT_EQ(j.at("master_port"), 29500);
+  EXPECT_EQ(j.at("restart_count"), 0);
+  EXPECT_EQ(j.size(), 11u) << p.out();
+}
+
 struct BadFlags {
   std::string name;
   std::vector<std::string> args;
@@ -371,6 +435,14 @@ INSTANTIATE_TEST_SUITE_P(
             "StandaloneWithPort", {"--standalone", "--master-port", "1234", "true"}, "--master-port=1234"},
         BadFlags{"UnknownFlag", {"--bogus", "1", "true"}, "unknown option '--bogus'"},
         BadFlags{"MissingValue", {"--nnodes"}, "--nnodes"},
+        BadFlags{"NnodesPlusSign", {"--nnodes", "+2", "true"}, "--nnodes='+2' is not valid"},
+        BadFlags{"NodeRankLeadingSpace", {"--nnodes", "2", "--node-rank", " 1", "true"}, "--node-rank=' 1'"},
+        BadFlags{"PortOverflow",
+                 {"--master-port", "99999999999999999999", "true"},
+                 "--master-port=99999999999999999999 is not valid"},
+        BadFlags{"RestartsTooLarge", {"--max-restarts", "2147483648", "true"}, "--max-restarts=2147483648"},
+        BadFlags{"NprocPlusSign", {"--nproc-per-node", "+2", "true"}, "--nproc-per-node='+2'"},
+        BadFlags{"NprocLeadingSpace", {"--nproc-per-node", " 2", "true"}, "--nproc-per-node=' 2'"},
         BadFlags{"NoCommand", {"--nproc-per-node", "2"}, "no worker command"},
         BadFlags{"OnlyDashDash", {"--"}, "no worker command"}),
     [](const ::testing::TestParamInfo<BadFlags>& info) { return info.param.name; });

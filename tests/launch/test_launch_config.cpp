@@ -102,7 +102,8 @@ TEST(NprocPerNode, ParsesCountsAndAuto) {
 }
 
 TEST(NprocPerNode, RejectsOtherTextNamingTheFlag) {
-  for (const char* bad : {"", "0", "-1", "two", "4x", "AUTO", "99999999999"}) {
+  for (const char* bad :
+       {"", "0", "-1", "two", "4x", "AUTO", "99999999999", "+2", " 2", "2 ", "0x2", "2147483648", "1e3"}) {
     try {
       NprocPerNode::parse(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -111,6 +112,53 @@ TEST(NprocPerNode, RejectsOtherTextNamingTheFlag) {
           << e.what();
     }
   }
+}
+
+TEST(NprocPerNode, AcceptsTheLargestInt) {
+  EXPECT_EQ(NprocPerNode::parse("2147483647").count(), 2147483647);
+  EXPECT_EQ(NprocPerNode::parse("007").count(), 7);
+}
+
+TEST(NprocPerNode, CudaVisibleDevicesIsReadAsCudaReadsIt) {
+  using detail::count_cuda_visible_devices;
+  EXPECT_EQ(count_cuda_visible_devices("0,1", 4), 2);
+  EXPECT_EQ(count_cuda_visible_devices(" 0 , 1 ", 4), 2);
+  EXPECT_EQ(count_cuda_visible_devices("3", 4), 1);
+  EXPECT_EQ(count_cuda_visible_devices("0,1,2,3", 2), 2);  // indices 2 and 3 do not exist
+  EXPECT_EQ(count_cuda_visible_devices("GPU-8a2b, MIG-1c3d", 1), 1);
+  EXPECT_EQ(count_cuda_visible_devices("GPU-8a2b,GPU-9f00", 4), 2);
+  EXPECT_EQ(count_cuda_visible_devices("01", 2), 1);
+  // The first invalid entry hides it and everything after it.
+  EXPECT_EQ(count_cuda_visible_devices("-1", 4), 0);
+  EXPECT_EQ(count_cuda_visible_devices("-1,0,1", 4), 0);
+  EXPECT_EQ(count_cuda_visible_devices("1,-1,0", 4), 1);
+  EXPECT_EQ(count_cuda_visible_devices("0,7,1", 4), 1);
+  EXPECT_EQ(count_cuda_visible_devices("0,0", 4), 1);
+  EXPECT_EQ(count_cuda_visible_devices("none", 4), 0);
+  EXPECT_EQ(count_cuda_visible_devices("", 4), 0);
+  EXPECT_EQ(count_cuda_visible_devices("0,,1", 4), 1);
+}
+
+TEST(Resolve, AutoFallsBackToCoresWhenCudaVisibleDevicesHidesEveryGpu) {
+  // What `CUDA_VISIBLE_DEVICES=-1 lockstep run --nproc-per-node auto` counts on a GPU node.
+  const LaunchConfig c = resolve(opts().nproc_per_node(NprocPerNode::automatic()).device_counter([] {
+    return detail::count_cuda_visible_devices("-1", 8);
+  }));
+  EXPECT_EQ(c.nproc_per_node, cores());
+}
+
+TEST(Resolve, RejectsMoreWorkersThanAnIntCanNumberNamingBothFlags) {
+  try {
+    resolve(opts().nnodes(65536).nproc_per_node(65536));
+    FAIL() << "resolve accepted 2^32 workers";
+  } catch (const LaunchError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("--nnodes=65536"), std::string::npos) << message;
+    EXPECT_NE(message.find("--nproc-per-node=65536"), std::string::npos) << message;
+  }
+  const LaunchConfig c = resolve(opts().nnodes(2).nproc_per_node(1073741823).node_rank(1));
+  EXPECT_EQ(c.world_size(), 2147483646);
+  EXPECT_EQ(c.rank_of(1073741822), 2147483645);
 }
 
 struct BadOptions {

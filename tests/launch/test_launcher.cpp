@@ -6,8 +6,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
+#include <exception>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -19,10 +23,12 @@
 namespace lockstep::launch {
 namespace {
 
+using namespace std::chrono_literals;
 using testing::Clock;
 using testing::line_set;
 using testing::read_file;
 using testing::TempDir;
+using testing::wait_until;
 
 struct Captured {
   std::ostringstream out, err;
@@ -157,7 +163,14 @@ TEST(Launcher, ReapsOnlyItsOwnWorkers) {
   Captured io;
   EXPECT_EQ(Launcher(sh("sleep 0.4"), io.streams()).run().exit_status, 0);
   int status = 0;
-  ASSERT_EQ(::waitpid(other, &status, 0), other);
+  pid_t rc = 0;
+  const bool reaped = wait_until([&] { return (rc = ::waitpid(other, &status, WNOHANG)) != 0; }, 10s);
+  if (!reaped) {
+    ::kill(other, SIGKILL);
+    ::waitpid(other, &status, 0);
+  }
+  ASSERT_TRUE(reaped) << "the other child did not end within 10 s";
+  ASSERT_EQ(rc, other) << "the launcher reaped a child that is not its worker";
   EXPECT_EQ(WEXITSTATUS(status), 7);
 }
 
@@ -195,14 +208,101 @@ TEST(Launcher, WorkersGetDefaultSigpipeAndAnEmptySignalMask) {
 }
 
 TEST(Launcher, SecondConcurrentRunIsRefused) {
+  TempDir dir;
+  const std::string started = dir / "started";
+  const std::string release = dir / "release";
   Captured io1;
-  Launcher first(sh("sleep 1"), io1.streams());
-  std::thread runner([&] { first.run(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  Captured io2;
-  Launcher second(sh("true"), io2.streams());
-  EXPECT_THROW(second.run(), LaunchError);
+  // The worker says it runs, then waits (15 s at most) until the test lets it go.
+  Launcher first(sh("touch " + started + "; i=0; while [ ! -e " + release +
+                    " ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i + 1)); done"),
+                 io1.streams());
+  // Nothing may escape the thread (an exception there would terminate the whole test binary).
+  std::atomic<bool> done{false};
+  int first_status = -1;
+  std::string first_error;
+  std::thread runner([&] {
+    try {
+      first_status = first.run().exit_status;
+    } catch (const std::exception& e) {
+      first_error = e.what();
+    } catch (...) {
+      first_error = "unknown exception";
+    }
+    done = true;
+  });
+  // A positive sign that the first run() is inside its loop: its worker is running.
+  const bool running =
+      wait_until([&] { return std::filesystem::exists(started) || done.load(); }, 10s) && !done.load();
+  if (running) {
+    Captured io2;
+    Launcher second(sh("true"), io2.streams());
+    EXPECT_THROW(second.run(), LaunchError);
+  }
+  { std::ofstream(release) << "go"; }
   runner.join();
+  EXPECT_TRUE(running) << "the first run did not start its worker within 10 s: " << first_error
+                       << io1.err.str();
+  EXPECT_EQ(first_error, "");
+  EXPECT_EQ(first_status, 0) << io1.err.str();
+}
+
+TEST(Launcher, LeavesTheGroupOfAWorkerReapedBeforeTheStopAlone) {
+  // Rank 0 exits 0 at once, leaving a background process in its group; it is reaped then, and its
+  // group id may be reused by anyone: the stop caused by rank 1 later must not signal that group.
+  TempDir dir;
+  const std::string child = dir / "child";
+  Captured io;
+  Launcher launcher(sh("if [ $RANK = 0 ]; then sleep 30 </dev/null >/dev/null 2>&1 & echo $! > " + child +
+                       ".tmp; mv " + child + ".tmp " + child + "; exit 0; fi; i=0; while [ ! -e " + child +
+                       " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done; sleep 0.5; exit 1")
+                        .nproc_per_node(2)
+                        .grace_period(std::chrono::milliseconds(300)),
+                    io.streams());
+  EXPECT_EQ(launcher.run().exit_status, 1) << io.err.str();
+  const std::string text = read_file(child);
+  ASSERT_FALSE(text.empty()) << io.err.str();
+  const pid_t pid = std::stoi(text);
+  // A signal takes a moment to act: give it one second.
+  EXPECT_FALSE(wait_until([&] { return !testing::process_alive(pid); }, 1000ms))
+      << "the stop signalled the group of a reaped worker";
+  ::kill(pid, SIGKILL);
+}
+
+TEST(Launcher, StopReachesWhatAFailedWorkerLeftInItsGroup) {
+  // The failing worker's leftover (still in its group) is stopped with the others.
+  TempDir dir;
+  const std::string child = dir / "child";
+  Captured io;
+  Launcher launcher(sh("sleep 30 </dev/null >/dev/null 2>&1 & echo $! > " + child + "; exit 3"),
+                    io.streams());
+  EXPECT_EQ(launcher.run().exit_status, 3) << io.err.str();
+  const pid_t pid = std::stoi(read_file(child));
+  const bool gone = wait_until([&] { return !testing::process_alive(pid); }, 2000ms);
+  if (!gone) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(gone) << "orphan left: pid " << pid;
+}
+
+TEST(Launcher, GracePeriodKillReachesTheGroupOfAWorkerThatExitedDuringTheStop) {
+  // Rank 0 exits on SIGTERM, but leaves a process ignoring SIGTERM in its group: the SIGKILL at the
+  // end of the stop must still reach it, although its leader has exited meanwhile.
+  TempDir dir;
+  const std::string child = dir / "child";
+  Captured io;
+  Launcher launcher(
+      sh("if [ $RANK = 0 ]; then trap 'exit 0' TERM; (trap '' TERM; sleep 30) </dev/null "
+         ">/dev/null 2>&1 & echo $! > " +
+         child + ".tmp; mv " + child + ".tmp " + child + "; wait; exit 0; fi; i=0; while [ ! -e " + child +
+         " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done; exit 4")
+          .nproc_per_node(2)
+          .grace_period(std::chrono::milliseconds(300)),
+      io.streams());
+  EXPECT_EQ(launcher.run().exit_status, 4) << io.err.str();
+  const std::string text = read_file(child);
+  ASSERT_FALSE(text.empty()) << io.err.str();
+  const pid_t pid = std::stoi(text);
+  const bool gone = wait_until([&] { return !testing::process_alive(pid); }, 2000ms);
+  if (!gone) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(gone) << "orphan left: pid " << pid;
 }
 
 }  // namespace

@@ -94,6 +94,20 @@ TEST(WorkerEnvironment, KeepsUserOmpNumThreadsEvenWhenEmpty) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "");
 }
 
+TEST(WorkerEnvironment, SetsPythonUnbufferedSoThatLinesArriveAsPrinted) {
+  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PATH=/usr/bin"}));
+  EXPECT_EQ(env.at("PYTHONUNBUFFERED"), "1");
+}
+
+TEST(WorkerEnvironment, KeepsUserPythonUnbuffered) {
+  EXPECT_EQ(
+      as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED=0"})).at("PYTHONUNBUFFERED"),
+      "0");
+  EXPECT_EQ(
+      as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED="})).at("PYTHONUNBUFFERED"),
+      "");
+}
+
 TEST(WorkerEnvironment, CurrentEnvironmentHasPath) {
   ::setenv("LOCKSTEP_LAUNCH_TEST_VAR", "x=1", 1);  // NOLINT(concurrency-mt-unsafe): single thread
   const EnvEntries env = current_environment();

@@ -4,19 +4,32 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
+
+#include "launch_test_util.h"
 
 namespace lockstep::launch {
 namespace {
 
+// Runs `body` in a child and decodes how it ended; a child still running after 10 s is killed (and the
+// test fails) instead of hanging the test.
 WorkerExit run_and_wait(void (*body)()) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     body();
     ::_exit(0);
   }
+  EXPECT_GT(pid, 0) << "fork failed";
+  if (pid < 0) return WorkerExit::exited(-1);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  const bool ended =
+      testing::wait_until([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(10));
+  if (!ended) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    ADD_FAILURE() << "the child did not end within 10 s";
+  }
   return WorkerExit::from_wait_status(status);
 }
 

@@ -14,7 +14,8 @@ class CommError : public std::runtime_error {
 
   /// The rank that raised the error (this process), or -1 when it is not known yet.
   int rank() const { return rank_; }
-  /// The operation that failed: "rendezvous", "allreduce", "barrier", ...
+  /// The operation that failed: "rendezvous", "init_process_group", "shutdown", or a collective's
+  /// description such as "allreduce #3 (Float[1000]) sum".
   const std::string& op() const { return op_; }
 
  private:

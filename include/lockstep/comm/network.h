@@ -10,6 +10,12 @@ namespace lockstep::comm {
 /// host when it does not resolve or no route reaches it.
 std::string local_address_for(const std::string& host);
 
+/// True for 127.0.0.0/8 and ::1.
+bool is_loopback_address(const std::string& address);
+
+/// The IPv4 address of the first interface that is up and not loopback, or "" when there is none.
+std::string first_non_loopback_address();
+
 /// True when `port` can be bound on all interfaces right now (TCP, SO_REUSEADDR as TCPStore uses).
 bool port_is_free(int port);
 

@@ -39,7 +39,9 @@ class ProcessGroup {
   ProcessGroup& operator=(ProcessGroup&&) noexcept;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
-  /// Calls shutdown() if it has not been called (errors there are swallowed: destructors don't throw).
+  /// Releases the backend and the store without the check-out of shutdown() (a destructor may run
+  /// while an exception unwinds and must not block). Call shutdown() at the end of a normal run so
+  /// that rank 0, which serves the store, does not leave before the others are done with it.
   ~ProcessGroup();
 
   int rank() const { return rank_; }

@@ -58,6 +58,8 @@ class ProcessGroupOptions {
   /// How long one collective may take before it fails with a CommError. Default: LOCKSTEP_TIMEOUT
   /// (seconds) when set, else 1800 s (PyTorch's default).
   LOCKSTEP_PG_OPT(std::chrono::milliseconds, collective_timeout)
+  /// Nodes in the job (from the environment). With more than one, Gloo never binds to loopback.
+  LOCKSTEP_PG_OPT(int, num_nodes)
   /// Gloo worker threads per process group.
   LOCKSTEP_PG_OPT(int, gloo_threads)
   /// Use this store instead of creating a TCPStore (tests run ranks as threads over a c10d::HashStore).
@@ -67,7 +69,8 @@ class ProcessGroupOptions {
   LOCKSTEP_PG_OPT(std::string, interface)
 #undef LOCKSTEP_PG_OPT
 
-  /// Throws std::invalid_argument naming the field and value when an option is out of range.
+  /// Throws std::invalid_argument naming the field and value when an option is out of range, or
+  /// naming the variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT was malformed.
   void validate() const;
 
  private:
@@ -79,9 +82,11 @@ class ProcessGroupOptions {
   Backend backend_ = Backend::kGloo;
   std::chrono::milliseconds rendezvous_timeout_;
   std::chrono::milliseconds collective_timeout_;
+  int num_nodes_ = 1;
   int gloo_threads_ = 2;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;
+  std::string env_error_;  // a malformed timeout variable, reported by validate()
 };
 
 }  // namespace lockstep::comm

@@ -15,12 +15,13 @@ namespace lockstep::comm {
  * 2. Token. Rank 0 publishes the job's run id and world size under "lockstep/job". Every other rank
  *    reads them first and refuses to go on when either differs from its own: a process of another
  *    job pointed at the same port is turned away before it can touch this job's keys (and it leaves
- *    its run id under "lockstep/refused/<n>" so rank 0 can report it).
+ *    its run id under "lockstep/refused/<n>"; a rank whose check-in times out reports those).
  * 3. Check-in. Each rank claims "lockstep/<run_id>/rank/<r>" with compareSet (a second claim of the
  *    same rank is an error naming it) and bumps a counter; every rank waits until all world_size
  *    have checked in, and on timeout names the ranks that never arrived.
  *
- * The result is the store prefixed with "lockstep/<run_id>/<restart>/pg/", ready for a process group.
+ * The result is the raw store and the job's namespace "lockstep/<run_id>/"; init_process_group gives the
+ * backend the prefix "lockstep/<run_id>/pg/".
  */
 struct RendezvousResult {
   /// The raw store (TCPStore or the one passed in options); keep it alive as long as the group.

@@ -92,7 +92,11 @@ EnvLookup process_env();
 ///  2. torchrun, selected by RANK: RANK, WORLD_SIZE (required with RANK), LOCAL_RANK, LOCAL_WORLD_SIZE,
 ///     GROUP_RANK (node_rank), MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
 ///     TORCHELASTIC_RUN_ID. num_nodes: LOCKSTEP_NNODES, else GROUP_WORLD_SIZE, else
-///     WORLD_SIZE / LOCAL_WORLD_SIZE when that divides evenly.
+///     WORLD_SIZE / LOCAL_WORLD_SIZE when that divides evenly. As torchrun runs the same number of
+///     ranks on every node, RANK must equal GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK when all four
+///     are set, and WORLD_SIZE must equal GROUP_WORLD_SIZE * LOCAL_WORLD_SIZE when both are set;
+///     LOCKSTEP_NNODES (set by hand, never by a launcher) declares nodes with different numbers of
+///     ranks and turns both checks off.
 ///  3. Slurm, selected by SLURM_PROCID: SLURM_PROCID, SLURM_NTASKS (required), SLURM_LOCALID,
 ///     SLURM_NODEID, SLURM_NNODES; local_world_size is this node's entry (index SLURM_NODEID) of
 ///     SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, whose sum must equal SLURM_NTASKS;
@@ -100,10 +104,14 @@ EnvLookup process_env();
 ///     SLURM_NODELIST; master_port is 10000 + SLURM_JOB_ID % 50000 (so every rank of a job agrees
 ///     without talking, and two jobs sharing a node rarely collide; ports fall in [10000, 59999]);
 ///     run_id is "slurm-<SLURM_JOB_ID>" or "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>";
-///     restart_count is SLURM_RESTART_COUNT.
+///     restart_count is SLURM_RESTART_COUNT. SLURM_LOCALID must be below this node's task count and
+///     SLURM_NODEID below the node count; SLURM_PROCID is not required to follow from them, as srun may
+///     hand out ranks cyclically (--distribution=cyclic).
 ///  4. OpenMPI, selected by OMPI_COMM_WORLD_RANK: OMPI_COMM_WORLD_RANK, _SIZE (required), _LOCAL_RANK,
 ///     _LOCAL_SIZE; node_rank = rank / local size (OMPI_COMM_WORLD_NODE_RANK is not a node index in
-///     Open MPI, see openmpi_source.cpp); num_nodes from LOCKSTEP_NNODES, else size / local size.
+///     Open MPI, see openmpi_source.cpp); num_nodes from LOCKSTEP_NNODES, else size / local size;
+///     run_id is "ompi-<OMPI_MCA_ess_base_jobid>", else "ompi-<PMIX_NAMESPACE>" (so that two mpirun
+///     jobs never share the default "none"), else "none".
 ///  5. TF_CONFIG (when set and not blank), `{"cluster": {"chief": ["h0:p"], "worker": ["h1:p", ...]},
 ///     "task": {"type": "worker", "index": i}}`: chief is rank 0 and workers follow, as in TensorFlow;
 ///     one rank per node; the master is the first entry.

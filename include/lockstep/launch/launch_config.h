@@ -25,13 +25,15 @@ struct LaunchConfig {
   /// OMP_NUM_THREADS given to workers whose environment does not set it: max(1, cores / nproc_per_node).
   int omp_num_threads = 1;
 
+  /// Cannot overflow for a config from `resolve` (it checks the product).
   int world_size() const { return nnodes * nproc_per_node; }
   /// Global rank of this node's worker `local_rank`.
   int rank_of(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
 };
 
 /// Checks `options` and fills in the defaults. Throws `LaunchError` naming the flag and its value on
-/// the first problem: an empty command, nproc_per_node/nnodes < 1, node_rank outside [0, nnodes),
+/// the first problem: an empty command, nproc_per_node/nnodes < 1, nnodes * nproc_per_node above
+/// INT_MAX (so that `world_size()` and `rank_of()` cannot overflow), node_rank outside [0, nnodes),
 /// a port outside 1..65535, an empty master address or run id, max_restarts < 0, a negative grace
 /// period, or `standalone` combined with nnodes > 1 or an explicit master address/port.
 ///

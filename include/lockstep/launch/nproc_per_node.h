@@ -45,8 +45,20 @@ class NprocPerNode {
 };
 
 /// The accelerators visible to this process without loading any GPU runtime: NVIDIA GPUs listed by the
-/// driver under /proc/driver/nvidia/gpus, limited by CUDA_VISIBLE_DEVICES when that is set. 0 on
-/// machines without the NVIDIA driver. The default `DeviceCounter` of `LaunchOptions`.
+/// driver under /proc/driver/nvidia/gpus, limited by CUDA_VISIBLE_DEVICES when that is set (read as
+/// CUDA reads it, see `detail::count_cuda_visible_devices`: "-1" or "" hide every GPU, so `auto` falls
+/// back to CPU cores). 0 on machines without the NVIDIA driver. The default `DeviceCounter` of
+/// `LaunchOptions`.
 int visible_cuda_device_count();
+
+namespace detail {
+
+/// How many of `physical` GPUs CUDA_VISIBLE_DEVICES=`list` leaves visible, as CUDA reads the list:
+/// comma-separated device indices or "GPU-"/"MIG-" UUIDs (spaces ignored); the first invalid entry
+/// (negative, out of range, repeated, empty or other text) ends it, only the entries before it count.
+/// "0,1" -> 2, "1,-1,0" -> 1, "-1" -> 0, "" -> 0.
+int count_cuda_visible_devices(const std::string& list, int physical);
+
+}  // namespace detail
 
 }  // namespace lockstep::launch

@@ -24,6 +24,8 @@ using EnvEntries = std::vector<std::string>;
 ///   TORCHELASTIC_RUN_ID         run_id          TORCHELASTIC_USE_AGENT_STORE False
 ///                      (rank 0 hosts the TCPStore itself; lockstep's launcher runs no store)
 ///   OMP_NUM_THREADS    config.omp_num_threads, only when `base` does not set it
+///   PYTHONUNBUFFERED   1, only when `base` does not set it (to any value): workers' stdout is a pipe,
+///                      which Python would block-buffer, holding lines back from the launcher
 ///
 /// Other entries of `base` keep their order; replaced ones are dropped, the variables above follow.
 /// Pure: reads nothing but its arguments.

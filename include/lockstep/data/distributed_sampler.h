@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lockstep::data {
+
+/// Options of a DistributedSampler; the same names and defaults as torch.utils.data.DistributedSampler.
+///
+/// Example:
+///   DistributedSampler sampler(60000, DistributedSamplerOptions(/*num_replicas=*/2, /*rank=*/1).seed(42));
+class DistributedSamplerOptions {
+ public:
+  DistributedSamplerOptions(int64_t num_replicas, int64_t rank) : num_replicas_(num_replicas), rank_(rank) {}
+
+#define LOCKSTEP_SAMPLER_OPT(T, name)      \
+  DistributedSamplerOptions& name(T v) {   \
+    name##_ = v;                           \
+    return *this;                          \
+  }                                        \
+  T name() const { return name##_; }
+
+  LOCKSTEP_SAMPLER_OPT(int64_t, num_replicas)
+  LOCKSTEP_SAMPLER_OPT(int64_t, rank)
+  /// Shuffle with torch.randperm on a CPU generator seeded `seed + epoch` (as PyTorch does).
+  LOCKSTEP_SAMPLER_OPT(bool, shuffle)
+  LOCKSTEP_SAMPLER_OPT(uint64_t, seed)
+  /// Drop the tail so every rank gets the same count; otherwise pad by repeating indices.
+  LOCKSTEP_SAMPLER_OPT(bool, drop_last)
+#undef LOCKSTEP_SAMPLER_OPT
+
+ private:
+  int64_t num_replicas_;
+  int64_t rank_;
+  bool shuffle_ = true;
+  uint64_t seed_ = 0;
+  bool drop_last_ = false;
+};
+
+/// This rank's share of a dataset's indices, epoch by epoch: exactly the indices that PyTorch's
+/// torch.utils.data.DistributedSampler yields for the same (size, num_replicas, rank, shuffle, seed,
+/// epoch, drop_last) — so a job can move between Python and lockstep and see the same samples.
+///
+/// Algorithm (PyTorch's): indices = randperm(size) with a generator seeded seed + epoch (or 0..size-1
+/// without shuffle); without drop_last, pad to num_samples * num_replicas by repeating indices from
+/// the start; with it, cut to that length; then rank r takes positions r, r + R, r + 2R, ...
+/// Every rank gets num_samples() indices, so every rank runs the same number of steps.
+class DistributedSampler {
+ public:
+  /// Throws std::invalid_argument naming the value when num_replicas < 1, rank is outside
+  /// [0, num_replicas) or dataset_size < 0.
+  DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options);
+
+  /// Selects the epoch whose shuffle indices() returns (call it at the start of every epoch).
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+
+  /// This rank's indices for the current epoch (num_samples() of them).
+  std::vector<int64_t> indices() const;
+
+  /// Indices per rank (the same on every rank).
+  int64_t num_samples() const { return num_samples_; }
+  /// num_samples() * num_replicas: the dataset size after padding or dropping.
+  int64_t total_size() const { return num_samples_ * options_.num_replicas(); }
+  int64_t dataset_size() const { return dataset_size_; }
+  const DistributedSamplerOptions& options() const { return options_; }
+
+ private:
+  int64_t dataset_size_;
+  DistributedSamplerOptions options_;
+  int64_t epoch_ = 0;
+  int64_t num_samples_ = 0;
+};
+
+}  // namespace lockstep::data

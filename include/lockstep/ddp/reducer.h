@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/ddp/ddp_options.h"
+
+namespace lockstep::ddp {
+
+namespace detail {
+struct ReducerState;
+}
+
+/*
+ * The reducer: gradient averaging that overlaps with backward.
+ *
+ * At construction each parameter's AccumulateGrad node gets a post-hook (the node is kept alive here:
+ * a tensor holds it only weakly, and backward would otherwise make a fresh node without the hook).
+ * During backward, when autograd has accumulated parameter p's gradient, the hook copies p.grad into
+ * p's slice of its bucket (or, with gradient_as_bucket_view, p.grad already *is* that slice) and counts
+ * the bucket down; a bucket whose last gradient arrived is handed to the comm hook — an asynchronous
+ * all-reduce — while backward goes on computing earlier layers. Buckets go out strictly in bucket order
+ * on every rank. The first hook of a backward also queues an engine callback, which runs when the
+ * backward is over, before backward() returns: it zero-fills (find_unused_parameters) or reports the
+ * parameters that got no gradient, launches what is left, waits for every bucket in order, and writes
+ * the averaged gradients back into .grad. The user calls nothing extra.
+ *
+ * Inside a no_sync() scope the hooks do nothing: gradients accumulate locally in .grad, and the next
+ * synchronised backward reduces the accumulated sum.
+ *
+ * Steady state allocates nothing per step: buckets, views and works are reused.
+ */
+class Reducer {
+ public:
+  /// `parameters` in registration order with their `names`. The group must outlive the reducer.
+  Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names, comm::ProcessGroup& group,
+          DdpOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// When false (no_sync), backward passes leave gradients local.
+  void set_sync(bool sync);
+  bool sync() const;
+
+  /// Parameter indices per bucket, in bucket (= launch) order.
+  std::vector<std::vector<size_t>> bucket_indices() const;
+  /// Bytes held by the buckets (the reducer's extra gradient memory; shared with .grad in view mode).
+  size_t bucket_bytes() const;
+  /// Synchronised backward passes completed.
+  int64_t iterations() const;
+
+ private:
+  std::shared_ptr<detail::ReducerState> state_;
+};
+
+}  // namespace lockstep::ddp

@@ -1,0 +1,72 @@
+#include "lockstep/data/distributed_sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace lockstep::data {
+namespace {
+
+// Python's math.ceil(a / b) for b > 0 and any sign of a.
+int64_t ceil_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
+}  // namespace
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerOptions options)
+    : dataset_size_(dataset_size), options_(options) {
+  const int64_t replicas = options_.num_replicas();
+  if (replicas < 1) {
+    throw std::invalid_argument("DistributedSampler: num_replicas must be >= 1, got " + std::to_string(replicas));
+  }
+  if (options_.rank() < 0 || options_.rank() >= replicas) {
+    throw std::invalid_argument("DistributedSampler: rank must be in [0, " + std::to_string(replicas - 1) +
+                                "] for num_replicas " + std::to_string(replicas) + ", got " +
+                                std::to_string(options_.rank()));
+  }
+  if (dataset_size < 0) {
+    throw std::invalid_argument("DistributedSampler: dataset size must be >= 0, got " +
+                                std::to_string(dataset_size));
+  }
+  // PyTorch: with drop_last and a size not divisible by the replicas, ceil((n - R) / R), else ceil(n / R).
+  if (options_.drop_last() && dataset_size % replicas != 0) {
+    num_samples_ = ceil_div(dataset_size - replicas, replicas);
+  } else {
+    num_samples_ = ceil_div(dataset_size, replicas);
+  }
+  if (num_samples_ < 0) num_samples_ = 0;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  const int64_t n = dataset_size_;
+  const int64_t total = total_size();
+  std::vector<int64_t> all;
+  all.reserve(static_cast<size_t>(std::max(total, n)));
+  if (options_.shuffle()) {
+    auto generator = at::detail::createCPUGenerator(options_.seed() + static_cast<uint64_t>(epoch_));
+    const at::Tensor perm = at::randperm(n, generator, at::kLong);
+    const int64_t* p = perm.data_ptr<int64_t>();
+    all.assign(p, p + n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) all.push_back(i);
+  }
+  if (!options_.drop_last()) {
+    // Pad by repeating the list from its start (several times over when the padding is longer).
+    const int64_t padding = total - n;
+    for (int64_t i = 0; i < padding && n > 0; ++i) all.push_back(all[static_cast<size_t>(i % n)]);
+  } else {
+    all.resize(static_cast<size_t>(total));
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
+  for (int64_t i = options_.rank(); i < total; i += options_.num_replicas()) {
+    mine.push_back(all[static_cast<size_t>(i)]);
+  }
+  return mine;
+}
+
+}  // namespace lockstep::data

@@ -1,0 +1,131 @@
+#include "lockstep/ddp/distributed_data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+namespace lockstep::ddp {
+namespace {
+
+std::string describe(const std::string& name, const at::Tensor& t) {
+  std::ostringstream out;
+  out << "'" << name << "' " << t.scalar_type() << t.sizes();
+  return out.str();
+}
+
+// All ranks' strings, gathered (lengths first, then the bytes padded to the longest).
+std::vector<std::string> all_gather_strings(comm::ProcessGroup& group, const std::string& mine) {
+  const int world = group.size();
+  auto length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  std::vector<at::Tensor> lengths;
+  for (int r = 0; r < world; ++r) lengths.push_back(at::empty({1}, at::kLong));
+  group.all_gather(lengths, length).wait();
+  int64_t longest = 0;
+  for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
+  auto bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(at::empty_like(bytes));
+  group.all_gather(all, bytes).wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Same parameters (count, names, dtypes, shapes) on every rank, or an error naming the first difference
+// and the ranks — raised identically on every rank, so none is left waiting.
+void check_consistency(comm::ProcessGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::ostringstream signature;
+  for (const auto& [name, t] : params) signature << describe(name, t) << "\n";
+  const auto all = all_gather_strings(group, signature.str());
+  const auto reference = split_lines(all[0]);
+  for (int r = 1; r < group.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto theirs = split_lines(all[r]);
+    const size_t common = std::min(reference.size(), theirs.size());
+    std::ostringstream msg;
+    msg << "DistributedDataParallel: the model differs across ranks: ";
+    size_t i = 0;
+    while (i < common && reference[i] == theirs[i]) ++i;
+    if (i < common) {
+      msg << "parameter #" << i << " is " << reference[i] << " on rank 0 but " << theirs[i] << " on rank " << r;
+    } else {
+      msg << "rank 0 has " << reference.size() << " parameters but rank " << r << " has " << theirs.size()
+          << " (first extra: " << (reference.size() > theirs.size() ? reference[i] : theirs[i]) << " on rank "
+          << (reference.size() > theirs.size() ? 0 : r) << ")";
+    }
+    msg << ". Every rank must build the same model (same layers, sizes and dtypes) before wrapping it.";
+    TORCH_CHECK(false, msg.str());
+  }
+}
+
+}  // namespace
+
+DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameters,
+                 std::vector<std::pair<std::string, at::Tensor>> named_buffers, comm::ProcessGroup& group,
+                 DdpOptions options)
+    : group_(group), options_(std::move(options)) {
+  options_.validate();
+  std::vector<std::pair<std::string, at::Tensor>> trainable;
+  for (auto& p : named_parameters) {
+    if (p.second.requires_grad()) trainable.push_back(p);
+  }
+  if (options_.check_model_consistency() && group_.size() > 1) check_consistency(group_, named_parameters);
+  std::vector<at::Tensor> all_params;
+  for (auto& p : named_parameters) all_params.push_back(p.second);
+  for (auto& b : named_buffers) buffers_.push_back(b.second);
+  if (group_.size() > 1) {
+    broadcast_coalesced(all_params);
+    broadcast_coalesced(buffers_);
+  }
+  std::vector<at::Tensor> tensors;
+  std::vector<std::string> names;
+  for (auto& [name, t] : trainable) {
+    names.push_back(name);
+    tensors.push_back(t);
+  }
+  reducer_ = std::make_unique<Reducer>(std::move(tensors), std::move(names), group_, options_);
+}
+
+DdpCore::~DdpCore() = default;
+
+void DdpCore::before_forward() {
+  if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_coalesced(buffers_);
+}
+
+void DdpCore::broadcast_coalesced(std::vector<at::Tensor>& tensors) {
+  // One broadcast per dtype: flatten, broadcast from rank 0, copy back.
+  at::NoGradGuard no_grad;
+  std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
+  for (auto& t : tensors) {
+    if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(&t);
+  }
+  for (auto& [dtype, group_tensors] : by_dtype) {
+    std::vector<at::Tensor> flat_parts;
+    for (auto* t : group_tensors) flat_parts.push_back(t->detach().reshape({-1}));
+    auto flat = at::cat(flat_parts);
+    group_.broadcast(flat, 0).wait();
+    if (group_.rank() == 0) continue;
+    int64_t offset = 0;
+    for (auto* t : group_tensors) {
+      const int64_t n = t->numel();
+      t->detach().copy_(flat.narrow(0, offset, n).view(t->sizes()));
+      offset += n;
+    }
+  }
+}
+
+}  // namespace lockstep::ddp

@@ -1,0 +1,306 @@
+// The reducer: see the block comment in include/lockstep/ddp/reducer.h.
+#include "lockstep/ddp/reducer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/TensorUtils.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+
+#include "lockstep/ddp/bucket.h"
+#include "lockstep/ddp/timeline.h"
+
+namespace lockstep::ddp {
+namespace detail {
+
+struct Bucket {
+  at::Tensor buffer;                  // flat, one dtype
+  std::vector<size_t> params;         // parameter indices
+  std::vector<at::Tensor> views;      // views[j]: buffer slice shaped like parameter params[j]
+  size_t pending = 0;                 // gradients still to arrive this iteration
+  comm::Work work;
+  bool launched = false;
+  std::string label;                  // "bucket 3 (1.00 MiB)"
+};
+
+struct ReducerState {
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  comm::ProcessGroup* group = nullptr;
+  DdpOptions options;
+  std::shared_ptr<CommHook> hook;
+  std::vector<Bucket> buckets;
+  std::vector<std::pair<size_t, size_t>> locate;  // param -> (bucket, slot)
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+
+  std::mutex mutex;
+  bool sync = true;
+  bool in_backward = false;  // a finalize callback is queued
+  std::vector<char> ready;
+  size_t next_launch = 0;
+  int64_t iterations = 0;
+  std::shared_ptr<Timeline> timeline;  // null unless LOCKSTEP_TIMELINE is set
+
+  void on_gradient(size_t index, const std::shared_ptr<ReducerState>& self);
+  void launch_ready_buckets();
+  void finalize();
+  void reset_iteration();
+  void copy_into_bucket(size_t index);
+};
+
+void ReducerState::reset_iteration() {
+  std::fill(ready.begin(), ready.end(), 0);
+  for (auto& b : buckets) {
+    b.pending = b.params.size();
+    b.launched = false;
+    b.work = comm::Work();
+  }
+  next_launch = 0;
+  in_backward = false;
+}
+
+void ReducerState::copy_into_bucket(size_t index) {
+  const auto [bucket, slot] = locate[index];
+  at::Tensor& view = buckets[bucket].views[slot];
+  at::Tensor& param = params[index];
+  const at::Tensor& grad = param.grad();
+  if (options.gradient_as_bucket_view()) {
+    if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;  // already in place
+    // .grad was replaced (e.g. set to none): move it into the bucket and point .grad back at it.
+    if (grad.defined()) {
+      view.copy_(grad);
+    } else {
+      view.zero_();
+    }
+    param.mutable_grad() = view;
+    return;
+  }
+  if (grad.defined()) {
+    view.copy_(grad);
+  } else {
+    view.zero_();
+  }
+}
+
+void ReducerState::launch_ready_buckets() {
+  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+    Bucket& b = buckets[next_launch];
+    if (timeline) timeline->begin(b.label + " allreduce", 1);
+    b.work = hook->run(*group, b.buffer);
+    if (timeline) {
+      const std::string name = b.label + " allreduce";
+      auto native = b.work.native();
+      if (native) {
+        std::shared_ptr<Timeline> t = timeline;
+        native->getFuture()->addCallback([t, name](c10::ivalue::Future&) { t->end(name, 1); });
+      }
+    }
+    b.launched = true;
+    ++next_launch;
+  }
+}
+
+void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>& self) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!sync) return;
+  if (!in_backward) {
+    in_backward = true;
+    if (timeline) timeline->begin("backward", 0);
+    // Runs once this backward is over, before backward() returns.
+    torch::autograd::Engine::get_default_engine().queue_callback([self] { self->finalize(); });
+  }
+  if (ready[index]) {
+    // The same parameter's hook fired twice in one backward (the parameter is used by two graph
+    // paths that autograd accumulates separately, or backward ran twice before the callback).
+    return;
+  }
+  ready[index] = 1;
+  copy_into_bucket(index);
+  Bucket& b = buckets[locate[index].first];
+  if (--b.pending == 0) {
+    if (timeline) timeline->instant(b.label + " ready", 0);
+    launch_ready_buckets();
+  }
+}
+
+void ReducerState::finalize() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (timeline) timeline->end("backward", 0);
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!ready[i]) missing.push_back(i);
+  }
+  if (!missing.empty() && !options.find_unused_parameters()) {
+    std::ostringstream names_list;
+    for (size_t k = 0; k < missing.size() && k < 10; ++k) names_list << (k ? ", " : "") << names[missing[k]];
+    if (missing.size() > 10) names_list << ", ... (" << missing.size() << " in all)";
+    // Wait for what was launched so the group stays usable, then report.
+    for (auto& b : buckets) {
+      if (b.launched) {
+        try {
+          b.work.wait();
+        } catch (...) {
+        }
+      }
+    }
+    reset_iteration();
+    TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(), "): these parameters received no gradient in this ",
+                "backward pass: ", names_list.str(),
+                ". Every parameter must take part in the loss on every rank, or construct DDP with "
+                "DdpOptions().find_unused_parameters(true) to reduce them as zeros.");
+  }
+  for (size_t i : missing) {
+    // Unused this iteration: contribute zeros (its slice is zero-filled; .grad is left as it was).
+    ready[i] = 1;
+    const auto [bucket, slot] = locate[i];
+    buckets[bucket].views[slot].zero_();
+    --buckets[bucket].pending;
+  }
+  launch_ready_buckets();
+  TORCH_INTERNAL_ASSERT(next_launch == buckets.size(), "reducer: not every bucket was launched");
+  for (auto& b : buckets) b.work.wait();
+  if (!options.gradient_as_bucket_view()) {
+    for (auto& b : buckets) {
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        at::Tensor& param = params[b.params[j]];
+        if (param.grad().defined()) {
+          param.mutable_grad().copy_(b.views[j]);
+        } else {
+          param.mutable_grad() = b.views[j].clone();
+        }
+      }
+    }
+  }
+  ++iterations;
+  reset_iteration();
+}
+
+// The post-hook on one parameter's AccumulateGrad node.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::weak_ptr<ReducerState> state, size_t index) : state_(std::move(state)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto state = state_.lock()) state->on_gradient(index_, state);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<ReducerState> state_;
+  size_t index_;
+};
+
+}  // namespace detail
+
+Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names, comm::ProcessGroup& group,
+                 DdpOptions options)
+    : state_(std::make_shared<detail::ReducerState>()) {
+  options.validate();
+  auto& s = *state_;
+  TORCH_CHECK(parameters.size() == names.size(), "Reducer: ", parameters.size(), " parameters but ", names.size(),
+              " names");
+  s.params = std::move(parameters);
+  s.names = std::move(names);
+  s.group = &group;
+  s.options = options;
+  s.hook = options.comm_hook() ? options.comm_hook() : std::make_shared<AllReduceHook>();
+  const std::string timeline_path = Timeline::path_from_env(group.rank());
+  if (!timeline_path.empty()) s.timeline = std::make_shared<Timeline>(timeline_path, group.rank());
+
+  std::vector<int64_t> numels;
+  std::vector<c10::ScalarType> dtypes;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const auto& p = s.params[i];
+    TORCH_CHECK(p.requires_grad(), "Reducer: parameter '", s.names[i], "' does not require grad");
+    TORCH_CHECK(p.is_leaf(), "Reducer: parameter '", s.names[i], "' is not a leaf tensor");
+    numels.push_back(p.numel());
+    dtypes.push_back(p.scalar_type());
+  }
+  // At least one byte, so that a tiny cap means "every parameter its own bucket".
+  const auto mib = [](double m) { return std::max<size_t>(1, static_cast<size_t>(m * 1024.0 * 1024.0)); };
+  const auto assignment =
+      assign_buckets(numels, dtypes, mib(options.first_bucket_cap_mb()), mib(options.bucket_cap_mb()));
+
+  s.locate.resize(s.params.size());
+  for (size_t b = 0; b < assignment.buckets.size(); ++b) {
+    detail::Bucket bucket;
+    bucket.params = assignment.buckets[b];
+    int64_t total = 0;
+    for (size_t i : bucket.params) total += s.params[i].numel();
+    const auto& first = s.params[bucket.params.front()];
+    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      const size_t i = bucket.params[j];
+      const int64_t n = s.params[i].numel();
+      // Shares the bucket's storage without being an autograd view, so that .grad can be this tensor
+      // (gradient_as_bucket_view) and the optimizer's zero_grad() may still detach_() it.
+      at::Tensor slot = at::empty({0}, bucket.buffer.options());
+      const std::vector<int64_t> strides = at::detail::defaultStrides(s.params[i].sizes());
+      slot.set_(bucket.buffer.storage(), bucket.buffer.storage_offset() + offset, s.params[i].sizes(), strides);
+      bucket.views.push_back(slot);
+      s.locate[i] = {b, j};
+      offset += n;
+    }
+    std::ostringstream label;
+    label << "bucket " << b << " (" << static_cast<double>(bucket.buffer.nbytes()) / (1024.0 * 1024.0) << " MiB)";
+    bucket.label = label.str();
+    s.buckets.push_back(std::move(bucket));
+  }
+  if (options.gradient_as_bucket_view()) {
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const auto [b, j] = s.locate[i];
+      auto& view = s.buckets[b].views[j];
+      if (s.params[i].grad().defined()) view.copy_(s.params[i].grad());
+      s.params[i].mutable_grad() = view;
+    }
+  }
+  s.ready.assign(s.params.size(), 0);
+  s.reset_iteration();
+
+  // Hooks last: nothing can fire before the buckets exist.
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    TORCH_INTERNAL_ASSERT(accumulator, "no AccumulateGrad node for parameter ", s.names[i]);
+    s.hook_keys.push_back(
+        accumulator->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i)));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+}
+
+Reducer::~Reducer() {
+  auto& s = *state_;
+  for (size_t i = 0; i < s.accumulators.size(); ++i) s.accumulators[i]->del_post_hook(s.hook_keys[i]);
+  // The timeline flushes itself when its last owner (this state, or a pending callback) lets go.
+}
+
+void Reducer::set_sync(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->sync = sync;
+}
+
+bool Reducer::sync() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->sync;
+}
+
+std::vector<std::vector<size_t>> Reducer::bucket_indices() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : state_->buckets) out.push_back(b.params);
+  return out;
+}
+
+size_t Reducer::bucket_bytes() const {
+  size_t total = 0;
+  for (const auto& b : state_->buckets) total += b.buffer.nbytes();
+  return total;
+}
+
+int64_t Reducer::iterations() const { return state_->iterations; }
+
+}  // namespace lockstep::ddp

@@ -1,0 +1,137 @@
+#include "lockstep/ddp/timeline.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace lockstep::ddp {
+namespace {
+
+constexpr const char* kTrackNames[] = {"backward", "communication"};
+
+[[noreturn]] void throw_io_error(const std::string& what, const std::string& path, int err) {
+  throw std::runtime_error("lockstep timeline: cannot " + what + " " + path + ": " + std::strerror(err));
+}
+
+// Writes `text` to `path` atomically: `path`.tmp, fsync, rename over `path`.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_io_error("create", tmp, errno);
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw_io_error("write", tmp, err);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw_io_error("fsync", tmp, err);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw_io_error("close", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw_io_error("rename " + tmp + " to", path, err);
+  }
+}
+
+}  // namespace
+
+Timeline::Timeline(std::string path, int rank) : path_(std::move(path)), rank_(rank) {}
+
+Timeline::~Timeline() {
+  if (!enabled()) return;
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lockstep: rank %d: timeline not written: %s\n", rank_, e.what());
+  }
+}
+
+std::string Timeline::path_from_env(int rank) {
+  const char* value = std::getenv("LOCKSTEP_TIMELINE");
+  if (value == nullptr || *value == '\0') return "";
+  std::string path = value;
+  const std::string rank_text = std::to_string(rank);
+  if (path.find("%r") != std::string::npos) {
+    for (size_t pos = path.find("%r"); pos != std::string::npos; pos = path.find("%r", pos + rank_text.size())) {
+      path.replace(pos, 2, rank_text);
+    }
+    return path;
+  }
+  const std::string ext = ".json";
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
+    return path.insert(path.size() - ext.size(), ".rank" + rank_text);
+  }
+  return path + ".rank" + rank_text;
+}
+
+void Timeline::begin(const std::string& name, int track) { add(name, 'B', track); }
+void Timeline::end(const std::string& name, int track) { add(name, 'E', track); }
+void Timeline::instant(const std::string& name, int track) { add(name, 'i', track); }
+
+void Timeline::add(const std::string& name, char phase, int track) {
+  if (!enabled()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t ts_us = std::chrono::duration_cast<std::chrono::microseconds>(now - origin_).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back(Event{name, phase, ts_us, track});
+}
+
+std::vector<Timeline::Event> Timeline::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
+void Timeline::flush() {
+  if (!enabled()) return;
+  const std::vector<Event> events = this->events();
+  nlohmann::json trace = nlohmann::json::array();
+  trace.push_back({{"name", "process_name"},
+                   {"ph", "M"},
+                   {"pid", rank_},
+                   {"tid", 0},
+                   {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  for (int track = 0; track < 2; ++track) {
+    trace.push_back({{"name", "thread_name"},
+                     {"ph", "M"},
+                     {"pid", rank_},
+                     {"tid", track},
+                     {"args", {{"name", kTrackNames[track]}}}});
+  }
+  for (const Event& e : events) {
+    nlohmann::json event = {{"name", e.name},
+                            {"ph", std::string(1, e.phase)},
+                            {"ts", e.ts_us},
+                            {"pid", rank_},
+                            {"tid", e.track}};
+    if (e.phase == 'i') event["s"] = "t";  // an instant scoped to its track
+    trace.push_back(std::move(event));
+  }
+  const nlohmann::json doc = {{"traceEvents", std::move(trace)}, {"displayTimeUnit", "ms"}};
+  // dump(): invalid UTF-8 in a name is replaced rather than thrown on (names come from user code).
+  write_atomically(path_, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+}  // namespace lockstep::ddp

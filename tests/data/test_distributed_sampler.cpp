@@ -1,0 +1,138 @@
+// lockstep's DistributedSampler against PyTorch's: the same indices for the same arguments, checked
+// (a) against torch.utils.data.DistributedSampler run at test time under Debian's python3-torch, and
+// (b) against small cases written out by hand from PyTorch's algorithm (no Python needed).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lockstep/data/distributed_sampler.h"
+
+namespace lockstep::data {
+namespace {
+
+struct Case {
+  int64_t size, replicas, rank;
+  bool shuffle;
+  uint64_t seed;
+  int64_t epoch;
+  bool drop_last;
+};
+
+std::vector<int64_t> ours(const Case& c) {
+  DistributedSampler s(c.size, DistributedSamplerOptions(c.replicas, c.rank).shuffle(c.shuffle).seed(c.seed).drop_last(
+                                   c.drop_last));
+  s.set_epoch(c.epoch);
+  return s.indices();
+}
+
+std::vector<Case> reference_cases() {
+  std::vector<Case> cases;
+  for (int64_t size : {0, 1, 7, 10, 64, 1001, 60000}) {
+    for (int64_t replicas : {1, 2, 3, 4, 8}) {
+      for (bool drop_last : {false, true}) {
+        for (bool shuffle : {true, false}) {
+          for (int64_t rank = 0; rank < replicas; rank += (replicas > 3 ? replicas - 1 : 1)) {
+            const int64_t epoch = (size + replicas) % 3;
+            cases.push_back({size, replicas, rank, shuffle, 42u + static_cast<uint64_t>(replicas), epoch, drop_last});
+          }
+        }
+      }
+    }
+  }
+  cases.push_back({3, 8, 5, true, 0, 0, false});  // padding longer than the dataset: repeats it whole
+  cases.push_back({3, 8, 7, true, 0, 1, true});   // drop_last with fewer samples than ranks: nothing
+  return cases;
+}
+
+// Runs tests/data/sampler_reference.py under python3 with torch; empty when that is not possible.
+std::string python_with_torch() {
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    const std::string probe = std::string(candidate) + " -c 'import torch.utils.data' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return candidate;
+  }
+  return "";
+}
+
+TEST(DistributedSampler, SameIndicesAsPyTorchsDistributedSampler) {
+  const char* source_dir = std::getenv("LOCKSTEP_SOURCE_DIR");
+  const std::string python = python_with_torch();
+  if (source_dir == nullptr || python.empty()) {
+    GTEST_SKIP() << "needs python3 with torch (apt-get install python3-torch) and LOCKSTEP_SOURCE_DIR";
+  }
+  const auto cases = reference_cases();
+  nlohmann::json input = nlohmann::json::array();
+  for (const auto& c : cases) {
+    input.push_back({c.size, c.replicas, c.rank, c.shuffle, c.seed, c.epoch, c.drop_last});
+  }
+  char in_path[] = "/tmp/lockstep_sampler_in_XXXXXX";
+  const int fd = mkstemp(in_path);
+  ASSERT_GE(fd, 0);
+  const std::string text = input.dump();
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::string command = python + " " + source_dir + "/tests/data/sampler_reference.py < " + in_path;
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  std::remove(in_path);
+  ASSERT_EQ(status, 0) << "reference script failed: " << command;
+  const auto expected = nlohmann::json::parse(output);
+  ASSERT_EQ(expected.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    EXPECT_EQ(ours(c), expected[i].get<std::vector<int64_t>>())
+        << "size=" << c.size << " replicas=" << c.replicas << " rank=" << c.rank << " shuffle=" << c.shuffle
+        << " seed=" << c.seed << " epoch=" << c.epoch << " drop_last=" << c.drop_last;
+  }
+}
+
+TEST(DistributedSampler, PadsByRepeatingFromTheStartWithoutShuffle) {
+  // PyTorch, size 10, 4 replicas, no shuffle: [0..9] + [0, 1] -> rank r takes r, r+4, r+8.
+  EXPECT_EQ(ours({10, 4, 0, false, 0, 0, false}), (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(ours({10, 4, 1, false, 0, 0, false}), (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(ours({10, 4, 2, false, 0, 0, false}), (std::vector<int64_t>{2, 6, 0}));
+  EXPECT_EQ(ours({10, 4, 3, false, 0, 0, false}), (std::vector<int64_t>{3, 7, 1}));
+  // drop_last: 10 -> 8 samples, 2 per rank.
+  EXPECT_EQ(ours({10, 4, 3, false, 0, 0, true}), (std::vector<int64_t>{3, 7}));
+  // Padding longer than the data: [0, 1, 2] repeated -> 0 1 2 0 1 2 0 1.
+  EXPECT_EQ(ours({3, 8, 6, false, 0, 0, false}), (std::vector<int64_t>{0}));
+  EXPECT_EQ(ours({3, 8, 7, false, 0, 0, false}), (std::vector<int64_t>{1}));
+}
+
+TEST(DistributedSampler, RanksPartitionTheEpochAndEpochsDiffer) {
+  const int64_t size = 1000;
+  std::multiset<int64_t> seen;
+  for (int64_t r = 0; r < 4; ++r) {
+    for (auto i : ours({size, 4, r, true, 7, 3, false})) seen.insert(i);
+  }
+  ASSERT_EQ(seen.size(), 1000u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 1000u);  // no index twice
+  EXPECT_NE(ours({size, 4, 0, true, 7, 3, false}), ours({size, 4, 0, true, 7, 4, false}));
+  EXPECT_EQ(ours({size, 4, 0, true, 7, 3, false}), ours({size, 4, 0, true, 7, 3, false}));
+}
+
+TEST(DistributedSampler, BadArgumentsNameTheValue) {
+  try {
+    DistributedSampler(10, DistributedSamplerOptions(2, 2));
+    FAIL() << "rank 2 of 2 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank must be in [0, 1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("got 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(DistributedSampler(10, DistributedSamplerOptions(0, 0)), std::invalid_argument);
+  EXPECT_THROW(DistributedSampler(-1, DistributedSamplerOptions(1, 0)), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lockstep::data

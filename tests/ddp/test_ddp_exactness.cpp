@@ -1,0 +1,307 @@
+// Exactness: N ranks (threads over an in-memory store, real Gloo) each training on B/N samples must end
+// with the same parameters as one process training on all B samples — for SGD and Adam, world sizes
+// 1-4, tiny buckets, gradient_as_bucket_view, no_sync accumulation, unused parameters, buffers and an
+// empty parameter. Float64 models, so the comparison can be tight (1e-9 relative).
+#include <gtest/gtest.h>
+
+#include <torch/nn.h>
+#include <torch/optim.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+
+#include "../comm/thread_ranks.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+
+namespace lockstep::ddp {
+namespace {
+
+using lockstep::testing::run_ranks;
+using namespace std::chrono_literals;
+
+constexpr double kRtol = 1e-9;
+constexpr double kAtol = 1e-12;
+
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(int hidden = 16, bool with_unused = false, bool with_empty = false) {
+    fc1 = register_module("fc1", torch::nn::Linear(20, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 8));
+    fc3 = register_module("fc3", torch::nn::Linear(8, 4));
+    if (with_unused) unused = register_module("unused", torch::nn::Linear(8, 3));
+    if (with_empty) empty = register_parameter("empty", torch::zeros({0}));
+    scale = register_buffer("scale", torch::ones({4}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(fc1->forward(x));
+    h = torch::relu(fc2->forward(h));
+    auto out = fc3->forward(h) * scale;
+    if (empty.defined()) out = out + empty.sum();
+    return out;
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr}, unused{nullptr};
+  torch::Tensor empty, scale;
+};
+TORCH_MODULE(Net);
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data make_data(int64_t n) {
+  torch::manual_seed(1234);
+  return {torch::randn({n, 20}, torch::kDouble), torch::randn({n, 4}, torch::kDouble)};
+}
+
+Net make_net(uint64_t seed, int hidden = 16, bool with_unused = false, bool with_empty = false) {
+  // The default generator is process-wide: ranks running as threads must not interleave their draws.
+  static std::mutex generator_mutex;
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(seed);
+  Net net(hidden, with_unused, with_empty);
+  net->to(torch::kDouble);
+  return net;
+}
+
+enum class Opt { kSgd, kAdam };
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, Opt opt) {
+  if (opt == Opt::kSgd) return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
+  return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+}
+
+// One process, all samples, `steps` steps.
+std::vector<torch::Tensor> reference_params(const Data& d, Opt opt, int steps, bool with_unused = false,
+                                            bool with_empty = false) {
+  auto net = make_net(7, 16, with_unused, with_empty);
+  auto optimizer = make_optimizer(net, opt);
+  for (int s = 0; s < steps; ++s) {
+    optimizer->zero_grad();
+    torch::mse_loss(net->forward(d.x), d.y).backward();
+    optimizer->step();
+  }
+  std::vector<torch::Tensor> out;
+  for (auto& p : net->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Store> new_store() { return c10::make_intrusive<c10d::HashStore>(); }
+
+comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+  return comm::init_process_group(comm::ProcessGroupOptions(rank, world)
+                                      .store(store)
+                                      .run_id("ddp-test")
+                                      .rendezvous_timeout(30s)
+                                      .collective_timeout(30s)
+                                      .gloo_threads(1));
+}
+
+void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, int rank) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!torch::allclose(got[i], want[i], kRtol, kAtol)) {
+      throw std::runtime_error("rank " + std::to_string(rank) + ": parameter " + std::to_string(i) +
+                               " differs from the single-process run by " +
+                               std::to_string((got[i] - want[i]).abs().max().item<double>()));
+    }
+  }
+}
+
+void expect_all_ok(const std::vector<lockstep::testing::RankOutcome>& outcomes) {
+  for (size_t r = 0; r < outcomes.size(); ++r) EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
+}
+
+// N ranks, each on its contiguous B/N slice, with DDP built from `options`.
+void train_ddp_and_compare(int world, Opt opt, const DdpOptions& options, int steps = 5) {
+  const int64_t batch = 24;
+  const auto data = make_data(batch);
+  const auto want = reference_params(data, opt, steps);
+  auto store = new_store();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = make_group(rank, world, store);
+    auto net = make_net(rank == 0 ? 7 : 100 + rank);  // DDP must broadcast rank 0's weights
+    DistributedDataParallel<Net> ddp(net, pg, options);
+    auto optimizer = make_optimizer(net, opt);
+    const int64_t per_rank = batch / world;
+    auto x = data.x.narrow(0, rank * per_rank, per_rank);
+    auto y = data.y.narrow(0, rank * per_rank, per_rank);
+    for (int s = 0; s < steps; ++s) {
+      optimizer->zero_grad();
+      torch::mse_loss(ddp.forward(x), y).backward();
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    EXPECT_EQ(ddp.reducer().iterations(), steps);
+    pg.shutdown();
+  }));
+}
+
+class DdpWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(DdpWorld, SgdMatchesOneProcessOnTheGlobalBatch) { train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions()); }
+
+TEST_P(DdpWorld, AdamMatchesOneProcessOnTheGlobalBatch) { train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions()); }
+
+TEST_P(DdpWorld, EveryParameterItsOwnBucket) {
+  train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
+}
+
+TEST_P(DdpWorld, GradientAsBucketView) {
+  train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions().gradient_as_bucket_view(true));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+
+TEST(Ddp, BucketsFollowTheCapsInReverseOrder) {
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto pg = make_group(rank, 1, store);
+    auto net = make_net(7);
+    DistributedDataParallel<Net> ddp(net, pg, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
+    const auto buckets = ddp.reducer().bucket_indices();
+    ASSERT_EQ(buckets.size(), 6u);  // 3 layers x (weight, bias), each alone
+    for (size_t b = 0; b < buckets.size(); ++b) EXPECT_EQ(buckets[b], std::vector<size_t>{5 - b});
+    DistributedDataParallel<Net> one(net, pg);
+    EXPECT_EQ(one.reducer().bucket_indices().size(), 1u);
+    EXPECT_EQ(one.reducer().bucket_bytes(), (20 * 16 + 16 + 16 * 8 + 8 + 8 * 4 + 4) * sizeof(double));
+  }));
+}
+
+TEST(Ddp, NoSyncAccumulationEqualsTheLargeBatch) {
+  // 2 ranks x 16 samples x 2 accumulation steps == 1 process x 64 samples.
+  const auto data = make_data(64);
+  const int steps = 3;
+  const auto want = reference_params(data, Opt::kSgd, steps);
+  auto store = new_store();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = make_group(rank, 2, store);
+    auto net = make_net(rank == 0 ? 7 : 99);
+    DistributedDataParallel<Net> ddp(net, pg);
+    auto optimizer = make_optimizer(net, Opt::kSgd);
+    for (int s = 0; s < steps; ++s) {
+      optimizer->zero_grad();
+      for (int micro = 0; micro < 2; ++micro) {
+        auto x = data.x.narrow(0, rank * 32 + micro * 16, 16);
+        auto y = data.y.narrow(0, rank * 32 + micro * 16, 16);
+        auto loss = torch::mse_loss(ddp.forward(x), y) / 2.0;
+        if (micro == 0) {
+          auto guard = ddp.no_sync();
+          loss.backward();
+        } else {
+          loss.backward();
+        }
+      }
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    EXPECT_EQ(ddp.reducer().iterations(), steps);  // only the synchronised backwards count
+    pg.shutdown();
+  }));
+}
+
+TEST(Ddp, UnusedParametersAreReducedAsZerosWhenAsked) {
+  const auto data = make_data(24);
+  const auto want = reference_params(data, Opt::kSgd, 3, /*with_unused=*/true);
+  auto store = new_store();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = make_group(rank, 2, store);
+    auto net = make_net(rank == 0 ? 7 : 5, 16, /*with_unused=*/true);
+    DistributedDataParallel<Net> ddp(net, pg, DdpOptions().find_unused_parameters(true));
+    auto optimizer = make_optimizer(net, Opt::kSgd);
+    for (int s = 0; s < 3; ++s) {
+      optimizer->zero_grad();
+      torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 12, 12)), data.y.narrow(0, rank * 12, 12)).backward();
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    pg.shutdown();
+  }));
+}
+
+TEST(Ddp, UnusedParametersWithoutTheOptionNameTheParameters) {
+  auto store = new_store();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = make_group(rank, 2, store);
+    auto net = make_net(7, 16, /*with_unused=*/true);
+    DistributedDataParallel<Net> ddp(net, pg);
+    torch::mse_loss(ddp.forward(torch::randn({4, 20}, torch::kDouble)), torch::zeros({4, 4}, torch::kDouble))
+        .backward();
+  });
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("unused.weight, unused.bias"), std::string::npos) << o.error;
+    EXPECT_NE(o.error.find("find_unused_parameters(true)"), std::string::npos) << o.error;
+  }
+}
+
+TEST(Ddp, EmptyParameterIsHarmless) {
+  const auto data = make_data(24);
+  const auto want = reference_params(data, Opt::kAdam, 3, false, /*with_empty=*/true);
+  auto store = new_store();
+  expect_all_ok(run_ranks(3, [&](int rank) {
+    auto pg = make_group(rank, 3, store);
+    auto net = make_net(rank == 0 ? 7 : 8, 16, false, /*with_empty=*/true);
+    DistributedDataParallel<Net> ddp(net, pg, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
+    auto optimizer = make_optimizer(net, Opt::kAdam);
+    for (int s = 0; s < 3; ++s) {
+      optimizer->zero_grad();
+      torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 8, 8)), data.y.narrow(0, rank * 8, 8)).backward();
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    pg.shutdown();
+  }));
+}
+
+TEST(Ddp, BuffersComeFromRankZeroAtConstructionAndBeforeEachForward) {
+  auto store = new_store();
+  expect_all_ok(run_ranks(3, [&](int rank) {
+    auto pg = make_group(rank, 3, store);
+    auto net = make_net(7);
+    net->scale.fill_(static_cast<double>(rank + 1));
+    DistributedDataParallel<Net> ddp(net, pg);
+    if (!torch::equal(net->scale, torch::ones({4}, torch::kDouble))) throw std::runtime_error("not broadcast");
+    net->scale.fill_(static_cast<double>(10 + rank));  // drift, e.g. a running statistic
+    ddp.forward(torch::randn({2, 20}, torch::kDouble));
+    if (!torch::equal(net->scale, torch::full({4}, 10.0, torch::kDouble))) throw std::runtime_error("not re-broadcast");
+    pg.shutdown();
+  }));
+}
+
+TEST(Ddp, DifferentModelsAreRejectedOnEveryRankNamingTheParameter) {
+  auto store = new_store();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = make_group(rank, 2, store);
+    auto net = make_net(7, rank == 0 ? 16 : 12);
+    DistributedDataParallel<Net> ddp(net, pg);
+  });
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("parameter #0 is 'fc1.weight' Double[16, 20] on rank 0 but 'fc1.weight' Double[12, 20] on rank 1"),
+              std::string::npos)
+        << o.error;
+  }
+}
+
+TEST(Ddp, BadOptionsNameTheField) {
+  EXPECT_THROW(DdpOptions().bucket_cap_mb(0).validate(), std::invalid_argument);
+  try {
+    DdpOptions().first_bucket_cap_mb(-1).validate();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("first_bucket_cap_mb"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::ddp

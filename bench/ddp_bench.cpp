@@ -1,0 +1,125 @@
+// One rank of the DDP benchmarks (bench/ddp_weak_scaling.sh drives it). Trains a model on in-memory
+// synthetic data for a fixed number of steps and prints one line of key=value figures:
+//   --mode bare : the plain LibTorch loop, no process group, no DDP (the baseline)
+//   --mode ddp  : the same loop with lockstep's DistributedDataParallel (run under `lockstep run`)
+//   --model mlp : the seeds' MLP 784-256-128-10 (dropout 0.2), batch 64, Adam   (workload W1)
+//   --model wide: 11 x Linear(1024, 1024) + head, 11.5M parameters (ResNet18-sized), batch 32, SGD
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <torch/nn.h>
+#include <torch/optim.h>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/env/environment.h"
+
+namespace {
+
+torch::nn::Sequential make_model(const std::string& name) {
+  torch::nn::Sequential seq;
+  if (name == "mlp") {
+    seq->push_back(torch::nn::Flatten());
+    seq->push_back(torch::nn::Linear(784, 256));
+    seq->push_back(torch::nn::ReLU());
+    seq->push_back(torch::nn::Dropout(0.2));
+    seq->push_back(torch::nn::Linear(256, 128));
+    seq->push_back(torch::nn::ReLU());
+    seq->push_back(torch::nn::Dropout(0.2));
+    seq->push_back(torch::nn::Linear(128, 10));
+  } else {
+    for (int i = 0; i < 11; ++i) {
+      seq->push_back(torch::nn::Linear(1024, 1024));
+      seq->push_back(torch::nn::ReLU());
+    }
+    seq->push_back(torch::nn::Linear(1024, 10));
+  }
+  return seq;
+}
+
+long peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = "bare", model_name = "mlp";
+  int steps = 300, warmup = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--mode") mode = argv[i + 1];
+    else if (flag == "--model") model_name = argv[i + 1];
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "ddp_bench: unknown flag %s (expected --mode bare|ddp, --model mlp|wide, --steps N)\n",
+                   flag.c_str());
+      return 2;
+    }
+  }
+  if ((mode != "bare" && mode != "ddp") || (model_name != "mlp" && model_name != "wide") || steps < 1) {
+    std::fprintf(stderr, "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d\n", mode.c_str(),
+                 model_name.c_str(), steps);
+    return 2;
+  }
+  try {
+    torch::manual_seed(0);
+    auto model = make_model(model_name);
+    const bool mlp = model_name == "mlp";
+    const int64_t batch = mlp ? 64 : 32;
+    const int64_t features = mlp ? 784 : 1024;
+    // 16 distinct in-memory batches, cycled.
+    auto xs = torch::randn({16, batch, features});
+    auto ys = torch::randint(0, 10, {16, batch}, torch::kLong);
+
+    std::unique_ptr<lockstep::comm::ProcessGroup> group;
+    std::unique_ptr<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>> ddp;
+    if (mode == "ddp") {
+      const auto env = lockstep::env::from_env();
+      group = std::make_unique<lockstep::comm::ProcessGroup>(lockstep::comm::init_process_group(
+          lockstep::comm::ProcessGroupOptions::from_environment(env)));
+      ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>>(model, *group);
+    }
+    std::unique_ptr<torch::optim::Optimizer> opt;
+    if (mlp) opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    else opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
+
+    double last_loss = 0;
+    auto step = [&](int i) {
+      opt->zero_grad();
+      auto x = xs[i % 16];
+      auto out = ddp ? ddp->forward(x) : model->forward(x);
+      auto loss = torch::nn::functional::cross_entropy(out, ys[i % 16]);
+      loss.backward();
+      opt->step();
+      if (i == steps - 1) last_loss = loss.item<double>();
+    };
+    for (int i = 0; i < warmup; ++i) step(i);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step(i);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    int64_t grad_bytes = 0;
+    for (const auto& p : model->parameters()) grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    const int rank = group ? group->rank() : 0;
+    std::printf("mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
+                "bucket_bytes=%lld peak_rss_kib=%ld threads=%d last_loss=%.6f\n",
+                mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
+                static_cast<long long>(grad_bytes),
+                static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0), peak_rss_kib(),
+                at::get_num_threads(), last_loss);
+    ddp.reset();
+    if (group) group->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_bench: %s\n", e.what());
+    return 1;
+  }
+}

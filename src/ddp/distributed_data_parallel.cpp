@@ -86,6 +86,7 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
   if (options_.check_model_consistency() && group_.size() > 1) check_consistency(group_, named_parameters);
   std::vector<at::Tensor> all_params;
   for (auto& p : named_parameters) all_params.push_back(p.second);
+  parameters_ = all_params;
   for (auto& b : named_buffers) buffers_.push_back(b.second);
   if (group_.size() > 1) {
     broadcast_coalesced(all_params);
@@ -103,10 +104,73 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
 DdpCore::~DdpCore() = default;
 
 void DdpCore::before_forward() {
-  if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_coalesced(buffers_);
+  if (joining_) {
+    // [ranks still training, ranks that will synchronise this backward]; joined ranks add zeros.
+    join_flags_[0] = 1;
+    join_flags_[1] = reducer_->sync() ? 1 : 0;
+    group_.all_reduce(join_flags_).wait();
+    ++join_iterations_;
+  }
+  if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_buffers();
 }
 
-void DdpCore::broadcast_coalesced(std::vector<at::Tensor>& tensors) {
+void DdpCore::broadcast_buffers() {
+  at::NoGradGuard no_grad;
+  if (buffer_flats_.empty()) {
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+    for (auto& t : buffers_) {
+      if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(t.detach());
+    }
+    for (auto& [dtype, tensors] : by_dtype) {
+      int64_t total = 0;
+      for (auto& t : tensors) total += t.numel();
+      buffer_flats_.emplace_back(at::empty({total}, tensors.front().options()), std::move(tensors));
+    }
+  }
+  for (auto& [flat, tensors] : buffer_flats_) {
+    int64_t offset = 0;
+    if (group_.rank() == 0) {
+      for (auto& t : tensors) {
+        flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
+        offset += t.numel();
+      }
+    }
+    group_.broadcast(flat, 0).wait();
+    if (group_.rank() == 0) continue;
+    offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+void DdpCore::begin_join() {
+  TORCH_CHECK(!joining_, "DistributedDataParallel::join(): already in join mode");
+  joining_ = true;
+  join_iterations_ = 0;
+  join_flags_ = at::zeros({2}, at::kLong);
+}
+
+void DdpCore::finish_join() {
+  TORCH_CHECK(joining_, "JoinGuard::finish(): not in join mode");
+  joining_ = false;
+  // Shadow the ranks still training: mirror their before_forward and backward collectives.
+  while (true) {
+    join_flags_.zero_();
+    group_.all_reduce(join_flags_).wait();
+    if (join_flags_[0].item<int64_t>() == 0) break;  // everyone has joined
+    if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_buffers();
+    if (join_flags_[1].item<int64_t>() > 0) reducer_->reduce_zeros();
+  }
+  // The rank that trained the most iterations (highest rank on ties) holds the final model.
+  auto key = at::full({1}, join_iterations_ * group_.size() + group_.rank(), at::kLong);
+  group_.all_reduce(key, comm::ReduceOp::kMax).wait();
+  const int authority = static_cast<int>(key.item<int64_t>() % group_.size());
+  if (group_.size() > 1) broadcast_coalesced(parameters_, authority);
+}
+
+void DdpCore::broadcast_coalesced(std::vector<at::Tensor>& tensors, int root) {
   // One broadcast per dtype: flatten, broadcast from rank 0, copy back.
   at::NoGradGuard no_grad;
   std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
@@ -117,8 +181,8 @@ void DdpCore::broadcast_coalesced(std::vector<at::Tensor>& tensors) {
     std::vector<at::Tensor> flat_parts;
     for (auto* t : group_tensors) flat_parts.push_back(t->detach().reshape({-1}));
     auto flat = at::cat(flat_parts);
-    group_.broadcast(flat, 0).wait();
-    if (group_.rank() == 0) continue;
+    group_.broadcast(flat, root).wait();
+    if (group_.rank() == root) continue;
     int64_t offset = 0;
     for (auto* t : group_tensors) {
       const int64_t n = t->numel();

@@ -303,4 +303,17 @@ size_t Reducer::bucket_bytes() const {
 
 int64_t Reducer::iterations() const { return state_->iterations; }
 
+void Reducer::reduce_zeros() {
+  auto& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  TORCH_CHECK(!s.in_backward, "Reducer::reduce_zeros() called during a backward pass");
+  for (auto& b : s.buckets) {
+    b.buffer.zero_();
+    s.hook->run(*s.group, b.buffer).wait();
+  }
+  // The result (the others' mean) is discarded: a joined rank does not step. With
+  // gradient_as_bucket_view the buffers are .grad, so clear them again.
+  for (auto& b : s.buckets) b.buffer.zero_();
+}
+
 }  // namespace lockstep::ddp

@@ -293,6 +293,60 @@ TEST(Ddp, DifferentModelsAreRejectedOnEveryRankNamingTheParameter) {
   }
 }
 
+TEST(Ddp, JoinHandlesUnevenInputsAndMatchesTheReference) {
+  // Rank r has 2 + 2r batches of 6 samples. Iteration i's gradient is the sum of the mean-loss gradients
+  // of the ranks still training, divided by the world size (PyTorch's join semantics); the reference
+  // replays that in one process. Nobody hangs, and every rank ends with the reference parameters.
+  const int world = 3;
+  const int64_t per_batch = 6;
+  auto batches_of = [](int rank) { return 2 + 2 * rank; };
+  const auto data = make_data(per_batch * (2 + 4 + 6));
+  auto slice = [&](int rank, int i) {
+    int64_t offset = 0;
+    for (int r = 0; r < rank; ++r) offset += batches_of(r) * per_batch;
+    offset += i * per_batch;
+    return std::make_pair(data.x.narrow(0, offset, per_batch), data.y.narrow(0, offset, per_batch));
+  };
+  auto reference = make_net(7);
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
+  for (int i = 0; i < batches_of(world - 1); ++i) {
+    ref_opt.zero_grad();
+    torch::Tensor loss = torch::zeros({}, torch::kDouble);
+    for (int r = 0; r < world; ++r) {
+      if (i < batches_of(r)) {
+        auto [x, y] = slice(r, i);
+        loss = loss + torch::mse_loss(reference->forward(x), y) / world;
+      }
+    }
+    loss.backward();
+    ref_opt.step();
+  }
+  std::vector<torch::Tensor> want;
+  for (auto& p : reference->parameters()) want.push_back(p.detach().clone());
+
+  auto store = new_store();
+  const auto start = std::chrono::steady_clock::now();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = make_group(rank, world, store);
+    auto net = make_net(rank == 0 ? 7 : 50 + rank);
+    DistributedDataParallel<Net> ddp(net, pg);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+    auto join = ddp.join();
+    for (int i = 0; i < batches_of(rank); ++i) {
+      auto [x, y] = slice(rank, i);
+      opt.zero_grad();
+      torch::mse_loss(ddp.forward(x), y).backward();
+      opt.step();
+    }
+    join.finish();
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    pg.shutdown();
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
 TEST(Ddp, BadOptionsNameTheField) {
   EXPECT_THROW(DdpOptions().bucket_cap_mb(0).validate(), std::invalid_argument);
   try {

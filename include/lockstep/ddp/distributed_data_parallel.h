@@ -23,20 +23,68 @@ class DdpCore {
           DdpOptions options);
   ~DdpCore();
 
-  /// Before each forward: re-broadcasts buffers from rank 0 (broadcast_buffers).
+  /// Before each forward: in join mode, the per-iteration join count; then re-broadcasts buffers from
+  /// rank 0 (broadcast_buffers).
   void before_forward();
+
+  /// Join mode on (see DistributedDataParallel::join).
+  void begin_join();
+  /// This rank has run out of inputs: shadow the others' iterations until every rank has joined, then
+  /// give every rank the parameters of the rank that trained longest. Collective; blocking.
+  void finish_join();
+  bool joining() const { return joining_; }
 
   Reducer& reducer() { return *reducer_; }
   comm::ProcessGroup& group() { return group_; }
   const DdpOptions& options() const { return options_; }
 
  private:
-  void broadcast_coalesced(std::vector<at::Tensor>& tensors);
+  void broadcast_coalesced(std::vector<at::Tensor>& tensors, int root = 0);
+  void broadcast_buffers();
 
   comm::ProcessGroup& group_;
   DdpOptions options_;
   std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> parameters_;
   std::unique_ptr<Reducer> reducer_;
+  bool joining_ = false;
+  int64_t join_iterations_ = 0;  // forwards this rank ran in join mode
+  at::Tensor join_flags_;        // [active, sync], reused every iteration
+  // Per dtype: a persistent flat tensor and the buffers it carries (no allocation per forward).
+  std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> buffer_flats_;
+};
+
+/// Uneven inputs (PyTorch's `with model.join():`). Between `ddp.join()` and `JoinGuard::finish()`,
+/// every forward first all-reduces how many ranks are still training; a rank that runs out of batches
+/// calls finish(), which matches the others' collectives with zero gradients until all have finished,
+/// so no rank hangs. Gradients of an iteration are divided by the full world size (PyTorch's default),
+/// joined ranks do not step, and at the end all ranks get the parameters of the rank that trained the
+/// most iterations. Inside the scope, run exactly one forward and one backward per iteration.
+///
+/// Example:
+///   auto join = ddp.join();
+///   for (auto& batch : my_uneven_batches) { opt.zero_grad(); loss(ddp.forward(batch)).backward(); opt.step(); }
+///   join.finish();
+class JoinGuard {
+ public:
+  explicit JoinGuard(DdpCore& core) : core_(&core) { core.begin_join(); }
+  JoinGuard(JoinGuard&& other) noexcept : core_(other.core_) { other.core_ = nullptr; }
+  JoinGuard(const JoinGuard&) = delete;
+  JoinGuard& operator=(const JoinGuard&) = delete;
+  JoinGuard& operator=(JoinGuard&&) = delete;
+  /// Collective: this rank is out of inputs. Must be called on every rank.
+  void finish() {
+    if (core_ != nullptr) {
+      DdpCore* core = core_;
+      core_ = nullptr;
+      core->finish_join();
+    }
+  }
+  /// finish() must have been called: a destructor cannot run collectives safely while unwinding.
+  ~JoinGuard() = default;
+
+ private:
+  DdpCore* core_;
 };
 
 /// RAII: gradient synchronisation off for its scope (PyTorch's `with ddp.no_sync():`). Backward passes
@@ -94,6 +142,9 @@ class DistributedDataParallel {
   decltype(auto) operator()(Args&&... args) {
     return forward(std::forward<Args>(args)...);
   }
+
+  /// Join mode for uneven inputs until the guard's finish() (see JoinGuard).
+  [[nodiscard]] JoinGuard join() { return JoinGuard(core_); }
 
   /// Gradient synchronisation off until the returned guard is destroyed.
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(core_.reducer()); }

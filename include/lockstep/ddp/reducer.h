@@ -55,6 +55,10 @@ class Reducer {
   /// Synchronised backward passes completed.
   int64_t iterations() const;
 
+  /// For a rank that has joined (run out of inputs): takes part in one backward's bucket all-reduces
+  /// with zero gradients, in bucket order, so the ranks still training are matched. Blocking.
+  void reduce_zeros();
+
  private:
   std::shared_ptr<detail::ReducerState> state_;
 };

@@ -132,6 +132,14 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
               size_, "), got ", outputs.size());
   std::vector<std::vector<at::Tensor>> out{outputs};
   std::vector<at::Tensor> in{input};
+  if (input.numel() == 0) {
+    // Gloo's all-gather divides by the element count (SIGFPE on empty tensors): with nothing to move,
+    // a barrier is the same synchronisation (every rank passes an empty input, as sizes must match).
+    c10d::BarrierOptions barrier;
+    barrier.timeout = options_.collective_timeout();
+    return Work(native_->barrier(barrier), describe("allgather", in) + " (empty: barrier)", rank_,
+                options_.collective_timeout());
+  }
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);

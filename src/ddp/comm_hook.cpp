@@ -17,14 +17,6 @@ CompressionHook::CompressionHook(at::ScalarType dtype) : dtype_(dtype) {
     throw std::invalid_argument(std::string("CompressionHook: dtype must be at::kBFloat16 or at::kHalf, got ") +
                                 c10::toString(dtype));
   }
-#if TORCH_VERSION_MAJOR < 2
-  // Gloo in LibTorch 1.x has no BFloat16 all-reduce (c10d fails with "Invalid scalar type"), and the
-  // bf16 bits cannot be summed as another 16-bit type. Fail here rather than at the first backward.
-  if (dtype == at::kBFloat16) {
-    throw std::invalid_argument(
-        "CompressionHook: dtype BFloat16 is not supported with LibTorch 1.x (its Gloo backend cannot all-reduce BFloat16 tensors); use at::kHalf (fp16_compress) instead");
-  }
-#endif
 }
 
 const char* CompressionHook::name() const { return dtype_ == at::kBFloat16 ? "bf16_compress" : "fp16_compress"; }
@@ -43,16 +35,40 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
   }
   staging->copy_(bucket);
 
+  const std::string shape = " (" + std::string(c10::toString(dtype_)) + "[" + std::to_string(bucket.numel()) +
+                            "]) of a " + c10::toString(bucket.scalar_type()) + " bucket";
+#if TORCH_VERSION_MAJOR < 2
+  if (dtype_ == at::kBFloat16) {
+    // Gloo in LibTorch 1.x has no BFloat16 reduction ("Invalid scalar type"): gather the 16-bit words
+    // (carried as Half, which it can move: an all-gather copies bytes and never does arithmetic on them) and sum them locally in the bucket's own precision.
+    std::vector<at::Tensor>* received = nullptr;
+    for (auto& [ptr, tensors] : gathered_) {
+      if (ptr == bucket.data_ptr()) received = &tensors;
+    }
+    if (received == nullptr) received = &gathered_.emplace_back(bucket.data_ptr(), std::vector<at::Tensor>()).second;
+    if (received->size() != static_cast<size_t>(group.size()) ||
+        (!received->empty() && !received->front().sizes().equals(bucket.sizes()))) {
+      received->clear();
+      for (int r = 0; r < group.size(); ++r) received->push_back(at::empty(bucket.sizes(), bucket.options().dtype(at::kHalf)));
+    }
+    at::Tensor words = staging->view(at::kHalf);  // a carrier Gloo can move; all-gather copies bytes only
+    comm::Work gather = group.all_gather(*received, words);
+    std::function<void()> finish = [bucket, parts = *received, world = group.size()]() mutable {
+      bucket.zero_();
+      for (auto& part : parts) bucket.add_(part.view(at::kBFloat16));
+      if (world > 1) bucket.div_(world);
+    };
+    return comm::Work(gather.native(), std::string(name()) + " allgather" + shape, group.rank(),
+                      group.options().collective_timeout(), std::move(finish));
+  }
+#endif
   comm::Work reduce = group.all_reduce(*staging, comm::ReduceOp::kSum);
   // Divide after widening back into the bucket: one rounding fewer than dividing in 16 bits.
   std::function<void()> finish = [bucket, staged = *staging, world = group.size()]() mutable {
     bucket.copy_(staged);
     if (world > 1) bucket.div_(world);
   };
-  std::string description = std::string(name()) + " allreduce (" + c10::toString(dtype_) + "[" +
-                            std::to_string(bucket.numel()) + "]) of a " + c10::toString(bucket.scalar_type()) +
-                            " bucket";
-  return comm::Work(reduce.native(), std::move(description), group.rank(), group.options().collective_timeout(),
+  return comm::Work(reduce.native(), std::string(name()) + " allreduce" + shape, group.rank(), group.options().collective_timeout(),
                     std::move(finish));
 }
 

@@ -85,6 +85,11 @@ TEST_P(ProcessGroupWorld, BroadcastFromEveryRootAndAllGather) {
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(at::equal(outputs[r], at::full({2}, static_cast<int64_t>(r * r), at::kLong))) << "slot " << r;
     }
+    // Empty inputs: Gloo's own all-gather would die with SIGFPE; ours synchronises and returns.
+    std::vector<at::Tensor> empty_outputs;
+    for (int r = 0; r < world; ++r) empty_outputs.push_back(at::empty({0}, at::kFloat));
+    auto empty_in = at::empty({0}, at::kFloat);
+    pg.all_gather(empty_outputs, empty_in).wait();
     pg.barrier();
     pg.shutdown();
   }));

@@ -24,9 +24,13 @@ class AllReduceHook : public CommHook {
   const char* name() const override { return "allreduce"; }
 };
 
-/// Compression: the bucket is cast to `dtype` (at::kBFloat16 or at::kHalf), all-reduced, divided by the
-/// world size, and cast back into the bucket — half the bytes on the wire, at reduced precision.
-/// The staging buffer is kept between steps (no per-step allocation once sizes are seen).
+/// Compression: the bucket is cast to `dtype` (at::kBFloat16 or at::kHalf), reduced, divided by the
+/// world size, and cast back into the bucket — at reduced precision, with fewer bytes on the wire.
+/// fp16: an all-reduce in fp16 (half the bytes of fp32). bf16: LibTorch 1.x's Gloo cannot all-reduce
+/// BFloat16, so there the bf16 payloads are all-gathered (as 16-bit words) and summed locally in the
+/// bucket's dtype; that moves N/4 of an fp32 ring all-reduce's bytes for N ranks (half for 2 ranks, the
+/// same at 4, more beyond: prefer fp16 for large jobs on 1.x). On LibTorch 2.x bf16 is all-reduced.
+/// Staging buffers are kept between steps (no per-step allocation once sizes are seen).
 class CompressionHook : public CommHook {
  public:
   explicit CompressionHook(at::ScalarType dtype);
@@ -37,6 +41,8 @@ class CompressionHook : public CommHook {
   at::ScalarType dtype_;
   // One staging tensor per bucket (keyed by the bucket's data pointer).
   std::vector<std::pair<const void*, at::Tensor>> staging_;
+  // bf16 on LibTorch 1.x: per bucket, one receive tensor per rank for the all-gather.
+  std::vector<std::pair<const void*, std::vector<at::Tensor>>> gathered_;
 };
 
 }  // namespace lockstep::ddp

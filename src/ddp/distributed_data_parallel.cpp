@@ -79,26 +79,25 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
                  DdpOptions options)
     : group_(group), options_(std::move(options)) {
   options_.validate();
-  std::vector<std::pair<std::string, at::Tensor>> trainable;
-  for (auto& p : named_parameters) {
-    if (p.second.requires_grad()) trainable.push_back(p);
-  }
   if (options_.check_model_consistency() && group_.size() > 1) check_consistency(group_, named_parameters);
-  std::vector<at::Tensor> all_params;
-  for (auto& p : named_parameters) all_params.push_back(p.second);
-  parameters_ = all_params;
-  for (auto& b : named_buffers) buffers_.push_back(b.second);
+  std::vector<at::Tensor> trainable;
+  std::vector<std::string> trainable_names;
+  for (auto& [name, t] : named_parameters) {
+    parameters_.push_back(t);
+    if (t.requires_grad()) {
+      trainable.push_back(t);
+      trainable_names.push_back(name);
+    }
+  }
+  std::vector<at::Tensor> buffers;
+  for (auto& b : named_buffers) buffers.push_back(b.second);
   if (group_.size() > 1) {
-    broadcast_coalesced(all_params);
-    broadcast_coalesced(buffers_);
+    auto parameter_groups = flat_groups(parameters_);
+    broadcast_flat(parameter_groups, 0);
+    buffer_groups_ = flat_groups(buffers);
+    broadcast_flat(buffer_groups_, 0);
   }
-  std::vector<at::Tensor> tensors;
-  std::vector<std::string> names;
-  for (auto& [name, t] : trainable) {
-    names.push_back(name);
-    tensors.push_back(t);
-  }
-  reducer_ = std::make_unique<Reducer>(std::move(tensors), std::move(names), group_, options_);
+  reducer_ = std::make_unique<Reducer>(std::move(trainable), std::move(trainable_names), group_, options_);
 }
 
 DdpCore::~DdpCore() = default;
@@ -111,38 +110,7 @@ void DdpCore::before_forward() {
     group_.all_reduce(join_flags_).wait();
     ++join_iterations_;
   }
-  if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_buffers();
-}
-
-void DdpCore::broadcast_buffers() {
-  at::NoGradGuard no_grad;
-  if (buffer_flats_.empty()) {
-    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-    for (auto& t : buffers_) {
-      if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(t.detach());
-    }
-    for (auto& [dtype, tensors] : by_dtype) {
-      int64_t total = 0;
-      for (auto& t : tensors) total += t.numel();
-      buffer_flats_.emplace_back(at::empty({total}, tensors.front().options()), std::move(tensors));
-    }
-  }
-  for (auto& [flat, tensors] : buffer_flats_) {
-    int64_t offset = 0;
-    if (group_.rank() == 0) {
-      for (auto& t : tensors) {
-        flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
-        offset += t.numel();
-      }
-    }
-    group_.broadcast(flat, 0).wait();
-    if (group_.rank() == 0) continue;
-    offset = 0;
-    for (auto& t : tensors) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  }
+  sync_buffers();
 }
 
 void DdpCore::begin_join() {
@@ -160,34 +128,54 @@ void DdpCore::finish_join() {
     join_flags_.zero_();
     group_.all_reduce(join_flags_).wait();
     if (join_flags_[0].item<int64_t>() == 0) break;  // everyone has joined
-    if (options_.broadcast_buffers() && group_.size() > 1 && !buffers_.empty()) broadcast_buffers();
+    sync_buffers();
     if (join_flags_[1].item<int64_t>() > 0) reducer_->reduce_zeros();
   }
   // The rank that trained the most iterations (highest rank on ties) holds the final model.
   auto key = at::full({1}, join_iterations_ * group_.size() + group_.rank(), at::kLong);
   group_.all_reduce(key, comm::ReduceOp::kMax).wait();
   const int authority = static_cast<int>(key.item<int64_t>() % group_.size());
-  if (group_.size() > 1) broadcast_coalesced(parameters_, authority);
+  if (group_.size() > 1) {
+    auto parameter_groups = flat_groups(parameters_);
+    broadcast_flat(parameter_groups, authority);
+  }
 }
 
-void DdpCore::broadcast_coalesced(std::vector<at::Tensor>& tensors, int root) {
-  // One broadcast per dtype: flatten, broadcast from rank 0, copy back.
-  at::NoGradGuard no_grad;
-  std::map<at::ScalarType, std::vector<at::Tensor*>> by_dtype;
-  for (auto& t : tensors) {
-    if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(&t);
+std::vector<DdpCore::FlatGroup> DdpCore::flat_groups(const std::vector<at::Tensor>& tensors) {
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& t : tensors) {
+    if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(t.detach());
   }
-  for (auto& [dtype, group_tensors] : by_dtype) {
-    std::vector<at::Tensor> flat_parts;
-    for (auto* t : group_tensors) flat_parts.push_back(t->detach().reshape({-1}));
-    auto flat = at::cat(flat_parts);
+  std::vector<FlatGroup> groups;
+  for (auto& [dtype, members] : by_dtype) {
+    int64_t total = 0;
+    for (const auto& t : members) total += t.numel();
+    groups.push_back({at::empty({total}, members.front().options()), std::move(members)});
+  }
+  return groups;
+}
+
+void DdpCore::sync_buffers() {
+  // buffer_groups_ is empty on one rank or without buffers.
+  if (options_.broadcast_buffers() && !buffer_groups_.empty()) broadcast_flat(buffer_groups_, 0);
+}
+
+void DdpCore::broadcast_flat(std::vector<FlatGroup>& groups, int root) {
+  at::NoGradGuard no_grad;
+  for (auto& [flat, tensors] : groups) {
+    int64_t offset = 0;
+    if (group_.rank() == root) {
+      for (auto& t : tensors) {
+        flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
+        offset += t.numel();
+      }
+    }
     group_.broadcast(flat, root).wait();
     if (group_.rank() == root) continue;
-    int64_t offset = 0;
-    for (auto* t : group_tensors) {
-      const int64_t n = t->numel();
-      t->detach().copy_(flat.narrow(0, offset, n).view(t->sizes()));
-      offset += n;
+    offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
     }
   }
 }

@@ -69,22 +69,15 @@ void ReducerState::copy_into_bucket(size_t index) {
   at::Tensor& view = buckets[bucket].views[slot];
   at::Tensor& param = params[index];
   const at::Tensor& grad = param.grad();
-  if (options.gradient_as_bucket_view()) {
-    if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;  // already in place
-    // .grad was replaced (e.g. set to none): move it into the bucket and point .grad back at it.
-    if (grad.defined()) {
-      view.copy_(grad);
-    } else {
-      view.zero_();
-    }
-    param.mutable_grad() = view;
-    return;
-  }
+  const bool as_view = options.gradient_as_bucket_view();
+  if (as_view && grad.defined() && grad.data_ptr() == view.data_ptr()) return;  // already in place
   if (grad.defined()) {
     view.copy_(grad);
   } else {
     view.zero_();
   }
+  // In view mode .grad was replaced (e.g. set to none): point it back at its bucket slot.
+  if (as_view) param.mutable_grad() = view;
 }
 
 void ReducerState::launch_ready_buckets() {

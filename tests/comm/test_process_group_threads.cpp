@@ -8,23 +8,17 @@
 #include <chrono>
 
 #include "lockstep/comm/process_group.h"
-#include "thread_ranks.h"
+#include "thread_group.h"
 
 namespace lockstep::comm {
 namespace {
 
+using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 using namespace std::chrono_literals;
 
 ProcessGroupOptions thread_options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
-  return ProcessGroupOptions(rank, world).store(store).run_id("test-run").rendezvous_timeout(20s).collective_timeout(
-      20s).gloo_threads(1);
-}
-
-void expect_all_ok(const std::vector<lockstep::testing::RankOutcome>& outcomes) {
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
-  }
+  return lockstep::testing::thread_group_options(rank, world, store, "test-run");
 }
 
 class ProcessGroupWorld : public ::testing::TestWithParam<int> {};

@@ -13,25 +13,17 @@
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/comm_hook.h"
-#include "../comm/thread_ranks.h"
+#include "../comm/thread_group.h"
 
 namespace lockstep::ddp {
 namespace {
 
+using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 using namespace std::chrono_literals;
 
 comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
-  return comm::init_process_group(comm::ProcessGroupOptions(rank, world)
-                                      .store(store)
-                                      .run_id("hook-test")
-                                      .rendezvous_timeout(20s)
-                                      .collective_timeout(20s)
-                                      .gloo_threads(1));
-}
-
-void expect_all_ok(const std::vector<lockstep::testing::RankOutcome>& outcomes) {
-  for (size_t r = 0; r < outcomes.size(); ++r) EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
+  return comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "hook-test"));
 }
 
 constexpr int64_t kSizes[] = {0, 1, 1001};

@@ -12,12 +12,13 @@
 #include <functional>
 #include <mutex>
 
-#include "../comm/thread_ranks.h"
+#include "../comm/thread_group.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 
 namespace lockstep::ddp {
 namespace {
 
+using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 using namespace std::chrono_literals;
 
@@ -89,12 +90,9 @@ std::vector<torch::Tensor> reference_params(const Data& d, Opt opt, int steps, b
 c10::intrusive_ptr<c10d::Store> new_store() { return c10::make_intrusive<c10d::HashStore>(); }
 
 comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
-  return comm::init_process_group(comm::ProcessGroupOptions(rank, world)
-                                      .store(store)
-                                      .run_id("ddp-test")
+  return comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "ddp-test")
                                       .rendezvous_timeout(30s)
-                                      .collective_timeout(30s)
-                                      .gloo_threads(1));
+                                      .collective_timeout(30s));
 }
 
 void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, int rank) {
@@ -106,10 +104,6 @@ void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch:
                                std::to_string((got[i] - want[i]).abs().max().item<double>()));
     }
   }
-}
-
-void expect_all_ok(const std::vector<lockstep::testing::RankOutcome>& outcomes) {
-  for (size_t r = 0; r < outcomes.size(); ++r) EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
 }
 
 // N ranks, each on its contiguous B/N slice, with DDP built from `options`.

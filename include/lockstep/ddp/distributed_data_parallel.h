@@ -39,19 +39,26 @@ class DdpCore {
   const DdpOptions& options() const { return options_; }
 
  private:
-  void broadcast_coalesced(std::vector<at::Tensor>& tensors, int root = 0);
-  void broadcast_buffers();
+  /// Tensors of one dtype travelling as one flat tensor (kept between calls for the buffers).
+  struct FlatGroup {
+    at::Tensor flat;
+    std::vector<at::Tensor> tensors;  // detached aliases of the originals
+  };
+  static std::vector<FlatGroup> flat_groups(const std::vector<at::Tensor>& tensors);
+  /// One broadcast per group from `root`: pack on the root, unpack elsewhere.
+  void broadcast_flat(std::vector<FlatGroup>& groups, int root);
+  /// Re-broadcasts the buffers from rank 0 when broadcast_buffers is on.
+  void sync_buffers();
 
   comm::ProcessGroup& group_;
   DdpOptions options_;
-  std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> parameters_;
   std::unique_ptr<Reducer> reducer_;
   bool joining_ = false;
   int64_t join_iterations_ = 0;  // forwards this rank ran in join mode
   at::Tensor join_flags_;        // [active, sync], reused every iteration
-  // Per dtype: a persistent flat tensor and the buffers it carries (no allocation per forward).
-  std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> buffer_flats_;
+  // The buffers' flat groups, built once: no allocation per forward.
+  std::vector<FlatGroup> buffer_groups_;
 };
 
 /// Uneven inputs (PyTorch's `with model.join():`). Between `ddp.join()` and `JoinGuard::finish()`,

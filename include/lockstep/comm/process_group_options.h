@@ -1,5 +1,7 @@
 #pragma once
 
+#include "lockstep/detail/option.h"
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -36,38 +38,31 @@ class ProcessGroupOptions {
   /// Rank, world size, master address/port and run id taken from `environment`.
   static ProcessGroupOptions from_environment(const env::Environment& environment);
 
-#define LOCKSTEP_PG_OPT(T, name)               \
-  ProcessGroupOptions& name(T v) {             \
-    name##_ = std::move(v);                    \
-    return *this;                              \
-  }                                            \
-  const T& name() const { return name##_; }
 
   /// This process's rank in [0, world_size).
-  LOCKSTEP_PG_OPT(int, rank)
-  LOCKSTEP_PG_OPT(int, world_size)
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, rank)
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, world_size)
   /// Host of rank 0's rendezvous server (TCPStore). Rank 0 listens on all interfaces.
-  LOCKSTEP_PG_OPT(std::string, master_addr)
-  LOCKSTEP_PG_OPT(int, master_port)
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::string, master_addr)
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, master_port)
   /// Job token: every rank must pass the same one; a process with another is refused at rendezvous.
-  LOCKSTEP_PG_OPT(std::string, run_id)
-  LOCKSTEP_PG_OPT(Backend, backend)
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::string, run_id)
+  LOCKSTEP_OPTION(ProcessGroupOptions, Backend, backend)
   /// How long rendezvous may take (all ranks connected and checked in). Default: LOCKSTEP_RDZV_TIMEOUT
   /// (seconds) when set, else 300 s.
-  LOCKSTEP_PG_OPT(std::chrono::milliseconds, rendezvous_timeout)
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::chrono::milliseconds, rendezvous_timeout)
   /// How long one collective may take before it fails with a CommError. Default: LOCKSTEP_TIMEOUT
   /// (seconds) when set, else 1800 s (PyTorch's default).
-  LOCKSTEP_PG_OPT(std::chrono::milliseconds, collective_timeout)
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::chrono::milliseconds, collective_timeout)
   /// Nodes in the job (from the environment). With more than one, Gloo never binds to loopback.
-  LOCKSTEP_PG_OPT(int, num_nodes)
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, num_nodes)
   /// Gloo worker threads per process group.
-  LOCKSTEP_PG_OPT(int, gloo_threads)
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, gloo_threads)
   /// Use this store instead of creating a TCPStore (tests run ranks as threads over a c10d::HashStore).
-  LOCKSTEP_PG_OPT(c10::intrusive_ptr<c10d::Store>, store)
+  LOCKSTEP_OPTION(ProcessGroupOptions, c10::intrusive_ptr<c10d::Store>, store)
   /// Network interface for Gloo (like GLOO_SOCKET_IFNAME). Empty: the interface whose address reaches
   /// master_addr (loopback when the master is local). GLOO_SOCKET_IFNAME is read when this is empty.
-  LOCKSTEP_PG_OPT(std::string, interface)
-#undef LOCKSTEP_PG_OPT
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::string, interface)
 
   /// Throws std::invalid_argument naming the field and value when an option is out of range, or
   /// naming the variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT was malformed.

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "lockstep/detail/option.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -13,21 +15,14 @@ class DistributedSamplerOptions {
  public:
   DistributedSamplerOptions(int64_t num_replicas, int64_t rank) : num_replicas_(num_replicas), rank_(rank) {}
 
-#define LOCKSTEP_SAMPLER_OPT(T, name)      \
-  DistributedSamplerOptions& name(T v) {   \
-    name##_ = v;                           \
-    return *this;                          \
-  }                                        \
-  T name() const { return name##_; }
 
-  LOCKSTEP_SAMPLER_OPT(int64_t, num_replicas)
-  LOCKSTEP_SAMPLER_OPT(int64_t, rank)
+  LOCKSTEP_OPTION(DistributedSamplerOptions, int64_t, num_replicas)
+  LOCKSTEP_OPTION(DistributedSamplerOptions, int64_t, rank)
   /// Shuffle with torch.randperm on a CPU generator seeded `seed + epoch` (as PyTorch does).
-  LOCKSTEP_SAMPLER_OPT(bool, shuffle)
-  LOCKSTEP_SAMPLER_OPT(uint64_t, seed)
+  LOCKSTEP_OPTION(DistributedSamplerOptions, bool, shuffle)
+  LOCKSTEP_OPTION(DistributedSamplerOptions, uint64_t, seed)
   /// Drop the tail so every rank gets the same count; otherwise pad by repeating indices.
-  LOCKSTEP_SAMPLER_OPT(bool, drop_last)
-#undef LOCKSTEP_SAMPLER_OPT
+  LOCKSTEP_OPTION(DistributedSamplerOptions, bool, drop_last)
 
  private:
   int64_t num_replicas_;

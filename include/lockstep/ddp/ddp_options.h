@@ -1,5 +1,7 @@
 #pragma once
 
+#include "lockstep/detail/option.h"
+
 #include <cstdint>
 #include <memory>
 
@@ -13,28 +15,21 @@ namespace lockstep::ddp {
 ///   auto ddp = DistributedDataParallel<Net>(net, pg, DdpOptions().bucket_cap_mb(4).find_unused_parameters(true));
 class DdpOptions {
  public:
-#define LOCKSTEP_DDP_OPT(T, name)  \
-  DdpOptions& name(T v) {          \
-    name##_ = std::move(v);        \
-    return *this;                  \
-  }                                \
-  const T& name() const { return name##_; }
 
   /// Size cap of every bucket but the first, in MiB (> 0).
-  LOCKSTEP_DDP_OPT(double, bucket_cap_mb)
+  LOCKSTEP_OPTION(DdpOptions, double, bucket_cap_mb)
   /// Size cap of the first bucket (the last layers' gradients, ready first), in MiB (> 0).
-  LOCKSTEP_DDP_OPT(double, first_bucket_cap_mb)
+  LOCKSTEP_OPTION(DdpOptions, double, first_bucket_cap_mb)
   /// Re-broadcast buffers (e.g. BatchNorm running stats) from rank 0 before each forward.
-  LOCKSTEP_DDP_OPT(bool, broadcast_buffers)
+  LOCKSTEP_OPTION(DdpOptions, bool, broadcast_buffers)
   /// Reduce parameters that got no gradient in an iteration as zeros (instead of failing).
-  LOCKSTEP_DDP_OPT(bool, find_unused_parameters)
+  LOCKSTEP_OPTION(DdpOptions, bool, find_unused_parameters)
   /// Make each .grad a view into its bucket: no copy in or out, no extra gradient memory.
-  LOCKSTEP_DDP_OPT(bool, gradient_as_bucket_view)
+  LOCKSTEP_OPTION(DdpOptions, bool, gradient_as_bucket_view)
   /// Verify at construction that every rank has the same parameters (names, shapes, dtypes).
-  LOCKSTEP_DDP_OPT(bool, check_model_consistency)
+  LOCKSTEP_OPTION(DdpOptions, bool, check_model_consistency)
   /// How a full bucket is communicated. Default: mean all-reduce (AllReduceHook).
-  LOCKSTEP_DDP_OPT(std::shared_ptr<CommHook>, comm_hook)
-#undef LOCKSTEP_DDP_OPT
+  LOCKSTEP_OPTION(DdpOptions, std::shared_ptr<CommHook>, comm_hook)
 
   /// Throws std::invalid_argument naming the field and the value when an option is out of range.
   void validate() const;

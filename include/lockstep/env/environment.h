@@ -1,5 +1,7 @@
 #pragma once
 
+#include "lockstep/detail/option.h"
+
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -52,24 +54,17 @@ class EnvError : public std::runtime_error {
 ///   auto e = lockstep::env::from_env(EnvOptions().rank(0).world_size(1));
 class EnvOptions {
  public:
-#define LOCKSTEP_ENV_OPT(T, name) \
-  EnvOptions& name(T v) {         \
-    name##_ = std::move(v);       \
-    return *this;                 \
-  }                               \
-  const std::optional<T>& name() const { return name##_; }
 
-  LOCKSTEP_ENV_OPT(int, rank)
-  LOCKSTEP_ENV_OPT(int, local_rank)
-  LOCKSTEP_ENV_OPT(int, world_size)
-  LOCKSTEP_ENV_OPT(int, local_world_size)
-  LOCKSTEP_ENV_OPT(int, node_rank)
-  LOCKSTEP_ENV_OPT(int, num_nodes)
-  LOCKSTEP_ENV_OPT(std::string, master_addr)
-  LOCKSTEP_ENV_OPT(int, master_port)
-  LOCKSTEP_ENV_OPT(int, restart_count)
-  LOCKSTEP_ENV_OPT(std::string, run_id)
-#undef LOCKSTEP_ENV_OPT
+  LOCKSTEP_OPTION(EnvOptions, int, rank)
+  LOCKSTEP_OPTION(EnvOptions, int, local_rank)
+  LOCKSTEP_OPTION(EnvOptions, int, world_size)
+  LOCKSTEP_OPTION(EnvOptions, int, local_world_size)
+  LOCKSTEP_OPTION(EnvOptions, int, node_rank)
+  LOCKSTEP_OPTION(EnvOptions, int, num_nodes)
+  LOCKSTEP_OPTION(EnvOptions, std::string, master_addr)
+  LOCKSTEP_OPTION(EnvOptions, int, master_port)
+  LOCKSTEP_OPTION(EnvOptions, int, restart_count)
+  LOCKSTEP_OPTION(EnvOptions, std::string, run_id)
 
  private:
   std::optional<int> rank_, local_rank_, world_size_, local_world_size_, node_rank_, num_nodes_;

@@ -6,5 +6,6 @@ namespace lockstep::cli {
 
 int run_main(int argc, char** argv);  // lockstep run  (cmd_run.cpp)
 int env_main(int argc, char** argv);  // lockstep env  (cmd_env.cpp)
+int fit_main(int argc, char** argv);  // lockstep fit  (cmd_fit.cpp)
 
 }  // namespace lockstep::cli

@@ -14,6 +14,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run    start N local workers with torchrun's environment (torchrun's flags)\n"
+    "  fit    train a ready model (mlp, cnn, resnet18) on Fashion-MNIST, MNIST, CIFAR-10 or\n"
+    "         synthetic data with N data-parallel ranks (Lightning's flags)\n"
     "  env    print who this process is (rank, world size, master) as lockstep reads it\n"
     "\n"
     "`lockstep <command> --help` describes each command.\n";
@@ -32,7 +34,8 @@ int main(int argc, char** argv) {
   }
   if (command == "run") return lockstep::cli::run_main(argc - 1, argv + 1);
   if (command == "env") return lockstep::cli::env_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, env)\n\n%s",
+  if (command == "fit") return lockstep::cli::fit_main(argc - 1, argv + 1);
+  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env)\n\n%s",
                command.c_str(), kUsage);
   return 2;
 }

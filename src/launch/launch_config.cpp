@@ -51,6 +51,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
   check(options.grace_period().count() >= 0,
         "grace_period=" + std::to_string(options.grace_period().count()) + "ms is not valid (expected >= 0)");
   config.grace_period = options.grace_period();
+  if (options.direct_stdout_local_rank()) config.direct_stdout_local_rank = *options.direct_stdout_local_rank();
 
   if (options.master_port()) {
     const int port = *options.master_port();

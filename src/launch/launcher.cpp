@@ -146,6 +146,7 @@ class Attempt {
     const EnvEntries base = current_environment();
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
+      settings.inherit_stdout = local_rank == config_.direct_stdout_local_rank;
       detail::SpawnedWorker spawned = detail::spawn_worker(
           config_.command, worker_environment(config_, local_rank, restart_count_, base), settings);
       const int rank = config_.rank_of(local_rank);

@@ -16,6 +16,8 @@ struct SpawnSettings {
   bool null_stdin = false;
   /// Reset SIGPIPE to SIG_DFL in the worker (the launcher ignores it, workers must not inherit that).
   bool default_sigpipe = true;
+  /// Leave the worker's stdout as the launcher's (no pipe; SpawnedWorker::out stays invalid).
+  bool inherit_stdout = false;
 };
 
 /// A started worker: its pid (= its process group id) and the read ends of its stdout and stderr pipes

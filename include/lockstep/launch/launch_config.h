@@ -22,6 +22,7 @@ struct LaunchConfig {
   /// Empty: no log files.
   std::string log_dir;
   std::chrono::milliseconds grace_period = std::chrono::seconds(3);
+  int direct_stdout_local_rank = -1;  ///< -1: none (see LaunchOptions)
   /// OMP_NUM_THREADS given to workers whose environment does not set it: max(1, cores / nproc_per_node).
   int omp_num_threads = 1;
 

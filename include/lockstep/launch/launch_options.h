@@ -75,6 +75,12 @@ class LaunchOptions {
   /// hex for a single-node job, "none" for nnodes > 1 (as torchrun) so that all nodes agree.
   LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, run_id);
 
+  /// The local rank whose stdout is the launcher's own stdout, unprefixed and unbuffered by the
+  /// launcher (so the worker sees the terminal: isatty, progress bars with carriage returns). Its stderr
+  /// is still prefixed. Unset: every rank's stdout goes through a pipe, prefixed "[rank N] ".
+  /// `lockstep fit` uses it for rank 0, which alone prints.
+  LOCKSTEP_LAUNCH_ARG(std::optional<int>, direct_stdout_local_rank);
+
   /// How long stopped workers get between SIGTERM and SIGKILL.
   LOCKSTEP_LAUNCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(3);
 

@@ -1,0 +1,88 @@
+// `lockstep fit`: checks the flags, then either becomes one rank of a surrounding job (exec of the rank
+// program `lockstep-fit`) or starts --devices local ranks of it through the launcher. The CLI itself
+// never loads LibTorch; `lockstep-fit` (fit_rank_main.cpp) does the training.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "commands.h"
+#include "fit_flags.h"
+#include "lockstep/env/environment.h"
+#include "lockstep/launch/launch.h"
+
+namespace lockstep::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The rank program: $LOCKSTEP_FIT_PROGRAM, else next to this executable (build tree), else
+// ../libexec/lockstep/ (install tree).
+std::string find_rank_program() {
+  if (const char* forced = std::getenv("LOCKSTEP_FIT_PROGRAM"); forced != nullptr && *forced != '\0') return forced;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  for (const fs::path& candidate :
+       {self.parent_path() / "lockstep-fit", self.parent_path().parent_path() / "libexec" / "lockstep" / "lockstep-fit"}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
+}  // namespace
+
+int fit_main(int argc, char** argv) {
+  train::FitConfig config;
+  if (const int status = parse_fit_flags(argc, argv, config); status >= 0) return status;
+
+  const std::string program = find_rank_program();
+  if (program.empty()) {
+    std::cerr << "lockstep fit: cannot find the rank program 'lockstep-fit' next to this executable or in "
+                 "../libexec/lockstep/ (reinstall lockstep, or set LOCKSTEP_FIT_PROGRAM to its path)\n";
+    return 127;
+  }
+  std::vector<std::string> command{program};
+  for (int i = 1; i < argc; ++i) command.emplace_back(argv[i]);
+
+  env::Environment environment;
+  try {
+    environment = env::from_env();
+  } catch (const env::EnvError& e) {
+    std::cerr << "lockstep fit: " << e.what() << '\n';
+    return 2;
+  }
+
+  if (environment.source != env::Source::kSingleProcess) {
+    // Already one rank of a job (lockstep run, torchrun, srun, mpirun): become that rank.
+    std::vector<char*> args;
+    for (std::string& arg : command) args.push_back(arg.data());
+    args.push_back(nullptr);
+    ::execv(program.c_str(), args.data());
+    std::cerr << "lockstep fit: cannot execute '" << program << "': " << std::strerror(errno) << '\n';
+    return 126;
+  }
+
+  if (config.num_nodes && *config.num_nodes > 1) {
+    std::cerr << "lockstep fit: --num-nodes " << *config.num_nodes
+              << " needs one launcher per node: run `lockstep run --nnodes " << *config.num_nodes
+              << " --node-rank R --master-addr HOST ... -- lockstep fit ...` on each node, or use srun\n";
+    return 2;
+  }
+  try {
+    launch::LaunchOptions options(command);
+    options.nproc_per_node(config.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);
+    launch::Launcher launcher(options);
+    return launcher.run().exit_status;
+  } catch (const launch::LaunchError& e) {
+    std::cerr << "lockstep fit: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace lockstep::cli

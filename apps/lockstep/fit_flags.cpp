@@ -1,0 +1,117 @@
+#include "fit_flags.h"
+
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+
+namespace lockstep::cli {
+namespace {
+
+constexpr const char* kDescription =
+    "Train a ready model with data-parallel ranks (Lightning's flag names).\n"
+    "Without a surrounding launcher, starts --devices local ranks itself (default 1). Under\n"
+    "`lockstep run`, torchrun, srun or mpirun it is one rank of that job (--devices, when given,\n"
+    "must then match the ranks per node).\n"
+    "Rank 0 prints one line per epoch (and a live progress bar on a terminal), appends the\n"
+    "metrics to --metrics-file and saves the final weights to --ckpt-dir/final.pt.";
+
+constexpr const char* kFooter =
+    "Examples:\n"
+    "  lockstep fit --devices 2 --model mlp --max-epochs 10\n"
+    "  lockstep fit --devices 2 --model cnn --max-epochs 15 --metrics-file cnn.jsonl\n"
+    "  lockstep fit --model resnet18 --data cifar10 --data-dir ~/cifar-10-batches-bin\n"
+    "  lockstep run --nproc-per-node 2 --standalone -- lockstep fit --model mlp\n"
+    "  srun --ntasks-per-node 2 lockstep fit --model mlp\n"
+    "Exit status: 0 on success, 1 when training fails (the error names the rank), 2 for bad flags.";
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : "|") + n;
+  return out;
+}
+
+}  // namespace
+
+int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
+  CLI::App app(kDescription, "lockstep fit");
+  app.footer(kFooter);
+  app.get_formatter()->column_width(38);
+  std::string limit_train = "1.0", limit_val = "1.0";
+  std::optional<std::string> augment;
+
+  app.add_option("--model", config.model, "Model to train")->type_name(joined(train::fit_model_names()))
+      ->capture_default_str();
+  app.add_option("--data", config.data, "Dataset")->type_name(joined(train::fit_data_names()))->capture_default_str();
+  app.add_option("--data-dir,--data_dir", config.data_dir,
+                 "Directory of the dataset's files. Default for fashion-mnist:\n"
+                 "/usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist)")
+      ->type_name("DIR");
+  app.add_option("--synthetic-size", config.synthetic_size, "Training images of --data synthetic")
+      ->capture_default_str();
+  app.add_option("--devices", config.devices, "Local ranks (processes) to train with. Default: 1")->type_name("N");
+  app.add_option("--num-nodes,--num_nodes", config.num_nodes, "Nodes; must match the surrounding launcher")
+      ->type_name("N");
+  app.add_option("--backend", config.backend, "Collective backend")->type_name("auto|gloo")->capture_default_str();
+  app.add_option("--threads", config.threads, "Intra-op threads per rank; 0 = cores / local ranks")
+      ->capture_default_str();
+  app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();
+  app.add_option("--batch-size,--batch_size", config.batch_size, "Batch size per rank")->capture_default_str();
+  app.add_option("--lr", config.lr, "Learning rate. Default: 1e-3 (adam, adamw), 0.05 (sgd)")->type_name("LR");
+  app.add_option("--optimizer", config.optimizer, "Optimizer")->type_name("adam|adamw|sgd")->capture_default_str();
+  app.add_option("--weight-decay", config.weight_decay, "Weight decay")->capture_default_str();
+  app.add_option("--momentum", config.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--lr-schedule", config.lr_schedule, "Learning rate over the run (per optimizer step)")
+      ->type_name("cosine|constant")->capture_default_str();
+  app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
+      ->capture_default_str();
+  app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")->capture_default_str();
+  app.add_option("--precision", config.precision, "Numeric precision")->type_name("32")->capture_default_str();
+  app.add_option("--accumulate-grad-batches", config.accumulate_grad_batches,
+                 "Batches per optimizer step (gradients all-reduced once per step)")
+      ->capture_default_str();
+  app.add_option("--gradient-clip-val", config.gradient_clip_val, "Clip the gradients' global L2 norm; 0 = off")
+      ->capture_default_str();
+  app.add_option("--limit-train-batches", limit_train, "Train batches per epoch: a count or a fraction")
+      ->type_name("N|F")->capture_default_str();
+  app.add_option("--limit-val-batches", limit_val, "Validation batches per epoch and rank: a count or a fraction")
+      ->type_name("N|F")->capture_default_str();
+  app.add_option("--augment", augment, "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
+      ->type_name("on|off");
+  app.add_option("--num-workers,--num_workers", config.num_workers, "Loader threads per rank (0: in the training thread)")
+      ->capture_default_str();
+  app.add_option("--prefetch-factor", config.prefetch_factor, "Batches queued ahead per loader thread")
+      ->capture_default_str();
+  app.add_option("--ckpt-dir,--ckpt_dir", config.ckpt_dir, "Save the final weights to DIR/final.pt (atomically)")
+      ->type_name("DIR");
+  app.add_option("--metrics-file,--metrics_file", config.metrics_file,
+                 "Append one JSON object per epoch (rank 0)")->type_name("FILE.jsonl");
+  app.add_option("--progress", config.progress, "Live progress bar: auto = when stdout is a terminal")
+      ->type_name("auto|on|off")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+    config.limit_train_batches = train::BatchLimit::parse("--limit-train-batches", limit_train);
+    config.limit_val_batches = train::BatchLimit::parse("--limit-val-batches", limit_val);
+    if (augment) {
+      if (*augment != "on" && *augment != "off") {
+        throw std::invalid_argument("--augment '" + *augment + "' is not known (expected on or off)");
+      }
+      config.augment = *augment == "on";
+    }
+    config.validate();
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lockstep fit: " << e.what() << "\nRun 'lockstep fit --help' for the flags.\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "lockstep fit: " << e.what() << "\nRun 'lockstep fit --help' for the flags.\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lockstep/train/fit_config.h"
+
+namespace lockstep::cli {
+
+/// Parses `lockstep fit`'s flags (argv[0] is the command name) into a validated FitConfig. Shared by the
+/// CLI (which checks them before starting any rank) and the rank program `lockstep-fit`, so both read
+/// the same flags the same way.
+///
+/// Returns -1 with `config` filled and validated, or the exit status to return at once: 0 after --help (printed to
+/// stdout), 2 after a usage error (printed to stderr, naming the flag and the fix).
+int parse_fit_flags(int argc, char** argv, train::FitConfig& config);
+
+}  // namespace lockstep::cli

@@ -1,0 +1,31 @@
+// `lockstep-fit`: one rank of `lockstep fit` (started by the `lockstep` CLI, directly or through its
+// launcher). Reads who it is from the environment and trains; see lockstep/train/fit.h.
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "fit_flags.h"
+#include "lockstep/env/environment.h"
+#include "lockstep/train/fit.h"
+
+int main(int argc, char** argv) {
+  lockstep::train::FitConfig config;
+  if (const int status = lockstep::cli::parse_fit_flags(argc, argv, config); status >= 0) return status;
+  int rank = -1;
+  try {
+    const lockstep::env::Environment environment = lockstep::env::from_env();
+    rank = environment.rank;
+    lockstep::train::FitOutput output;
+    output.progress_bar = config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
+    lockstep::train::fit(config, environment, output);
+    return 0;
+  } catch (const std::exception& e) {
+    if (rank >= 0) {
+      std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, e.what());
+    } else {
+      std::fprintf(stderr, "lockstep fit: %s\n", e.what());
+    }
+    return 1;
+  }
+}

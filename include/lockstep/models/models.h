@@ -1,0 +1,12 @@
+#pragma once
+
+/// The models layer: ready image classifiers behind one interface (ClassifierImpl) and a factory.
+///   Mlp       — the seeds' MLP 784-256-128-10 (ReLU, dropout 0.2)
+///   SmallCnn  — two convolutions, < 100k parameters
+///   ResNet18  — CIFAR-style ResNet18, 11.2M parameters
+///   make_model("mlp" | "cnn" | "resnet18", InputShape)
+
+#include "lockstep/models/classifier.h"
+#include "lockstep/models/mlp.h"
+#include "lockstep/models/resnet18.h"
+#include "lockstep/models/small_cnn.h"

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace lockstep::train {
+
+/// What one epoch measured, reduced over all ranks (the metrics-file schema of DESIGN.md).
+struct EpochMetrics {
+  int64_t epoch = 0;           ///< 0-based, as Lightning and DistributedSampler::set_epoch count
+  int64_t step = 0;            ///< optimizer steps taken since the start of the run, after this epoch
+  double train_loss = 0.0;     ///< mean training loss over the epoch's batches of all ranks
+  double val_loss = 0.0;       ///< mean loss per validation sample
+  double val_acc = 0.0;        ///< correct / val_samples
+  int64_t val_samples = 0;     ///< validation samples counted (the test set once, no padding twice)
+  double epoch_s = 0.0;        ///< wall time of the training part (slowest rank)
+  double val_s = 0.0;          ///< wall time of validation (slowest rank)
+  double samples_per_s = 0.0;  ///< training samples of all ranks per second of epoch_s
+  int64_t train_samples = 0;   ///< training samples of all ranks this epoch
+  double lr = 0.0;             ///< learning rate of the epoch's last step
+  int world_size = 1;
+
+  /// One line of JSON (no newline).
+  std::string to_json() const;
+};
+
+/// Appends EpochMetrics as JSON lines to a file, flushed after every line so that a crash loses at most
+/// the epoch being written. Not thread-safe; rank 0 owns it.
+class MetricsWriter {
+ public:
+  /// Opens `path` for appending (creating it); throws std::runtime_error naming the path and the
+  /// reason when it cannot (e.g. a missing directory).
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void write(const EpochMetrics& metrics);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace lockstep::train

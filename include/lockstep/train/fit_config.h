@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lockstep::train {
+
+/// How many batches of an epoch to run (Lightning's limit_train_batches / limit_val_batches):
+/// a count ("50") or a fraction of the epoch ("0.25"; "1.0" = all).
+struct BatchLimit {
+  bool is_fraction = true;
+  double fraction = 1.0;  ///< in (0, 1] when is_fraction
+  int64_t count = 0;      ///< >= 1 otherwise
+
+  /// Parses "N" (a count >= 1) or "F" with a decimal point (a fraction in (0, 1]); throws
+  /// std::invalid_argument naming `flag`, the value, and what is accepted.
+  static BatchLimit parse(const std::string& flag, const std::string& text);
+  /// The number of batches to run out of `available` (at least 1 when available > 0).
+  int64_t apply(int64_t available) const;
+  std::string to_string() const;
+};
+
+/// The datasets `lockstep fit --data` knows.
+inline const std::vector<std::string>& fit_data_names() {
+  static const std::vector<std::string> names{"fashion-mnist", "mnist", "cifar10", "synthetic"};
+  return names;
+}
+/// The models `lockstep fit --model` knows (lockstep::models::make_model builds them).
+inline const std::vector<std::string>& fit_model_names() {
+  static const std::vector<std::string> names{"mlp", "cnn", "resnet18"};
+  return names;
+}
+
+/// Everything `lockstep fit` is asked to do: one field per flag, named after it (`--max-epochs` is
+/// `max_epochs`). Plain data so that the CLI, the worker and (later) a YAML config fill the same
+/// record; `validate()` checks it once, before any rank starts.
+///
+/// Free of LibTorch: the CLI links it to reject bad flags without loading libtorch.
+struct FitConfig {
+  // What to train.
+  std::string model = "mlp";              ///< mlp | cnn | resnet18
+  std::string data = "fashion-mnist";     ///< fashion-mnist | mnist | cifar10 | synthetic
+  std::string data_dir;                   ///< default: /usr/share/datasets/fashion-mnist for fashion-mnist
+  int64_t synthetic_size = 8192;          ///< training images of --data synthetic (test: a quarter)
+
+  // Where (ranks).
+  std::optional<int> devices;    ///< local ranks; unset: 1, or what the surrounding launcher started
+  std::optional<int> num_nodes;  ///< nodes; must match the launcher's when set
+  std::string backend = "auto";  ///< auto | gloo (shm, mpi, nccl, hier: later issues)
+  int threads = 0;               ///< intra-op threads per rank; 0 = cores / local ranks
+
+  // How.
+  int64_t max_epochs = 10;
+  int64_t batch_size = 64;  ///< per rank
+  std::optional<double> lr; ///< default: 1e-3 (adam, adamw), 0.05 (sgd)
+  std::string optimizer = "adam";      ///< adam | adamw | sgd
+  double weight_decay = 0.0;
+  double momentum = 0.9;               ///< sgd only
+  std::string lr_schedule = "cosine";  ///< cosine | constant
+  double warmup_epochs = 0.0;          ///< linear warmup length, in epochs
+  uint64_t seed = 0;
+  std::string precision = "32";        ///< 32 (bf16-mixed, 16-mixed: trainer issue)
+  int64_t accumulate_grad_batches = 1;
+  double gradient_clip_val = 0.0;      ///< max global L2 norm of the gradients; 0 = off
+  BatchLimit limit_train_batches;
+  BatchLimit limit_val_batches;
+  std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only
+
+  // Data loading.
+  int64_t num_workers = 1;
+  int64_t prefetch_factor = 2;
+  bool persistent_workers = true;
+
+  // Output.
+  std::string ckpt_dir;      ///< final weights (rank 0, atomically) when set
+  std::string metrics_file;  ///< JSONL, one object per epoch (rank 0)
+  std::string progress = "auto";  ///< auto (a bar when stdout is a terminal) | on | off
+
+  /// Throws std::invalid_argument naming the flag, the bad value and what is accepted.
+  void validate() const;
+  /// The data directory after defaults (empty for synthetic).
+  std::string resolved_data_dir() const;
+  /// The learning rate after defaults.
+  double resolved_lr() const;
+  /// Random crop + flip after defaults.
+  bool resolved_augment() const { return augment.value_or(data == "cifar10"); }
+};
+
+}  // namespace lockstep::train

@@ -1,0 +1,243 @@
+#include "lockstep/data/loader.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace lockstep::data {
+namespace detail {
+
+// A built batch, or the exception thrown while building it.
+struct Slot {
+  Batch batch;
+  std::exception_ptr error;
+};
+
+// Everything the consumer and the workers share; guarded by `mutex` except where noted.
+//
+// Flow control: a worker may claim batch `next_claim` only while next_claim < next_out + capacity, so at
+// most `capacity` batches are being built or waiting in `slots` ahead of the consumer. Claims go in
+// increasing order, so the batch next() waits for is always claimed or claimable: no deadlock. Every
+// epoch (and every cancel) bumps `generation`; a worker that finishes a batch of an older generation
+// drops it.
+struct LoaderState {
+  std::mutex mutex;
+  std::condition_variable work_cv;   // workers: a batch became claimable, or stop
+  std::condition_variable ready_cv;  // consumer: a slot was filled
+  std::vector<std::thread> threads;  // touched by the consumer thread only
+  bool stop = false;
+  bool started = false;  // start_epoch() was called at least once
+  bool finished = true;  // the current epoch has nothing more to give
+  uint64_t generation = 0;
+  std::shared_ptr<const std::vector<int64_t>> indices;
+  int64_t epoch = 0;
+  int64_t num_batches = 0;
+  int64_t next_claim = 0;
+  int64_t next_out = 0;
+  int64_t capacity = 1;
+  std::map<int64_t, Slot> slots;
+  std::function<void(int64_t)> build_hook;  // tests only; set before start_epoch()
+};
+
+void LoaderTesting::set_build_hook(Loader& loader, std::function<void(int64_t batch)> hook) {
+  loader.state_->build_hook = std::move(hook);
+}
+
+}  // namespace detail
+
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+const std::shared_ptr<const TensorDataset>& checked(const std::shared_ptr<const TensorDataset>& dataset) {
+  if (!dataset) throw std::invalid_argument("Loader: dataset must not be null");
+  if (dataset->size() == 0 && !dataset->images().defined()) {
+    throw std::invalid_argument("Loader: dataset '" + dataset->description() +
+                                "' is empty (default-constructed); load one first");
+  }
+  return dataset;
+}
+
+const LoaderOptions& checked(const LoaderOptions& o) {
+  auto fail = [](const char* name, int64_t got, const char* accepted) {
+    throw std::invalid_argument(std::string("LoaderOptions: ") + name + " must be " + accepted + ", got " +
+                                std::to_string(got));
+  };
+  if (o.batch_size() < 1) fail("batch_size", o.batch_size(), ">= 1");
+  if (o.num_workers() < 0)
+    fail("num_workers", o.num_workers(), ">= 0 (0 = build batches in the calling thread)");
+  if (o.prefetch_factor() < 1) fail("prefetch_factor", o.prefetch_factor(), ">= 1");
+  return o;
+}
+
+}  // namespace
+
+Loader::Loader(std::shared_ptr<const TensorDataset> dataset, LoaderOptions options)
+    : dataset_(checked(dataset)),
+      options_(checked(options)),
+      transform_(options_.transform(), dataset_->channels()),
+      state_(std::make_unique<detail::LoaderState>()) {
+  state_->capacity = options_.num_workers() * options_.prefetch_factor();
+}
+
+Loader::~Loader() {
+  stop_workers();
+}
+
+int64_t Loader::num_batches() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->num_batches;
+}
+
+void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  const int64_t size = dataset_->size();
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= size) {
+      throw std::out_of_range("Loader::start_epoch: index " + std::to_string(indices[i]) + " at position " +
+                              std::to_string(i) + " is outside [0, " + std::to_string(size) +
+                              ") for dataset '" + dataset_->description() + "' of size " +
+                              std::to_string(size) + " (a sampler built for another dataset size?)");
+    }
+  }
+  const auto count = static_cast<int64_t>(indices.size());
+  const int64_t b = options_.batch_size();
+  const int64_t batches = options_.drop_last() ? count / b : (count + b - 1) / b;
+  const bool workers = options_.num_workers() > 0;
+  if (workers && !options_.persistent_workers()) stop_workers();  // the cancelled epoch's, if any
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    ++state_->generation;  // in-flight batches of a cancelled epoch are dropped
+    state_->slots.clear();
+    state_->indices = std::make_shared<const std::vector<int64_t>>(std::move(indices));
+    state_->epoch = epoch;
+    state_->num_batches = batches;
+    state_->next_claim = 0;
+    state_->next_out = 0;
+    state_->finished = batches == 0;
+    state_->started = true;
+  }
+  if (workers && state_->threads.empty() && (batches > 0 || options_.persistent_workers())) start_workers();
+  state_->work_cv.notify_all();
+}
+
+std::optional<Batch> Loader::next() {
+  detail::LoaderState& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.started) throw std::logic_error("Loader::next: call start_epoch(indices, epoch) before next()");
+  if (s.finished) return std::nullopt;
+  const int64_t k = s.next_out;
+  if (options_.num_workers() == 0) {
+    const std::shared_ptr<const std::vector<int64_t>> indices = s.indices;
+    const int64_t epoch = s.epoch;
+    ++s.next_out;
+    s.finished = s.next_out == s.num_batches;
+    try {
+      lock.unlock();
+      return build(*indices, k, epoch);
+    } catch (...) {
+      lock.lock();
+      s.finished = true;
+      throw;
+    }
+  }
+  s.ready_cv.wait(lock, [&] { return s.slots.count(k) != 0; });
+  auto node = s.slots.extract(k);
+  ++s.next_out;
+  const bool last = s.next_out == s.num_batches;
+  lock.unlock();
+  s.work_cv.notify_all();  // the window moved: one more batch may be claimed
+  if (node.mapped().error || last) finish_epoch();
+  if (node.mapped().error) std::rethrow_exception(node.mapped().error);
+  return std::move(node.mapped().batch);
+}
+
+void Loader::finish_epoch() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->finished = true;
+    ++state_->generation;
+    state_->slots.clear();
+  }
+  if (!options_.persistent_workers()) stop_workers();
+}
+
+Batch Loader::build(const std::vector<int64_t>& indices, int64_t batch, int64_t epoch) const {
+  if (state_->build_hook) state_->build_hook(batch);
+  const int64_t b = options_.batch_size();
+  const int64_t begin = batch * b;
+  const int64_t end = std::min<int64_t>(begin + b, static_cast<int64_t>(indices.size()));
+  const c10::ArrayRef<int64_t> rows(indices.data() + begin, static_cast<size_t>(end - begin));
+  Batch out;
+  if (options_.augment()) {
+    // Depends on (seed, epoch, batch) only: the same bytes whichever thread builds it.
+    const uint64_t seed =
+        mix(mix(mix(options_.seed()) ^ static_cast<uint64_t>(epoch)) + static_cast<uint64_t>(batch));
+    out.data = transform_.gather(dataset_->images(), rows, &seed);
+  } else {
+    out.data = transform_.gather(dataset_->images(), rows);
+  }
+  out.target = at::empty({end - begin}, at::kLong);
+  int64_t* target = out.target.data_ptr<int64_t>();
+  const int64_t* labels = dataset_->labels().data_ptr<int64_t>();
+  for (int64_t i = 0; i < end - begin; ++i) target[i] = labels[rows[static_cast<size_t>(i)]];
+  return out;
+}
+
+void Loader::start_workers() {
+  for (int64_t i = 0; i < options_.num_workers(); ++i)
+    state_->threads.emplace_back([this] { worker_loop(); });
+}
+
+void Loader::stop_workers() {
+  detail::LoaderState& s = *state_;
+  if (s.threads.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stop = true;
+  }
+  s.work_cv.notify_all();
+  for (std::thread& t : s.threads) t.join();
+  s.threads.clear();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.stop = false;
+}
+
+void Loader::worker_loop() {
+  detail::LoaderState& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    s.work_cv.wait(lock, [&] {
+      return s.stop ||
+             (!s.finished && s.next_claim < s.num_batches && s.next_claim < s.next_out + s.capacity);
+    });
+    if (s.stop) return;
+    const int64_t k = s.next_claim++;
+    const uint64_t generation = s.generation;
+    const std::shared_ptr<const std::vector<int64_t>> indices = s.indices;
+    const int64_t epoch = s.epoch;
+    lock.unlock();
+    detail::Slot slot;
+    try {
+      slot.batch = build(*indices, k, epoch);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    lock.lock();
+    if (generation != s.generation) continue;  // a cancelled epoch's batch
+    s.slots.emplace(k, std::move(slot));
+    s.ready_cv.notify_one();
+  }
+}
+
+}  // namespace lockstep::data

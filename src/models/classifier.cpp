@@ -1,0 +1,44 @@
+#include "lockstep/models/classifier.h"
+
+#include <stdexcept>
+
+#include <c10/util/Exception.h>
+
+#include "lockstep/models/mlp.h"
+#include "lockstep/models/resnet18.h"
+#include "lockstep/models/small_cnn.h"
+
+namespace lockstep::models {
+
+std::vector<std::string> model_names() {
+  return {"mlp", "cnn", "resnet18"};
+}
+
+std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape) {
+  TORCH_CHECK(shape.channels > 0 && shape.height > 0 && shape.width > 0 && shape.num_classes > 0,
+              "make_model: InputShape fields must be > 0, got channels=", shape.channels,
+              " height=", shape.height, " width=", shape.width, " num_classes=", shape.num_classes);
+  if (name == "mlp") {
+    return std::make_shared<MlpImpl>(
+        MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes));
+  }
+  if (name == "cnn") {
+    return std::make_shared<SmallCnnImpl>(
+        SmallCnnOptions().in_channels(shape.channels).num_classes(shape.num_classes));
+  }
+  if (name == "resnet18") {
+    return std::make_shared<ResNet18Impl>(
+        ResNet18Options().in_channels(shape.channels).num_classes(shape.num_classes));
+  }
+  std::string expected;
+  for (const auto& known : model_names()) expected += (expected.empty() ? "" : ", ") + known;
+  throw std::invalid_argument("unknown model '" + name + "' (expected one of: " + expected + ")");
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t total = 0;
+  for (const auto& parameter : module.parameters(/*recurse=*/true)) total += parameter.numel();
+  return total;
+}
+
+}  // namespace lockstep::models

@@ -1,0 +1,42 @@
+#include "lockstep/train/epoch_metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace lockstep::train {
+
+std::string EpochMetrics::to_json() const {
+  const nlohmann::ordered_json object = {
+      {"epoch", epoch},           {"step", step},
+      {"train_loss", train_loss}, {"val_loss", val_loss},
+      {"val_acc", val_acc},       {"epoch_s", epoch_s},
+      {"val_s", val_s},           {"samples_per_s", samples_per_s},
+      {"val_samples", val_samples}, {"train_samples", train_samples},
+      {"lr", lr},                 {"world_size", world_size},
+  };
+  return object.dump();
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "ae");
+  if (file_ == nullptr) {
+    throw std::runtime_error("cannot open metrics file '" + path + "' for appending: " + std::strerror(errno) +
+                             " (check that its directory exists, or change --metrics-file)");
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsWriter::write(const EpochMetrics& metrics) {
+  const std::string line = metrics.to_json() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    throw std::runtime_error("cannot write to metrics file '" + path_ + "': " + std::strerror(errno));
+  }
+}
+
+}  // namespace lockstep::train

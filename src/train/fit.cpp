@@ -1,0 +1,286 @@
+// The fit loop of `lockstep fit`: one rank's view. See include/lockstep/train/fit.h.
+#include "lockstep/train/fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/output-archive.h>
+
+#include "fit_data.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/loader.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/models/classifier.h"
+#include "lockstep/optim/lr_schedule.h"
+#include "lockstep/train/atomic_file.h"
+#include "lockstep/train/progress_bar.h"
+
+namespace lockstep::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Model = std::shared_ptr<models::ClassifierImpl>;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A config that contradicts the launcher that started this rank is a mistake worth stopping for:
+// Lightning likewise refuses devices=4 under an srun that started 2 tasks per node.
+void check_against_environment(const FitConfig& config, const env::Environment& environment) {
+  if (config.devices && *config.devices != environment.local_world_size) {
+    throw std::invalid_argument(
+        "--devices " + std::to_string(*config.devices) + " contradicts the environment (" +
+        env::to_string(environment.source) + " started " + std::to_string(environment.local_world_size) +
+        " rank(s) on this node): drop --devices, or start that many ranks per node");
+  }
+  if (config.num_nodes && *config.num_nodes != environment.num_nodes) {
+    throw std::invalid_argument("--num-nodes " + std::to_string(*config.num_nodes) +
+                                " contradicts the environment (" + env::to_string(environment.source) +
+                                " reports " + std::to_string(environment.num_nodes) +
+                                " node(s)): drop --num-nodes, or make them agree");
+  }
+}
+
+int threads_per_rank(const FitConfig& config, const env::Environment& environment) {
+  if (config.threads > 0) return config.threads;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, const Model& model) {
+  const double lr = config.resolved_lr();
+  if (config.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        model->parameters(),
+        torch::optim::SGDOptions(lr).momentum(config.momentum).weight_decay(config.weight_decay));
+  }
+  if (config.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(model->parameters(),
+                                                 torch::optim::AdamWOptions(lr).weight_decay(config.weight_decay));
+  }
+  return std::make_unique<torch::optim::Adam>(model->parameters(),
+                                              torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+// Validation indices of this rank: the DistributedSampler's (no shuffle) without the padding it adds
+// to make the shards equal, so that every test image counts exactly once whatever the world size.
+// Rank r's k-th index sits at position r + k * R of the padded list; positions >= size are padding.
+std::vector<int64_t> unpadded_shard(const data::DistributedSampler& sampler) {
+  std::vector<int64_t> indices = sampler.indices();
+  const int64_t rank = sampler.options().rank();
+  const int64_t replicas = sampler.options().num_replicas();
+  const int64_t size = sampler.dataset_size();
+  int64_t keep = 0;
+  while (keep < static_cast<int64_t>(indices.size()) && rank + keep * replicas < size) ++keep;
+  indices.resize(static_cast<std::size_t>(keep));
+  return indices;
+}
+
+data::LoaderOptions loader_options(const FitConfig& config, const data::TransformOptions& transform,
+                                   bool augment) {
+  return data::LoaderOptions(config.batch_size)
+      .num_workers(config.num_workers)
+      .prefetch_factor(config.prefetch_factor)
+      .persistent_workers(config.persistent_workers)
+      .transform(transform)
+      .augment(augment)
+      .seed(config.seed);
+}
+
+std::string describe_lr(const FitConfig& config) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%s lr %g %s", config.optimizer.c_str(), config.resolved_lr(),
+                config.lr_schedule.c_str());
+  return text;
+}
+
+}  // namespace
+
+FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output) {
+  config.validate();
+  check_against_environment(config, environment);
+  const bool is_main = environment.rank == 0;
+  const auto started = Clock::now();
+
+  at::set_num_threads(threads_per_rank(config, environment));
+
+  // Everything that can fail on bad input fails here, before the first collective.
+  detail::FitData data = detail::load_fit_data(config);
+  std::unique_ptr<MetricsWriter> metrics_writer;
+  if (is_main && !config.ckpt_dir.empty()) ensure_writable_dir(config.ckpt_dir);
+  if (is_main && !config.metrics_file.empty()) metrics_writer = std::make_unique<MetricsWriter>(config.metrics_file);
+
+  const models::InputShape shape{data.train->channels(), data.train->height(), data.train->width(),
+                                 /*num_classes=*/10};
+  torch::manual_seed(config.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+  Model model = models::make_model(config.model, shape);
+
+  comm::ProcessGroup group = comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment));
+  const int world = group.size();
+  const int rank = group.rank();
+  ddp::DistributedDataParallel<Model> ddp(model, group);
+  // Dropout and augmentation differ per rank, reproducibly.
+  torch::manual_seed(config.seed + 1000003ULL * static_cast<uint64_t>(rank + 1));
+
+  auto optimizer = make_optimizer(config, model);
+  data::DistributedSampler train_sampler(
+      data.train->size(), data::DistributedSamplerOptions(world, rank).shuffle(true).seed(config.seed));
+  data::DistributedSampler val_sampler(data.test->size(),
+                                       data::DistributedSamplerOptions(world, rank).shuffle(false));
+  data::Loader train_loader(data.train, loader_options(config, data.transform, config.resolved_augment()));
+  data::Loader val_loader(data.test, loader_options(config, data.transform, /*augment=*/false));
+
+  const int64_t batches_available = (train_sampler.num_samples() + config.batch_size - 1) / config.batch_size;
+  const int64_t train_batches = config.limit_train_batches.apply(batches_available);
+  const int64_t accumulate = config.accumulate_grad_batches;
+  const int64_t steps_per_epoch = (train_batches + accumulate - 1) / accumulate;
+  const int64_t total_steps = std::max<int64_t>(1, steps_per_epoch * config.max_epochs);
+  const auto warmup_steps = static_cast<int64_t>(config.warmup_epochs * static_cast<double>(steps_per_epoch));
+  const optim::LrSchedule schedule(config.resolved_lr(), optim::parse_lr_shape(config.lr_schedule), total_steps,
+                                   std::min(warmup_steps, total_steps - 1));
+
+  if (is_main) {
+    std::fprintf(output.out,
+                 "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
+                 "batch %lld, %s, %lld epoch(s), %d thread(s)/rank\n",
+                 config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), data.name.c_str(),
+                 static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()), world,
+                 static_cast<long long>(config.batch_size), describe_lr(config).c_str(),
+                 static_cast<long long>(config.max_epochs), at::get_num_threads());
+    std::fflush(output.out);
+  }
+
+  ProgressBar bar(output.out);
+  FitResult result;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < config.max_epochs; ++epoch) {
+    // ---- train ----
+    train_sampler.set_epoch(epoch);
+    train_loader.start_epoch(train_sampler.indices(), epoch);
+    model->train();
+    if (is_main && output.progress_bar) bar.start(epoch, config.max_epochs, train_batches);
+    const auto train_start = Clock::now();
+    auto loss_sum = torch::zeros({}, torch::kDouble);
+    int64_t samples = 0;
+    double lr = schedule.at(step);
+    for (int64_t b = 0; b < train_batches; ++b) {
+      std::optional<data::Batch> batch = train_loader.next();
+      TORCH_INTERNAL_ASSERT(batch.has_value(), "loader ended after ", b, " of ", train_batches, " batches");
+      const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == train_batches;
+      at::Tensor loss;
+      {
+        // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
+        std::optional<ddp::NoSyncGuard> no_sync;
+        if (!steps_now) no_sync.emplace(ddp.no_sync());
+        loss = torch::nn::functional::cross_entropy(ddp(batch->data), batch->target);
+        (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+      }
+      if (steps_now) {
+        if (config.gradient_clip_val > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), config.gradient_clip_val);
+        lr = schedule.at(step);
+        set_lr(*optimizer, lr);
+        optimizer->step();
+        optimizer->zero_grad();
+        ++step;
+      }
+      loss_sum += loss.detach();
+      samples += batch->target.size(0);
+      if (is_main && output.progress_bar) bar.update(b + 1, samples * world, loss.item<double>());
+    }
+    const double epoch_s = seconds_since(train_start);
+    if (is_main && output.progress_bar) bar.finish();
+
+    // ---- validate ----
+    const auto val_start = Clock::now();
+    model->eval();
+    auto val_totals = torch::zeros({3}, torch::kDouble);  // loss sum, correct, samples
+    {
+      torch::NoGradGuard no_grad;
+      std::vector<int64_t> shard = unpadded_shard(val_sampler);
+      const int64_t val_batches =
+          config.limit_val_batches.apply((static_cast<int64_t>(shard.size()) + config.batch_size - 1) / config.batch_size);
+      shard.resize(std::min<std::size_t>(shard.size(), static_cast<std::size_t>(val_batches * config.batch_size)));
+      val_loader.start_epoch(std::move(shard), epoch);
+      while (std::optional<data::Batch> batch = val_loader.next()) {
+        const at::Tensor logits = model->forward(batch->data);
+        val_totals[0] += torch::nn::functional::cross_entropy(
+            logits, batch->target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        val_totals[1] += logits.argmax(1).eq(batch->target).sum();
+        val_totals[2] += batch->target.size(0);
+      }
+    }
+    const double val_s = seconds_since(val_start);
+
+    // ---- reduce over ranks: sums, then the slowest rank's times ----
+    at::Tensor sums = torch::stack({loss_sum, torch::scalar_tensor(static_cast<double>(train_batches), torch::kDouble),
+                                    torch::scalar_tensor(static_cast<double>(samples), torch::kDouble), val_totals[0],
+                                    val_totals[1], val_totals[2]});
+    group.all_reduce(sums).wait();
+    at::Tensor times = torch::tensor({epoch_s, val_s}, torch::kDouble);
+    group.all_reduce(times, comm::ReduceOp::kMax).wait();
+    const auto s = sums.accessor<double, 1>();
+    const auto t = times.accessor<double, 1>();
+
+    EpochMetrics m;
+    m.epoch = epoch;
+    m.step = step;
+    m.train_loss = s[0] / s[1];
+    m.train_samples = static_cast<int64_t>(s[2]);
+    m.val_samples = static_cast<int64_t>(s[5]);
+    m.val_loss = m.val_samples > 0 ? s[3] / s[5] : 0.0;
+    m.val_acc = m.val_samples > 0 ? s[4] / s[5] : 0.0;
+    m.epoch_s = t[0];
+    m.val_s = t[1];
+    m.samples_per_s = t[0] > 0 ? s[2] / t[0] : 0.0;
+    m.lr = lr;
+    m.world_size = world;
+    result.epochs.push_back(m);
+    if (is_main) {
+      std::fprintf(output.out,
+                   "epoch %lld/%lld  train_loss %.4f  val_loss %.4f  val_acc %.4f  train %.2f s  val %.2f s  "
+                   "%.0f samples/s\n",
+                   static_cast<long long>(epoch + 1), static_cast<long long>(config.max_epochs), m.train_loss,
+                   m.val_loss, m.val_acc, m.epoch_s, m.val_s, m.samples_per_s);
+      std::fflush(output.out);
+      if (metrics_writer) metrics_writer->write(m);
+    }
+  }
+
+  if (!config.ckpt_dir.empty()) {
+    result.weights_path = (std::filesystem::path(config.ckpt_dir) / "final.pt").string();
+    if (is_main) {
+      write_atomically(result.weights_path, [&](const std::string& tmp) {
+        torch::serialize::OutputArchive archive;
+        model->save(archive);
+        archive.save_to(tmp);
+      });
+    }
+  }
+  group.shutdown();
+  if (is_main) {
+    const EpochMetrics& last = result.epochs.back();
+    std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n", last.val_acc,
+                 static_cast<long long>(last.val_samples), world, seconds_since(started));
+    if (!result.weights_path.empty()) std::fprintf(output.out, "weights: %s\n", result.weights_path.c_str());
+    std::fflush(output.out);
+  }
+  return result;
+}
+
+}  // namespace lockstep::train

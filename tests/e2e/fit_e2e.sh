@@ -1,0 +1,100 @@
+#!/bin/bash
+# End-to-end checks of `lockstep fit` with real processes.
+# Usage: fit_e2e.sh CASE LOCKSTEP PYTHON3
+#   CASE: fashion_1rank | fashion_2ranks | synthetic_worlds | under_run | devices_mismatch | bad_flags |
+#         missing_data
+set -u
+case_name=$1 lockstep=$2 python=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "fit_e2e[$case_name]: $*" >&2; exit 1; }
+
+# check_metrics FILE EPOCHS WORLD TRAIN_SAMPLES VAL_SAMPLES MIN_ACC
+check_metrics() {
+  "$python" - "$@" <<'PY' || exit 1
+import json, sys
+path, epochs, world, train_samples, val_samples, min_acc = sys.argv[1], *map(int, sys.argv[2:6]), float(sys.argv[6])
+lines = [json.loads(l) for l in open(path)]
+assert len(lines) == epochs, f"{len(lines)} metrics lines, expected {epochs}"
+keys = {"epoch", "step", "train_loss", "val_loss", "val_acc", "epoch_s", "val_s", "samples_per_s"}
+for i, m in enumerate(lines):
+    assert keys <= m.keys(), f"missing keys {keys - m.keys()}"
+    assert m["epoch"] == i, m
+    assert m["world_size"] == world, m
+    assert m["train_samples"] == train_samples, (m["train_samples"], train_samples)
+    assert m["val_samples"] == val_samples, (m["val_samples"], val_samples)
+    correct = m["val_acc"] * m["val_samples"]
+    assert abs(correct - round(correct)) < 1e-6, f"val_acc {m['val_acc']} is not a count over {val_samples}"
+    assert m["epoch_s"] > 0 and m["samples_per_s"] > 0 and m["val_s"] >= 0, m
+    assert abs(m["samples_per_s"] - train_samples / m["epoch_s"]) < 1e-6 * m["samples_per_s"], m
+assert lines[-1]["val_acc"] >= min_acc, f"final val_acc {lines[-1]['val_acc']} < {min_acc}"
+assert lines[-1]["train_loss"] < lines[0]["train_loss"] or len(lines) == 1, "training loss did not fall"
+print(f"metrics ok: {len(lines)} epochs, final val_acc {lines[-1]['val_acc']}")
+PY
+}
+
+# expect_failure STATUS PATTERN -- CMD...: CMD must exit with STATUS and print PATTERN on stderr.
+expect_failure() {
+  local want=$1 pattern=$2
+  shift 3
+  "$@" >"$work/out" 2>"$work/err"
+  local status=$?
+  cat "$work/out" "$work/err"
+  [ "$status" -eq "$want" ] || fail "exit status $status, expected $want: $*"
+  grep -Fq -- "$pattern" "$work/err" || fail "stderr lacks '$pattern': $*"
+}
+
+case $case_name in
+fashion_1rank | fashion_2ranks)
+  world=1
+  [ "$case_name" = fashion_2ranks ] && world=2
+  "$lockstep" fit --devices "$world" --model mlp --max-epochs 2 --limit-train-batches 60 \
+    --metrics-file "$work/m.jsonl" --ckpt-dir "$work/ckpt" >"$work/out" 2>&1 || { cat "$work/out"; fail "fit failed"; }
+  cat "$work/out"
+  grep -Eq "^epoch 2/2  train_loss [0-9.]+  val_loss [0-9.]+  val_acc 0\.[0-9]+" "$work/out" || fail "no epoch line"
+  grep -Eq "^final val_acc 0\.[0-9]+ over 10000 test images \($world rank" "$work/out" || fail "no final line"
+  grep -q "^\[rank" "$work/out" && fail "rank 0's output should not be prefixed under lockstep fit"
+  check_metrics "$work/m.jsonl" 2 "$world" $((60 * 64 * world)) 10000 0.6
+  [ -s "$work/ckpt/final.pt" ] || fail "no final weights"
+  [ "$(ls -A "$work/ckpt")" = final.pt ] || fail "leftovers in the checkpoint dir: $(ls -A "$work/ckpt")"
+  ;;
+synthetic_worlds)
+  # 250 test images do not split evenly over 2 or 3 ranks: the sampler pads, validation must not count twice.
+  for world in 1 2 3; do
+    "$lockstep" fit --devices "$world" --data synthetic --synthetic-size 1000 --model mlp --max-epochs 2 \
+      --batch-size 16 --metrics-file "$work/m$world.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "world $world failed"; }
+    per_rank=$(( (1000 + world - 1) / world ))
+    check_metrics "$work/m$world.jsonl" 2 "$world" $((per_rank * world)) 250 0.5
+  done
+  ;;
+under_run)
+  # One rank per process of a surrounding launcher, as under srun or torchrun.
+  "$lockstep" run --nproc-per-node 2 --standalone -- "$lockstep" fit --data synthetic --synthetic-size 512 \
+    --max-epochs 1 --metrics-file "$work/m.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "fit under run failed"; }
+  cat "$work/out"
+  grep -Eq "^\[rank 0\] final val_acc" "$work/out" || fail "no final line from rank 0"
+  check_metrics "$work/m.jsonl" 1 2 512 128 0.3
+  ;;
+devices_mismatch)
+  expect_failure 1 "--devices 3 contradicts the environment" -- \
+    "$lockstep" run --nproc-per-node 2 --standalone -- "$lockstep" fit --devices 3 --data synthetic --max-epochs 1
+  ;;
+bad_flags)
+  expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18)" -- "$lockstep" fit --model nope
+  expect_failure 2 "--limit-train-batches '1.5' is not a batch count" -- "$lockstep" fit --limit-train-batches 1.5
+  expect_failure 2 "--precision bf16-mixed is not supported" -- "$lockstep" fit --precision bf16-mixed
+  expect_failure 2 "--max-epochs must be >= 1, got 0" -- "$lockstep" fit --max-epochs 0
+  expect_failure 2 "--data mnist needs --data-dir" -- "$lockstep" fit --data mnist
+  expect_failure 2 "--num-nodes 2 needs one launcher per node" -- "$lockstep" fit --num-nodes 2
+  ;;
+missing_data)
+  expect_failure 1 "$work/nowhere" -- "$lockstep" fit --data mnist --data-dir "$work/nowhere" --ckpt-dir "$work/ckpt" \
+    --metrics-file "$work/m.jsonl"
+  [ ! -e "$work/ckpt/final.pt" ] || fail "weights written although the data was missing"
+  [ ! -s "$work/m.jsonl" ] || fail "metrics written although the data was missing"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "fit_e2e[$case_name]: ok"

@@ -1,0 +1,212 @@
+// Unit tests of the train layer's pieces that need no ranks: the fit config and its validation, batch
+// limits, the LR schedule, atomic files and the metrics writer. (The fit loop itself runs end to end
+// with real ranks in tests/e2e/fit_e2e.sh.)
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "lockstep/optim/lr_schedule.h"
+#include "lockstep/train/atomic_file.h"
+#include "lockstep/train/epoch_metrics.h"
+#include "lockstep/train/fit_config.h"
+
+namespace fs = std::filesystem;
+using lockstep::optim::LrSchedule;
+using lockstep::optim::LrShape;
+using lockstep::train::BatchLimit;
+using lockstep::train::FitConfig;
+
+namespace {
+
+std::string error_of(const FitConfig& config) {
+  try {
+    config.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("lockstep-train-test-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST(FitConfigTest, DefaultsAreValidAndResolve) {
+  FitConfig config;
+  EXPECT_EQ(error_of(config), "");
+  EXPECT_EQ(config.resolved_data_dir(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_DOUBLE_EQ(config.resolved_lr(), 1e-3);
+  EXPECT_FALSE(config.resolved_augment());
+  config.optimizer = "sgd";
+  EXPECT_DOUBLE_EQ(config.resolved_lr(), 0.05);
+  config.data = "cifar10";
+  config.data_dir = "/x";
+  EXPECT_TRUE(config.resolved_augment());
+  config.augment = false;
+  EXPECT_FALSE(config.resolved_augment());
+}
+
+TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
+  FitConfig config;
+  config.model = "vgg";
+  EXPECT_EQ(error_of(config), "--model 'vgg' is not known (expected one of: mlp, cnn, resnet18)");
+  config = FitConfig();
+  config.data = "imagenet";
+  EXPECT_EQ(error_of(config), "--data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
+  config = FitConfig();
+  config.batch_size = 0;
+  EXPECT_EQ(error_of(config), "--batch-size must be >= 1, got 0");
+  config = FitConfig();
+  config.lr = -1.0;
+  EXPECT_NE(error_of(config).find("--lr must be a positive number"), std::string::npos);
+  config = FitConfig();
+  config.backend = "shm";
+  EXPECT_NE(error_of(config).find("use --backend auto or gloo"), std::string::npos);
+  config = FitConfig();
+  config.precision = "16-mixed";
+  EXPECT_NE(error_of(config).find("use --precision 32"), std::string::npos);
+  config = FitConfig();
+  config.devices = 0;
+  EXPECT_EQ(error_of(config), "--devices must be >= 1, got 0");
+  config = FitConfig();
+  config.warmup_epochs = 11;
+  EXPECT_NE(error_of(config).find("--warmup-epochs must be in [0, --max-epochs]"), std::string::npos);
+  config = FitConfig();
+  config.data = "synthetic";
+  config.data_dir = "/tmp";
+  EXPECT_NE(error_of(config).find("--data-dir is meaningless"), std::string::npos);
+  config = FitConfig();
+  config.data = "cifar10";
+  EXPECT_NE(error_of(config).find("--data cifar10 needs --data-dir"), std::string::npos);
+}
+
+TEST(BatchLimitTest, CountsAndFractions) {
+  const BatchLimit all = BatchLimit::parse("--limit-train-batches", "1.0");
+  EXPECT_EQ(all.apply(469), 469);
+  EXPECT_EQ(BatchLimit::parse("--x", "0.25").apply(469), 117);  // floor, as Lightning
+  EXPECT_EQ(BatchLimit::parse("--x", "0.0001").apply(469), 1);   // never zero batches of a non-empty epoch
+  EXPECT_EQ(BatchLimit::parse("--x", "50").apply(469), 50);
+  EXPECT_EQ(BatchLimit::parse("--x", "5000").apply(469), 469);
+  EXPECT_EQ(BatchLimit::parse("--x", "50").apply(0), 0);
+  for (const char* bad : {"0", "-3", "1.5", "0.0", "abc", "", "2x", "1e9"}) {
+    try {
+      BatchLimit::parse("--limit-val-batches", bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--limit-val-batches '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(LrScheduleTest, ConstantCosineAndWarmup) {
+  const LrSchedule constant(0.1, LrShape::kConstant, 100);
+  EXPECT_DOUBLE_EQ(constant.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(constant.at(99), 0.1);
+
+  const LrSchedule cosine(0.1, LrShape::kCosine, 100);
+  EXPECT_DOUBLE_EQ(cosine.at(0), 0.1);
+  EXPECT_NEAR(cosine.at(50), 0.05, 1e-12);  // halfway: half the rate
+  EXPECT_NEAR(cosine.at(99), 0.1 * 0.5 * (1 + std::cos(M_PI * 99 / 100)), 1e-15);
+  EXPECT_GT(cosine.at(99), 0.0);
+  EXPECT_DOUBLE_EQ(cosine.at(1000), cosine.at(99));  // beyond the end: the last value
+  for (int s = 1; s < 100; ++s) EXPECT_LT(cosine.at(s), cosine.at(s - 1)) << s;
+
+  const LrSchedule warm(0.1, LrShape::kCosine, 110, /*warmup_steps=*/10);
+  EXPECT_NEAR(warm.at(0), 0.01, 1e-15);
+  EXPECT_NEAR(warm.at(9), 0.1, 1e-15);
+  EXPECT_DOUBLE_EQ(warm.at(10), 0.1);  // cosine starts after warmup
+  EXPECT_NEAR(warm.at(60), 0.05, 1e-12);
+
+  EXPECT_THROW(LrSchedule(0.0, LrShape::kCosine, 10), std::invalid_argument);
+  EXPECT_THROW(LrSchedule(0.1, LrShape::kCosine, 0), std::invalid_argument);
+  EXPECT_THROW(lockstep::optim::parse_lr_shape("step"), std::invalid_argument);
+  EXPECT_EQ(lockstep::optim::parse_lr_shape("cosine"), LrShape::kCosine);
+}
+
+TEST(AtomicFileTest, ReplacesWholeOrNotAtAll) {
+  TempDir dir;
+  const fs::path target = dir.path / "final.pt";
+  lockstep::train::write_atomically(target.string(), [](const std::string& tmp) { std::ofstream(tmp) << "first"; });
+  EXPECT_EQ(read_all(target), "first");
+
+  // A writer that fails half-way leaves the old file and no temporary behind.
+  EXPECT_THROW(lockstep::train::write_atomically(target.string(),
+                                                 [](const std::string& tmp) {
+                                                   std::ofstream(tmp) << "half";
+                                                   throw std::runtime_error("disk full");
+                                                 }),
+               std::runtime_error);
+  EXPECT_EQ(read_all(target), "first");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+
+  lockstep::train::write_atomically(target.string(), [](const std::string& tmp) { std::ofstream(tmp) << "second"; });
+  EXPECT_EQ(read_all(target), "second");
+}
+
+TEST(AtomicFileTest, EnsureWritableDirCreatesOrExplains) {
+  TempDir dir;
+  const fs::path nested = dir.path / "a" / "b";
+  lockstep::train::ensure_writable_dir(nested.string());
+  EXPECT_TRUE(fs::is_directory(nested));
+  EXPECT_TRUE(fs::is_empty(nested));  // the probe file is gone
+  std::ofstream(dir.path / "file") << "x";
+  try {
+    lockstep::train::ensure_writable_dir((dir.path / "file" / "sub").string());
+    ADD_FAILURE() << "a directory under a file was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find((dir.path / "file" / "sub").string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--ckpt-dir"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MetricsWriterTest, AppendsOneJsonObjectPerEpoch) {
+  TempDir dir;
+  const fs::path path = dir.path / "m.jsonl";
+  lockstep::train::EpochMetrics m;
+  m.epoch = 0;
+  m.step = 469;
+  m.val_acc = 0.8512;
+  m.world_size = 2;
+  {
+    lockstep::train::MetricsWriter writer(path.string());
+    writer.write(m);
+    m.epoch = 1;
+    writer.write(m);
+  }
+  lockstep::train::MetricsWriter(path.string()).write(m);  // appends, never truncates
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    const auto json = nlohmann::json::parse(line);
+    for (const char* key : {"epoch", "step", "train_loss", "val_loss", "val_acc", "epoch_s", "val_s", "samples_per_s"}) {
+      EXPECT_TRUE(json.contains(key)) << key;
+    }
+    EXPECT_EQ(json["val_acc"].get<double>(), 0.8512);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+  try {
+    lockstep::train::MetricsWriter((dir.path / "missing" / "m.jsonl").string());
+    ADD_FAILURE() << "opened a file in a missing directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing/m.jsonl"), std::string::npos) << e.what();
+  }
+}

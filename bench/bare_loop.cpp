@@ -1,0 +1,91 @@
+// The bare LibTorch training loop that W1 compares `lockstep fit` against: one process, no process group,
+// no DDP, no loader threads. Fashion-MNIST is loaded once and normalised once into a float tensor held in
+// memory; each epoch shuffles with torch::randperm and gathers batches with index_select.
+//
+//   build/bench/bare_loop [--data-dir DIR] [--epochs N] [--batch-size B] [--threads T] [--seed S]
+//                         [--limit-train-batches N]
+//
+// Prints one JSON line per epoch: {"epoch", "train_loss", "epoch_s", "samples_per_s", "steps"}.
+// epoch_s is the wall time of the training part only (shuffle + gather + forward/backward/step).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adam.h>
+#include <torch/torch.h>
+
+#include "lockstep/data/idx_dataset.h"
+#include "lockstep/models/mlp.h"
+
+int main(int argc, char** argv) {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 3;
+  int64_t batch = 64;
+  int threads = 1;
+  uint64_t seed = 0;
+  int64_t limit = 0;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--data-dir")) data_dir = next("--data-dir");
+    else if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(next("--epochs"));
+    else if (!std::strcmp(argv[i], "--batch-size")) batch = std::atoll(next("--batch-size"));
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next("--threads"));
+    else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(next("--seed"), nullptr, 10);
+    else if (!std::strcmp(argv[i], "--limit-train-batches")) limit = std::atoll(next("--limit-train-batches"));
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  at::set_num_threads(threads);
+  torch::manual_seed(seed);
+
+  auto train = lockstep::data::IdxDataset::from_dir(data_dir, lockstep::data::Split::kTrain);
+  // Same normalisation as lockstep fit and the peer: x / 255, then (x - 0.2860) / 0.3530, in float32.
+  at::Tensor images = ((train.images().to(at::kFloat) / 255.0f) - 0.2860f) / 0.3530f;
+  at::Tensor labels = train.labels();
+  const int64_t n = train.size();
+
+  lockstep::models::Mlp model;
+  model->train();
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+
+  int64_t steps_per_epoch = n / batch + (n % batch ? 1 : 0);  // last partial batch kept, like fit
+  if (limit > 0 && limit < steps_per_epoch) steps_per_epoch = limit;
+
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    const auto start = std::chrono::steady_clock::now();
+    at::Tensor perm = torch::randperm(n, at::TensorOptions().dtype(at::kLong));
+    double loss_sum = 0.0;
+    int64_t samples = 0;
+    for (int64_t s = 0; s < steps_per_epoch; ++s) {
+      const int64_t begin = s * batch;
+      const int64_t end = std::min(n, begin + batch);
+      at::Tensor idx = perm.slice(0, begin, end);
+      at::Tensor x = images.index_select(0, idx);
+      at::Tensor y = labels.index_select(0, idx);
+      optimizer.zero_grad();
+      at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      loss.backward();
+      optimizer.step();
+      loss_sum += loss.item<double>();
+      samples += end - begin;
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("{\"epoch\": %d, \"train_loss\": %.6f, \"epoch_s\": %.4f, \"samples_per_s\": %.1f, \"steps\": %lld}\n",
+                epoch, loss_sum / static_cast<double>(steps_per_epoch), secs, static_cast<double>(samples) / secs,
+                static_cast<long long>(steps_per_epoch));
+    std::fflush(stdout);
+  }
+  return 0;
+}

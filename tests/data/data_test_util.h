@@ -2,17 +2,32 @@
 
 // Helpers shared by the data layer's tests: a temporary directory and writers for the on-disk formats.
 
+#include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace lockstep::data::testing {
+
+/// Runs fn and expects an E whose message contains every one of `parts`.
+template <typename E>
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an exception mentioning '" << parts.front() << "'";
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
+  }
+}
 
 /// A fresh directory under the system temp dir, removed with everything in it on destruction.
 class TempDir {

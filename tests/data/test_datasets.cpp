@@ -25,18 +25,7 @@ using testing::TempDir;
 using testing::write_gz;
 using testing::write_plain;
 
-// Runs fn, expects an E whose message contains every one of `parts`.
-template <typename E>
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception mentioning '" << parts.front() << "'";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
-  }
-}
+using testing::expect_error;
 
 // n images of h x w where pixel j of image i is (i * 7 + j) % 256, and labels i % 10.
 struct IdxPair {

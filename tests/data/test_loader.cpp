@@ -15,6 +15,7 @@
 
 #include "lockstep/data/loader.h"
 #include "lockstep/data/synthetic_dataset.h"
+#include "data_test_util.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/data/transforms.h"
 
@@ -23,17 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-template <typename E>
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an exception mentioning '" << parts.front() << "'";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' not in: " << what;
-  }
-}
+using testing::expect_error;
 
 // torchvision's ToTensor + Normalize, in float32 tensor ops.
 at::Tensor reference_normalize(const at::Tensor& u8, const std::vector<double>& mean,

@@ -1,28 +1,44 @@
-// All-reduce latency and bandwidth, one rank of it per process under `lockstep run`:
+// lockstep-bench-allreduce: all-reduce latency and bandwidth, one rank per process. `lockstep bench
+// allreduce` starts it (see `lockstep bench allreduce --help` for the flags); it also runs under any
+// torchrun-style launcher with the same flags:
 //
-//   build/lockstep run --nproc-per-node 2 --standalone -- build/bench/allreduce_bench [--iters N]
-//       [--max-size 64M] [--json FILE]
+//   build/lockstep bench allreduce [--nproc 2] [--backend auto|gloo|shm|...] [--max-size 64M] ...
+//   build/lockstep run --nproc-per-node 2 --standalone -- build/lockstep-bench-allreduce [flags]
 //
-// For each size (4 KiB .. 64 MiB of float32, sum) it times two paths over the same Gloo group:
-//   lockstep : lockstep::comm::ProcessGroup::all_reduce(t).wait()  (sequence numbers, timeout, CommError)
-//   raw c10d : group.native()->allreduce({t})->wait()               (the baseline: LibTorch's own call)
+// For each size (--min-size .. --max-size of float32, sum, each --factor times the previous) it times
+// two paths in the same run:
+//   lockstep : lockstep::comm::ProcessGroup::all_reduce(t).wait() with --backend (sequence numbers,
+//              timeout, CommError)
+//   baseline : raw c10d ProcessGroupGloo: native->allreduce({t})->wait(), LibTorch's own call. With
+//              --backend gloo, over the same group; otherwise over a second, Gloo group whose rendezvous
+//              goes through the first group's store (PrefixStore "baseline": no second port).
 // Each path runs warm-up iterations, then timed ones (fewer for big sizes) in up to 5 alternating rounds
-// (lockstep, raw, lockstep, ...) with a barrier before each; a size's latency is the maximum over ranks
-// of each rank's mean (--json also records the median).
+// (lockstep, baseline, lockstep, ...) with a barrier before each, so that a drift of the machine hits both
+// paths alike; a size's latency is the maximum over ranks of each rank's mean (--json also records the
+// median). Bookkeeping collectives (barriers, the reduction of the timings) use the Gloo group.
 // Bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (the bytes each
 // rank's link carries in a ring all-reduce, so it is comparable across world sizes).
+//
+// Exit status: 0; 1 when a rank fails; 2 for bad flags. With --check-flags the program only checks the
+// flags (sizes, the backend name as this LibTorch's lockstep parses it, that --json can be written) and
+// exits 0 or 2 without joining any group: the CLI runs that once before it starts the ranks.
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "lockstep/comm/process_group.h"
@@ -30,56 +46,134 @@
 
 namespace {
 
-struct Args {
-  int iters = 50;                 // timed iterations for sizes up to 1 MiB
-  int64_t max_size = 64LL << 20;  // bytes
-  std::string json;
+namespace comm = lockstep::comm;
+
+constexpr const char* kName = "lockstep bench allreduce";
+constexpr int64_t kMaxBytes = 1LL << 40;
+
+// A bad flag: printed as "lockstep bench allreduce: <message>", exit status 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
 };
 
-int64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  const long long value = std::stoll(text, &used);
-  std::string unit = text.substr(used);
+struct Args {
+  std::string backend_name = "auto";
+  comm::Backend backend = comm::Backend::kGloo;  // parse_backend(backend_name), set by parse_args
+  int64_t min_size = 4LL << 10;                  // bytes
+  int64_t max_size = 64LL << 20;                 // bytes
+  int factor = 4;
+  int iters = 50;  // timed iterations per path for sizes up to 1 MiB
+  std::string json;
+  bool check_flags = false;
+};
+
+int parse_int(const std::string& flag, const std::string& text, int minimum) {
+  const bool digits =
+      !text.empty() && text.size() <= 9 && text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits) throw UsageError(flag + " '" + text + "' is not a whole number");
+  const int value = std::stoi(text);
+  if (value < minimum) throw UsageError(flag + " must be >= " + std::to_string(minimum) + ", got " + text);
+  return value;
+}
+
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  const size_t digits = std::min(text.find_first_not_of("0123456789"), text.size());
+  std::string unit = text.substr(digits);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  int64_t scale = 1;
-  if (unit.empty() || unit == "B")
-    scale = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB")
-    scale = 1LL << 10;
-  else if (unit == "M" || unit == "MB" || unit == "MIB")
-    scale = 1LL << 20;
-  else if (unit == "G" || unit == "GB" || unit == "GIB")
-    scale = 1LL << 30;
-  else
-    throw std::invalid_argument("--max-size: unknown unit '" + unit + "' in '" + text + "' (use B, K, M, G)");
-  if (value <= 0) throw std::invalid_argument("--max-size must be > 0, got '" + text + "'");
-  return value * scale;
+  int64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "K" || unit == "KB" || unit == "KIB") scale = 1LL << 10;
+  if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1LL << 20;
+  if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1LL << 30;
+  if (digits == 0 || digits > 13 || scale == 0) {
+    throw UsageError(flag + " '" + text +
+                     "' is not a size (expected a byte count with an optional unit B, K, M or G, e.g. 64M)");
+  }
+  const int64_t bytes = std::stoll(text.substr(0, digits)) * scale;
+  if (bytes <= 0 || bytes % 4 != 0) {
+    throw UsageError(flag + " " + text + " is not a positive multiple of 4 bytes (float32 elements)");
+  }
+  if (bytes > kMaxBytes) throw UsageError(flag + " " + text + " is above the limit of 1024G");
+  return bytes;
 }
 
 Args parse_args(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument("flag " + flag + " needs a value");
-    const std::string value = argv[++i];
-    if (flag == "--iters")
-      args.iters = std::stoi(value);
-    else if (flag == "--max-size")
-      args.max_size = parse_size(value);
-    else if (flag == "--json")
+    std::string flag = argv[i];
+    if (flag == "--check-flags") {
+      args.check_flags = true;
+      continue;
+    }
+    if (flag == "--help" || flag == "-h") {
+      throw UsageError(
+          "this program is one rank of `lockstep bench allreduce`: see `lockstep bench allreduce --help`");
+    }
+    std::string value;
+    if (const auto eq = flag.find('='); eq != std::string::npos && flag.rfind("--", 0) == 0) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw UsageError(flag + " needs a value");
+    }
+    if (flag == "--backend") {
+      args.backend_name = value;
+    } else if (flag == "--min-size") {
+      args.min_size = parse_size(flag, value);
+    } else if (flag == "--max-size") {
+      args.max_size = parse_size(flag, value);
+    } else if (flag == "--factor") {
+      args.factor = parse_int(flag, value, 2);
+    } else if (flag == "--iters") {
+      args.iters = parse_int(flag, value, 1);
+    } else if (flag == "--json") {
       args.json = value;
-    else
-      throw std::invalid_argument("unknown flag " + flag +
-                                  " (expected --iters N, --max-size BYTES[K|M], --json FILE)");
+    } else {
+      throw UsageError(
+          "unknown flag " + flag +
+          " (expected --backend, --min-size, --max-size, --factor, --iters, --json, --check-flags)");
+    }
   }
-  if (args.iters < 1) throw std::invalid_argument("--iters must be >= 1, got " + std::to_string(args.iters));
+  if (args.min_size > args.max_size) {
+    throw UsageError("--min-size (" + std::to_string(args.min_size) + " bytes) is larger than --max-size (" +
+                     std::to_string(args.max_size) + " bytes)");
+  }
+  try {
+    args.backend = comm::parse_backend(args.backend_name);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--backend: ") + e.what());
+  }
+  if (args.backend == comm::Backend::kNccl) {
+    throw UsageError(
+        "--backend nccl: this benchmark all-reduces CPU tensors, which NCCL cannot "
+        "(use --backend gloo, or another CPU backend)");
+  }
   return args;
 }
 
+// Opens --json for writing; `append` leaves an existing file as it is (the flag check).
+std::FILE* open_json(const std::string& path, bool append) {
+  std::FILE* file = std::fopen(path.c_str(), append ? "a" : "w");
+  if (file == nullptr) {
+    throw UsageError("--json " + path + ": cannot open it for writing (" + std::strerror(errno) + ")");
+  }
+  return file;
+}
+
 std::string human(int64_t bytes) {
-  if (bytes >= (1LL << 20)) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (1LL << 10)) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
+  char text[32];
+  if (bytes >= (1LL << 30) && bytes % (1LL << 30) == 0) {
+    std::snprintf(text, sizeof text, "%lld GiB", static_cast<long long>(bytes >> 30));
+  } else if (bytes >= (1LL << 20) && bytes % (1LL << 20) == 0) {
+    std::snprintf(text, sizeof text, "%lld MiB", static_cast<long long>(bytes >> 20));
+  } else if (bytes >= (1LL << 10) && bytes % (1LL << 10) == 0) {
+    std::snprintf(text, sizeof text, "%lld KiB", static_cast<long long>(bytes >> 10));
+  } else {
+    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  }
+  return text;
 }
 
 // Per-call seconds of two ops timed in alternating rounds (A's round, then B's, `rounds` times), so that
@@ -121,87 +215,134 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Both paths must agree before anything is timed.
+void check_sum(comm::ProcessGroup& group, const c10::intrusive_ptr<c10d::ProcessGroup>& baseline) {
+  const int world = group.size();
+  auto a = at::full({1024}, static_cast<float>(group.rank() + 1));
+  auto b = a.clone();
+  group.all_reduce(a).wait();
+  std::vector<at::Tensor> bs{b};
+  baseline->allreduce(bs)->wait();
+  const float expected = world * (world + 1) / 2.0f;
+  if (!a.eq(expected).all().item<bool>() || !b.eq(expected).all().item<bool>()) {
+    throw std::runtime_error("all_reduce check failed: expected every element to be " +
+                             std::to_string(expected) + ", got " + std::to_string(a[0].item<float>()) +
+                             " (lockstep) and " + std::to_string(b[0].item<float>()) + " (baseline)");
+  }
+}
+
+int run(const Args& args) {
+  const auto environment = lockstep::env::from_env();
+  const bool printer = environment.rank == 0;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> json(
+      printer && !args.json.empty() ? open_json(args.json, /*append=*/false) : nullptr, &std::fclose);
+
+  auto group = comm::init_process_group(
+      comm::ProcessGroupOptions::from_environment(environment).backend(args.backend));
+  // init_process_group resolves kAuto; group.backend() is what it chose.
+  const comm::Backend backend = group.backend();
+  if (backend == comm::Backend::kNccl) {
+    throw std::runtime_error("--backend " + args.backend_name +
+                             " chose nccl, but this benchmark all-reduces CPU tensors: pass --backend gloo "
+                             "(or another CPU backend)");
+  }
+  std::optional<comm::ProcessGroup> gloo_group;
+  if (backend != comm::Backend::kGloo) {
+    // The baseline's own Gloo group, rendezvoused through the first group's store (no second port).
+    auto options = comm::ProcessGroupOptions::from_environment(environment)
+                       .backend(comm::Backend::kGloo)
+                       .store(c10::make_intrusive<c10d::PrefixStore>("baseline", group.store()));
+    gloo_group = comm::init_process_group(options);
+  }
+  comm::ProcessGroup& gloo = gloo_group ? *gloo_group : group;
+  const auto& baseline = gloo.native();
+  const int world = group.size();
+  check_sum(group, baseline);
+
+  const char* backend_name = comm::to_string(backend);
+  const std::string chosen = args.backend_name == backend_name ? "" : ", from " + args.backend_name;
+  const std::string baseline_name = gloo_group ? "c10d gloo" : "c10d gloo (same group)";
+  if (printer) {
+    std::printf("all_reduce sum float32, %d rank(s); lockstep: ProcessGroup (%s%s); baseline: raw %s\n",
+                world, backend_name, chosen.c_str(), baseline_name.c_str());
+    std::printf("| %9s | %5s | %12s | %10s | %10s | %12s | %10s | %10s | %6s |\n", "size", "iters",
+                "lockstep us", "algbw GB/s", "busbw GB/s", "baseline us", "algbw GB/s", "busbw GB/s",
+                "ratio");
+    std::printf("|%s:|%s:|%s:|%s:|%s:|%s:|%s:|%s:|%s:|\n", std::string(10, '-').c_str(),
+                std::string(6, '-').c_str(), std::string(13, '-').c_str(), std::string(11, '-').c_str(),
+                std::string(11, '-').c_str(), std::string(13, '-').c_str(), std::string(11, '-').c_str(),
+                std::string(11, '-').c_str(), std::string(7, '-').c_str());
+    std::fflush(stdout);
+  }
+  const double bus_factor = 2.0 * (world - 1) / world;
+  for (int64_t bytes = args.min_size; bytes <= args.max_size;) {
+    // Zeros stay zeros under repeated sums (no overflow to inf over the iterations).
+    auto tensor = at::zeros({bytes / static_cast<int64_t>(sizeof(float))}, at::kFloat);
+    std::vector<at::Tensor> tensors{tensor};
+    const int iters =
+        bytes <= (1LL << 20)
+            ? args.iters
+            : std::min(args.iters, std::max(5, static_cast<int>(args.iters * (1LL << 20) / bytes)));
+    const int warmup = std::max(2, iters / 10);
+    const auto timings = time_alternating([&] { group.all_reduce(tensor).wait(); },
+                                          [&] { baseline->allreduce(tensors)->wait(); },
+                                          [&] { gloo.barrier(); }, warmup, iters, std::min(iters, 5));
+    // The slowest rank's mean (and median) is the collective's latency.
+    auto stats =
+        at::tensor({mean(timings.a), mean(timings.b), median(timings.a), median(timings.b)}, at::kDouble);
+    gloo.all_reduce(stats, comm::ReduceOp::kMax).wait();
+    const auto s = stats.accessor<double, 1>();
+    if (printer) {
+      const double algbw = bytes / s[0] / 1e9;
+      const double base_algbw = bytes / s[1] / 1e9;
+      const double ratio = s[0] / s[1];
+      std::printf("| %9s | %5d | %12.1f | %10.3f | %10.3f | %12.1f | %10.3f | %10.3f | %6.3f |\n",
+                  human(bytes).c_str(), iters, s[0] * 1e6, algbw, algbw * bus_factor, s[1] * 1e6, base_algbw,
+                  base_algbw * bus_factor, ratio);
+      std::fflush(stdout);
+      if (json) {
+        std::fprintf(json.get(),
+                     "{\"bytes\": %lld, \"world_size\": %d, \"backend\": \"%s\", \"baseline\": \"%s\", "
+                     "\"iters\": %d, \"lockstep_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+                     "\"raw_c10d_us\": %.3f, \"raw_algbw_gbps\": %.4f, \"raw_busbw_gbps\": %.4f, "
+                     "\"ratio\": %.4f, \"lockstep_p50_us\": %.3f, \"raw_c10d_p50_us\": %.3f}\n",
+                     static_cast<long long>(bytes), world, backend_name, baseline_name.c_str(), iters,
+                     s[0] * 1e6, algbw, algbw * bus_factor, s[1] * 1e6, base_algbw, base_algbw * bus_factor,
+                     ratio, s[2] * 1e6, s[3] * 1e6);
+      }
+    }
+    if (bytes > args.max_size / args.factor) break;
+    bytes *= args.factor;
+  }
+  if (printer) {
+    std::printf(
+        "latency: the slowest rank's mean per call; algbw = size / latency; busbw = algbw * 2(n-1)/n;\n"
+        "ratio = lockstep latency / baseline latency (below 1: lockstep is faster)\n");
+    std::fflush(stdout);
+  }
+  if (gloo_group) gloo_group->shutdown();
+  group.shutdown();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args args;
   try {
-    const Args args = parse_args(argc, argv);
-    const auto environment = lockstep::env::from_env();
-    auto group = lockstep::comm::init_process_group(
-        lockstep::comm::ProcessGroupOptions::from_environment(environment));
-    const int world = group.size();
-    const auto& native = group.native();
-
-    // Both paths must agree before anything is timed.
-    {
-      auto a = at::full({1024}, static_cast<float>(group.rank() + 1));
-      auto b = a.clone();
-      group.all_reduce(a).wait();
-      std::vector<at::Tensor> bs{b};
-      native->allreduce(bs)->wait();
-      const float expected = world * (world + 1) / 2.0f;
-      if (!a.eq(expected).all().item<bool>() || !b.eq(expected).all().item<bool>()) {
-        throw std::runtime_error("all_reduce check failed: expected every element to be " +
-                                 std::to_string(expected));
-      }
+    args = parse_args(argc, argv);
+    if (args.check_flags) {
+      if (!args.json.empty()) std::fclose(open_json(args.json, /*append=*/true));
+      return 0;
     }
-
-    struct Row {
-      int64_t bytes;
-      int iters;
-      double lockstep_s, raw_s;          // max over ranks of the mean
-      double lockstep_p50_s, raw_p50_s;  // max over ranks of the median
-    };
-    std::vector<Row> rows;
-    for (int64_t bytes = 4LL << 10; bytes <= args.max_size; bytes *= 4) {
-      // Zeros stay zeros under repeated sums (no overflow to inf over the iterations).
-      auto tensor = at::zeros({bytes / static_cast<int64_t>(sizeof(float))}, at::kFloat);
-      std::vector<at::Tensor> tensors{tensor};
-      const int iters =
-          bytes <= (1LL << 20) ? args.iters : std::max(5, static_cast<int>(args.iters * (1LL << 20) / bytes));
-      const int warmup = std::max(2, iters / 10);
-      const auto timings = time_alternating([&] { group.all_reduce(tensor).wait(); },
-                                            [&] { native->allreduce(tensors)->wait(); },
-                                            [&] { group.barrier(); }, warmup, iters, std::min(iters, 5));
-      // The slowest rank's mean (and median) is the collective's latency.
-      auto stats =
-          at::tensor({mean(timings.a), mean(timings.b), median(timings.a), median(timings.b)}, at::kDouble);
-      group.all_reduce(stats, lockstep::comm::ReduceOp::kMax).wait();
-      const auto s = stats.accessor<double, 1>();
-      rows.push_back({bytes, iters, s[0], s[1], s[2], s[3]});
-    }
-
-    if (group.rank() == 0) {
-      const double bus_factor = 2.0 * (world - 1) / world;
-      std::printf("all_reduce sum float32, %d ranks (Gloo); latency = max over ranks of the mean\n", world);
-      std::printf("%10s %7s %13s %15s %13s %13s %8s\n", "size", "iters", "lockstep us", "algbw GB/s",
-                  "busbw GB/s", "raw c10d us", "ratio");
-      std::FILE* json = args.json.empty() ? nullptr : std::fopen(args.json.c_str(), "w");
-      if (!args.json.empty() && json == nullptr) throw std::runtime_error("cannot write --json " + args.json);
-      for (const auto& row : rows) {
-        const double algbw = row.bytes / row.lockstep_s / 1e9;
-        const double busbw = algbw * bus_factor;
-        const double ratio = row.lockstep_s / row.raw_s;
-        std::printf("%10s %7d %13.1f %15.3f %13.3f %13.1f %8.3f\n", human(row.bytes).c_str(), row.iters,
-                    row.lockstep_s * 1e6, algbw, busbw, row.raw_s * 1e6, ratio);
-        if (json) {
-          std::fprintf(json,
-                       "{\"bytes\": %lld, \"world_size\": %d, \"iters\": %d, \"lockstep_us\": %.3f, "
-                       "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"raw_c10d_us\": %.3f, "
-                       "\"raw_algbw_gbps\": %.4f, \"ratio\": %.4f, \"lockstep_p50_us\": %.3f, "
-                       "\"raw_c10d_p50_us\": %.3f}\n",
-                       static_cast<long long>(row.bytes), world, row.iters, row.lockstep_s * 1e6, algbw,
-                       busbw, row.raw_s * 1e6, row.bytes / row.raw_s / 1e9, ratio, row.lockstep_p50_s * 1e6,
-                       row.raw_p50_s * 1e6);
-        }
-      }
-      std::printf("ratio = lockstep / raw c10d latency (1.0 = no overhead)\n");
-      if (json) std::fclose(json);
-    }
-    group.shutdown();
-    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\nRun '%s --help' for the flags.\n", kName, e.what(), kName);
+    return 2;
+  }
+  try {
+    return run(args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    std::fprintf(stderr, "%s: %s\n", kName, e.what());
     return 1;
   }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # W1: `lockstep fit` (seed MLP, batch 64/rank, 1 thread/rank, 2 ranks, Adam 1e-3 constant) against the
 # ideal = (bare LibTorch loop's epoch time, 1 thread, data in memory) / 2, both measured in this run.
-# Runs alternate (bare, fit --num-workers 0, fit --num-workers 1) ROUNDS times; figures are medians over
-# all epochs of all rounds. Target: ideal / epoch_s >= 0.9.
+# Runs alternate (bare, then fit with each backend of BACKENDS, default "shm gloo") ROUNDS times; figures
+# are medians over all epochs of all rounds. Target: ideal / epoch_s >= 0.9.
 #
 #   bash bench/fit_w1.sh BUILD_DIR [EPOCHS=3] [ROUNDS=3]
 #
@@ -21,22 +21,22 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 
 for r in $(seq 1 "$rounds"); do
   OMP_NUM_THREADS=1 "$bare" --epochs "$epochs" --threads 1 >"$tmp/bare.$r.jsonl"
-  for nw in 0 1; do
+  line="round $r: bare $(epoch_times "$tmp/bare.$r.jsonl" | tr '\n' ' ')"
+  for b in ${BACKENDS:-shm gloo}; do
     "$lockstep" fit --devices 2 --model mlp --threads 1 --batch-size 64 --optimizer adam --lr 1e-3 \
-      --lr-schedule constant --max-epochs "$epochs" --num-workers "$nw" --progress off \
-      --metrics-file "$tmp/fit$nw.$r.jsonl" >/dev/null
+      --lr-schedule constant --max-epochs "$epochs" --backend "$b" --progress off \
+      --metrics-file "$tmp/fit-$b.$r.jsonl" >/dev/null
+    line="$line| fit $b $(epoch_times "$tmp/fit-$b.$r.jsonl" | tr '\n' ' ')"
   done
-  printf 'round %d: bare %s | fit nw0 %s | fit nw1 %s  (epoch_s)\n' "$r" \
-    "$(epoch_times "$tmp/bare.$r.jsonl" | tr '\n' ' ')" "$(epoch_times "$tmp/fit0.$r.jsonl" | tr '\n' ' ')" \
-    "$(epoch_times "$tmp/fit1.$r.jsonl" | tr '\n' ' ')"
+  echo "$line (epoch_s)"
 done
 
 bare_med=$(cat "$tmp"/bare.*.jsonl | epoch_times /dev/stdin | median)
 ideal=$(awk -v b="$bare_med" 'BEGIN { print b / 2 }')
 printf '\nW1 (%d rounds x %d epochs, medians of epoch_s)\n' "$rounds" "$epochs"
 printf '  bare loop, 1 process, 1 thread:  %.3f s/epoch   ideal for 2 ranks = %.3f s\n' "$bare_med" "$ideal"
-for nw in 0 1; do
-  fit_med=$(cat "$tmp"/fit$nw.*.jsonl | epoch_times /dev/stdin | median)
-  printf '  lockstep fit, 2 ranks, --num-workers %d: %.3f s/epoch   ideal/epoch_s = %.3f (target >= 0.9)\n' \
-    "$nw" "$fit_med" "$(awk -v i="$ideal" -v f="$fit_med" 'BEGIN { print i / f }')"
+for b in ${BACKENDS:-shm gloo}; do
+  fit_med=$(cat "$tmp"/fit-$b.*.jsonl | epoch_times /dev/stdin | median)
+  printf '  lockstep fit, 2 ranks, --backend %-4s: %.3f s/epoch   ideal/epoch_s = %.3f (target >= 0.9)\n' \
+    "$b" "$fit_med" "$(awk -v i="$ideal" -v f="$fit_med" 'BEGIN { print i / f }')"
 done

@@ -5,43 +5,23 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "commands.h"
 #include "fit_flags.h"
+#include "install_paths.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/launch/launch.h"
 
 namespace lockstep::cli {
-namespace {
-
-namespace fs = std::filesystem;
-
-// The rank program: $LOCKSTEP_FIT_PROGRAM, else next to this executable (build tree), else
-// ../libexec/lockstep/ (install tree).
-std::string find_rank_program() {
-  if (const char* forced = std::getenv("LOCKSTEP_FIT_PROGRAM"); forced != nullptr && *forced != '\0') return forced;
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (error) return "";
-  for (const fs::path& candidate :
-       {self.parent_path() / "lockstep-fit", self.parent_path().parent_path() / "libexec" / "lockstep" / "lockstep-fit"}) {
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
-}
-
-}  // namespace
 
 int fit_main(int argc, char** argv) {
   train::FitConfig config;
   if (const int status = parse_fit_flags(argc, argv, config); status >= 0) return status;
 
-  const std::string program = find_rank_program();
+  const std::string program = find_helper_program("lockstep-fit", "LOCKSTEP_FIT_PROGRAM");
   if (program.empty()) {
     std::cerr << "lockstep fit: cannot find the rank program 'lockstep-fit' next to this executable or in "
                  "../libexec/lockstep/ (reinstall lockstep, or set LOCKSTEP_FIT_PROGRAM to its path)\n";

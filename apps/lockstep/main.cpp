@@ -17,6 +17,9 @@ constexpr const char* kUsage =
     "  fit    train a ready model (mlp, cnn, resnet18) on Fashion-MNIST, MNIST, CIFAR-10 or\n"
     "         synthetic data with N data-parallel ranks (Lightning's flags)\n"
     "  env    print who this process is (rank, world size, master) as lockstep reads it\n"
+    "  bench  benchmarks against a baseline measured in the same run: allreduce (lockstep's\n"
+    "         process group vs raw c10d Gloo), scaling (lockstep fit at 1, 2, ... ranks),\n"
+    "         peer (lockstep fit vs the Python DDP peer)\n"
     "\n"
     "`lockstep <command> --help` describes each command.\n";
 
@@ -35,7 +38,8 @@ int main(int argc, char** argv) {
   if (command == "run") return lockstep::cli::run_main(argc - 1, argv + 1);
   if (command == "env") return lockstep::cli::env_main(argc - 1, argv + 1);
   if (command == "fit") return lockstep::cli::fit_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env)\n\n%s",
+  if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
+  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench)\n\n%s",
                command.c_str(), kUsage);
   return 2;
 }

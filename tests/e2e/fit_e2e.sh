@@ -33,16 +33,8 @@ print(f"metrics ok: {len(lines)} epochs, final val_acc {lines[-1]['val_acc']}")
 PY
 }
 
-# expect_failure STATUS PATTERN -- CMD...: CMD must exit with STATUS and print PATTERN on stderr.
-expect_failure() {
-  local want=$1 pattern=$2
-  shift 3
-  "$@" >"$work/out" 2>"$work/err"
-  local status=$?
-  cat "$work/out" "$work/err"
-  [ "$status" -eq "$want" ] || fail "exit status $status, expected $want: $*"
-  grep -Fq -- "$pattern" "$work/err" || fail "stderr lacks '$pattern': $*"
-}
+# expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
+. "$(dirname "$0")/e2e_lib.sh"
 
 case $case_name in
 fashion_1rank | fashion_2ranks)

@@ -15,6 +15,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::
                                                  const ProcessGroupOptions& options);
 c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
                                                  const ProcessGroupOptions& options);
+c10::intrusive_ptr<c10d::ProcessGroup> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const ProcessGroupOptions& options);
+
+/// The backend to create: options.backend(), or for Backend::kAuto the one that fits where the ranks
+/// are (every rank must call it: it exchanges host identities through `store`).
+Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options);
+
 c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>& store,
                                                 const ProcessGroupOptions& options);
 

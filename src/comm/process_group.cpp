@@ -176,13 +176,17 @@ void ProcessGroup::shutdown() {
 ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   RendezvousResult rdzv = rendezvous(options);
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", rdzv.job_store);
+  ProcessGroupOptions resolved = options;
+  resolved.backend(detail::resolve_backend(pg_store, options));
   c10::intrusive_ptr<c10d::ProcessGroup> native;
-  switch (options.backend()) {
-    case Backend::kGloo: native = detail::make_gloo(pg_store, options); break;
-    case Backend::kNccl: native = detail::make_nccl(pg_store, options); break;
-    case Backend::kMpi: native = detail::make_mpi(pg_store, options); break;
+  switch (resolved.backend()) {
+    case Backend::kGloo: native = detail::make_gloo(pg_store, resolved); break;
+    case Backend::kShm: native = detail::make_shm(pg_store, resolved); break;
+    case Backend::kNccl: native = detail::make_nccl(pg_store, resolved); break;
+    case Backend::kMpi: native = detail::make_mpi(pg_store, resolved); break;
+    case Backend::kAuto: TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
   }
-  return ProcessGroup(std::move(native), std::move(rdzv.root_store), std::move(rdzv.job_store), options);
+  return ProcessGroup(std::move(native), std::move(rdzv.root_store), std::move(rdzv.job_store), resolved);
 }
 
 }  // namespace lockstep::comm

@@ -33,6 +33,8 @@ const char* to_string(Backend backend) {
     case Backend::kGloo: return "gloo";
     case Backend::kNccl: return "nccl";
     case Backend::kMpi: return "mpi";
+    case Backend::kShm: return "shm";
+    case Backend::kAuto: return "auto";
   }
   return "?";
 }
@@ -41,14 +43,13 @@ Backend parse_backend(const std::string& name) {
   if (name == "gloo") return Backend::kGloo;
   if (name == "nccl") return Backend::kNccl;
   if (name == "mpi") return Backend::kMpi;
-  if (name == "auto") {
-#ifdef LOCKSTEP_WITH_NCCL
-    return Backend::kNccl;
-#else
-    return Backend::kGloo;
-#endif
+  if (name == "shm") return Backend::kShm;
+  if (name == "auto") return Backend::kAuto;
+  if (name == "hier") {
+    throw std::invalid_argument("backend 'hier' (shm inside each node, gloo between nodes) is not implemented "
+                                "yet: use auto, gloo or shm");
   }
-  throw std::invalid_argument("unknown backend '" + name + "': expected one of gloo, nccl, mpi, auto");
+  throw std::invalid_argument("unknown backend '" + name + "': expected one of auto, gloo, shm, nccl, mpi");
 }
 
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)

@@ -1,5 +1,6 @@
 #include "lockstep/launch/launcher.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/detail/shm_names.h"
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
@@ -74,6 +76,23 @@ struct Worker {
 
 // Why an attempt stops its workers.
 enum class StopCause { kNone, kWorkerFailed, kSpawnFailed, kSignal };
+
+// The shm backend unlinks its segment as soon as every rank has mapped it; a worker killed inside that
+// set-up window leaves the name in /dev/shm. Remove the names created by this attempt's workers (the
+// name carries the creating process's pid, so another job's segments are never touched).
+void remove_shm_leftovers(const std::string& run_id, const std::vector<pid_t>& pids) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  std::vector<std::string> prefixes;
+  for (pid_t pid : pids) prefixes.push_back(lockstep::detail::shm_segment_prefix(run_id, pid));
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    for (const std::string& prefix : prefixes) {
+      if (name.rfind(prefix, 0) == 0) ::unlink(("/dev/shm/" + name).c_str());
+    }
+  }
+  ::closedir(dir);
+}
 
 struct AttemptResult {
   StopCause cause = StopCause::kNone;
@@ -133,7 +152,10 @@ class Attempt {
     loop();
     finish_output();
     if (cause_ != StopCause::kNone) kill_all(SIGKILL);  // leftovers in the groups, if any
+    std::vector<pid_t> pids;
+    for (Worker& w : workers_) pids.push_back(w.pid);
     for (Worker& w : workers_) release(w);
+    remove_shm_leftovers(config_.run_id, pids);
     print_summary();
     return result();
   }

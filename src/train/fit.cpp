@@ -131,7 +131,8 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   torch::manual_seed(config.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
   Model model = models::make_model(config.model, shape);
 
-  comm::ProcessGroup group = comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment));
+  comm::ProcessGroup group = comm::init_process_group(
+      comm::ProcessGroupOptions::from_environment(environment).backend(comm::parse_backend(config.backend)));
   const int world = group.size();
   const int rank = group.rank();
   ddp::DistributedDataParallel<Model> ddp(model, group);

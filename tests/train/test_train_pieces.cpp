@@ -76,8 +76,14 @@ TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
   config.lr = -1.0;
   EXPECT_NE(error_of(config).find("--lr must be a positive number"), std::string::npos);
   config = FitConfig();
+  config.backend = "hier";
+  EXPECT_NE(error_of(config).find("use --backend auto, shm or gloo"), std::string::npos);
+  config = FitConfig();
+  config.backend = "tcp";
+  EXPECT_EQ(error_of(config), "--backend 'tcp' is not known (expected one of: auto, shm, gloo)");
+  config = FitConfig();
   config.backend = "shm";
-  EXPECT_NE(error_of(config).find("use --backend auto or gloo"), std::string::npos);
+  EXPECT_EQ(error_of(config), "");
   config = FitConfig();
   config.precision = "16-mixed";
   EXPECT_NE(error_of(config).find("use --precision 32"), std::string::npos);

@@ -15,14 +15,17 @@ struct Environment;
 
 namespace lockstep::comm {
 
-/// Collective backends. kGloo works everywhere (CPU tensors); kNccl needs LibTorch built with CUDA;
-/// kMpi needs LibTorch built with MPI.
-enum class Backend { kGloo, kNccl, kMpi };
+/// Collective backends. kGloo works everywhere (CPU tensors, any hosts); kShm moves CPU tensors
+/// through shared memory between ranks on one host (process_group_shm.h); kNccl needs LibTorch built
+/// with CUDA; kMpi needs LibTorch built with MPI. kAuto is resolved by init_process_group: nccl when
+/// LibTorch has CUDA, else shm when every rank is on this host (checked through the store, not
+/// assumed), else gloo.
+enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto };
 
-/// "gloo", "nccl", "mpi".
+/// "gloo", "nccl", "mpi", "shm", "auto".
 const char* to_string(Backend backend);
-/// Parses "gloo" | "nccl" | "mpi" | "auto" ("auto" = nccl when LibTorch has CUDA, else gloo).
-/// Throws std::invalid_argument naming the value and the accepted ones.
+/// Parses "gloo" | "shm" | "nccl" | "mpi" | "auto". Throws std::invalid_argument naming the value and
+/// the accepted ones.
 Backend parse_backend(const std::string& name);
 
 /// Everything `init_process_group` needs. Required: rank and world size; the rest has defaults.
@@ -47,6 +50,7 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, int, master_port)
   /// Job token: every rank must pass the same one; a process with another is refused at rendezvous.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::string, run_id)
+  /// Default kAuto (see Backend).
   LOCKSTEP_OPTION(ProcessGroupOptions, Backend, backend)
   /// How long rendezvous may take (all ranks connected and checked in). Default: LOCKSTEP_RDZV_TIMEOUT
   /// (seconds) when set, else 300 s.
@@ -74,7 +78,7 @@ class ProcessGroupOptions {
   std::string master_addr_ = "127.0.0.1";
   int master_port_ = 29500;
   std::string run_id_ = "none";
-  Backend backend_ = Backend::kGloo;
+  Backend backend_ = Backend::kAuto;
   std::chrono::milliseconds rendezvous_timeout_;
   std::chrono::milliseconds collective_timeout_;
   int num_nodes_ = 1;

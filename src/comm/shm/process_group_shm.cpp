@@ -1,0 +1,502 @@
+#include "lockstep/comm/process_group_shm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "shm_channel.h"
+#include "shm_reduce.h"
+
+// How the collectives move data (one worker thread per group runs them in issue order):
+//
+//   allreduce, per chunk of at most one slot: every rank copies its chunk into its own slot, except
+//   its own slice; barrier (with the signature check on the first chunk); each rank reduces its slice
+//   [lo, hi) over all ranks (its own slice straight from its tensor) into slot 0 and into its tensor;
+//   barrier; each rank copies the other slices of the result from slot 0. Two barriers per chunk.
+//   broadcast, per chunk of a whole buffer: root copies in; barrier; the others copy out.
+//   allgather, per chunk of a slot: each rank copies into its slot; barrier; each copies every slot out.
+//   reduce_scatter, per chunk: each rank copies the pieces meant for the others into its slot (slot /
+//   world bytes each); barrier; each rank reduces its piece over all slots into its output.
+//
+// Chunk s uses buffer s % 2 (ShmChannel::next_buffer). A rank writes buffer b for chunk s + 2 only after
+// the first barrier of chunk s + 1, which no rank passes before every rank has finished reading chunk s,
+// so one barrier per chunk is enough for the one-barrier collectives and two for allreduce.
+
+namespace lockstep::comm {
+namespace detail {
+
+class ShmWork final : public c10d::Work {
+ public:
+  ShmWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds backstop)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)), backstop_(backstop) {}
+
+  void complete(std::exception_ptr error) { finish(std::move(error)); }
+
+  // Every wait inside a collective is bounded by the collective timeout, so a collective always ends;
+  // `backstop` (the timeout times the collectives queued ahead of this one, plus a margin) only guards
+  // against a bug, and lets the detailed error of the collective itself reach the caller first.
+  bool wait(std::chrono::milliseconds timeout) override {
+    return c10d::Work::wait(std::max(timeout, backstop_));
+  }
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  std::chrono::milliseconds backstop_;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::ShmChannel;
+using detail::ShmOpContext;
+using detail::ShmReduceOp;
+using detail::ShmSignature;
+
+std::size_t slot_bytes_from_env() {
+  const char* raw = std::getenv("LOCKSTEP_SHM_SLOT_BYTES");
+  if (raw == nullptr || *raw == '\0') return 4u << 20;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(raw, &end, 10);
+  if (end == raw || *end != '\0') {
+    throw std::invalid_argument(std::string("LOCKSTEP_SHM_SLOT_BYTES='") + raw +
+                                "' is not a number of bytes (e.g. 4194304)");
+  }
+  return static_cast<std::size_t>(value);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Reduction {
+  ShmReduceOp op;
+  bool average;
+  int32_t code;  // c10d's RedOpType, for the signature
+};
+
+Reduction to_reduction(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return {ShmReduceOp::kSum, false, op.op_};
+    case c10d::ReduceOp::AVG: return {ShmReduceOp::kSum, true, op.op_};
+    case c10d::ReduceOp::PRODUCT: return {ShmReduceOp::kProduct, false, op.op_};
+    case c10d::ReduceOp::MIN: return {ShmReduceOp::kMin, false, op.op_};
+    case c10d::ReduceOp::MAX: return {ShmReduceOp::kMax, false, op.op_};
+    default:
+      throw std::invalid_argument("the shm backend supports the reduce ops sum, avg, product, min and max, got " +
+                                  std::to_string(static_cast<int>(op.op_)));
+  }
+}
+
+void check_tensor(const at::Tensor& t, const char* op, const char* what) {
+  TORCH_CHECK(t.defined(), "shm ", op, ": ", what, " is an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "shm ", op, ": ", what, " is on ", t.device(),
+              "; the shm backend moves CPU tensors only (use --backend nccl for GPU tensors)");
+}
+
+void check_single(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "shm ", op, " takes one tensor per rank, got ", tensors.size(),
+              " (flatten them into one, or call once per tensor)");
+  check_tensor(tensors[0], op, "the tensor");
+}
+
+void check_reducible(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(detail::shm_reducible(t.scalar_type()), "shm ", op, " cannot reduce ", t.scalar_type(),
+              " tensors (it reduces float32, float64, bfloat16, float16, int32, int64, uint8, int8)");
+}
+
+// A contiguous tensor to work on, and the copy back into the caller's tensor when it was not.
+struct Contiguous {
+  explicit Contiguous(const at::Tensor& t) : original(t), work(t.contiguous()) {}
+  void write_back() {
+    if (!work.is_same(original)) original.copy_(work);
+  }
+  at::Tensor original;
+  at::Tensor work;
+};
+
+char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+ShmOpContext context(const char* op, std::uint64_t sequence, std::chrono::milliseconds timeout) {
+  ShmOpContext ctx;
+  ctx.op = op;
+  ctx.sequence = sequence;
+  ctx.timeout = timeout;
+  ctx.deadline = std::chrono::steady_clock::now() + timeout;
+  return ctx;
+}
+
+ShmSignature signature(std::uint64_t sequence, c10d::OpType op, const at::Tensor* t, int32_t detail, int64_t chunks) {
+  ShmSignature s;
+  s.sequence = sequence;
+  s.op = static_cast<int32_t>(op);
+  s.dtype = t ? static_cast<int32_t>(t->scalar_type()) : -1;
+  s.numel = t ? t->numel() : 0;
+  s.detail = detail;
+  s.chunks = static_cast<int32_t>(chunks);
+  return s;
+}
+
+void run_allreduce(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, const Reduction& r) {
+  const int world = ch.world();
+  const int rank = ch.rank();
+  const auto type = t.scalar_type();
+  const int64_t elem = t.element_size();
+  const int64_t numel = t.numel();
+  const int64_t chunk = static_cast<int64_t>(ch.slot_bytes()) / elem;
+  const int64_t chunks = ceil_div(numel, chunk);
+  ch.publish(signature(ctx.sequence, c10d::OpType::ALLREDUCE, &t, r.code, chunks));
+  if (world == 1) return;
+  if (chunks == 0) return ch.barrier(ctx, /*check_signatures=*/true);
+  std::vector<const void*> in(world);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t off = c * chunk;
+    const int64_t len = std::min(chunk, numel - off);
+    const int64_t per = ceil_div(ceil_div(len, world), 16) * 16;  // slices of whole cache lines
+    const int64_t lo = std::min(rank * per, len);
+    const int64_t hi = std::min(lo + per, len);
+    const int buffer = ch.next_buffer();
+    char* src = bytes_of(t) + off * elem;
+    char* mine = ch.slot(buffer, rank);
+    std::memcpy(mine, src, lo * elem);
+    std::memcpy(mine + hi * elem, src + hi * elem, (len - hi) * elem);
+    ch.barrier(ctx, /*check_signatures=*/c == 0);
+    if (hi > lo) {
+      for (int j = 0; j < world; ++j) in[j] = (j == rank ? src : ch.slot(buffer, j)) + lo * elem;
+      char* out = ch.slot(buffer, 0) + lo * elem;
+      detail::shm_reduce(type, r.op, out, in.data(), world, hi - lo);
+      if (r.average) detail::shm_divide(type, out, hi - lo, world);
+      std::memcpy(src + lo * elem, out, (hi - lo) * elem);
+    }
+    ch.barrier(ctx, /*check_signatures=*/false);
+    const char* result = ch.slot(buffer, 0);
+    std::memcpy(src, result, lo * elem);
+    std::memcpy(src + hi * elem, result + hi * elem, (len - hi) * elem);
+  }
+}
+
+void run_broadcast(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, int root) {
+  const int64_t total = t.numel() * t.element_size();
+  const int64_t chunk = static_cast<int64_t>(ch.slot_bytes()) * ch.world();  // the whole buffer
+  const int64_t chunks = ceil_div(total, chunk);
+  ch.publish(signature(ctx.sequence, c10d::OpType::BROADCAST, &t, root, chunks));
+  if (ch.world() == 1) return;
+  if (chunks == 0) return ch.barrier(ctx, /*check_signatures=*/true);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t off = c * chunk;
+    const int64_t len = std::min(chunk, total - off);
+    char* shared = ch.slot(ch.next_buffer(), 0);
+    if (ch.rank() == root) std::memcpy(shared, bytes_of(t) + off, len);
+    ch.barrier(ctx, /*check_signatures=*/c == 0);
+    if (ch.rank() != root) std::memcpy(bytes_of(t) + off, shared, len);
+  }
+}
+
+void run_allgather(ShmChannel& ch, const ShmOpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input) {
+  const int64_t total = input.numel() * input.element_size();
+  const int64_t chunk = static_cast<int64_t>(ch.slot_bytes());
+  const int64_t chunks = ceil_div(total, chunk);
+  ch.publish(signature(ctx.sequence, c10d::OpType::ALLGATHER, &input, 0, chunks));
+  if (chunks == 0) {
+    if (ch.world() > 1) ch.barrier(ctx, /*check_signatures=*/true);
+    return;
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t off = c * chunk;
+    const int64_t len = std::min(chunk, total - off);
+    const int buffer = ch.next_buffer();
+    if (ch.world() > 1) {
+      std::memcpy(ch.slot(buffer, ch.rank()), bytes_of(input) + off, len);
+      ch.barrier(ctx, /*check_signatures=*/c == 0);
+    }
+    for (int j = 0; j < ch.world(); ++j) {
+      const char* from = j == ch.rank() ? bytes_of(input) + off : ch.slot(buffer, j);
+      std::memcpy(bytes_of(outputs[j]) + off, from, len);
+    }
+  }
+}
+
+void run_reduce_scatter(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& output,
+                        const std::vector<at::Tensor>& inputs, const Reduction& r) {
+  const int world = ch.world();
+  const int rank = ch.rank();
+  const auto type = output.scalar_type();
+  const int64_t elem = output.element_size();
+  const int64_t numel = output.numel();
+  const int64_t piece = static_cast<int64_t>(ch.slot_bytes()) / world / elem;
+  TORCH_CHECK(piece > 0, "shm reduce_scatter: a slot of ", ch.slot_bytes(), " bytes cannot hold ", world,
+              " pieces of ", elem, "-byte elements; raise LOCKSTEP_SHM_SLOT_BYTES");
+  const int64_t chunks = ceil_div(numel, piece);
+  ch.publish(signature(ctx.sequence, c10d::OpType::REDUCE_SCATTER, &output, r.code, chunks));
+  if (chunks == 0) {
+    if (world > 1) ch.barrier(ctx, /*check_signatures=*/true);
+    return;
+  }
+  std::vector<const void*> in(world);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t off = c * piece;
+    const int64_t len = std::min(piece, numel - off);
+    const int buffer = ch.next_buffer();
+    if (world > 1) {
+      char* mine = ch.slot(buffer, rank);
+      for (int j = 0; j < world; ++j) {
+        if (j != rank) std::memcpy(mine + j * piece * elem, bytes_of(inputs[j]) + off * elem, len * elem);
+      }
+      ch.barrier(ctx, /*check_signatures=*/c == 0);
+    }
+    for (int j = 0; j < world; ++j) {
+      in[j] = j == rank ? bytes_of(inputs[rank]) + off * elem : ch.slot(buffer, j) + rank * piece * elem;
+    }
+    char* out = bytes_of(output) + off * elem;
+    detail::shm_reduce(type, r.op, out, in.data(), world, len);
+    if (r.average) detail::shm_divide(type, out, len, world);
+  }
+}
+
+bool async_from_env() {
+  const char* raw = std::getenv("LOCKSTEP_SHM_ASYNC");
+  return raw != nullptr && std::string(raw) == "1";
+}
+
+}  // namespace
+
+ShmOptions::ShmOptions() : slot_bytes_(slot_bytes_from_env()), inline_when_idle_(!async_from_env()) {}
+
+void ShmOptions::validate() const {
+  if (slot_bytes_ < 256 || slot_bytes_ % 64 != 0 || slot_bytes_ > (std::size_t{1} << 34)) {
+    throw std::invalid_argument("shm slot_bytes must be a multiple of 64 in [256, 16 GiB], got " +
+                                std::to_string(slot_bytes_) + " (LOCKSTEP_SHM_SLOT_BYTES)");
+  }
+  if (timeout_.count() <= 0) {
+    throw std::invalid_argument("shm timeout must be > 0 ms, got " + std::to_string(timeout_.count()));
+  }
+}
+
+struct ProcessGroupShm::Task {
+  c10::intrusive_ptr<detail::ShmWork> work;
+  std::function<void(std::uint64_t)> run;
+  std::uint64_t sequence;
+};
+
+ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                 ShmOptions options)
+    : c10d::ProcessGroup(rank, size), options_(std::move(options)) {
+  options_.validate();
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "shm: rank ", rank, " is not in [0, ", size, ")");
+  const std::size_t bytes = ShmChannel::segment_bytes(size, options_.slot_bytes());
+  const std::string key = "shm/segment";
+  if (rank == 0) {
+    try {
+      segment_name_ = detail::shm_segment_name(options_.run_id());
+      channel_ = std::make_unique<ShmChannel>(detail::ShmSegment::create(segment_name_, bytes), rank, size,
+                                              options_.slot_bytes(), /*initialise=*/true);
+    } catch (const std::exception& e) {
+      const std::string text = std::string("!") + e.what();  // the others fail with rank 0's reason
+      store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+      throw;
+    }
+    store->set(key, std::vector<uint8_t>(segment_name_.begin(), segment_name_.end()));
+  } else {
+    const auto value = store->get(key);
+    segment_name_.assign(value.begin(), value.end());
+    if (!segment_name_.empty() && segment_name_[0] == '!') {
+      throw std::runtime_error("rank 0 could not set up the shared-memory segment: " + segment_name_.substr(1));
+    }
+    channel_ = std::make_unique<ShmChannel>(detail::ShmSegment::open(segment_name_, bytes), rank, size,
+                                            options_.slot_bytes(), /*initialise=*/false);
+  }
+  if (store->add("shm/attached", 1) == size) store->set("shm/all_attached", {'1'});
+  if (rank == 0) {
+    store->wait({"shm/all_attached"});
+    channel_->segment().unlink();  // every rank has it mapped: nothing can be left behind from now on
+  }
+  init();
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+ProcessGroupShm::~ProcessGroupShm() {
+  std::deque<std::unique_ptr<Task>> abandoned;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    abandoned.swap(queue_);
+  }
+  cv_.notify_all();
+  for (auto& task : abandoned) {
+    task->work->complete(std::make_exception_ptr(std::runtime_error(
+        "shm collective #" + std::to_string(task->sequence) + " never ran: its process group was destroyed")));
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                        std::function<void(std::uint64_t)> run) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  TORCH_CHECK(!stopping_, "shm process group is shutting down");
+  const auto backstop = options_.timeout() * static_cast<int64_t>(queue_.size() + 1) + std::chrono::seconds(10);
+  auto work = c10::make_intrusive<detail::ShmWork>(getRank(), type, std::move(outputs), backstop);
+  auto task = std::make_unique<Task>(Task{work, std::move(run), ++next_sequence_});
+  if (options_.inline_when_idle() && queue_.empty() && !busy_) {
+    busy_ = true;  // nothing ahead of it: run it here, in order
+    lock.unlock();
+    execute(*task);
+    lock.lock();
+    busy_ = false;
+    lock.unlock();
+    cv_.notify_all();
+    return work;
+  }
+  queue_.push_back(std::move(task));
+  lock.unlock();
+  cv_.notify_all();
+  return work;
+}
+
+void ProcessGroupShm::execute(Task& task) {
+  try {
+    task.run(task.sequence);
+    task.work->complete(nullptr);
+  } catch (const std::exception& e) {
+    channel_->record_failure(e.what());  // no-op when another rank failed first
+    task.work->complete(std::current_exception());
+  }
+}
+
+void ProcessGroupShm::worker_loop() {
+  for (;;) {
+    std::unique_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || (!queue_.empty() && !busy_); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    execute(*task);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  check_single(tensors, "allreduce");
+  check_reducible(tensors[0], "allreduce");
+  const Reduction reduction = to_reduction(opts.reduceOp);
+  auto tensor = std::make_shared<Contiguous>(tensors[0]);
+  return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, tensor, reduction](std::uint64_t seq) {
+    run_allreduce(*channel_, context("allreduce", seq, options_.timeout()), tensor->work, reduction);
+    tensor->write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  check_single(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "shm broadcast: root rank ", opts.rootRank,
+              " is not in [0, ", getSize(), ")");
+  TORCH_CHECK(opts.rootTensor == 0, "shm broadcast: rootTensor must be 0 (one tensor per rank), got ",
+              opts.rootTensor);
+  auto tensor = std::make_shared<Contiguous>(tensors[0]);
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, tensors, [this, tensor, root](std::uint64_t seq) {
+    run_broadcast(*channel_, context("broadcast", seq, options_.timeout()), tensor->work, root);
+    tensor->write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& /*opts*/) {
+  check_single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "shm allgather takes one output list per rank, got ", outputs.size());
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(), "shm allgather needs one output tensor per rank (",
+              getSize(), "), got ", outputs[0].size());
+  for (const auto& out : outputs[0]) {
+    check_tensor(out, "allgather", "an output");
+    TORCH_CHECK(out.numel() == inputs[0].numel() && out.scalar_type() == inputs[0].scalar_type(),
+                "shm allgather: every output must match the input (", inputs[0].scalar_type(), "[",
+                inputs[0].numel(), "]), got ", out.scalar_type(), "[", out.numel(), "]");
+  }
+  auto input = std::make_shared<Contiguous>(inputs[0]);
+  auto outs = std::make_shared<std::vector<Contiguous>>();
+  std::vector<at::Tensor> results;
+  for (const auto& out : outputs[0]) {
+    outs->emplace_back(out);
+    results.push_back(out);
+  }
+  return enqueue(c10d::OpType::ALLGATHER, results, [this, input, outs](std::uint64_t seq) {
+    std::vector<at::Tensor> targets;
+    for (auto& o : *outs) targets.push_back(o.work);
+    run_allgather(*channel_, context("allgather", seq, options_.timeout()), targets, input->work);
+    for (auto& o : *outs) o.write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::AllgatherOptions& opts) {
+  check_tensor(output, "_allgather_base", "the output");
+  TORCH_CHECK(output.is_contiguous() && output.numel() == input.numel() * getSize(),
+              "shm _allgather_base: the output must be contiguous with world size x the input's elements (",
+              input.numel() * getSize(), "), got ", output.numel());
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  auto flat = output.view({-1});
+  for (int r = 0; r < getSize(); ++r) outputs[0].push_back(flat.narrow(0, r * input.numel(), input.numel()));
+  std::vector<at::Tensor> inputs{input.reshape({-1})};
+  return allgather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts) {
+  check_single(outputs, "reduce_scatter");
+  check_reducible(outputs[0], "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "shm reduce_scatter needs one list of ", getSize(), " input tensors (one per rank)");
+  for (const auto& in : inputs[0]) {
+    check_tensor(in, "reduce_scatter", "an input");
+    TORCH_CHECK(in.numel() == outputs[0].numel() && in.scalar_type() == outputs[0].scalar_type(),
+                "shm reduce_scatter: every input must match the output (", outputs[0].scalar_type(), "[",
+                outputs[0].numel(), "]), got ", in.scalar_type(), "[", in.numel(), "]");
+  }
+  const Reduction reduction = to_reduction(opts.reduceOp);
+  auto output = std::make_shared<Contiguous>(outputs[0]);
+  auto ins = std::make_shared<std::vector<at::Tensor>>();
+  for (const auto& in : inputs[0]) ins->push_back(in.contiguous());
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, output, ins, reduction](std::uint64_t seq) {
+    run_reduce_scatter(*channel_, context("reduce_scatter", seq, options_.timeout()), output->work, *ins, reduction);
+    output->write_back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "_reduce_scatter_base", "the input");
+  TORCH_CHECK(input.numel() == output.numel() * getSize(),
+              "shm _reduce_scatter_base: the input must hold world size x the output's elements (",
+              output.numel() * getSize(), "), got ", input.numel());
+  std::vector<std::vector<at::Tensor>> inputs(1);
+  auto flat = input.reshape({-1});
+  for (int r = 0; r < getSize(); ++r) inputs[0].push_back(flat.narrow(0, r * output.numel(), output.numel()));
+  std::vector<at::Tensor> outputs{output};
+  return reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupShm::barrier(const c10d::BarrierOptions& /*opts*/) {
+  return enqueue(c10d::OpType::BARRIER, {}, [this](std::uint64_t seq) {
+    const auto ctx = context("barrier", seq, options_.timeout());
+    channel_->publish(signature(seq, c10d::OpType::BARRIER, nullptr, 0, 0));
+    channel_->barrier(ctx, /*check_signatures=*/true);
+  });
+}
+
+}  // namespace lockstep::comm

@@ -1,0 +1,307 @@
+// The shared-memory backend with N ranks as threads over an in-memory store: every op and dtype, sizes
+// 0, 1, odd and larger than a slot (so chunked through both buffers), world sizes 1-8; results equal to
+// a reference computed from every rank's input, bit-identical across ranks; mismatched collectives,
+// timeouts and bad input fail with errors that name the ranks and values.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <dirent.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/comm/process_group_shm.h"
+#include "thread_group.h"
+
+namespace lockstep::comm {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+using namespace std::chrono_literals;
+
+c10::intrusive_ptr<ProcessGroupShm> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                               size_t slot_bytes, const std::string& run_id = "shm-test",
+                                               std::chrono::milliseconds timeout = 20s) {
+  // Small slots also take the worker-thread path (no inline runs), so both paths are tested.
+  return c10::make_intrusive<ProcessGroupShm>(
+      store, rank, world,
+      ShmOptions().run_id(run_id).timeout(timeout).slot_bytes(slot_bytes).inline_when_idle(slot_bytes > 256));
+}
+
+// Rank r's input: small integers (exact in every dtype, sums included), different on every rank.
+at::Tensor input_for(int rank, int64_t n, at::ScalarType type) {
+  auto i = at::arange(n, at::kLong);
+  return ((i * 7 + rank * 3) % 11 - 5).to(type);
+}
+
+at::Tensor reference(int world, int64_t n, at::ScalarType type, c10d::ReduceOp::RedOpType op) {
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < world; ++r) all.push_back(input_for(r, n, at::kDouble));
+  auto stacked = at::stack(all);
+  at::Tensor out;
+  switch (op) {
+    case c10d::ReduceOp::SUM: out = stacked.sum(0); break;
+    case c10d::ReduceOp::AVG: out = stacked.sum(0); break;
+    case c10d::ReduceOp::MIN: out = std::get<0>(stacked.min(0)); break;
+    case c10d::ReduceOp::MAX: out = std::get<0>(stacked.max(0)); break;
+    case c10d::ReduceOp::PRODUCT: out = stacked.prod(0); break;
+    default: ADD_FAILURE() << "unexpected op";
+  }
+  if (op == c10d::ReduceOp::AVG) {
+    out = at::isFloatingType(type) ? out / world : at::div(out.to(type), world, "trunc");
+  }
+  return out.to(type);
+}
+
+void expect_matches(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  if (at::isFloatingType(got.scalar_type())) {
+    EXPECT_TRUE(at::allclose(got.to(at::kDouble), want.to(at::kDouble), 1e-2, 1e-2)) << what;
+  } else {
+    EXPECT_TRUE(at::equal(got, want)) << what;
+  }
+}
+
+// world size x slot bytes (256: every tensor beyond 64 floats goes in chunks through both buffers, and
+// collectives run on the group's worker thread; 4 MiB: inline on the caller's thread).
+class ShmWorld : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(ShmWorld, AllReduceEveryOpAndDtypeMatchesTheReference) {
+  const auto [world, slot] = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&, world = world, slot = slot](int rank) {
+    auto pg = make_group(store, rank, world, slot);
+    for (auto type : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong}) {
+      for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MIN, c10d::ReduceOp::MAX}) {
+        // With 256-byte slots, 3001 elements already take 12-47 chunks through both buffers.
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, slot == 256 ? int64_t{3001} : int64_t{20001}}) {
+          std::vector<at::Tensor> t{input_for(rank, n, type)};
+          c10d::AllreduceOptions opts;
+          opts.reduceOp = op;
+          pg->allreduce(t, opts)->wait();
+          expect_matches(t[0], reference(world, n, type, op),
+                         std::string("allreduce ") + c10::toString(type) + " op " + std::to_string(op) +
+                             " n=" + std::to_string(n) + " rank " + std::to_string(rank));
+        }
+      }
+    }
+  }));
+}
+
+TEST_P(ShmWorld, BroadcastAllGatherReduceScatterAndBarrier) {
+  const auto [world, slot] = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&, world = world, slot = slot](int rank) {
+    auto pg = make_group(store, rank, world, slot);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, slot == 256 ? int64_t{3001} : int64_t{20001}}) {
+      for (int root = 0; root < world; root += std::max(1, world - 1)) {
+        std::vector<at::Tensor> t{rank == root ? input_for(root, n, at::kByte) : at::zeros({n}, at::kByte)};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        pg->broadcast(t, opts)->wait();
+        ASSERT_TRUE(at::equal(t[0], input_for(root, n, at::kByte))) << "broadcast n=" << n << " root " << root;
+      }
+      std::vector<at::Tensor> in{input_for(rank, n, at::kDouble)};
+      std::vector<std::vector<at::Tensor>> out(1);
+      for (int r = 0; r < world; ++r) out[0].push_back(at::full({n}, -99.0, at::kDouble));
+      pg->allgather(out, in)->wait();
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(at::equal(out[0][r], input_for(r, n, at::kDouble))) << "allgather n=" << n << " from " << r;
+      }
+      // reduce_scatter: rank r's j-th input is input_for(r, n) + j, so rank j receives
+      // reference_sum + world * j.
+      std::vector<std::vector<at::Tensor>> pieces(1);
+      for (int j = 0; j < world; ++j) pieces[0].push_back(input_for(rank, n, at::kFloat) + j);
+      std::vector<at::Tensor> mine{at::empty({n}, at::kFloat)};
+      pg->reduce_scatter(mine, pieces)->wait();
+      expect_matches(mine[0], reference(world, n, at::kFloat, c10d::ReduceOp::SUM) + world * rank,
+                     "reduce_scatter n=" + std::to_string(n));
+      auto flat_in = at::cat(pieces[0]);
+      auto flat_out = at::empty({n}, at::kFloat);
+      pg->_reduce_scatter_base(flat_out, flat_in)->wait();
+      expect_matches(flat_out, mine[0], "_reduce_scatter_base n=" + std::to_string(n));
+      auto gathered = at::empty({world * n}, at::kDouble);
+      pg->_allgather_base(gathered, in[0])->wait();
+      ASSERT_TRUE(at::equal(gathered, at::cat(out[0]))) << "_allgather_base n=" << n;
+    }
+    pg->barrier()->wait();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndSlots, ShmWorld,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 8),
+                                            ::testing::Values(size_t{256}, size_t{4} << 20)),
+                         [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_slot" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(Shm, RandomFloatSumsAreBitIdenticalOnEveryRankAndCloseToGloo) {
+  const int world = 3;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto gloo_store = c10::make_intrusive<c10d::HashStore>();  // one store per job (the run id owns it)
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto shm = init_process_group(
+        lockstep::testing::thread_group_options(rank, world, store, "bits-shm").backend(Backend::kShm));
+    auto gloo = init_process_group(
+        lockstep::testing::thread_group_options(rank, world, gloo_store, "bits-gloo").backend(Backend::kGloo));
+    ASSERT_EQ(shm.backend(), Backend::kShm);
+    ASSERT_EQ(shm.native()->getBackendName(), "shm");
+    auto gen = at::detail::createCPUGenerator(1234 + rank);
+    auto x = at::randn({300001}, gen);
+    auto a = x.clone();
+    auto b = x.clone();
+    shm.all_reduce(a).wait();
+    gloo.all_reduce(b).wait();
+    EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-5));
+    std::vector<at::Tensor> everyone;
+    for (int r = 0; r < world; ++r) everyone.push_back(at::empty_like(a));
+    shm.all_gather(everyone, a).wait();
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(at::equal(everyone[r], a)) << "rank " << r << " differs";
+    shm.shutdown();
+    gloo.shutdown();
+  }));
+}
+
+TEST(Shm, NonContiguousTensorsAreReducedInPlace) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = make_group(store, rank, 2, 256);
+    auto base = at::arange(40, at::kFloat).reshape({5, 8}) * (rank + 1);
+    auto column = base.t();  // not contiguous
+    std::vector<at::Tensor> t{column};
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(at::equal(base, at::arange(40, at::kFloat).reshape({5, 8}) * 3));
+  }));
+}
+
+TEST(Shm, QueuedCollectivesRunInIssueOrderWhateverTheWaitOrder) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(3, [&](int rank) {
+    auto pg = make_group(store, rank, 3, 256);  // worker thread
+    std::vector<std::vector<at::Tensor>> tensors;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int i = 0; i < 6; ++i) tensors.push_back({at::full({500}, static_cast<float>(i + rank))});
+    for (int i = 0; i < 6; ++i) works.push_back(pg->allreduce(tensors[i]));
+    for (int i = 5; i >= 0; --i) {
+      works[i]->wait();
+      EXPECT_TRUE(at::equal(tensors[i][0], at::full({500}, static_cast<float>(3 * i + 3)))) << "collective " << i;
+    }
+  }));
+}
+
+TEST(Shm, MismatchedCollectivesFailOnEveryRankNamingBoth) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = make_group(store, rank, 2, 4096);
+    std::vector<at::Tensor> t{at::ones({10})};
+    if (rank == 0) {
+      pg->allreduce(t)->wait();
+    } else {
+      pg->broadcast(t)->wait();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not fail";
+    const auto& e = outcomes[r].error;
+    EXPECT_NE(e.find("mismatch"), std::string::npos) << e;
+    EXPECT_NE(e.find("allreduce #1 (Float[10], sum)"), std::string::npos) << e;
+    EXPECT_NE(e.find("broadcast #1 (Float[10], root 0)"), std::string::npos) << e;
+  }
+}
+
+TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::chrono::steady_clock::duration elapsed{};
+  auto outcomes = run_ranks(3, [&](int rank) {
+    auto pg = make_group(store, rank, 3, 4096, "timeout", 1500ms);
+    std::vector<at::Tensor> t{at::ones({4})};
+    if (rank == 2) {
+      std::this_thread::sleep_for(2500ms);  // late: rank 0 or 1 has failed by now
+      pg->allreduce(t)->wait();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg->allreduce(t)->wait();
+    } catch (...) {
+      if (rank == 0) elapsed = std::chrono::steady_clock::now() - start;
+      throw;
+    }
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not fail";
+  // The first rank to time out names rank 2; the others report that rank's failure.
+  const std::string all = outcomes[0].error + outcomes[1].error;
+  EXPECT_NE(all.find("waiting for rank(s) 2"), std::string::npos) << all;
+  EXPECT_NE(outcomes[2].error.find("failed, so this group is unusable"), std::string::npos) << outcomes[2].error;
+  EXPECT_GE(elapsed, 1400ms);
+  EXPECT_LT(elapsed, 2400ms);
+}
+
+TEST(Shm, NoSegmentIsLeftInDevShmOnceEveryRankAttached) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string run_id = "leftover-check-" + std::to_string(::getpid());
+  auto count_segments = [&] {
+    int found = 0;
+    if (DIR* dir = ::opendir("/dev/shm")) {
+      while (dirent* entry = ::readdir(dir)) {
+        found += std::string(entry->d_name).rfind("lockstep-" + run_id + "-", 0) == 0;
+      }
+      ::closedir(dir);
+    }
+    return found;
+  };
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = make_group(store, rank, 2, 4096, run_id);
+    pg->barrier()->wait();
+    EXPECT_EQ(count_segments(), 0);
+    std::vector<at::Tensor> t{at::ones({3})};
+    pg->allreduce(t)->wait();  // still works with the name unlinked
+    EXPECT_TRUE(at::equal(t[0], at::full({3}, 2.0f)));
+  }));
+}
+
+TEST(Shm, BadInputIsRejectedNamingTheValue) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  try {
+    ShmOptions().slot_bytes(100).validate();
+    FAIL() << "slot_bytes 100 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("got 100"), std::string::npos) << e.what();
+  }
+  auto pg = make_group(store, 0, 1, 4096);
+  std::vector<at::Tensor> two{at::ones({2}), at::ones({2})};
+  try {
+    pg->allreduce(two);
+    FAIL() << "two tensors accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one tensor per rank, got 2"), std::string::npos) << e.what();
+  }
+  std::vector<at::Tensor> flags{at::ones({2}, at::kBool)};
+  try {
+    pg->allreduce(flags);
+    FAIL() << "bool tensor accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot reduce Bool"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_backend("hier"), std::invalid_argument);
+  EXPECT_EQ(parse_backend("shm"), Backend::kShm);
+}
+
+TEST(Shm, AutoPicksShmForRanksOnThisHost) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = init_process_group(lockstep::testing::thread_group_options(rank, 2, store, "auto-pick"));
+    EXPECT_EQ(pg.backend(), Backend::kShm);
+    pg.shutdown();
+  }));
+}
+
+}  // namespace
+}  // namespace lockstep::comm

@@ -8,7 +8,8 @@ namespace lockstep::models {
 namespace {
 constexpr int64_t kConv1Channels = 32;
 constexpr int64_t kConv2Channels = 64;
-constexpr int64_t kPooledSize = 4;  // adaptive average pool to 4x4 before the head
+constexpr int64_t kConv3Channels = 64;
+constexpr int64_t kPooledSize = 3;  // adaptive max pool to 3x3 before the head
 constexpr int64_t kHidden = 64;
 constexpr double kDropout = 0.2;
 }  // namespace
@@ -30,8 +31,13 @@ SmallCnnImpl::SmallCnnImpl(SmallCnnOptions options) : options_(options) {
                                      .padding(1)
                                      .bias(false)));
   bn2_ = register_module("bn2", torch::nn::BatchNorm2d(kConv2Channels));
+  conv3_ = register_module(
+      "conv3", torch::nn::Conv2d(torch::nn::Conv2dOptions(kConv2Channels, kConv3Channels, /*kernel_size=*/3)
+                                     .padding(1)
+                                     .bias(false)));
+  bn3_ = register_module("bn3", torch::nn::BatchNorm2d(kConv3Channels));
   dropout_ = register_module("dropout", torch::nn::Dropout(torch::nn::DropoutOptions(kDropout)));
-  fc1_ = register_module("fc1", torch::nn::Linear(kConv2Channels * kPooledSize * kPooledSize, kHidden));
+  fc1_ = register_module("fc1", torch::nn::Linear(kConv3Channels * kPooledSize * kPooledSize, kHidden));
   fc2_ = register_module("fc2", torch::nn::Linear(kHidden, options_.num_classes()));
 }
 
@@ -45,7 +51,9 @@ at::Tensor SmallCnnImpl::forward(at::Tensor x) {
   x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
   x = torch::relu(bn2_->forward(conv2_->forward(x)));
   x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
-  x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({kPooledSize, kPooledSize}));
+  x = torch::relu(bn3_->forward(conv3_->forward(x)));
+  // 7x7 -> 3x3 through overlapping 3x3 windows (rows/columns 0-2, 2-4, 4-6), so no edge is dropped.
+  x = F::adaptive_max_pool2d(x, F::AdaptiveMaxPool2dFuncOptions({kPooledSize, kPooledSize}));
   x = x.flatten(1);
   x = dropout_->forward(torch::relu(fc1_->forward(x)));
   return fc2_->forward(x);

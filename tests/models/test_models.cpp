@@ -146,11 +146,16 @@ TEST(SmallCnn, HasFewerThan100kParameters) {
   lm::SmallCnn model;
   const auto count = lm::count_parameters(*model);
   EXPECT_LT(count, 100000);
-  EXPECT_EQ(count, 85162);  // conv1 288, bn1 64, conv2 18432, bn2 128, fc1 65600, fc2 650
-  EXPECT_EQ(lm::count_parameters(*lm::make_model("cnn", kCifar)), 85162 + 2 * 32 * 9);
+  // conv1 288, bn1 64, conv2 18432, bn2 128, conv3 36864, bn3 128, fc1 36928, fc2 650
+  EXPECT_EQ(count, 93482);
+  const auto cifar_count = lm::count_parameters(*lm::make_model("cnn", kCifar));
+  EXPECT_EQ(cifar_count, 93482 + 2 * 32 * 9);
+  EXPECT_LT(cifar_count, 100000);
   EXPECT_EQ(parameter_names(*model),
             (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
-                                      "bn2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+                                      "bn2.bias", "conv3.weight", "bn3.weight", "bn3.bias", "fc1.weight",
+                                      "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_EQ(model->named_parameters()["fc1.weight"].sizes(), (std::vector<int64_t>{64, 64 * 3 * 3}));
 }
 
 TEST(SmallCnn, DropoutIsActiveInTrainAndNotInEval) {
@@ -162,6 +167,32 @@ TEST(SmallCnn, DropoutIsActiveInTrainAndNotInEval) {
   EXPECT_FALSE(torch::equal(model->forward(x), model->forward(x)));
   model->eval();
   EXPECT_TRUE(torch::equal(model->forward(x), model->forward(x)));
+}
+
+TEST(SmallCnn, AcceptsAnyImageOfAtLeast4x4) {
+  torch::NoGradGuard no_grad;
+  lm::SmallCnn model;
+  model->eval();
+  for (const int64_t size : {4, 7, 28, 32, 45}) {
+    EXPECT_EQ(model->forward(torch::rand({2, 1, size, size})).sizes(), (std::vector<int64_t>{2, 10})) << size;
+  }
+  EXPECT_THROW(model->forward(torch::rand({2, 1, 3, 28})), c10::Error);
+}
+
+TEST(SmallCnn, TrainingStepIsReproducibleForASeed) {
+  // Same seed: same weights, same dropout mask, same gradients, bit for bit.
+  const auto x = torch::rand({8, 1, 28, 28}, torch::TensorOptions().dtype(torch::kFloat));
+  const auto y = torch::arange(8, torch::kLong);
+  std::vector<at::Tensor> grads[2];
+  for (auto& out : grads) {
+    torch::manual_seed(7);
+    lm::SmallCnn model;
+    model->train();
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (std::size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << i;
 }
 
 TEST(SmallCnn, RejectsTheWrongChannelCount) {

@@ -2,7 +2,7 @@
 
 /// The models layer: ready image classifiers behind one interface (ClassifierImpl) and a factory.
 ///   Mlp       — the seeds' MLP 784-256-128-10 (ReLU, dropout 0.2)
-///   SmallCnn  — two convolutions, < 100k parameters
+///   SmallCnn  — three convolutions, < 100k parameters
 ///   ResNet18  — CIFAR-style ResNet18, 11.2M parameters
 ///   make_model("mlp" | "cnn" | "resnet18", InputShape)
 

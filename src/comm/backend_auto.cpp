@@ -1,6 +1,8 @@
 // Backend::kAuto: what a torchrun user would pick by hand. nccl when LibTorch has CUDA; for CPU ranks,
-// shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store
-// and reads everyone's: an assumption from the environment could be wrong under containers), else gloo.
+// shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store and
+// rank 0 compares them: an assumption from the environment could be wrong under containers) and
+// /dev/shm has room for the segment, else gloo.
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <array>
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "backend.h"
+#include "lockstep/comm/process_group_shm.h"
 
 namespace lockstep::comm::detail {
 namespace {
@@ -37,13 +40,24 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
   return Backend::kNccl;
 #else
   if (options.num_nodes() > 1) return Backend::kGloo;
+  // Rank 0 decides for everyone (ranks must agree): all on this host, and room in /dev/shm for the
+  // segment twice over (containers often give /dev/shm only 64 MiB).
   const std::string mine = host_identity();
   store->set("host/" + std::to_string(options.rank()), std::vector<uint8_t>(mine.begin(), mine.end()));
-  for (int r = 0; r < options.world_size(); ++r) {
-    const auto theirs = store->get("host/" + std::to_string(r));
-    if (std::string(theirs.begin(), theirs.end()) != mine) return Backend::kGloo;
+  if (options.rank() == 0) {
+    bool shm = true;
+    for (int r = 0; r < options.world_size() && shm; ++r) {
+      const auto theirs = store->get("host/" + std::to_string(r));
+      shm = std::string(theirs.begin(), theirs.end()) == mine;
+    }
+    struct statvfs fs {};
+    const double needed = 2.0 * ProcessGroupShm::segment_bytes(options.world_size(), ShmOptions().slot_bytes());
+    if (shm && (::statvfs("/dev/shm", &fs) != 0 || static_cast<double>(fs.f_bavail) * fs.f_frsize < needed)) {
+      shm = false;
+    }
+    store->set("auto_backend", {static_cast<uint8_t>(shm ? 's' : 'g')});
   }
-  return Backend::kShm;
+  return store->get("auto_backend").at(0) == 's' ? Backend::kShm : Backend::kGloo;
 #endif
 }
 

@@ -19,7 +19,7 @@ namespace lockstep::comm {
 /// through shared memory between ranks on one host (process_group_shm.h); kNccl needs LibTorch built
 /// with CUDA; kMpi needs LibTorch built with MPI. kAuto is resolved by init_process_group: nccl when
 /// LibTorch has CUDA, else shm when every rank is on this host (checked through the store, not
-/// assumed), else gloo.
+/// assumed) and /dev/shm has room for twice the segment, else gloo; multi-node jobs get gloo.
 enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto };
 
 /// "gloo", "nccl", "mpi", "shm", "auto".

@@ -88,6 +88,9 @@ class ProcessGroupShm final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "shm"; }
 
+  /// Bytes of the segment for `world` ranks and `slot_bytes` per slot (what /dev/shm must hold).
+  static std::size_t segment_bytes(int world, std::size_t slot_bytes);
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,

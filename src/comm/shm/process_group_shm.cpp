@@ -277,6 +277,10 @@ void ShmOptions::validate() const {
   }
 }
 
+std::size_t ProcessGroupShm::segment_bytes(int world, std::size_t slot_bytes) {
+  return ShmChannel::segment_bytes(world, slot_bytes);
+}
+
 struct ProcessGroupShm::Task {
   c10::intrusive_ptr<detail::ShmWork> work;
   std::function<void(std::uint64_t)> run;

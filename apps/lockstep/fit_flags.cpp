@@ -54,8 +54,9 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--num-nodes,--num_nodes", config.num_nodes, "Nodes; must match the surrounding launcher")
       ->type_name("N");
   app.add_option("--backend", config.backend,
-                 "Collective backend: auto = shm when all ranks share this host, else gloo")
-      ->type_name("auto|shm|gloo")->capture_default_str();
+                 "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
+                 "nodes) for multi-node jobs")
+      ->type_name("auto|shm|hier|gloo")->capture_default_str();
   app.add_option("--threads", config.threads, "Intra-op threads per rank; 0 = cores / local ranks")
       ->capture_default_str();
   app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();

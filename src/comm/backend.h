@@ -18,6 +18,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::
 c10::intrusive_ptr<c10d::ProcessGroup> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
                                                 const ProcessGroupOptions& options);
 
+c10::intrusive_ptr<c10d::ProcessGroup> make_hier(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const ProcessGroupOptions& options);
+/// Ranks per node for the hierarchical backend: options.local_world_size(), or world / nodes when unset.
+int hier_local_world_size(const ProcessGroupOptions& options);
+
 /// The backend to create: options.backend(), or for Backend::kAuto the one that fits where the ranks
 /// are (every rank must call it: it exchanges host identities through `store`).
 Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options);

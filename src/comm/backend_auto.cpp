@@ -1,4 +1,5 @@
-// Backend::kAuto: what a torchrun user would pick by hand. nccl when LibTorch has CUDA; for CPU ranks,
+// Backend::kAuto: what a torchrun user would pick by hand. nccl when LibTorch has CUDA; multi-node CPU
+// jobs with the same ranks on every node: hier; for single-node CPU ranks,
 // shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store and
 // rank 0 compares them: an assumption from the environment could be wrong under containers) and
 // /dev/shm has room for the segment, else gloo.
@@ -39,7 +40,11 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
 #ifdef LOCKSTEP_WITH_NCCL
   return Backend::kNccl;
 #else
-  if (options.num_nodes() > 1) return Backend::kGloo;
+  if (options.num_nodes() > 1) {
+    // Every rank computes the same answer from the same (validated) numbers.
+    return hier_local_world_size(options) * options.num_nodes() == options.world_size() ? Backend::kHier
+                                                                                          : Backend::kGloo;
+  }
   // Rank 0 decides for everyone (ranks must agree): all on this host, and room in /dev/shm for the
   // segment twice over (containers often give /dev/shm only 64 MiB).
   const std::string mine = host_identity();

@@ -182,6 +182,7 @@ ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   switch (resolved.backend()) {
     case Backend::kGloo: native = detail::make_gloo(pg_store, resolved); break;
     case Backend::kShm: native = detail::make_shm(pg_store, resolved); break;
+    case Backend::kHier: native = detail::make_hier(pg_store, resolved); break;
     case Backend::kNccl: native = detail::make_nccl(pg_store, resolved); break;
     case Backend::kMpi: native = detail::make_mpi(pg_store, resolved); break;
     case Backend::kAuto: TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");

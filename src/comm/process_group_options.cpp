@@ -35,6 +35,7 @@ const char* to_string(Backend backend) {
     case Backend::kMpi: return "mpi";
     case Backend::kShm: return "shm";
     case Backend::kAuto: return "auto";
+    case Backend::kHier: return "hier";
   }
   return "?";
 }
@@ -45,11 +46,8 @@ Backend parse_backend(const std::string& name) {
   if (name == "mpi") return Backend::kMpi;
   if (name == "shm") return Backend::kShm;
   if (name == "auto") return Backend::kAuto;
-  if (name == "hier") {
-    throw std::invalid_argument("backend 'hier' (shm inside each node, gloo between nodes) is not implemented "
-                                "yet: use auto, gloo or shm");
-  }
-  throw std::invalid_argument("unknown backend '" + name + "': expected one of auto, gloo, shm, nccl, mpi");
+  if (name == "hier") return Backend::kHier;
+  throw std::invalid_argument("unknown backend '" + name + "': expected one of auto, gloo, shm, hier, nccl, mpi");
 }
 
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
@@ -63,7 +61,8 @@ ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment
       .master_addr(environment.master_addr)
       .master_port(environment.master_port)
       .run_id(environment.run_id)
-      .num_nodes(environment.num_nodes);
+      .num_nodes(environment.num_nodes)
+      .local_world_size(environment.local_world_size);
 }
 
 void ProcessGroupOptions::validate() const {
@@ -95,6 +94,10 @@ void ProcessGroupOptions::validate() const {
   if (num_nodes_ < 1 || num_nodes_ > world_size_) {
     throw std::invalid_argument("num_nodes must be in [1, world_size=" + std::to_string(world_size_) + "], got " +
                                 std::to_string(num_nodes_));
+  }
+  if (local_world_size_ < 0 || local_world_size_ > world_size_) {
+    throw std::invalid_argument("local_world_size must be in [0, world_size=" + std::to_string(world_size_) +
+                                "] (0: world_size / num_nodes), got " + std::to_string(local_world_size_));
   }
   if (gloo_threads_ < 1) {
     throw std::invalid_argument("gloo_threads must be >= 1, got " + std::to_string(gloo_threads_));

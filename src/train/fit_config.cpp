@@ -79,12 +79,12 @@ void FitConfig::validate() const {
   check_member("--optimizer", optimizer, {"adam", "adamw", "sgd"});
   check_member("--lr-schedule", lr_schedule, {"cosine", "constant"});
   check_member("--progress", progress, {"auto", "on", "off"});
-  if (backend == "hier" || backend == "mpi" || backend == "nccl") {
+  if (backend == "mpi" || backend == "nccl") {
     throw std::invalid_argument("--backend " + backend +
-                                " is not available in this build yet (use --backend auto, shm or gloo; "
+                                " is not available in this build yet (use --backend auto, shm, hier or gloo; "
                                 "nccl needs a LibTorch built with CUDA)");
   }
-  check_member("--backend", backend, {"auto", "shm", "gloo"});
+  check_member("--backend", backend, {"auto", "shm", "hier", "gloo"});
   if (precision != "32") {
     if (precision == "bf16-mixed" || precision == "16-mixed") {
       throw std::invalid_argument("--precision " + precision +

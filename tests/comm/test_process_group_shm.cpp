@@ -290,8 +290,53 @@ TEST(Shm, BadInputIsRejectedNamingTheValue) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot reduce Bool"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_backend("hier"), std::invalid_argument);
+  EXPECT_THROW(parse_backend("tcp"), std::invalid_argument);
+  EXPECT_EQ(parse_backend("hier"), Backend::kHier);
   EXPECT_EQ(parse_backend("shm"), Backend::kShm);
+}
+
+// Hierarchical: 2 "nodes" x 2 ranks as threads (shm inside a node, Gloo over loopback between leaders).
+TEST(Hier, AllReduceAcrossTwoNodesMatchesTheFlatResult) {
+  const int world = 4;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = init_process_group(lockstep::testing::thread_group_options(rank, world, store, "hier-test")
+                                     .num_nodes(2)
+                                     .local_world_size(2)
+                                     .interface("lo"));  // auto: multi-node CPU job -> hier
+    ASSERT_EQ(pg.backend(), Backend::kHier);
+    ASSERT_EQ(pg.native()->getBackendName(), "hier");
+    for (int64_t n : {0, 1, 1001, 300007}) {
+      for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        auto t = input_for(rank, n, at::kDouble);
+        pg.all_reduce(t, op).wait();
+        const auto code = op == ReduceOp::kSum ? c10d::ReduceOp::SUM
+                          : op == ReduceOp::kAvg ? c10d::ReduceOp::AVG
+                                                 : c10d::ReduceOp::MAX;
+        expect_matches(t, reference(world, n, at::kDouble, code), "hier n=" + std::to_string(n));
+      }
+    }
+    auto b = at::full({5}, rank == 3 ? 7.0 : 0.0);
+    pg.broadcast(b, 3).wait();
+    EXPECT_TRUE(at::equal(b, at::full({5}, 7.0)));
+    pg.barrier();
+    pg.shutdown();
+  }));
+}
+
+TEST(Hier, UnevenNodesAreRefusedNamingTheNumbers) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(3, [&](int rank) {
+    init_process_group(lockstep::testing::thread_group_options(rank, 3, store, "hier-uneven")
+                           .num_nodes(2)
+                           .local_world_size(2)
+                           .interface("lo")
+                           .backend(Backend::kHier));
+  });
+  for (const auto& o : outcomes) {
+    ASSERT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("world_size 3 is not num_nodes 2 x local_world_size 2"), std::string::npos) << o.error;
+  }
 }
 
 TEST(Shm, AutoPicksShmForRanksOnThisHost) {

@@ -31,6 +31,6 @@ wait "$pid1" || status=1
 cat "$dir/node0.log" "$dir/node1.log"
 [ $status -eq 0 ] || { echo "two_nodes: a launcher failed" >&2; exit 1; }
 for r in 0 1 2 3; do
-  grep -q "rank $r/4 ok (run two-nodes-test, backend gloo)" "$dir"/node*.log || { echo "two_nodes: rank $r missing" >&2; exit 1; }
+  grep -q "rank $r/4 ok (run two-nodes-test, backend hier)" "$dir"/node*.log || { echo "two_nodes: rank $r missing" >&2; exit 1; }
 done
 echo "two_nodes: ok"

@@ -76,11 +76,11 @@ TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
   config.lr = -1.0;
   EXPECT_NE(error_of(config).find("--lr must be a positive number"), std::string::npos);
   config = FitConfig();
-  config.backend = "hier";
-  EXPECT_NE(error_of(config).find("use --backend auto, shm or gloo"), std::string::npos);
+  config.backend = "mpi";
+  EXPECT_NE(error_of(config).find("use --backend auto, shm, hier or gloo"), std::string::npos);
   config = FitConfig();
   config.backend = "tcp";
-  EXPECT_EQ(error_of(config), "--backend 'tcp' is not known (expected one of: auto, shm, gloo)");
+  EXPECT_EQ(error_of(config), "--backend 'tcp' is not known (expected one of: auto, shm, hier, gloo)");
   config = FitConfig();
   config.backend = "shm";
   EXPECT_EQ(error_of(config), "");

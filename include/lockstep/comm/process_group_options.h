@@ -20,11 +20,13 @@ namespace lockstep::comm {
 /// with CUDA; kMpi needs LibTorch built with MPI. kAuto is resolved by init_process_group: nccl when
 /// LibTorch has CUDA, else shm when every rank is on this host (checked through the store, not
 /// assumed) and /dev/shm has room for twice the segment, else gloo; multi-node jobs get gloo.
-enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto };
+/// kHier: shm inside each node, Gloo between the nodes' local rank 0 (process_group_hier.h); auto picks it
+/// for multi-node CPU jobs whose nodes all run local_world_size ranks.
+enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto, kHier };
 
-/// "gloo", "nccl", "mpi", "shm", "auto".
+/// "gloo", "nccl", "mpi", "shm", "auto", "hier".
 const char* to_string(Backend backend);
-/// Parses "gloo" | "shm" | "nccl" | "mpi" | "auto". Throws std::invalid_argument naming the value and
+/// Parses "gloo" | "shm" | "hier" | "nccl" | "mpi" | "auto". Throws std::invalid_argument naming the value and
 /// the accepted ones.
 Backend parse_backend(const std::string& name);
 
@@ -60,6 +62,9 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, std::chrono::milliseconds, collective_timeout)
   /// Nodes in the job (from the environment). With more than one, Gloo never binds to loopback.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, num_nodes)
+  /// Ranks per node (torchrun's LOCAL_WORLD_SIZE): rank = node_rank * local_world_size + local_rank.
+  /// 0 (the default): world_size / num_nodes. Used by the hierarchical backend.
+  LOCKSTEP_OPTION(ProcessGroupOptions, int, local_world_size)
   /// Gloo worker threads per process group.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, gloo_threads)
   /// Use this store instead of creating a TCPStore (tests run ranks as threads over a c10d::HashStore).
@@ -82,6 +87,7 @@ class ProcessGroupOptions {
   std::chrono::milliseconds rendezvous_timeout_;
   std::chrono::milliseconds collective_timeout_;
   int num_nodes_ = 1;
+  int local_world_size_ = 0;
   int gloo_threads_ = 2;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;

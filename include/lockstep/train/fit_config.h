@@ -48,7 +48,7 @@ struct FitConfig {
   // Where (ranks).
   std::optional<int> devices;    ///< local ranks; unset: 1, or what the surrounding launcher started
   std::optional<int> num_nodes;  ///< nodes; must match the launcher's when set
-  std::string backend = "auto";  ///< auto (shm on one host, else gloo) | shm | gloo (mpi, nccl, hier: later)
+  std::string backend = "auto";  ///< auto (shm on one host, hier across nodes) | shm | hier | gloo (mpi, nccl: later)
   int threads = 0;               ///< intra-op threads per rank; 0 = cores / local ranks
 
   // How.

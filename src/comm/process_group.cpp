@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "average.h"
 #include "backend.h"
 #include "lockstep/comm/rendezvous.h"
 
@@ -101,13 +102,7 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   std::function<void()> finish;
   if (op == ReduceOp::kAvg && size_ > 1) {
     finish = [tensors, size = size_]() mutable {
-      for (auto& t : tensors) {
-        if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) {
-          t.div_(size);
-        } else {
-          t.div_(size, /*rounding_mode=*/"trunc");
-        }
-      }
+      for (auto& t : tensors) detail::divide_for_average(t, size);
     };
   }
   return Work(native_->allreduce(tensors, opts), std::move(description), rank_, options_.collective_timeout(),

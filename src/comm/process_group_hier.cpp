@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "average.h"
+
 namespace lockstep::comm {
 namespace {
 
@@ -54,14 +56,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHier::allreduce(std::vector<at::Tenso
     from_leader.rootRank = 0;
     from_leader.timeout = timeout;
     local_->broadcast(tensors, from_leader)->wait(timeout);
-    if (average) {
-      at::Tensor& t = tensors[0];
-      if (at::isFloatingType(t.scalar_type())) {
-        t.div_(getSize());
-      } else {
-        t.div_(getSize(), /*rounding_mode=*/"trunc");
-      }
-    }
+    if (average) detail::divide_for_average(tensors[0], getSize());
   } catch (...) {
     error = std::current_exception();
   }

@@ -227,20 +227,16 @@ void ShmChannel::wait_for_generation(std::uint32_t seen, std::uint64_t target, c
   }
 }
 
-void ShmChannel::check_signatures(const ShmOpContext& ctx) const {
+void ShmChannel::check_signatures(const ShmOpContext& ctx) {
   const ShmSignature& mine = control(rank_).signature[ctx.sequence & 1];
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
     const ShmSignature& theirs = control(r).signature[ctx.sequence & 1];
     if (theirs.sequence != mine.sequence || theirs.op != mine.op || theirs.dtype != mine.dtype ||
         theirs.numel != mine.numel || theirs.detail != mine.detail || theirs.chunks != mine.chunks) {
-      const std::string message = "collective mismatch: rank " + std::to_string(rank_) + " called " +
-                                  describe(mine) + " but rank " + std::to_string(r) + " called " +
-                                  describe(theirs) +
-                                  ". Every rank must call the same collectives, with the same sizes, in "
-                                  "the same order.";
-      const_cast<ShmChannel*>(this)->record_failure(message);
-      throw std::runtime_error(message);
+      fail("collective mismatch: rank " + std::to_string(rank_) + " called " + describe(mine) + " but rank " +
+           std::to_string(r) + " called " + describe(theirs) +
+           ". Every rank must call the same collectives, with the same sizes, in the same order.");
     }
   }
 }

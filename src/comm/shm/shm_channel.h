@@ -94,7 +94,7 @@ class ShmChannel {
   void wait_for_generation(std::uint32_t seen, std::uint64_t target, const ShmOpContext& ctx);
   std::string missing_ranks(std::uint64_t target) const;
   std::string dead_ranks(std::uint64_t target) const;
-  void check_signatures(const ShmOpContext& ctx) const;
+  void check_signatures(const ShmOpContext& ctx);
 
   ShmSegment segment_;
   ControlBlock* block_ = nullptr;

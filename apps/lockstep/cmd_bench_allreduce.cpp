@@ -34,7 +34,10 @@ constexpr const char* kDescription =
     "(nccl-tests' definitions, GB/s), and ratio = lockstep latency / baseline latency (below 1:\n"
     "lockstep is faster).\n"
     "Sizes run from --min-size to --max-size, each --factor times the previous. Sizes up to 1 MiB\n"
-    "time --iters calls per path, larger ones fewer (iters * 1 MiB / size, at least 5).";
+    "time --iters calls per path, larger ones fewer (iters * 1 MiB / size, at least 5).\n"
+    "Both paths reduce the same tensor, made by ProcessGroup::new_comm_buffer as DDP's gradient\n"
+    "buckets are (--buffer comm: with shm it lives in shared memory and is reduced without copies)\n"
+    "or by at::zeros (--buffer plain: shm copies it through its segment).";
 
 constexpr const char* kFooter =
     "SIZE: a byte count with an optional unit B, K, M or G (powers of 1024; KiB, MiB, GiB and KB,\n"
@@ -63,6 +66,7 @@ int bench_allreduce_main(int argc, char** argv) {
   std::string min_size = "4K";
   std::string max_size = "64M";
   std::string json;
+  std::string buffer = "comm";
   app.add_option("--nproc", nproc, "Local ranks (processes)")->capture_default_str();
   app.add_option("--backend", backend,
                  "Backend of lockstep's ProcessGroup: a name that\n"
@@ -80,10 +84,18 @@ int bench_allreduce_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--iters", iters, "Timed calls per path for sizes up to 1 MiB")->capture_default_str();
   app.add_option("--json", json, "Also write one JSON object per size to FILE")->type_name("FILE.jsonl");
+  app.add_option("--buffer", buffer,
+                 "Where the message lives: comm (new_comm_buffer,\n"
+                 "as DDP's buckets) or plain (at::zeros)")
+      ->type_name("comm|plain")
+      ->capture_default_str();
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
   if (nproc < 1) return bench_usage_error(kName, "--nproc must be >= 1, got " + std::to_string(nproc));
   if (iters < 1) return bench_usage_error(kName, "--iters must be >= 1, got " + std::to_string(iters));
   if (factor < 2) return bench_usage_error(kName, "--factor must be >= 2, got " + std::to_string(factor));
+  if (buffer != "comm" && buffer != "plain") {
+    return bench_usage_error(kName, "--buffer must be comm or plain, got '" + buffer + "'");
+  }
   if (const int status = refuse_inside_job(kName); status != 0) return status;
 
   const std::string program = find_helper_program(kProgram, kProgramEnv);
@@ -105,7 +117,8 @@ int bench_allreduce_main(int argc, char** argv) {
                                  "--min-size", min_size,
                                  "--max-size", max_size,
                                  "--factor", std::to_string(factor),
-                                 "--iters", std::to_string(iters)};
+                                 "--iters", std::to_string(iters),
+                                 "--buffer", buffer};
   // clang-format on
   if (!json.empty()) flags.insert(flags.end(), {"--json", json});
 

@@ -33,6 +33,14 @@ std::string host_identity() {
          read_link("/proc/self/ns/mnt");
 }
 
+// Room in this host's /dev/shm for a `world`-rank segment twice over (containers often give /dev/shm
+// only 64 MiB).
+bool shm_has_room(int world) {
+  struct statvfs fs {};
+  const double needed = 2.0 * ProcessGroupShm::segment_bytes(world, ShmOptions().slot_bytes());
+  return ::statvfs("/dev/shm", &fs) == 0 && static_cast<double>(fs.f_bavail) * fs.f_frsize >= needed;
+}
+
 }  // namespace
 
 Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options) {
@@ -41,12 +49,19 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
   return Backend::kNccl;
 #else
   if (options.num_nodes() > 1) {
-    // Every rank computes the same answer from the same (validated) numbers.
-    return hier_local_world_size(options) * options.num_nodes() == options.world_size() ? Backend::kHier
-                                                                                          : Backend::kGloo;
+    // Uniform nodes (every rank computes the same answer from the same validated numbers), and room in
+    // every node's /dev/shm: each rank reports its own, rank 0 decides for everyone.
+    const int local = hier_local_world_size(options);
+    if (local * options.num_nodes() != options.world_size()) return Backend::kGloo;
+    store->set("shm_room/" + std::to_string(options.rank()), {static_cast<uint8_t>(shm_has_room(local) ? '1' : '0')});
+    if (options.rank() == 0) {
+      bool room = true;
+      for (int r = 0; r < options.world_size() && room; ++r) room = store->get("shm_room/" + std::to_string(r)).at(0) == '1';
+      store->set("auto_backend", {static_cast<uint8_t>(room ? 'h' : 'g')});
+    }
+    return store->get("auto_backend").at(0) == 'h' ? Backend::kHier : Backend::kGloo;
   }
-  // Rank 0 decides for everyone (ranks must agree): all on this host, and room in /dev/shm for the
-  // segment twice over (containers often give /dev/shm only 64 MiB).
+  // Rank 0 decides for everyone (ranks must agree): all on this host, and room in /dev/shm.
   const std::string mine = host_identity();
   store->set("host/" + std::to_string(options.rank()), std::vector<uint8_t>(mine.begin(), mine.end()));
   if (options.rank() == 0) {
@@ -55,11 +70,7 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
       const auto theirs = store->get("host/" + std::to_string(r));
       shm = std::string(theirs.begin(), theirs.end()) == mine;
     }
-    struct statvfs fs {};
-    const double needed = 2.0 * ProcessGroupShm::segment_bytes(options.world_size(), ShmOptions().slot_bytes());
-    if (shm && (::statvfs("/dev/shm", &fs) != 0 || static_cast<double>(fs.f_bavail) * fs.f_frsize < needed)) {
-      shm = false;
-    }
+    shm = shm && shm_has_room(options.world_size());
     store->set("auto_backend", {static_cast<uint8_t>(shm ? 's' : 'g')});
   }
   return store->get("auto_backend").at(0) == 's' ? Backend::kShm : Backend::kGloo;

@@ -2,11 +2,14 @@
 
 #include <sstream>
 
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "average.h"
 #include "backend.h"
+#include "lockstep/comm/process_group_hier.h"
+#include "lockstep/comm/process_group_shm.h"
 #include "lockstep/comm/rendezvous.h"
 
 namespace lockstep::comm {
@@ -46,6 +49,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
       options_(std::move(options)),
       rank_(options_.rank()),
       size_(options_.world_size()),
+      native_average_(native_ && (native_->getBackendName() == "shm" || native_->getBackendName() == "hier")),
       shut_down_(false) {}
 
 ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept { *this = std::move(other); }
@@ -59,6 +63,7 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
     rank_ = other.rank_;
     size_ = other.size_;
     sequence_ = other.sequence_;
+    native_average_ = other.native_average_;
     shut_down_ = other.shut_down_;
     other.shut_down_ = true;
   }
@@ -96,17 +101,29 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
 Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   check_open("all_reduce");
   c10d::AllreduceOptions opts;
-  opts.reduceOp = to_c10d(op);
+  opts.reduceOp = op == ReduceOp::kAvg && native_average_ ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
   opts.timeout = options_.collective_timeout();
   auto description = describe("allreduce", tensors) + " " + name_of(op);
   std::function<void()> finish;
-  if (op == ReduceOp::kAvg && size_ > 1) {
+  if (op == ReduceOp::kAvg && size_ > 1 && !native_average_) {
     finish = [tensors, size = size_]() mutable {
       for (auto& t : tensors) detail::divide_for_average(t, size);
     };
   }
   return Work(native_->allreduce(tensors, opts), std::move(description), rank_, options_.collective_timeout(),
               std::move(finish));
+}
+
+at::Tensor ProcessGroup::new_comm_buffer(int64_t numel, const at::TensorOptions& options) {
+  check_open("new_comm_buffer");
+  if (options.device().is_cpu()) {
+    c10d::ProcessGroup* group = native_.get();
+    if (auto* hier = dynamic_cast<ProcessGroupHier*>(group)) group = hier->local().get();
+    if (auto* shm = dynamic_cast<ProcessGroupShm*>(group)) {
+      return shm->new_shared_tensor(numel, c10::typeMetaToScalarType(options.dtype()));
+    }
+  }
+  return at::zeros({numel}, options);
 }
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {

@@ -3,6 +3,8 @@
 #include <exception>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -16,12 +18,20 @@ class DoneWork final : public c10d::Work {
  public:
   DoneWork(int rank, std::vector<at::Tensor> outputs, std::exception_ptr error)
       : c10d::Work(rank, c10d::OpType::ALLREDUCE), outputs_(std::move(outputs)) {
-    finish(std::move(error));
+    finish(error);
+    future_ = c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    if (error) {
+      future_->setError(std::move(error));
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
   }
   std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
   std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
 };
 
 }  // namespace

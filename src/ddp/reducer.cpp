@@ -226,7 +226,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
     int64_t total = 0;
     for (size_t i : bucket.params) total += s.params[i].numel();
     const auto& first = s.params[bucket.params.front()];
-    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    // Shared memory with the shm backend: the all-reduce then reads and writes the buckets in place.
+    bucket.buffer = group.new_comm_buffer(total, first.options().requires_grad(false));
     int64_t offset = 0;
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t i = bucket.params[j];

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <tuple>
@@ -134,6 +135,40 @@ TEST_P(ShmWorld, BroadcastAllGatherReduceScatterAndBarrier) {
   }));
 }
 
+// Tensors inside shared buffers (new_shared_tensor) take the copy-free path: same bits as the copying path.
+TEST_P(ShmWorld, SharedTensorAllReduceGivesTheCopyingPathsBits) {
+  const auto [world, slot] = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&, world = world, slot = slot](int rank) {
+    auto pg = make_group(store, rank, world, slot);
+    for (auto type : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong}) {
+      const int64_t pad = 5;  // slices at an offset, as DDP's per-parameter views are
+      at::Tensor buffer = pg->new_shared_tensor(20001 + pad, type);
+      ASSERT_EQ(buffer.scalar_type(), type);
+      ASSERT_TRUE(at::equal(buffer, at::zeros({20001 + pad}, type))) << "not zero-filled";
+      for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MIN, c10d::ReduceOp::MAX}) {
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, int64_t{20001}}) {
+          const int64_t offset = n + pad <= buffer.numel() ? pad : 0;
+          // Random floats (different per rank) so that the summation order matters for the bits.
+          auto gen = at::detail::createCPUGenerator(77 + rank);
+          at::Tensor input = at::isFloatingType(type) ? at::randn({n}, gen).to(type) : input_for(rank, n, type);
+          at::Tensor shared = buffer.narrow(0, offset, n);
+          shared.copy_(input);
+          std::vector<at::Tensor> a{shared}, b{input.clone()};
+          c10d::AllreduceOptions opts;
+          opts.reduceOp = op;
+          pg->allreduce(a, opts)->wait();
+          pg->allreduce(b, opts)->wait();
+          const std::string what = std::string(c10::toString(type)) + " op " + std::to_string(op) +
+                                   " n=" + std::to_string(n) + " rank " + std::to_string(rank);
+          ASSERT_TRUE(at::equal(shared, b[0])) << "shared and copying paths differ: " << what;
+          if (!at::isFloatingType(type)) expect_matches(shared, reference(world, n, type, op), what);
+        }
+      }
+    }
+  }));
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldsAndSlots, ShmWorld,
                          ::testing::Combine(::testing::Values(1, 2, 3, 8),
                                             ::testing::Values(size_t{256}, size_t{4} << 20)),
@@ -216,6 +251,72 @@ TEST(Shm, MismatchedCollectivesFailOnEveryRankNamingBoth) {
   }
 }
 
+TEST(Shm, SharedOnOneRankPrivateOnAnotherIsAMismatchNamingBoth) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = init_process_group(
+        lockstep::testing::thread_group_options(rank, 2, store, "shared-mismatch").backend(Backend::kShm));
+    at::Tensor buffer = pg.new_comm_buffer(10, at::kFloat);  // shared with the shm backend
+    at::Tensor t = rank == 0 ? buffer : at::zeros({10});
+    pg.all_reduce(t).wait();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not fail";
+    const auto& e = outcomes[r].error;
+    EXPECT_NE(e.find("mismatch"), std::string::npos) << e;
+    EXPECT_NE(e.find("(Float[10], sum, in a shared tensor at byte 0)"), std::string::npos) << e;
+    EXPECT_NE(e.find("(Float[10], sum)"), std::string::npos) << e;
+  }
+}
+
+TEST(Shm, SharedTensorsOfDifferentSizesAreAMismatchNamingBoth) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = make_group(store, rank, 2, 4096);
+    pg->new_shared_tensor(rank == 0 ? 100 : 101, at::kFloat);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not fail";
+    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[100])"), std::string::npos) << outcomes[r].error;
+    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[101])"), std::string::npos) << outcomes[r].error;
+  }
+}
+
+TEST(Shm, CommBufferIsSharedOnlyWithShm) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto gloo = init_process_group(
+        lockstep::testing::thread_group_options(rank, 2, store, "comm-buffer-gloo").backend(Backend::kGloo));
+    at::Tensor plain = gloo.new_comm_buffer(6, at::kDouble);
+    EXPECT_TRUE(at::equal(plain, at::zeros({6}, at::kDouble)));
+    plain.fill_(rank + 1);
+    gloo.all_reduce(plain, ReduceOp::kAvg).wait();
+    EXPECT_TRUE(at::equal(plain, at::full({6}, 1.5, at::kDouble)));
+    gloo.shutdown();
+  }));
+}
+
+TEST(Shm, WorkFutureCompletesWithTheOutputs) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    for (size_t slot : {size_t{256}, size_t{4096}}) {  // worker thread, inline
+      const std::string job = "future-" + std::to_string(slot);
+      auto pg = make_group(c10::make_intrusive<c10d::PrefixStore>(job, store), rank, 2, slot, job);
+      std::vector<at::Tensor> t{at::full({300}, 1.0f + rank)};
+      auto work = pg->allreduce(t);
+      std::atomic<int> calls{0};
+      work->getFuture()->addCallback([&](c10::ivalue::Future& f) {
+        EXPECT_FALSE(f.hasError());
+        EXPECT_TRUE(at::equal(f.value().toTensorVector().at(0), at::full({300}, 3.0f)));
+        ++calls;
+      });
+      work->wait();
+      work->getFuture()->wait();
+      EXPECT_EQ(calls.load(), 1);
+    }
+  }));
+}
+
 TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::chrono::steady_clock::duration elapsed{};
@@ -264,6 +365,13 @@ TEST(Shm, NoSegmentIsLeftInDevShmOnceEveryRankAttached) {
     std::vector<at::Tensor> t{at::ones({3})};
     pg->allreduce(t)->wait();  // still works with the name unlinked
     EXPECT_TRUE(at::equal(t[0], at::full({3}, 2.0f)));
+    at::Tensor shared = pg->new_shared_tensor(1000, at::kFloat);  // its segment is unlinked too
+    pg->barrier()->wait();  // rank 0 unlinks once every rank has mapped it
+    EXPECT_EQ(count_segments(), 0);
+    shared.fill_(1.0f);
+    std::vector<at::Tensor> s{shared};
+    pg->allreduce(s)->wait();
+    EXPECT_TRUE(at::equal(shared, at::full({1000}, 2.0f)));
   }));
 }
 

@@ -55,7 +55,7 @@ allreduce)
   run_ok "$lockstep" bench allreduce --max-size 64K --iters 3
   # The default --backend auto names what it resolved to; a backend other than gloo gets its own Gloo
   # baseline group, gloo itself is compared with raw c10d over the same group.
-  grep -Eq '^all_reduce sum float32, 2 rank\(s\); lockstep: ProcessGroup \(gloo, from auto\); baseline: raw c10d gloo \(same group\)$|^all_reduce sum float32, 2 rank\(s\); lockstep: ProcessGroup \([a-z]+, from auto\); baseline: raw c10d gloo$' \
+  grep -Eq '^all_reduce sum float32, 2 rank\(s\); lockstep: ProcessGroup \(gloo, from auto\); baseline: raw c10d gloo \(same group\); message: new_comm_buffer$|^all_reduce sum float32, 2 rank\(s\); lockstep: ProcessGroup \([a-z]+, from auto\); baseline: raw c10d gloo; message: new_comm_buffer$' \
     "$work/out" || fail "no header line"
   grep -Eq '^\| +size \| +iters \| +lockstep us \| +algbw GB/s \| +busbw GB/s \| +baseline us \| +algbw GB/s \| +busbw GB/s \| +ratio \|$' \
     "$work/out" || fail "no table header"
@@ -76,11 +76,18 @@ allreduce_backend)
   # --backend goes through lockstep::comm::parse_backend. With a backend other than gloo the baseline is
   # a second, Gloo group over the first one's store.
   run_ok "$lockstep" bench allreduce --backend gloo --max-size 4K --iters 2
-  grep -Fq 'lockstep: ProcessGroup (gloo); baseline: raw c10d gloo (same group)' "$work/out" || fail "gloo: header"
+  grep -Fq 'lockstep: ProcessGroup (gloo); baseline: raw c10d gloo (same group); message: new_comm_buffer' "$work/out" ||
+    fail "gloo: header"
   check_allreduce_rows "$work/out" 2 "4 KiB"
   run_ok "$lockstep" bench allreduce --backend shm --max-size 16K --iters 2
-  grep -Eq 'lockstep: ProcessGroup \(shm\); baseline: raw c10d gloo$' "$work/out" || fail "--backend shm: header"
+  grep -Eq 'lockstep: ProcessGroup \(shm\); baseline: raw c10d gloo; message: new_comm_buffer$' "$work/out" ||
+    fail "--backend shm: header"
   check_allreduce_rows "$work/out" 2 "4 KiB" "16 KiB"
+  # --buffer plain: an ordinary tensor (shm copies it through its segment); a bad value is a usage error.
+  run_ok "$lockstep" bench allreduce --backend shm --max-size 4K --iters 2 --buffer plain
+  grep -Eq 'lockstep: ProcessGroup \(shm\); baseline: raw c10d gloo; message: at::zeros$' "$work/out" ||
+    fail "--buffer plain: header"
+  check_allreduce_rows "$work/out" 2 "4 KiB"
   ;;
 allreduce_under_run)
   # The helper is also a plain rank program; build/bench/allreduce_bench (docs/benchmarks.md) links to it.
@@ -117,6 +124,7 @@ bad_flags)
   expect_failure 2 "abc" -- "$lockstep" bench allreduce --nproc abc
   expect_failure 2 "--max-size '64X' is not a size" -- "$lockstep" bench allreduce --max-size 64X
   expect_failure 2 "--min-size 6 is not a positive multiple of 4 bytes" -- "$lockstep" bench allreduce --min-size 6
+  expect_failure 2 "--buffer must be comm or plain, got 'shared'" -- "$lockstep" bench allreduce --buffer shared
   expect_failure 2 "--min-size (67108864 bytes) is larger than --max-size (4096 bytes)" -- \
     "$lockstep" bench allreduce --min-size 64M --max-size 4K
   expect_failure 2 "--backend: unknown backend 'nope'" -- "$lockstep" bench allreduce --backend nope

@@ -60,6 +60,13 @@ class ProcessGroup {
   /// Blocks until every rank has called barrier(), at most the collective timeout.
   void barrier();
 
+  /// A zero-filled 1-D tensor for data that is all-reduced again and again (DDP's gradient buckets).
+  /// With the shm backend (and inside each node with hier) it lives in memory every rank maps, and an
+  /// all-reduce of it (or of a slice at the same offset on every rank) copies nothing through the
+  /// segment; with other backends, or for non-CPU options, it is an ordinary tensor. A collective:
+  /// every rank calls it with the same numel and dtype, in the same order.
+  at::Tensor new_comm_buffer(int64_t numel, const at::TensorOptions& options);
+
   /// Clean exit: every rank checks out through the store; rank 0 (which serves the TCPStore) waits,
   /// up to the rendezvous timeout, until all have, so no rank loses its store mid-operation. Then the
   /// backend is released. Idempotent.
@@ -81,6 +88,7 @@ class ProcessGroup {
   int rank_ = 0;
   int size_ = 1;
   std::uint64_t sequence_ = 0;
+  bool native_average_ = false;  // the backend averages itself (one pass fewer than sum, then divide)
   bool shut_down_ = true;
 };
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <c10/util/intrusive_ptr.h>
@@ -108,11 +109,25 @@ class ProcessGroupShm final : public c10d::ProcessGroup {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
+  /// A zero-filled 1-D tensor of `numel` elements of `dtype` in shared memory that every rank of the
+  /// group maps (a "symmetric" buffer). An all-reduce of a tensor that lies inside such a buffer, at the
+  /// same offset on every rank, moves no data through the segment: each rank reduces its slice straight
+  /// from every rank's buffer and writes the result into all of them (two barriers, about half the
+  /// memory traffic of the copying path; DDP keeps its gradient buckets here). A collective: every rank
+  /// calls it with the same numel and dtype, in the same order relative to the other collectives (a
+  /// mismatch is an error naming both sides). Without room in /dev/shm (twice the buffer's size free),
+  /// every rank gets an ordinary tensor instead, whose all-reduces take the copying path, and rank 0
+  /// prints a warning. Like the segment, the buffer's name is unlinked as soon as every rank mapped it.
+  at::Tensor new_shared_tensor(int64_t numel, at::ScalarType dtype);
+
   /// The segment's name (already unlinked once every rank attached), for diagnostics.
   const std::string& segment_name() const { return segment_name_; }
 
  private:
   struct Task;
+  struct SharedBuffer;
+  // The shared buffer `t` lies in (its own region: base + rank * stride), and t's byte offset in it.
+  std::pair<const SharedBuffer*, std::size_t> find_shared(const at::Tensor& t) const;
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void(std::uint64_t sequence)> run);
   void worker_loop();
@@ -121,6 +136,8 @@ class ProcessGroupShm final : public c10d::ProcessGroup {
   ShmOptions options_;
   std::string segment_name_;
   std::unique_ptr<detail::ShmChannel> channel_;
+  // Touched only by the collective running (on the worker or inline; busy_ orders them).
+  std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Task>> queue_;

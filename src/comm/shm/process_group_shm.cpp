@@ -1,11 +1,18 @@
 #include "lockstep/comm/process_group_shm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
+#include <sys/statvfs.h>
+
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -33,9 +40,23 @@ namespace detail {
 class ShmWork final : public c10d::Work {
  public:
   ShmWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds backstop)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)), backstop_(backstop) {}
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        backstop_(backstop),
+        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
-  void complete(std::exception_ptr error) { finish(std::move(error)); }
+  void complete(std::exception_ptr error) {
+    finish(error);
+    // As ProcessGroupGloo's work does: the future carries the outputs, or the error.
+    if (error) {
+      future_->setError(std::move(error));
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  }
+
+  // Comm hooks and tracing (e.g. LOCKSTEP_TIMELINE) chain callbacks on it.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   // Every wait inside a collective is bounded by the collective timeout, so a collective always ends;
   // `backstop` (the timeout times the collectives queued ahead of this one, plus a margin) only guards
@@ -49,6 +70,7 @@ class ShmWork final : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   std::chrono::milliseconds backstop_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
 };
 
 }  // namespace detail
@@ -131,8 +153,10 @@ ShmOpContext context(const char* op, std::uint64_t sequence, std::chrono::millis
   return ctx;
 }
 
-ShmSignature signature(std::uint64_t sequence, c10d::OpType op, const at::Tensor* t, int32_t detail, int64_t chunks) {
+ShmSignature signature(std::uint64_t sequence, c10d::OpType op, const at::Tensor* t, int32_t detail, int64_t chunks,
+                       int64_t shared_offset = -1) {
   ShmSignature s;
+  s.shared_offset = shared_offset;
   s.sequence = sequence;
   s.op = static_cast<int32_t>(op);
   s.dtype = t ? static_cast<int32_t>(t->scalar_type()) : -1;
@@ -178,6 +202,41 @@ void run_allreduce(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, const
     std::memcpy(src, result, lo * elem);
     std::memcpy(src + hi * elem, result + hi * elem, (len - hi) * elem);
   }
+}
+
+// All-reduce of a tensor in a shared buffer (ProcessGroupShm::new_shared_tensor), at byte `offset` of
+// every rank's region; rank j's region starts `stride` * (j - rank) bytes from this rank's. After the
+// first barrier every rank's data is final; each rank reduces its slice [lo, hi) from all regions (in
+// rank order, as the copying path does: the same bits) into rank 0's region and copies it into every
+// other region; after the second barrier every region holds the whole result. Nobody touches another
+// rank's region outside these two barriers.
+void run_allreduce_shared(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, const Reduction& r,
+                          std::size_t offset, std::size_t stride) {
+  const int world = ch.world();
+  const int rank = ch.rank();
+  const auto type = t.scalar_type();
+  const int64_t elem = t.element_size();
+  const int64_t numel = t.numel();
+  ch.publish(signature(ctx.sequence, c10d::OpType::ALLREDUCE, &t, r.code, 1, static_cast<int64_t>(offset)));
+  if (world == 1) return;
+  ch.barrier(ctx, /*check_signatures=*/true);
+  const int64_t per = ceil_div(ceil_div(numel, world), 16) * 16;  // slices of whole cache lines
+  const int64_t lo = std::min(rank * per, numel);
+  const int64_t hi = std::min(lo + per, numel);
+  if (hi > lo) {
+    char* mine = bytes_of(t) + lo * elem;
+    const auto region = [&](int j) {
+      return mine + (static_cast<std::ptrdiff_t>(j) - rank) * static_cast<std::ptrdiff_t>(stride);
+    };
+    std::vector<const void*> in(world);
+    for (int j = 0; j < world; ++j) in[j] = region(j);
+    // Into rank 0's region: the kernels may write over their first input, not over a later one.
+    char* out = region(0);
+    detail::shm_reduce(type, r.op, out, in.data(), world, hi - lo);
+    if (r.average) detail::shm_divide(type, out, hi - lo, world);
+    for (int j = 1; j < world; ++j) std::memcpy(region(j), out, (hi - lo) * elem);
+  }
+  ch.barrier(ctx, /*check_signatures=*/false);
 }
 
 void run_broadcast(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, int root) {
@@ -280,6 +339,11 @@ void ShmOptions::validate() const {
 std::size_t ProcessGroupShm::segment_bytes(int world, std::size_t slot_bytes) {
   return ShmChannel::segment_bytes(world, slot_bytes);
 }
+
+struct ProcessGroupShm::SharedBuffer {
+  detail::ShmSegment segment;  // world regions of `stride` bytes, region j for rank j
+  std::size_t stride = 0;
+};
 
 struct ProcessGroupShm::Task {
   c10::intrusive_ptr<detail::ShmWork> work;
@@ -398,9 +462,91 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
   const Reduction reduction = to_reduction(opts.reduceOp);
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, tensor, reduction](std::uint64_t seq) {
-    run_allreduce(*channel_, context("allreduce", seq, options_.timeout()), tensor->work, reduction);
+    const auto ctx = context("allreduce", seq, options_.timeout());
+    const auto [shared, offset] = find_shared(tensor->work);
+    if (shared != nullptr) {
+      run_allreduce_shared(*channel_, ctx, tensor->work, reduction, offset, shared->stride);
+    } else {
+      run_allreduce(*channel_, ctx, tensor->work, reduction);
+    }
     tensor->write_back();
   });
+}
+
+std::pair<const ProcessGroupShm::SharedBuffer*, std::size_t> ProcessGroupShm::find_shared(const at::Tensor& t) const {
+  if (shared_buffers_.empty() || t.numel() == 0) return {nullptr, 0};
+  const auto* begin = static_cast<const char*>(t.data_ptr());
+  const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  for (const auto& buffer : shared_buffers_) {
+    const char* region = static_cast<const char*>(buffer->segment.data()) + getRank() * buffer->stride;
+    if (begin >= region && begin + bytes <= region + buffer->stride) {
+      return {buffer.get(), static_cast<std::size_t>(begin - region)};
+    }
+  }
+  return {nullptr, 0};
+}
+
+at::Tensor ProcessGroupShm::new_shared_tensor(int64_t numel, at::ScalarType dtype) {
+  TORCH_CHECK(numel >= 0, "shm new_shared_tensor: numel must be >= 0, got ", numel);
+  TORCH_CHECK(detail::shm_reducible(dtype), "shm new_shared_tensor: the shm backend cannot reduce ", dtype,
+              " tensors (float32, float64, bfloat16, float16, int32, int64, uint8, int8)");
+  if (getSize() == 1) return at::zeros({numel}, at::TensorOptions().dtype(dtype));  // nothing to share
+  const std::size_t page = 4096;
+  const std::size_t bytes = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
+  const std::size_t stride = std::max<std::size_t>(page, (bytes + page - 1) / page * page);
+  auto result = std::make_shared<at::Tensor>();
+  std::vector<at::Tensor> none;
+  auto work = enqueue(c10d::OpType::UNKNOWN, none, [this, numel, dtype, stride, result](std::uint64_t seq) {
+    auto& ch = *channel_;
+    const auto ctx = context("new_shared_tensor", seq, options_.timeout());
+    ShmSignature sig;
+    sig.sequence = seq;
+    sig.op = detail::kShmNewSharedTensorOp;
+    sig.dtype = static_cast<int32_t>(dtype);
+    sig.numel = numel;
+    sig.chunks = 1;
+    ch.publish(sig);
+    const std::size_t total = stride * static_cast<std::size_t>(getSize());
+    // Rank 0 creates the segment and passes its name (empty: no room) through its slot.
+    char* name_slot = ch.slot(ch.next_buffer(), 0);
+    std::shared_ptr<SharedBuffer> buffer;
+    if (getRank() == 0) {
+      struct statvfs fs {};
+      const bool room = ::statvfs("/dev/shm", &fs) == 0 &&
+                        static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) >= 2.0 * total;
+      std::string name;
+      if (room) {
+        name = detail::shm_segment_name(options_.run_id());
+        buffer = std::make_shared<SharedBuffer>(SharedBuffer{detail::ShmSegment::create(name, total), stride});
+      } else {
+        std::fprintf(stderr,
+                     "lockstep shm: /dev/shm has no room for a %.1f MiB shared buffer (twice that must be free); "
+                     "using private memory, whose all-reduces copy through the segment (slower)\n",
+                     static_cast<double>(total) / (1024.0 * 1024.0));
+      }
+      std::memset(name_slot, 0, 256);
+      std::memcpy(name_slot, name.data(), std::min<std::size_t>(name.size(), 255));
+    }
+    if (getSize() > 1) ch.barrier(ctx, /*check_signatures=*/true);
+    if (getRank() != 0) {
+      const std::string name(name_slot, strnlen(name_slot, 255));
+      if (!name.empty()) {
+        buffer = std::make_shared<SharedBuffer>(SharedBuffer{detail::ShmSegment::open(name, total), stride});
+      }
+    }
+    if (getSize() > 1) ch.barrier(ctx, /*check_signatures=*/false);  // every rank has it mapped
+    if (!buffer) {
+      *result = at::zeros({numel}, at::TensorOptions().dtype(dtype));
+      return;
+    }
+    buffer->segment.unlink();
+    char* mine = static_cast<char*>(buffer->segment.data()) + getRank() * stride;
+    // The tensor keeps the mapping alive after the group is gone (the group keeps it for the peers).
+    *result = at::from_blob(mine, {numel}, [buffer](void*) {}, at::TensorOptions().dtype(dtype));
+    shared_buffers_.push_back(std::move(buffer));
+  });
+  work->wait();
+  return *result;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::broadcast(std::vector<at::Tensor>& tensors,

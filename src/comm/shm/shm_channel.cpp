@@ -233,7 +233,8 @@ void ShmChannel::check_signatures(const ShmOpContext& ctx) {
     if (r == rank_) continue;
     const ShmSignature& theirs = control(r).signature[ctx.sequence & 1];
     if (theirs.sequence != mine.sequence || theirs.op != mine.op || theirs.dtype != mine.dtype ||
-        theirs.numel != mine.numel || theirs.detail != mine.detail || theirs.chunks != mine.chunks) {
+        theirs.numel != mine.numel || theirs.detail != mine.detail || theirs.chunks != mine.chunks ||
+        theirs.shared_offset != mine.shared_offset) {
       fail("collective mismatch: rank " + std::to_string(rank_) + " called " + describe(mine) + " but rank " +
            std::to_string(r) + " called " + describe(theirs) +
            ". Every rank must call the same collectives, with the same sizes, in the same order.");
@@ -243,7 +244,7 @@ void ShmChannel::check_signatures(const ShmOpContext& ctx) {
 
 std::string describe(const ShmSignature& s) {
   const auto type = static_cast<c10d::OpType>(s.op);
-  std::string text = c10d::opTypeToString(type);
+  std::string text = s.op == kShmNewSharedTensorOp ? "new_shared_tensor" : c10d::opTypeToString(type);
   for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   text += " #" + std::to_string(s.sequence) + " (";
   if (s.dtype >= 0) {
@@ -257,6 +258,7 @@ std::string describe(const ShmSignature& s) {
   } else if (type == c10d::OpType::BROADCAST) {
     text += ", root " + std::to_string(s.detail);
   }
+  if (s.shared_offset >= 0) text += ", in a shared tensor at byte " + std::to_string(s.shared_offset);
   return text + ")";
 }
 

@@ -36,7 +36,11 @@ struct ShmSignature {
   std::int64_t numel = 0;      // elements per rank
   std::int32_t detail = 0;     // reduce op, or broadcast root
   std::int32_t chunks = 0;     // how many steps the collective takes
+  std::int64_t shared_offset = -1;  // allreduce of a shared buffer: the tensor's byte offset in it; else -1
 };
+
+/// ShmSignature::op of ProcessGroupShm::new_shared_tensor (not a c10d::OpType).
+constexpr std::int32_t kShmNewSharedTensorOp = 1000;
 
 /// One collective in flight on this rank, for error messages and deadlines.
 struct ShmOpContext {

@@ -22,6 +22,7 @@ constexpr const char* kFooter =
     "  lockstep fit --devices 2 --model mlp --max-epochs 10\n"
     "  lockstep fit --devices 2 --model cnn --max-epochs 15 --metrics-file cnn.jsonl\n"
     "  lockstep fit --model resnet18 --data cifar10 --data-dir ~/cifar-10-batches-bin\n"
+    "  lockstep fit --model resnet18 --data synthetic --synthetic-shape 3,32,32 --batch-size 32\n"
     "  lockstep run --nproc-per-node 2 --standalone -- lockstep fit --model mlp\n"
     "  srun --ntasks-per-node 2 lockstep fit --model mlp\n"
     "Exit status: 0 on success, 1 when training fails (the error names the rank), 2 for bad flags.";
@@ -40,6 +41,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.get_formatter()->column_width(38);
   std::string limit_train = "1.0", limit_val = "1.0";
   std::optional<std::string> augment;
+  std::string num_workers = "auto";
+  std::optional<std::string> synthetic_shape;
 
   app.add_option("--model", config.model, "Model to train")->type_name(joined(train::fit_model_names()))
       ->capture_default_str();
@@ -50,6 +53,10 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("DIR");
   app.add_option("--synthetic-size", config.synthetic_size, "Training images of --data synthetic")
       ->capture_default_str();
+  app.add_option("--synthetic-shape", synthetic_shape,
+                 "Image shape of --data synthetic, channels,height,width\n"
+                 "(3,32,32: CIFAR-10-sized). Default: 1,28,28 (Fashion-MNIST's)")
+      ->type_name("C,H,W");
   app.add_option("--devices", config.devices, "Local ranks (processes) to train with. Default: 1")->type_name("N");
   app.add_option("--num-nodes,--num_nodes", config.num_nodes, "Nodes; must match the surrounding launcher")
       ->type_name("N");
@@ -82,7 +89,10 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("N|F")->capture_default_str();
   app.add_option("--augment", augment, "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
       ->type_name("on|off");
-  app.add_option("--num-workers,--num_workers", config.num_workers, "Loader threads per rank (0: in the training thread)")
+  app.add_option("--num-workers,--num_workers", num_workers,
+                 "Loader threads per rank (0: in the training thread); auto: 1 when\n"
+                 "the host has a spare core per rank (cores >= ranks x (threads + 1)), else 0")
+      ->type_name("N|auto")
       ->capture_default_str();
   app.add_option("--prefetch-factor", config.prefetch_factor, "Batches queued ahead per loader thread")
       ->capture_default_str();
@@ -97,6 +107,20 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
     app.parse(argc, argv);
     config.limit_train_batches = train::BatchLimit::parse("--limit-train-batches", limit_train);
     config.limit_val_batches = train::BatchLimit::parse("--limit-val-batches", limit_val);
+    if (synthetic_shape) {
+      config.synthetic_shape = train::ImageShape::parse("--synthetic-shape", *synthetic_shape);
+    }
+    if (num_workers == "auto") {
+      config.num_workers = -1;
+    } else {
+      const bool digits = !num_workers.empty() && num_workers.size() <= 6 &&
+                          num_workers.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) {
+        throw std::invalid_argument("--num-workers '" + num_workers +
+                                    "' is not a number of loader threads (expected 0, 1, 2, ... or auto)");
+      }
+      config.num_workers = std::stoll(num_workers);
+    }
     if (augment) {
       if (*augment != "on" && *augment != "off") {
         throw std::invalid_argument("--augment '" + *augment + "' is not known (expected on or off)");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -10,7 +11,8 @@ namespace lockstep::data {
 namespace {
 
 constexpr double kNoiseStd = 48.0;  // grey levels
-constexpr int64_t kChunk = 4096;    // samples drawn per step (bounds the float32 scratch memory)
+constexpr int64_t kChunk = 4096;    // samples drawn per step (bounds the float32 scratch memory) ...
+constexpr int64_t kChunkBytes = int64_t{64} << 20;  // ... to 64 MiB: fewer samples per step for big images
 
 // SplitMix64's finaliser: decorrelates nearby seeds.
 uint64_t mix(uint64_t x) {
@@ -43,8 +45,11 @@ TensorDataset make(const SyntheticOptions& o, Split split) {
   // Balanced labels (i mod k) in a random order.
   const at::Tensor labels = at::remainder(at::randperm(n, gen, at::kLong), k);
   at::Tensor images = at::empty({n, o.channels(), o.height(), o.width()}, at::kByte);
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    const int64_t end = std::min(n, begin + kChunk);
+  // Images up to 3x32x32 keep 4096 samples a step, so their values do not depend on the bound.
+  const int64_t image_bytes = o.channels() * o.height() * o.width() * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / image_bytes, 1, kChunk);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t end = std::min(n, begin + chunk);
     at::Tensor noise = at::randn({end - begin, o.channels(), o.height(), o.width()}, gen, at::kFloat);
     noise.mul_(kNoiseStd).add_(prototypes.index_select(0, labels.slice(0, begin, end)));
     images.slice(0, begin, end).copy_(noise.round_().clamp_(0, 255));

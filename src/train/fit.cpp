@@ -59,6 +59,16 @@ int threads_per_rank(const FitConfig& config, const env::Environment& environmen
   return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
 }
 
+// Loader threads: as asked, or (auto) one if every rank's training threads leave it a core. On a host
+// whose cores are all busy training, a loader thread only takes time from the training thread it feeds.
+int64_t loader_workers(const FitConfig& config, const env::Environment& environment, int threads) {
+  if (config.num_workers >= 0) return config.num_workers;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int64_t>(cores) >= static_cast<int64_t>(std::max(1, environment.local_world_size)) * (threads + 1)
+             ? 1
+             : 0;
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, const Model& model) {
   const double lr = config.resolved_lr();
   if (config.optimizer == "sgd") {
@@ -93,9 +103,9 @@ std::vector<int64_t> unpadded_shard(const data::DistributedSampler& sampler) {
 }
 
 data::LoaderOptions loader_options(const FitConfig& config, const data::TransformOptions& transform,
-                                   bool augment) {
+                                   bool augment, int64_t workers) {
   return data::LoaderOptions(config.batch_size)
-      .num_workers(config.num_workers)
+      .num_workers(workers)
       .prefetch_factor(config.prefetch_factor)
       .persistent_workers(config.persistent_workers)
       .transform(transform)
@@ -135,7 +145,8 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
       comm::ProcessGroupOptions::from_environment(environment).backend(comm::parse_backend(config.backend)));
   const int world = group.size();
   const int rank = group.rank();
-  ddp::DistributedDataParallel<Model> ddp(model, group);
+  // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
+  ddp::DistributedDataParallel<Model> ddp(model, group, ddp::DdpOptions().gradient_as_bucket_view(true));
   // Dropout and augmentation differ per rank, reproducibly.
   torch::manual_seed(config.seed + 1000003ULL * static_cast<uint64_t>(rank + 1));
 
@@ -144,8 +155,9 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
       data.train->size(), data::DistributedSamplerOptions(world, rank).shuffle(true).seed(config.seed));
   data::DistributedSampler val_sampler(data.test->size(),
                                        data::DistributedSamplerOptions(world, rank).shuffle(false));
-  data::Loader train_loader(data.train, loader_options(config, data.transform, config.resolved_augment()));
-  data::Loader val_loader(data.test, loader_options(config, data.transform, /*augment=*/false));
+  const int64_t workers = loader_workers(config, environment, at::get_num_threads());
+  data::Loader train_loader(data.train, loader_options(config, data.transform, config.resolved_augment(), workers));
+  data::Loader val_loader(data.test, loader_options(config, data.transform, /*augment=*/false, workers));
 
   const int64_t batches_available = (train_sampler.num_samples() + config.batch_size - 1) / config.batch_size;
   const int64_t train_batches = config.limit_train_batches.apply(batches_available);
@@ -159,11 +171,11 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   if (is_main) {
     std::fprintf(output.out,
                  "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
-                 "batch %lld, %s, %lld epoch(s), %d thread(s)/rank\n",
+                 "batch %lld, %s, %lld epoch(s), %d thread(s)/rank, %lld loader thread(s)/rank\n",
                  config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), data.name.c_str(),
                  static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()), world,
                  static_cast<long long>(config.batch_size), describe_lr(config).c_str(),
-                 static_cast<long long>(config.max_epochs), at::get_num_threads());
+                 static_cast<long long>(config.max_epochs), at::get_num_threads(), static_cast<long long>(workers));
     std::fflush(output.out);
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
@@ -35,7 +36,79 @@ void check_at_least(const char* flag, T value, T minimum) {
   }
 }
 
+// "5.3" (GiB, one decimal).
+std::string gib(double bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << bytes / static_cast<double>(int64_t{1} << 30);
+  return s.str();
+}
+
+// Per rank, the synthetic train and test splits together (uint8): more is a typo in --synthetic-size or
+// --synthetic-shape, not a benchmark (every rank holds its own copy).
+constexpr int64_t kMaxSyntheticBytes = int64_t{4} << 30;
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    items.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
+  }
+}
+
+// An optional sign and at least one digit (a negative value then gets the range error, which says more).
+bool is_whole_number(const std::string& item) {
+  const std::size_t start = !item.empty() && (item[0] == '-' || item[0] == '+') ? 1 : 0;
+  return item.size() > start && item.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
 }  // namespace
+
+ImageShape ImageShape::parse(const std::string& flag, const std::string& text_value) {
+  constexpr const char* kExample = "e.g. 3,32,32 for CIFAR-10-sized images, 1,28,28 for Fashion-MNIST-sized";
+  const std::vector<std::string> items = split_commas(text_value);
+  if (items.size() != 3) {
+    throw std::invalid_argument(flag + " '" + text_value + "' is not C,H,W: expected 3 whole numbers " +
+                                "separated by commas, got " + text(items.size()) + " (" + kExample + ")");
+  }
+  const char* names[] = {"channels", "height", "width"};
+  const int64_t maxima[] = {kMaxChannels, kMaxSide, kMaxSide};
+  int64_t values[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    if (!is_whole_number(items[i])) {
+      throw std::invalid_argument(flag + " '" + text_value + "': " + names[i] + " '" + items[i] +
+                                  "' is not a whole number (expected C,H,W, " + kExample + ")");
+    }
+    try {
+      values[i] = std::stoll(items[i]);
+    } catch (const std::out_of_range&) {
+      throw std::invalid_argument(flag + " '" + text_value + "': " + names[i] + " must be in 1.." +
+                                  text(maxima[i]) + ", got " + items[i] + " (" + kExample + ")");
+    }
+  }
+  ImageShape shape{values[0], values[1], values[2]};
+  shape.check(flag);
+  return shape;
+}
+
+void ImageShape::check(const std::string& flag) const {
+  const char* names[] = {"channels", "height", "width"};
+  const int64_t values[] = {channels, height, width};
+  const int64_t maxima[] = {kMaxChannels, kMaxSide, kMaxSide};
+  for (int i = 0; i < 3; ++i) {
+    if (values[i] < 1 || values[i] > maxima[i]) {
+      throw std::invalid_argument(flag + " '" + to_string() + "': " + names[i] + " must be in 1.." +
+                                  text(maxima[i]) + ", got " + text(values[i]) +
+                                  " (expected C,H,W, e.g. 3,32,32 for CIFAR-10-sized images)");
+    }
+  }
+}
+
+std::string ImageShape::to_string() const {
+  return text(channels) + "," + text(height) + "," + text(width);
+}
 
 BatchLimit BatchLimit::parse(const std::string& flag, const std::string& text_value) {
   BatchLimit limit;
@@ -98,7 +171,7 @@ void FitConfig::validate() const {
   check_at_least<int64_t>("--max-epochs", max_epochs, 1);
   check_at_least<int64_t>("--batch-size", batch_size, 1);
   check_at_least<int64_t>("--accumulate-grad-batches", accumulate_grad_batches, 1);
-  check_at_least<int64_t>("--num-workers", num_workers, 0);
+  if (num_workers != -1) check_at_least<int64_t>("--num-workers", num_workers, 0);
   check_at_least<int64_t>("--prefetch-factor", prefetch_factor, 1);
   check_at_least<int64_t>("--synthetic-size", synthetic_size, 8);
   if (lr && !(*lr > 0.0 && std::isfinite(*lr))) {
@@ -115,6 +188,31 @@ void FitConfig::validate() const {
   }
   if (!(gradient_clip_val >= 0.0 && std::isfinite(gradient_clip_val))) {
     throw std::invalid_argument("--gradient-clip-val must be >= 0 (0 = off), got " + text(gradient_clip_val));
+  }
+  if (synthetic_shape && data != "synthetic") {
+    throw std::invalid_argument("--synthetic-shape applies to --data synthetic only (--data " + data +
+                                " has its own image shape): drop it, or use --data synthetic");
+  }
+  if (data == "synthetic") {
+    const ImageShape shape = resolved_synthetic_shape();
+    shape.check("--synthetic-shape");
+    // Both splits (the test split is a quarter of the train split), one byte per pixel, on every rank.
+    // (In double: --synthetic-size may be any int64.)
+    const double images =
+        static_cast<double>(synthetic_size) + static_cast<double>(std::max<int64_t>(1, synthetic_size / 4));
+    const double bytes = images * static_cast<double>(shape.numel());
+    if (bytes > static_cast<double>(kMaxSyntheticBytes)) {
+      throw std::invalid_argument("--synthetic-size " + text(synthetic_size) + " of --synthetic-shape " +
+                                  shape.to_string() + " needs " + gib(bytes) +
+                                  " GiB per rank (train + test split), more than the 4 GiB allowed: lower "
+                                  "--synthetic-size or the shape");
+    }
+    // SmallCnn max-pools 2x2 twice before its last convolution: a side under 4 pools away to nothing.
+    if (model == "cnn" && (shape.height < 4 || shape.width < 4)) {
+      throw std::invalid_argument(
+          "--model cnn needs images of at least 4x4 (it max-pools twice), got --synthetic-shape " +
+          shape.to_string() + ": use a height and width >= 4, or --model mlp or resnet18 (any size)");
+    }
   }
   if (data == "synthetic" && !data_dir.empty()) {
     throw std::invalid_argument("--data-dir is meaningless with --data synthetic (drop it)");

@@ -23,12 +23,19 @@ FitData load_fit_data(const FitConfig& config) {
     out.transform.mean({0.4914, 0.4822, 0.4465}).std({0.2470, 0.2435, 0.2616});
     out.name = "CIFAR-10";
   } else {
-    const auto options = data::SyntheticOptions().size(config.synthetic_size).seed(config.seed);
+    const ImageShape shape = config.resolved_synthetic_shape();
+    const auto options = data::SyntheticOptions()
+                             .size(config.synthetic_size)
+                             .channels(shape.channels)
+                             .height(shape.height)
+                             .width(shape.width)
+                             .seed(config.seed);
     out.train = std::make_shared<data::SyntheticDataset>(options, Split::kTrain);
     out.test = std::make_shared<data::SyntheticDataset>(
         data::SyntheticOptions(options).size(std::max<int64_t>(1, config.synthetic_size / 4)), Split::kTest);
     out.transform.mean({0.5}).std({0.25});
-    out.name = "synthetic";
+    out.name = "synthetic " + std::to_string(shape.channels) + "x" + std::to_string(shape.height) + "x" +
+               std::to_string(shape.width);
   }
   if (config.resolved_augment()) {
     // torchvision's RandomCrop(size, padding=4) + RandomHorizontalFlip(), the usual CIFAR recipe.

@@ -13,11 +13,12 @@ struct FitData {
   std::shared_ptr<const data::TensorDataset> train;
   std::shared_ptr<const data::TensorDataset> test;
   data::TransformOptions transform;  ///< mean/std (and, when augmenting, crop + flip)
-  std::string name;                  ///< for messages: "Fashion-MNIST"
+  std::string name;                  ///< for messages: "Fashion-MNIST", "synthetic 3x32x32"
 };
 
 /// Loads `config.data` from `config.resolved_data_dir()` (throws lockstep::data::DataError naming the
-/// path and the fix when files are missing or bad).
+/// path and the fix when files are missing or bad); --data synthetic is generated in the shape
+/// `config.resolved_synthetic_shape()`. Images are uint8 [N, C, H, W]; models take C, H, W from them.
 FitData load_fit_data(const FitConfig& config);
 
 }  // namespace lockstep::train::detail

@@ -328,6 +328,24 @@ TEST(SyntheticDatasetTest, LearnableNearestClassMeanBeatsChanceByFar) {
   EXPECT_FALSE(at::equal(train.images()[same[0].item<int64_t>()], train.images()[same[1].item<int64_t>()]));
 }
 
+// Images over 16 KiB (as float) are drawn fewer than 4096 at a time, to bound the scratch memory: the
+// samples of every step are still their class prototype plus fresh noise.
+TEST(SyntheticDatasetTest, LargeImagesAreDrawnInStepsAndStayLearnable) {
+  const auto opts = SyntheticOptions().size(1500).channels(3).height(96).width(96).seed(3);  // 606 per step
+  const SyntheticDataset train(opts, Split::kTrain);
+  EXPECT_EQ(train.images().sizes(), (std::vector<int64_t>{1500, 3, 96, 96}));
+  EXPECT_TRUE(at::equal(train.images(), SyntheticDataset(opts, Split::kTrain).images()));
+  const SyntheticDataset test(SyntheticOptions(opts).size(300), Split::kTest);
+  const at::Tensor x = train.images().to(at::kFloat).flatten(1);
+  at::Tensor means = at::zeros({10, x.size(1)});
+  means.index_add_(0, train.labels(), x);
+  means.div_(at::bincount(train.labels()).to(at::kFloat).unsqueeze(1));
+  const at::Tensor dist = at::cdist(test.images().to(at::kFloat).flatten(1), means);
+  EXPECT_GT(dist.argmin(1).eq(test.labels()).to(at::kDouble).mean().item<double>(), 0.9);
+  // The last step's samples are not copies of the first step's.
+  EXPECT_FALSE(at::equal(train.images().slice(0, 0, 100), train.images().slice(0, 1400, 1500)));
+}
+
 TEST(SyntheticDatasetTest, RejectsBadOptions) {
   expect_error<std::invalid_argument>([] { SyntheticDataset(SyntheticOptions().size(-1), Split::kTrain); },
                                       {"size must be >= 0, got -1"});

@@ -76,6 +76,8 @@ bad_flags)
   expect_failure 2 "--limit-train-batches '1.5' is not a batch count" -- "$lockstep" fit --limit-train-batches 1.5
   expect_failure 2 "--precision bf16-mixed is not supported" -- "$lockstep" fit --precision bf16-mixed
   expect_failure 2 "--max-epochs must be >= 1, got 0" -- "$lockstep" fit --max-epochs 0
+  expect_failure 2 "--num-workers 'two' is not a number of loader threads" -- "$lockstep" fit --num-workers two
+  expect_failure 2 "--synthetic-shape '3,0,32': height must be in 1..4096, got 0" -- "$lockstep" fit --data synthetic --synthetic-shape 3,0,32
   expect_failure 2 "--data mnist needs --data-dir" -- "$lockstep" fit --data mnist
   expect_failure 2 "--num-nodes 2 needs one launcher per node" -- "$lockstep" fit --num-nodes 2
   ;;

@@ -22,6 +22,32 @@ struct BatchLimit {
   std::string to_string() const;
 };
 
+/// The shape of one image, C x H x W: what `--synthetic-shape C,H,W` asks of `--data synthetic`.
+struct ImageShape {
+  int64_t channels = 1;
+  int64_t height = 28;
+  int64_t width = 28;
+
+  /// The largest channel count, and the largest height or width, that validate() accepts (bigger values
+  /// are typos, and would not fit in memory at any useful --synthetic-size).
+  static constexpr int64_t kMaxChannels = 1024;
+  static constexpr int64_t kMaxSide = 4096;
+
+  /// Parses "C,H,W" (three whole numbers, e.g. "3,32,32"); throws std::invalid_argument naming `flag`, the
+  /// value, what is wrong and an accepted example. The ranges are checked here too (see check()).
+  static ImageShape parse(const std::string& flag, const std::string& text);
+  /// Throws std::invalid_argument naming `flag` and the bad field unless 1 <= channels <= kMaxChannels and
+  /// 1 <= height, width <= kMaxSide.
+  void check(const std::string& flag) const;
+  /// Pixels (bytes, as uint8) of one image: channels * height * width.
+  int64_t numel() const { return channels * height * width; }
+  /// "3,32,32": the flag's own spelling, so that messages can be pasted back.
+  std::string to_string() const;
+  bool operator==(const ImageShape& other) const {
+    return channels == other.channels && height == other.height && width == other.width;
+  }
+};
+
 /// The datasets `lockstep fit --data` knows.
 inline const std::vector<std::string>& fit_data_names() {
   static const std::vector<std::string> names{"fashion-mnist", "mnist", "cifar10", "synthetic"};
@@ -44,6 +70,9 @@ struct FitConfig {
   std::string data = "fashion-mnist";     ///< fashion-mnist | mnist | cifar10 | synthetic
   std::string data_dir;                   ///< default: /usr/share/datasets/fashion-mnist for fashion-mnist
   int64_t synthetic_size = 8192;          ///< training images of --data synthetic (test: a quarter)
+  /// Image shape of --data synthetic (unset: 1,28,28, Fashion-MNIST's; 3,32,32 is CIFAR-10's). Setting it
+  /// with any other --data is an error: real datasets have their own shape.
+  std::optional<ImageShape> synthetic_shape;
 
   // Where (ranks).
   std::optional<int> devices;    ///< local ranks; unset: 1, or what the surrounding launcher started
@@ -69,7 +98,9 @@ struct FitConfig {
   std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only
 
   // Data loading.
-  int64_t num_workers = 1;
+  /// Loader threads per rank; -1 = auto: 1 when the host has a core to spare for it (cores >= local
+  /// ranks x (threads + 1)), else 0 (a loader thread on a full core only steals the training thread's time).
+  int64_t num_workers = -1;
   int64_t prefetch_factor = 2;
   bool persistent_workers = true;
 
@@ -84,6 +115,8 @@ struct FitConfig {
   std::string resolved_data_dir() const;
   /// The learning rate after defaults.
   double resolved_lr() const;
+  /// The image shape of --data synthetic after defaults (1,28,28).
+  ImageShape resolved_synthetic_shape() const { return synthetic_shape.value_or(ImageShape{}); }
   /// Random crop + flip after defaults.
   bool resolved_augment() const { return augment.value_or(data == "cifar10"); }
 };

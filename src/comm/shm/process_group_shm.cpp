@@ -46,13 +46,14 @@ class ShmWork final : public c10d::Work {
         future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   void complete(std::exception_ptr error) {
-    finish(error);
-    // As ProcessGroupGloo's work does: the future carries the outputs, or the error.
+    // As ProcessGroupGloo's work does: the future carries the outputs, or the error. Marked first, so
+    // its callbacks (they run inside markCompleted) are done by the time wait() returns.
     if (error) {
-      future_->setError(std::move(error));
+      future_->setError(error);
     } else {
       future_->markCompleted(c10::IValue(outputs_));
     }
+    finish(std::move(error));
   }
 
   // Comm hooks and tracing (e.g. LOCKSTEP_TIMELINE) chain callbacks on it.

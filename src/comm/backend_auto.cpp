@@ -3,7 +3,6 @@
 // shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store and
 // rank 0 compares them: an assumption from the environment could be wrong under containers) and
 // /dev/shm has room for the segment, else gloo.
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <array>
@@ -36,9 +35,7 @@ std::string host_identity() {
 // Room in this host's /dev/shm for a `world`-rank segment twice over (containers often give /dev/shm
 // only 64 MiB).
 bool shm_has_room(int world) {
-  struct statvfs fs {};
-  const double needed = 2.0 * ProcessGroupShm::segment_bytes(world, ShmOptions().slot_bytes());
-  return ::statvfs("/dev/shm", &fs) == 0 && static_cast<double>(fs.f_bavail) * fs.f_frsize >= needed;
+  return ProcessGroupShm::dev_shm_has_room(2 * ProcessGroupShm::segment_bytes(world, ShmOptions().slot_bytes()));
 }
 
 }  // namespace

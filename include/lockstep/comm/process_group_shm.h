@@ -91,6 +91,8 @@ class ProcessGroupShm final : public c10d::ProcessGroup {
 
   /// Bytes of the segment for `world` ranks and `slot_bytes` per slot (what /dev/shm must hold).
   static std::size_t segment_bytes(int world, std::size_t slot_bytes);
+  /// Whether /dev/shm has `bytes` free (tmpfs reserves nothing up front; writing past its end is SIGBUS).
+  static bool dev_shm_has_room(std::size_t bytes);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;

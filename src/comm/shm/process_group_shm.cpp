@@ -97,6 +97,16 @@ std::size_t slot_bytes_from_env() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The elements [lo, hi) of `len` that `rank` reduces: equal slices of whole cache lines, in rank order.
+struct Slice {
+  int64_t lo, hi;
+};
+Slice slice_of(int64_t len, int world, int rank) {
+  const int64_t per = ceil_div(ceil_div(len, world), 16) * 16;
+  const int64_t lo = std::min(rank * per, len);
+  return {lo, std::min(lo + per, len)};
+}
+
 struct Reduction {
   ShmReduceOp op;
   bool average;
@@ -182,9 +192,7 @@ void run_allreduce(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, const
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t off = c * chunk;
     const int64_t len = std::min(chunk, numel - off);
-    const int64_t per = ceil_div(ceil_div(len, world), 16) * 16;  // slices of whole cache lines
-    const int64_t lo = std::min(rank * per, len);
-    const int64_t hi = std::min(lo + per, len);
+    const auto [lo, hi] = slice_of(len, world, rank);
     const int buffer = ch.next_buffer();
     char* src = bytes_of(t) + off * elem;
     char* mine = ch.slot(buffer, rank);
@@ -221,9 +229,7 @@ void run_allreduce_shared(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t
   ch.publish(signature(ctx.sequence, c10d::OpType::ALLREDUCE, &t, r.code, 1, static_cast<int64_t>(offset)));
   if (world == 1) return;
   ch.barrier(ctx, /*check_signatures=*/true);
-  const int64_t per = ceil_div(ceil_div(numel, world), 16) * 16;  // slices of whole cache lines
-  const int64_t lo = std::min(rank * per, numel);
-  const int64_t hi = std::min(lo + per, numel);
+  const auto [lo, hi] = slice_of(numel, world, rank);
   if (hi > lo) {
     char* mine = bytes_of(t) + lo * elem;
     const auto region = [&](int j) {
@@ -335,6 +341,12 @@ void ShmOptions::validate() const {
   if (timeout_.count() <= 0) {
     throw std::invalid_argument("shm timeout must be > 0 ms, got " + std::to_string(timeout_.count()));
   }
+}
+
+bool ProcessGroupShm::dev_shm_has_room(std::size_t bytes) {
+  struct statvfs fs {};
+  return ::statvfs("/dev/shm", &fs) == 0 &&
+         static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) >= static_cast<double>(bytes);
 }
 
 std::size_t ProcessGroupShm::segment_bytes(int world, std::size_t slot_bytes) {
@@ -512,11 +524,8 @@ at::Tensor ProcessGroupShm::new_shared_tensor(int64_t numel, at::ScalarType dtyp
     char* name_slot = ch.slot(ch.next_buffer(), 0);
     std::shared_ptr<SharedBuffer> buffer;
     if (getRank() == 0) {
-      struct statvfs fs {};
-      const bool room = ::statvfs("/dev/shm", &fs) == 0 &&
-                        static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize) >= 2.0 * total;
       std::string name;
-      if (room) {
+      if (dev_shm_has_room(2 * total)) {
         name = detail::shm_segment_name(options_.run_id());
         buffer = std::make_shared<SharedBuffer>(SharedBuffer{detail::ShmSegment::create(name, total), stride});
       } else {

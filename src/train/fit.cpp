@@ -189,7 +189,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
     model->train();
     if (is_main && output.progress_bar) bar.start(epoch, config.max_epochs, train_batches);
     const auto train_start = Clock::now();
-    auto loss_sum = torch::zeros({}, torch::kDouble);
+    double loss_sum = 0.0;  // the sum a double tensor would hold, without a tensor op per batch
     int64_t samples = 0;
     double lr = schedule.at(step);
     for (int64_t b = 0; b < train_batches; ++b) {
@@ -212,9 +212,10 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
         optimizer->zero_grad();
         ++step;
       }
-      loss_sum += loss.detach();
+      const double batch_loss = loss.item<double>();
+      loss_sum += batch_loss;
       samples += batch->target.size(0);
-      if (is_main && output.progress_bar) bar.update(b + 1, samples * world, loss.item<double>());
+      if (is_main && output.progress_bar) bar.update(b + 1, samples * world, batch_loss);
     }
     const double epoch_s = seconds_since(train_start);
     if (is_main && output.progress_bar) bar.finish();
@@ -241,7 +242,8 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
     const double val_s = seconds_since(val_start);
 
     // ---- reduce over ranks: sums, then the slowest rank's times ----
-    at::Tensor sums = torch::stack({loss_sum, torch::scalar_tensor(static_cast<double>(train_batches), torch::kDouble),
+    at::Tensor sums = torch::stack({torch::scalar_tensor(loss_sum, torch::kDouble),
+                                    torch::scalar_tensor(static_cast<double>(train_batches), torch::kDouble),
                                     torch::scalar_tensor(static_cast<double>(samples), torch::kDouble), val_totals[0],
                                     val_totals[1], val_totals[2]});
     group.all_reduce(sums).wait();

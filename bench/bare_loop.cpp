@@ -3,7 +3,11 @@
 // memory; each epoch shuffles with torch::randperm and gathers batches with index_select.
 //
 //   build/bench/bare_loop [--data-dir DIR] [--epochs N] [--batch-size B] [--threads T] [--seed S]
-//                         [--limit-train-batches N]
+//                         [--limit-train-batches N] [--optimizer torch|fused]
+//
+// --optimizer torch (the default, the W1 baseline) is LibTorch's Adam; fused is lockstep's FusedAdam
+// (bit-identical updates, one pass per parameter), to show how much of lockstep fit's speed is its
+// optimizer rather than its data-parallel engine.
 //
 // Prints one JSON line per epoch: {"epoch", "train_loss", "epoch_s", "samples_per_s", "steps"}.
 // epoch_s is the wall time of the training part only (shuffle + gather + forward/backward/step).
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include <ATen/Parallel.h>
@@ -20,6 +25,7 @@
 
 #include "lockstep/data/idx_dataset.h"
 #include "lockstep/models/mlp.h"
+#include "lockstep/optim/fused_adam.h"
 
 int main(int argc, char** argv) {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -28,6 +34,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   uint64_t seed = 0;
   int64_t limit = 0;
+  std::string optimizer_name = "torch";
   for (int i = 1; i < argc; ++i) {
     auto next = [&](const char* flag) -> const char* {
       if (i + 1 >= argc) {
@@ -42,6 +49,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next("--threads"));
     else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(next("--seed"), nullptr, 10);
     else if (!std::strcmp(argv[i], "--limit-train-batches")) limit = std::atoll(next("--limit-train-batches"));
+    else if (!std::strcmp(argv[i], "--optimizer")) optimizer_name = next("--optimizer");
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -58,7 +66,16 @@ int main(int argc, char** argv) {
 
   lockstep::models::Mlp model;
   model->train();
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  if (optimizer_name != "torch" && optimizer_name != "fused") {
+    std::fprintf(stderr, "--optimizer must be torch or fused, got %s\n", optimizer_name.c_str());
+    return 2;
+  }
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (optimizer_name == "fused") {
+    optimizer = std::make_unique<lockstep::optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  } else {
+    optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  }
 
   int64_t steps_per_epoch = n / batch + (n % batch ? 1 : 0);  // last partial batch kept, like fit
   if (limit > 0 && limit < steps_per_epoch) steps_per_epoch = limit;
@@ -74,10 +91,10 @@ int main(int argc, char** argv) {
       at::Tensor idx = perm.slice(0, begin, end);
       at::Tensor x = images.index_select(0, idx);
       at::Tensor y = labels.index_select(0, idx);
-      optimizer.zero_grad();
+      optimizer->zero_grad();
       at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
       loss.backward();
-      optimizer.step();
+      optimizer->step();
       loss_sum += loss.item<double>();
       samples += end - begin;
     }

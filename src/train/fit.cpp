@@ -11,8 +11,6 @@
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/output-archive.h>
 
@@ -22,6 +20,7 @@
 #include "lockstep/data/loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/models/classifier.h"
+#include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/progress_bar.h"
@@ -76,12 +75,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config,
         model->parameters(),
         torch::optim::SGDOptions(lr).momentum(config.momentum).weight_decay(config.weight_decay));
   }
+  // Adam and AdamW update each parameter in one pass (bit-identical to LibTorch's; see fused_adam.h).
   if (config.optimizer == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(model->parameters(),
-                                                 torch::optim::AdamWOptions(lr).weight_decay(config.weight_decay));
+    return std::make_unique<optim::FusedAdamW>(model->parameters(),
+                                               torch::optim::AdamWOptions(lr).weight_decay(config.weight_decay));
   }
-  return std::make_unique<torch::optim::Adam>(model->parameters(),
-                                              torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
+  return std::make_unique<optim::FusedAdam>(model->parameters(),
+                                            torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {

@@ -1,0 +1,132 @@
+// FusedAdam / FusedAdamW against LibTorch's Adam / AdamW on the same parameters and gradients.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "lockstep/optim/fused_adam.h"
+
+namespace {
+
+// Parameter shapes with every kind of length: a lone element, shorter than one vector, not a multiple
+// of 8 or 32, and the seed MLP's layers.
+std::vector<std::vector<int64_t>> shapes() { return {{1}, {10}, {17}, {33, 3}, {256}, {128, 256}, {784 * 256}}; }
+
+std::vector<at::Tensor> make_params(uint64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<at::Tensor> params;
+  for (const auto& shape : shapes()) params.push_back(torch::randn(shape).requires_grad_(true));
+  return params;
+}
+
+std::vector<at::Tensor> clones(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().clone().requires_grad_(true));
+  return out;
+}
+
+// Runs `steps` steps of both optimizers on the same gradients (fresh random ones each step, with a
+// spread of magnitudes so that v spans many exponents) and returns the largest |difference| and the
+// number of elements that differ at all.
+template <typename Reference, typename Fused, typename Options>
+std::pair<double, int64_t> compare(const Options& options, int steps) {
+  auto a = make_params(7);
+  auto b = clones(a);
+  Reference reference(a, options);
+  Fused fused(b, options);
+  torch::manual_seed(11);
+  for (int step = 0; step < steps; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      at::Tensor g = torch::randn(a[i].sizes()) * torch::exp(torch::randn(a[i].sizes()) * 3);
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    reference.step();
+    fused.step();
+  }
+  double worst = 0;
+  int64_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    differing += a[i].ne(b[i]).sum().item<int64_t>();
+  }
+  return {worst, differing};
+}
+
+TEST(FusedAdamTest, MatchesTorchAdam) {
+  if (!lockstep::optim::fused_adam_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdam is torch's Adam";
+  for (double wd : {0.0, 1e-2}) {
+    const auto [worst, differing] =
+        compare<torch::optim::Adam, lockstep::optim::FusedAdam>(torch::optim::AdamOptions(1e-3).weight_decay(wd), 50);
+    // The same operations in the same order as ATen's kernels: bit for bit, tails included.
+    EXPECT_EQ(differing, 0) << "weight_decay " << wd << ": max |diff| " << worst;
+  }
+}
+
+TEST(FusedAdamTest, MatchesTorchAdamW) {
+  if (!lockstep::optim::fused_adam_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdamW is torch's AdamW";
+  for (double wd : {0.0, 1e-2}) {
+    const auto [worst, differing] = compare<torch::optim::AdamW, lockstep::optim::FusedAdamW>(
+        torch::optim::AdamWOptions(1e-3).weight_decay(wd), 50);
+    EXPECT_EQ(differing, 0) << "weight_decay " << wd << ": max |diff| " << worst;
+  }
+}
+
+// Parameters the fused path does not take (amsgrad, a non-contiguous parameter) run torch's own step.
+TEST(FusedAdamTest, FallsBackToTorchWhereNotFused) {
+  {
+    const auto [worst, differing] = compare<torch::optim::Adam, lockstep::optim::FusedAdam>(
+        torch::optim::AdamOptions(1e-3).amsgrad(true), 5);
+    EXPECT_EQ(differing, 0) << "amsgrad: max |diff| " << worst;
+  }
+  torch::manual_seed(3);
+  at::Tensor a = torch::randn({5, 7}).t().requires_grad_(true);  // a transposed (non-contiguous) leaf
+  at::Tensor b = a.detach().clone().t().contiguous().t().requires_grad_(true);
+  ASSERT_FALSE(b.is_contiguous());
+  torch::optim::Adam reference({a}, torch::optim::AdamOptions(1e-2));
+  lockstep::optim::FusedAdam fused({b}, torch::optim::AdamOptions(1e-2));
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor g = torch::randn({7, 5});
+    a.mutable_grad() = g.clone();
+    b.mutable_grad() = g.clone();
+    reference.step();
+    fused.step();
+  }
+  EXPECT_TRUE(torch::equal(a, b));
+}
+
+// The state is Adam's: saved by FusedAdam, loaded by torch's Adam, the runs continue identically.
+TEST(FusedAdamTest, StateLoadsIntoTorchAdam) {
+  auto a = make_params(5);
+  auto b = clones(a);
+  lockstep::optim::FusedAdam fused(a, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+  torch::manual_seed(9);
+  auto grads = [](const std::vector<at::Tensor>& like) {
+    std::vector<at::Tensor> g;
+    for (const auto& p : like) g.push_back(torch::randn(p.sizes()));
+    return g;
+  };
+  for (int step = 0; step < 4; ++step) {
+    auto g = grads(a);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i].mutable_grad() = g[i];
+    }
+    fused.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) b[i].detach().copy_(a[i].detach());
+  std::stringstream archive;
+  torch::save(fused, archive);
+  torch::optim::Adam reference(b, torch::optim::AdamOptions(1e-3).weight_decay(1e-4));
+  torch::load(reference, archive);
+  for (int step = 0; step < 3; ++step) {
+    auto g = grads(a);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i].mutable_grad() = g[i].clone();
+      b[i].mutable_grad() = g[i].clone();
+    }
+    fused.step();
+    reference.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+}  // namespace

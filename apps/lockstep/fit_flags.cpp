@@ -69,7 +69,10 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();
   app.add_option("--batch-size,--batch_size", config.batch_size, "Batch size per rank")->capture_default_str();
   app.add_option("--lr", config.lr, "Learning rate. Default: 1e-3 (adam, adamw), 0.05 (sgd)")->type_name("LR");
-  app.add_option("--optimizer", config.optimizer, "Optimizer")->type_name("adam|adamw|sgd")->capture_default_str();
+  app.add_option("--optimizer", config.optimizer,
+                 "Optimizer (adam and adamw take a fused one-pass step, bit-identical to LibTorch's)")
+      ->type_name("adam|adamw|sgd")
+      ->capture_default_str();
   app.add_option("--weight-decay", config.weight_decay, "Weight decay")->capture_default_str();
   app.add_option("--momentum", config.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--lr-schedule", config.lr_schedule, "Learning rate over the run (per optimizer step)")

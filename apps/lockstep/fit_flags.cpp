@@ -1,10 +1,16 @@
 #include "fit_flags.h"
 
+#include <cctype>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
+
+#include "yaml_config.h"
 
 namespace lockstep::cli {
 namespace {
@@ -15,7 +21,7 @@ constexpr const char* kDescription =
     "`lockstep run`, torchrun, srun or mpirun it is one rank of that job (--devices, when given,\n"
     "must then match the ranks per node).\n"
     "Rank 0 prints one line per epoch (and a live progress bar on a terminal), appends the\n"
-    "metrics to --metrics-file and saves the final weights to --ckpt-dir/final.pt.";
+    "metrics to --metrics-file and saves the final weights to --ckpt-dir/final.pt and final.safetensors.";
 
 constexpr const char* kFooter =
     "Examples:\n"
@@ -25,12 +31,45 @@ constexpr const char* kFooter =
     "  lockstep fit --model resnet18 --data synthetic --synthetic-shape 3,32,32 --batch-size 32\n"
     "  lockstep run --nproc-per-node 2 --standalone -- lockstep fit --model mlp\n"
     "  srun --ntasks-per-node 2 lockstep fit --model mlp\n"
+    "  lockstep fit --model cnn --print-config > cnn.yaml; lockstep fit --config cnn.yaml --devices 2\n"
+    "Config files: YAML with the flag names as keys (max-epochs: 5, lr-scaling: linear); flags given\n"
+    "on the command line win over the file; `key: null` keeps the default.\n"
     "Exit status: 0 on success, 1 when training fails (the error names the rank), 2 for bad flags.";
 
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : "|") + n;
   return out;
+}
+
+// The defaults of the flags that --print-config leaves at null (their default depends on others).
+std::map<std::string, std::string> config_notes(const train::FitConfig& config) {
+  std::map<std::string, std::string> notes;
+  if (!config.lr) {
+    std::ostringstream lr;
+    lr << "default: " << config.resolved_lr() << " for " << config.optimizer;
+    notes["lr"] = lr.str();
+  }
+  if (!config.devices) notes["devices"] = "default: 1, or the surrounding launcher's ranks per node";
+  if (!config.num_nodes) notes["num-nodes"] = "default: the surrounding launcher's";
+  if (config.data_dir.empty() && !config.resolved_data_dir().empty()) {
+    notes["data-dir"] = "default: " + config.resolved_data_dir();
+  }
+  if (!config.synthetic_shape && config.data == "synthetic") {
+    notes["synthetic-shape"] = "default: " + config.resolved_synthetic_shape().to_string();
+  }
+  if (!config.augment) {
+    notes["augment"] = std::string("default: ") + (config.resolved_augment() ? "on" : "off");
+  }
+  if (!config.lr_reference_batch) {
+    notes["lr-reference-batch"] =
+        "default: batch-size, " + std::to_string(config.resolved_lr_reference_batch());
+  }
+  if (!config.lr_step_epochs) {
+    notes["lr-step-epochs"] =
+        "default: max(1, max-epochs / 3) = " + std::to_string(config.resolved_lr_step_epochs());
+  }
+  return notes;
 }
 
 }  // namespace
@@ -75,8 +114,23 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--weight-decay", config.weight_decay, "Weight decay")->capture_default_str();
   app.add_option("--momentum", config.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--lr-schedule", config.lr_schedule, "Learning rate over the run (per optimizer step)")
-      ->type_name("cosine|constant")->capture_default_str();
+  app.add_option("--lr-scaling", config.lr_scaling,
+                 "Scale --lr by global batch / --lr-reference-batch (global = batch-size x\n"
+                 "ranks x accumulate-grad-batches): linear x ratio, sqrt x its square root")
+      ->type_name("none|linear|sqrt")->capture_default_str();
+  app.add_option("--lr-reference-batch", config.lr_reference_batch,
+                 "The batch size --lr is meant for. Default: --batch-size (one rank)")
+      ->type_name("N");
+  app.add_option("--lr-schedule", config.lr_schedule,
+                 "Learning rate over the run (per optimizer step, after the warmup): cosine\n"
+                 "decay to 0, constant, or step (x --lr-gamma every --lr-step-epochs)")
+      ->type_name("cosine|constant|step")->capture_default_str();
+  app.add_option("--lr-step-epochs", config.lr_step_epochs,
+                 "Epochs between two decays of --lr-schedule step, counted after the\n"
+                 "warmup. Default: max(1, max-epochs / 3)")
+      ->type_name("E");
+  app.add_option("--lr-gamma", config.lr_gamma, "Factor of each --lr-schedule step decay, in (0, 1]")
+      ->capture_default_str();
   app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       ->capture_default_str();
   app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")->capture_default_str();
@@ -99,12 +153,52 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--prefetch-factor", config.prefetch_factor, "Batches queued ahead per loader thread")
       ->capture_default_str();
-  app.add_option("--ckpt-dir,--ckpt_dir", config.ckpt_dir, "Save the final weights to DIR/final.pt (atomically)")
+  app.add_option("--ckpt-dir,--ckpt_dir", config.ckpt_dir,
+                 "Write DIR/last.ckpt at every epoch end (model, optimizer, position, every rank's RNG)\n"
+                 "and the final weights to DIR/final.pt and DIR/final.safetensors; rank 0, atomically")
       ->type_name("DIR");
+  app.add_option("--ckpt-every-n-steps", config.ckpt_every_n_steps,
+                 "Also rewrite DIR/last.ckpt every N optimizer steps (mid-epoch); 0 = epoch ends only")
+      ->capture_default_str();
+  app.add_option("--resume", config.resume,
+                 "Resume from a checkpoint: last (= --ckpt-dir's last.ckpt) or its path; mid-epoch\n"
+                 "resumes reproduce the uninterrupted run")
+      ->type_name("last|PATH");
+  app.add_option("--max-steps,--max_steps", config.max_steps,
+                 "Stop after N optimizer steps in all (last.ckpt is written there); -1 = no limit")
+      ->capture_default_str();
+  app.add_option("--log-every-n-steps", config.log_every_n_steps,
+                 "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
+      ->capture_default_str();
   app.add_option("--metrics-file,--metrics_file", config.metrics_file,
                  "Append one JSON object per epoch (rank 0)")->type_name("FILE.jsonl");
   app.add_option("--progress", config.progress, "Live progress bar: auto = when stdout is a terminal")
       ->type_name("auto|on|off")->capture_default_str();
+
+  bool print_config = false;
+  CLI::Option* config_file =
+      app.set_config("--config", "", "Read flags from a YAML file (keys: the flag names; flags win)");
+  config_file->type_name("FILE.yaml");
+  auto yaml = std::make_shared<YamlConfig>(app, *config_file);
+  app.config_formatter(yaml);
+  app.add_flag("--print-config", print_config,
+               "Print the effective configuration (defaults, --config file and flags merged) as\n"
+               "YAML that --config accepts, then exit without training")
+      ->configurable(false);
+
+  // A bad value read from the file: say so, since the user did not type that flag.
+  const auto source_of = [&yaml](const std::string& message) -> std::string {
+    for (const std::string& key : yaml->applied_keys()) {
+      const std::string flag = "--" + key;
+      for (std::size_t at = message.find(flag); at != std::string::npos; at = message.find(flag, at + 1)) {
+        const std::size_t end = at + flag.size();
+        if (end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-')) {
+          return " (" + key + " is set in --config " + yaml->file_name() + ")";
+        }
+      }
+    }
+    return "";
+  };
 
   try {
     app.parse(argc, argv);
@@ -135,11 +229,19 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
     std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep fit: " << e.what() << "\nRun 'lockstep fit --help' for the flags.\n";
+    std::cerr << "lockstep fit: " << e.what() << source_of(e.what())
+              << "\nRun 'lockstep fit --help' for the flags.\n";
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "lockstep fit: " << e.what() << "\nRun 'lockstep fit --help' for the flags.\n";
+    std::cerr << "lockstep fit: " << e.what() << source_of(e.what())
+              << "\nRun 'lockstep fit --help' for the flags.\n";
     return 2;
+  }
+  if (print_config) {
+    yaml->set_notes(config_notes(config));
+    std::cout << "# lockstep fit: effective configuration; `lockstep fit --config FILE` reads it back\n"
+              << app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+    return 0;
   }
   return -1;
 }

@@ -100,7 +100,7 @@ int64_t Loader::num_batches() const {
   return state_->num_batches;
 }
 
-void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
+void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
   const int64_t size = dataset_->size();
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= size) {
@@ -113,6 +113,11 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
   const auto count = static_cast<int64_t>(indices.size());
   const int64_t b = options_.batch_size();
   const int64_t batches = options_.drop_last() ? count / b : (count + b - 1) / b;
+  if (first_batch < 0 || first_batch > batches) {
+    throw std::out_of_range("Loader::start_epoch: first batch " + std::to_string(first_batch) +
+                            " is outside [0, " + std::to_string(batches) + "] (the epoch has " +
+                            std::to_string(batches) + " batches)");
+  }
   const bool workers = options_.num_workers() > 0;
   if (workers && !options_.persistent_workers()) stop_workers();  // the cancelled epoch's, if any
   {
@@ -122,9 +127,9 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch) {
     state_->indices = std::make_shared<const std::vector<int64_t>>(std::move(indices));
     state_->epoch = epoch;
     state_->num_batches = batches;
-    state_->next_claim = 0;
-    state_->next_out = 0;
-    state_->finished = batches == 0;
+    state_->next_claim = first_batch;
+    state_->next_out = first_batch;
+    state_->finished = first_batch == batches;
     state_->started = true;
   }
   if (workers && state_->threads.empty() && (batches > 0 || options_.persistent_workers())) start_workers();

@@ -9,13 +9,29 @@ namespace lockstep::optim {
 LrShape parse_lr_shape(const std::string& name) {
   if (name == "constant") return LrShape::kConstant;
   if (name == "cosine") return LrShape::kCosine;
-  throw std::invalid_argument("unknown learning-rate schedule '" + name + "' (expected one of: constant, cosine)");
+  if (name == "step") return LrShape::kStep;
+  throw std::invalid_argument("unknown learning-rate schedule '" + name +
+                              "' (expected one of: constant, cosine, step)");
 }
 
-const char* to_string(LrShape shape) { return shape == LrShape::kConstant ? "constant" : "cosine"; }
+const char* to_string(LrShape shape) {
+  switch (shape) {
+    case LrShape::kConstant:
+      return "constant";
+    case LrShape::kCosine:
+      return "cosine";
+    case LrShape::kStep:
+      return "step";
+  }
+  return "unknown";
+}
 
 LrSchedule::LrSchedule(double base_lr, LrShape shape, int64_t total_steps, int64_t warmup_steps)
-    : base_lr_(base_lr), shape_(shape), total_steps_(total_steps), warmup_steps_(warmup_steps) {
+    : base_lr_(base_lr),
+      shape_(shape),
+      total_steps_(total_steps),
+      warmup_steps_(warmup_steps),
+      every_steps_(std::max<int64_t>(1, (total_steps - warmup_steps) / 3)) {
   if (!(base_lr > 0.0) || !std::isfinite(base_lr)) {
     throw std::invalid_argument("learning rate must be a positive number, got " + std::to_string(base_lr));
   }
@@ -27,12 +43,31 @@ LrSchedule::LrSchedule(double base_lr, LrShape shape, int64_t total_steps, int64
   }
 }
 
+LrSchedule& LrSchedule::step_decay(int64_t every_steps, double gamma) {
+  if (shape_ != LrShape::kStep) {
+    throw std::invalid_argument(std::string("step_decay applies to LrShape::kStep only, this schedule is ") +
+                                to_string(shape_));
+  }
+  if (every_steps < 1) {
+    throw std::invalid_argument("step_decay: every_steps must be >= 1, got " + std::to_string(every_steps));
+  }
+  if (!(gamma > 0.0 && gamma <= 1.0)) {
+    throw std::invalid_argument("step_decay: gamma must be in (0, 1], got " + std::to_string(gamma));
+  }
+  every_steps_ = every_steps;
+  gamma_ = gamma;
+  return *this;
+}
+
 double LrSchedule::at(int64_t step) const {
   step = std::clamp<int64_t>(step, 0, total_steps_ - 1);
   if (step < warmup_steps_) {
     return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
   }
   if (shape_ == LrShape::kConstant) return base_lr_;
+  if (shape_ == LrShape::kStep) {
+    return base_lr_ * std::pow(gamma_, static_cast<double>((step - warmup_steps_) / every_steps_));
+  }
   // Cosine over the steps after warmup; step total_steps - 1 is the last one taken, and it gets
   // the small positive rate of the last grid point before zero, as torch's CosineAnnealingLR does
   // when T_max counts the steps taken.

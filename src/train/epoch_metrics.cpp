@@ -20,6 +20,12 @@ std::string EpochMetrics::to_json() const {
   return object.dump();
 }
 
+std::string StepMetrics::to_json() const {
+  const nlohmann::ordered_json object = {
+      {"step", step}, {"epoch", epoch}, {"batch", batch}, {"train_loss", train_loss}, {"lr", lr}};
+  return object.dump();
+}
+
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "ae");
   if (file_ == nullptr) {
@@ -32,8 +38,12 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsWriter::write(const EpochMetrics& metrics) {
-  const std::string line = metrics.to_json() + "\n";
+void MetricsWriter::write(const EpochMetrics& metrics) { write_line(metrics.to_json()); }
+
+void MetricsWriter::write(const StepMetrics& metrics) { write_line(metrics.to_json()); }
+
+void MetricsWriter::write_line(const std::string& json) {
+  const std::string line = json + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     throw std::runtime_error("cannot write to metrics file '" + path_ + "': " + std::strerror(errno));
   }

@@ -23,7 +23,9 @@
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/atomic_file.h"
+#include "lockstep/train/checkpoint.h"
 #include "lockstep/train/progress_bar.h"
+#include "lockstep/train/safetensors.h"
 
 namespace lockstep::train {
 namespace {
@@ -68,8 +70,8 @@ int64_t loader_workers(const FitConfig& config, const env::Environment& environm
              : 0;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, const Model& model) {
-  const double lr = config.resolved_lr();
+// `lr`: the scaled rate (FitConfig::scaled_lr); the schedule sets each step's rate anyway.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, const Model& model, double lr) {
   if (config.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
         model->parameters(),
@@ -113,11 +115,35 @@ data::LoaderOptions loader_options(const FitConfig& config, const data::Transfor
       .seed(config.seed);
 }
 
-std::string describe_lr(const FitConfig& config) {
-  char text[96];
-  std::snprintf(text, sizeof text, "%s lr %g %s", config.optimizer.c_str(), config.resolved_lr(),
-                config.lr_schedule.c_str());
+// "adam lr 0.004 (linear-scaled from 0.001: global batch 256 / reference 64) step (x0.1 every 3 epochs)".
+std::string describe_lr(const FitConfig& config, int world) {
+  char text[256];
+  int used = std::snprintf(text, sizeof text, "%s lr %g", config.optimizer.c_str(), config.scaled_lr(world));
+  if (config.lr_scaling != "none") {
+    used += std::snprintf(text + used, sizeof text - used,
+                          " (%s-scaled from %g: global batch %lld / reference %lld)", config.lr_scaling.c_str(),
+                          config.resolved_lr(),
+                          static_cast<long long>(config.global_batch_size(world)),
+                          static_cast<long long>(config.resolved_lr_reference_batch()));
+  }
+  used += std::snprintf(text + used, sizeof text - used, " %s", config.lr_schedule.c_str());
+  if (config.lr_schedule == "step") {
+    std::snprintf(text + used, sizeof text - used, " (x%g every %lld epochs)", config.lr_gamma,
+                  static_cast<long long>(config.resolved_lr_step_epochs()));
+  }
   return text;
+}
+
+// The run's configuration in a line, recorded in checkpoints for whoever reads them later.
+std::string describe_run(const FitConfig& config, int world) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "model=%s data=%s batch_size=%lld world_size=%d max_epochs=%lld seed=%llu accumulate_grad_batches=%lld "
+                "limit_train_batches=%s; ",
+                config.model.c_str(), config.data.c_str(), static_cast<long long>(config.batch_size), world,
+                static_cast<long long>(config.max_epochs), static_cast<unsigned long long>(config.seed),
+                static_cast<long long>(config.accumulate_grad_batches), config.limit_train_batches.to_string().c_str());
+  return text + describe_lr(config, world);
 }
 
 }  // namespace
@@ -150,7 +176,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   // Dropout and augmentation differ per rank, reproducibly.
   torch::manual_seed(config.seed + 1000003ULL * static_cast<uint64_t>(rank + 1));
 
-  auto optimizer = make_optimizer(config, model);
+  auto optimizer = make_optimizer(config, model, config.scaled_lr(world));
   data::DistributedSampler train_sampler(
       data.train->size(), data::DistributedSamplerOptions(world, rank).shuffle(true).seed(config.seed));
   data::DistributedSampler val_sampler(data.test->size(),
@@ -159,14 +185,43 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   data::Loader train_loader(data.train, loader_options(config, data.transform, config.resolved_augment(), workers));
   data::Loader val_loader(data.test, loader_options(config, data.transform, /*augment=*/false, workers));
 
+  // ---- resume: every rank reads the same checkpoint ----
+  TrainPosition start;
+  double resumed_loss_sum = 0.0;  // this rank's sums of the interrupted epoch's batches already trained
+  int64_t resumed_samples = 0;
+  if (const std::string path = config.resolved_resume_path(); !path.empty()) {
+    const CheckpointState saved = load_checkpoint(path, config.model, *model, *optimizer);
+    start = saved.position;
+    if (saved.world_size == world) {
+      set_cpu_rng_state(saved.rng_states[rank].contiguous());
+      resumed_loss_sum = saved.epoch_sums[rank][0].item<double>();
+      resumed_samples = static_cast<int64_t>(saved.epoch_sums[rank][1].item<double>());
+    } else if (start.batch != 0) {
+      throw std::invalid_argument("checkpoint '" + path + "' was written mid-epoch by " +
+                                  std::to_string(saved.world_size) + " rank(s); this run has " +
+                                  std::to_string(world) + ": resume it with " + std::to_string(saved.world_size) +
+                                  " ranks, or from a checkpoint written at an epoch end (--ckpt-every-n-steps 0)");
+    }
+    if (is_main) {
+      std::fprintf(output.out, "resumed from %s: epoch %lld, batch %lld, step %lld (written by %d rank(s))\n",
+                   path.c_str(), static_cast<long long>(start.epoch), static_cast<long long>(start.batch),
+                   static_cast<long long>(start.step), saved.world_size);
+      std::fflush(output.out);
+    }
+  }
+
   const int64_t batches_available = (train_sampler.num_samples() + config.batch_size - 1) / config.batch_size;
   const int64_t train_batches = config.limit_train_batches.apply(batches_available);
   const int64_t accumulate = config.accumulate_grad_batches;
   const int64_t steps_per_epoch = (train_batches + accumulate - 1) / accumulate;
   const int64_t total_steps = std::max<int64_t>(1, steps_per_epoch * config.max_epochs);
   const auto warmup_steps = static_cast<int64_t>(config.warmup_epochs * static_cast<double>(steps_per_epoch));
-  const optim::LrSchedule schedule(config.resolved_lr(), optim::parse_lr_shape(config.lr_schedule), total_steps,
-                                   std::min(warmup_steps, total_steps - 1));
+  optim::LrSchedule schedule(config.scaled_lr(world), optim::parse_lr_shape(config.lr_schedule), total_steps,
+                             std::min(warmup_steps, total_steps - 1));
+  if (schedule.shape() == optim::LrShape::kStep) {
+    schedule.step_decay(/*every_steps=*/std::max<int64_t>(1, config.resolved_lr_step_epochs() * steps_per_epoch),
+                        config.lr_gamma);
+  }
 
   if (is_main) {
     std::fprintf(output.out,
@@ -174,25 +229,60 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
                  "batch %lld, %s, %lld epoch(s), %d thread(s)/rank, %lld loader thread(s)/rank\n",
                  config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), data.name.c_str(),
                  static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()), world,
-                 static_cast<long long>(config.batch_size), describe_lr(config).c_str(),
+                 static_cast<long long>(config.batch_size), describe_lr(config, world).c_str(),
                  static_cast<long long>(config.max_epochs), at::get_num_threads(), static_cast<long long>(workers));
     std::fflush(output.out);
   }
 
+  if (start.batch > train_batches) {
+    throw std::invalid_argument("checkpoint position (epoch " + std::to_string(start.epoch) + ", batch " +
+                                std::to_string(start.batch) + ") is beyond this run's " +
+                                std::to_string(train_batches) +
+                                " batches per epoch: resume with the --batch-size and --limit-train-batches it "
+                                "was written with");
+  }
+
+  // last.ckpt: every rank's generator state and epoch sums are gathered; rank 0 writes.
+  const std::string last_ckpt =
+      config.ckpt_dir.empty() ? "" : (std::filesystem::path(config.ckpt_dir) / "last.ckpt").string();
+  auto write_last = [&](const TrainPosition& position, double loss_sum, int64_t samples) {
+    at::Tensor rng = cpu_rng_state().to(at::kLong);  // bytes, as int64 (every backend gathers those)
+    std::vector<at::Tensor> rngs(static_cast<size_t>(world));
+    for (auto& t : rngs) t = at::empty_like(rng);
+    group.all_gather(rngs, rng).wait();
+    at::Tensor sums = torch::tensor({loss_sum, static_cast<double>(samples)}, torch::kDouble);
+    std::vector<at::Tensor> all_sums(static_cast<size_t>(world));
+    for (auto& t : all_sums) t = at::empty_like(sums);
+    group.all_gather(all_sums, sums).wait();
+    if (!is_main) return;
+    CheckpointState state;
+    state.position = position;
+    state.world_size = world;
+    state.model = config.model;
+    state.config = describe_run(config, world);
+    state.rng_states = torch::stack(rngs).to(at::kByte);
+    state.epoch_sums = torch::stack(all_sums);
+    save_checkpoint(last_ckpt, *model, *optimizer, state);
+  };
+
   ProgressBar bar(output.out);
   FitResult result;
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < config.max_epochs; ++epoch) {
+  int64_t step = start.step;
+  bool stopped = false;  // --max-steps reached
+  for (int64_t epoch = start.epoch; epoch < config.max_epochs && !stopped; ++epoch) {
     // ---- train ----
+    const bool resumed_epoch = epoch == start.epoch;
+    const int64_t first_batch = resumed_epoch ? start.batch : 0;
     train_sampler.set_epoch(epoch);
-    train_loader.start_epoch(train_sampler.indices(), epoch);
+    train_loader.start_epoch(train_sampler.indices(), epoch, first_batch);
     model->train();
     if (is_main && output.progress_bar) bar.start(epoch, config.max_epochs, train_batches);
     const auto train_start = Clock::now();
-    double loss_sum = 0.0;  // the sum a double tensor would hold, without a tensor op per batch
-    int64_t samples = 0;
+    double loss_sum = resumed_epoch ? resumed_loss_sum : 0.0;  // a double, as a double tensor would sum
+    int64_t samples = resumed_epoch ? resumed_samples : 0;
     double lr = schedule.at(step);
-    for (int64_t b = 0; b < train_batches; ++b) {
+    int64_t batches_done = first_batch;
+    for (int64_t b = first_batch; b < train_batches && !stopped; ++b) {
       std::optional<data::Batch> batch = train_loader.next();
       TORCH_INTERNAL_ASSERT(batch.has_value(), "loader ended after ", b, " of ", train_batches, " batches");
       const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == train_batches;
@@ -204,6 +294,10 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
         loss = torch::nn::functional::cross_entropy(ddp(batch->data), batch->target);
         (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
       }
+      const double batch_loss = loss.item<double>();
+      loss_sum += batch_loss;
+      samples += batch->target.size(0);
+      batches_done = b + 1;
       if (steps_now) {
         if (config.gradient_clip_val > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), config.gradient_clip_val);
         lr = schedule.at(step);
@@ -211,14 +305,27 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
         optimizer->step();
         optimizer->zero_grad();
         ++step;
+        if (metrics_writer && config.log_every_n_steps > 0 && step % config.log_every_n_steps == 0) {
+          metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
+        }
+        stopped = config.max_steps > 0 && step >= config.max_steps;
+        const bool due = config.ckpt_every_n_steps > 0 && step % config.ckpt_every_n_steps == 0;
+        if (!last_ckpt.empty() && (due || stopped)) write_last(TrainPosition{epoch, b + 1, step}, loss_sum, samples);
       }
-      const double batch_loss = loss.item<double>();
-      loss_sum += batch_loss;
-      samples += batch->target.size(0);
       if (is_main && output.progress_bar) bar.update(b + 1, samples * world, batch_loss);
     }
     const double epoch_s = seconds_since(train_start);
     if (is_main && output.progress_bar) bar.finish();
+    if (batches_done < train_batches) {  // --max-steps stopped the epoch: no validation, no epoch metrics
+      if (is_main) {
+        std::fprintf(output.out, "stopped at --max-steps %lld (epoch %lld, batch %lld of %lld)%s\n",
+                     static_cast<long long>(config.max_steps), static_cast<long long>(epoch + 1),
+                     static_cast<long long>(batches_done), static_cast<long long>(train_batches),
+                     last_ckpt.empty() ? "" : (": " + last_ckpt + " holds the position").c_str());
+        std::fflush(output.out);
+      }
+      break;
+    }
 
     // ---- validate ----
     const auto val_start = Clock::now();
@@ -275,6 +382,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
       std::fflush(output.out);
       if (metrics_writer) metrics_writer->write(m);
     }
+    if (!last_ckpt.empty()) write_last(TrainPosition{epoch + 1, 0, step}, 0.0, 0);
   }
 
   if (!config.ckpt_dir.empty()) {
@@ -286,13 +394,28 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
         archive.save_to(tmp);
       });
     }
+    // The same weights for Python without lockstep or LibTorch's archive format (docs/export.md).
+    result.safetensors_path = (std::filesystem::path(config.ckpt_dir) / "final.safetensors").string();
+    if (is_main) {
+      SafetensorsMetadata metadata{{"format", "pt"}, {"producer", "lockstep fit"}, {"model", config.model}};
+      if (!result.epochs.empty()) metadata["epochs"] = std::to_string(result.epochs.back().epoch + 1);
+      save_module_safetensors(result.safetensors_path, *model, metadata);
+    }
   }
   group.shutdown();
   if (is_main) {
-    const EpochMetrics& last = result.epochs.back();
-    std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n", last.val_acc,
-                 static_cast<long long>(last.val_samples), world, seconds_since(started));
+    if (result.epochs.empty()) {  // resumed after the last epoch, or --max-steps within the first one
+      std::fprintf(output.out, "no epoch completed in this run (%lld step(s) in all, %d rank(s), %.1f s)\n",
+                   static_cast<long long>(step), world, seconds_since(started));
+    } else {
+      const EpochMetrics& last = result.epochs.back();
+      std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n", last.val_acc,
+                   static_cast<long long>(last.val_samples), world, seconds_since(started));
+    }
     if (!result.weights_path.empty()) std::fprintf(output.out, "weights: %s\n", result.weights_path.c_str());
+    if (!result.safetensors_path.empty()) {
+      std::fprintf(output.out, "weights (safetensors): %s\n", result.safetensors_path.c_str());
+    }
     std::fflush(output.out);
   }
   return result;

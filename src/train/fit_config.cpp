@@ -1,5 +1,9 @@
 #include "lockstep/train/fit_config.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -150,7 +154,8 @@ void FitConfig::validate() const {
   check_member("--model", model, fit_model_names());
   check_member("--data", data, fit_data_names());
   check_member("--optimizer", optimizer, {"adam", "adamw", "sgd"});
-  check_member("--lr-schedule", lr_schedule, {"cosine", "constant"});
+  check_member("--lr-schedule", lr_schedule, {"cosine", "constant", "step"});
+  check_member("--lr-scaling", lr_scaling, {"none", "linear", "sqrt"});
   check_member("--progress", progress, {"auto", "on", "off"});
   if (backend == "mpi" || backend == "nccl") {
     throw std::invalid_argument("--backend " + backend +
@@ -171,6 +176,12 @@ void FitConfig::validate() const {
   check_at_least<int64_t>("--max-epochs", max_epochs, 1);
   check_at_least<int64_t>("--batch-size", batch_size, 1);
   check_at_least<int64_t>("--accumulate-grad-batches", accumulate_grad_batches, 1);
+  if (lr_reference_batch) check_at_least<int64_t>("--lr-reference-batch", *lr_reference_batch, 1);
+  if (lr_step_epochs) check_at_least<int64_t>("--lr-step-epochs", *lr_step_epochs, 1);
+  if (!(lr_gamma > 0.0 && lr_gamma <= 1.0)) {
+    throw std::invalid_argument("--lr-gamma must be in (0, 1] (the factor of each step decay), got " +
+                                text(lr_gamma));
+  }
   if (num_workers != -1) check_at_least<int64_t>("--num-workers", num_workers, 0);
   check_at_least<int64_t>("--prefetch-factor", prefetch_factor, 1);
   check_at_least<int64_t>("--synthetic-size", synthetic_size, 8);
@@ -214,6 +225,26 @@ void FitConfig::validate() const {
           shape.to_string() + ": use a height and width >= 4, or --model mlp or resnet18 (any size)");
     }
   }
+  check_at_least<int64_t>("--ckpt-every-n-steps", ckpt_every_n_steps, 0);
+  check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
+  if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);
+  if (ckpt_every_n_steps > 0 && ckpt_dir.empty()) {
+    throw std::invalid_argument("--ckpt-every-n-steps " + text(ckpt_every_n_steps) +
+                                " needs --ckpt-dir DIR (where last.ckpt is written)");
+  }
+  if (resume == "last" && ckpt_dir.empty()) {
+    throw std::invalid_argument("--resume last needs --ckpt-dir DIR (it resumes from DIR/last.ckpt); or give "
+                                "--resume the checkpoint's path");
+  }
+  if (!resume.empty()) {
+    const std::string path = resolved_resume_path();
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    if (file == nullptr) {
+      throw std::invalid_argument("--resume " + resume + ": cannot open checkpoint '" + path + "' (" +
+                                  std::strerror(errno) + "): check the path, or drop --resume to start from scratch");
+    }
+    std::fclose(file);
+  }
   if (data == "synthetic" && !data_dir.empty()) {
     throw std::invalid_argument("--data-dir is meaningless with --data synthetic (drop it)");
   }
@@ -228,9 +259,29 @@ std::string FitConfig::resolved_data_dir() const {
   return "";
 }
 
+std::string FitConfig::resolved_resume_path() const {
+  if (resume == "last") return (ckpt_dir.empty() || ckpt_dir.back() == '/' ? ckpt_dir : ckpt_dir + "/") + "last.ckpt";
+  return resume;
+}
+
 double FitConfig::resolved_lr() const {
   if (lr) return *lr;
   return optimizer == "sgd" ? 0.05 : 1e-3;
+}
+
+int64_t FitConfig::global_batch_size(int world_size) const {
+  return batch_size * static_cast<int64_t>(world_size) * accumulate_grad_batches;
+}
+
+double FitConfig::scaled_lr(int world_size) const {
+  if (world_size < 1) {
+    throw std::invalid_argument("scaled_lr: world_size must be >= 1, got " + text(world_size));
+  }
+  const double ratio =
+      static_cast<double>(global_batch_size(world_size)) / static_cast<double>(resolved_lr_reference_batch());
+  if (lr_scaling == "linear") return resolved_lr() * ratio;
+  if (lr_scaling == "sqrt") return resolved_lr() * std::sqrt(ratio);
+  return resolved_lr();
 }
 
 }  // namespace lockstep::train

@@ -262,6 +262,42 @@ TEST(LoaderTest, SameBytesWhateverTheWorkerCountWithAugmentation) {
   EXPECT_TRUE(at::equal(plain.next()->data, t(ds->images().slice(0, 5, 7))));
 }
 
+// Resuming mid-epoch: start_epoch(indices, epoch, k) gives exactly batches k.. of the full epoch
+// (augmentation included), with and without worker threads; k == the batch count is an empty epoch.
+TEST(LoaderTest, FirstBatchSkipsToTheSameBatchesAsAFullEpoch) {
+  auto ds = std::make_shared<const SyntheticDataset>(
+      SyntheticOptions().size(300).channels(3).height(8).width(8).seed(5), Split::kTrain);
+  const auto options = LoaderOptions(32)
+                           .transform(TransformOptions().mean({0.5}).std({0.25}).random_crop_padding(2)
+                                          .horizontal_flip(true))
+                           .augment(true)
+                           .seed(23);
+  for (int64_t workers : {0, 2}) {
+    Loader loader(ds, LoaderOptions(options).num_workers(workers));
+    loader.start_epoch(shuffled(300, 7), 4);
+    const std::vector<Batch> full = drain(loader);
+    ASSERT_EQ(full.size(), 10u);
+    for (int64_t first : {1, 6, 9}) {
+      loader.start_epoch(shuffled(300, 7), 4, first);
+      const std::vector<Batch> rest = drain(loader);
+      ASSERT_EQ(rest.size(), full.size() - static_cast<size_t>(first)) << "workers " << workers;
+      for (size_t k = 0; k < rest.size(); ++k) {
+        EXPECT_TRUE(at::equal(rest[k].data, full[k + static_cast<size_t>(first)].data))
+            << "workers " << workers << " first " << first << " batch " << k;
+        EXPECT_TRUE(at::equal(rest[k].target, full[k + static_cast<size_t>(first)].target));
+      }
+    }
+    loader.start_epoch(shuffled(300, 7), 4, 10);
+    EXPECT_FALSE(loader.next().has_value());
+    try {
+      loader.start_epoch(shuffled(300, 7), 4, 11);
+      ADD_FAILURE() << "first batch 11 of 10 was accepted";
+    } catch (const std::out_of_range& e) {
+      EXPECT_NE(std::string(e.what()).find("first batch 11 is outside [0, 10]"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(LoaderTest, WorkerExceptionIsRethrownInOrderAndEndsTheEpoch) {
   for (int64_t workers : {0, 1, 3}) {
     auto ds = indexed_dataset(100);

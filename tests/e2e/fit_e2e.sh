@@ -2,7 +2,7 @@
 # End-to-end checks of `lockstep fit` with real processes.
 # Usage: fit_e2e.sh CASE LOCKSTEP PYTHON3
 #   CASE: fashion_1rank | fashion_2ranks | synthetic_worlds | under_run | devices_mismatch | bad_flags |
-#         missing_data
+#         missing_data | safetensors | config_file
 set -u
 case_name=$1 lockstep=$2 python=$3
 work=$(mktemp -d)
@@ -48,7 +48,10 @@ fashion_1rank | fashion_2ranks)
   grep -q "^\[rank" "$work/out" && fail "rank 0's output should not be prefixed under lockstep fit"
   check_metrics "$work/m.jsonl" 2 "$world" $((60 * 64 * world)) 10000 0.6
   [ -s "$work/ckpt/final.pt" ] || fail "no final weights"
-  [ "$(ls -A "$work/ckpt")" = final.pt ] || fail "leftovers in the checkpoint dir: $(ls -A "$work/ckpt")"
+  "$python" "$(dirname "$0")/check_safetensors.py" "$work/ckpt/final.safetensors" "$work/ckpt/final.pt" model=mlp ||
+    fail "final.safetensors differs from final.pt"
+  unexpected=$(ls -A "$work/ckpt" | grep -vxE 'final\.pt|final\.safetensors|last\.ckpt')
+  [ -z "$unexpected" ] || fail "leftovers in the checkpoint dir: $unexpected"
   ;;
 synthetic_worlds)
   # 250 test images do not split evenly over 2 or 3 ranks: the sampler pads, validation must not count twice.
@@ -81,10 +84,64 @@ bad_flags)
   expect_failure 2 "--data mnist needs --data-dir" -- "$lockstep" fit --data mnist
   expect_failure 2 "--num-nodes 2 needs one launcher per node" -- "$lockstep" fit --num-nodes 2
   ;;
+safetensors)
+  # final.safetensors read by Python with json + numpy alone, every tensor compared bit for bit with
+  # final.pt loaded by torch.jit.load (cnn: F32 parameters and BatchNorm buffers, I64 num_batches_tracked).
+  "$lockstep" fit --devices 2 --model cnn --data synthetic --synthetic-size 256 --max-epochs 1 \
+    --limit-val-batches 1 --progress off --ckpt-dir "$work/ckpt" >"$work/out" 2>&1 || { cat "$work/out"; fail "fit failed"; }
+  cat "$work/out"
+  grep -Fxq "weights (safetensors): $work/ckpt/final.safetensors" "$work/out" || fail "no safetensors line"
+  "$python" "$(dirname "$0")/check_safetensors.py" "$work/ckpt/final.safetensors" "$work/ckpt/final.pt" \
+    format=pt model=cnn epochs=1 producer="lockstep fit" || fail "final.safetensors differs from final.pt"
+  ls -A "$work/ckpt" | grep -q '^\.' && fail "temporary files left: $(ls -A "$work/ckpt")"
+  ;;
+config_file)
+  # --config: keys applied in every rank, flags win (max-epochs), --lr-scaling with the real world size,
+  # --lr-schedule step in epochs; --print-config prints YAML that --config reads back, launching nothing.
+  cat >"$work/run.yaml" <<'YAML'
+data: synthetic
+synthetic-size: 1000
+devices: 2
+batch-size: 16
+max-epochs: 9
+lr-scaling: linear
+lr-schedule: step
+lr-step-epochs: 1
+lr-gamma: 0.5
+YAML
+  "$lockstep" fit --config "$work/run.yaml" --max-epochs 3 --metrics-file "$work/m.jsonl" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "fit --config failed"; }
+  cat "$work/out"
+  grep -Fq "2 rank(s) x batch 16, adam lr 0.002 (linear-scaled from 0.001: global batch 32 / reference 16) step (x0.5 every 1 epochs)" \
+    "$work/out" || fail "start-up line lacks the scaled lr and the step schedule"
+  "$python" - "$work/m.jsonl" <<'PY' || fail "metrics do not follow the file's schedule"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 3, f"{len(lines)} epochs: --max-epochs 3 on the command line should win over the file's 9"
+lrs = [m["lr"] for m in lines]
+for got, want in zip(lrs, [0.002, 0.001, 0.0005]):  # the last step of each epoch: x0.5 per epoch
+    assert abs(got - want) < 1e-12, lrs
+print("lr per epoch", lrs)
+PY
+  "$lockstep" fit --config "$work/run.yaml" --max-epochs 3 --print-config >"$work/printed.yaml" 2>"$work/err" ||
+    { cat "$work/err"; fail "--print-config failed"; }
+  cat "$work/printed.yaml"
+  grep -qx "max-epochs: 3" "$work/printed.yaml" || fail "--print-config lacks the command line's max-epochs"
+  grep -qx "lr-scaling: linear" "$work/printed.yaml" || fail "--print-config lacks the file's lr-scaling"
+  grep -q "^lockstep fit:" "$work/printed.yaml" && fail "--print-config started training"
+  "$lockstep" fit --config "$work/printed.yaml" --print-config >"$work/again.yaml" || fail "printed config rejected"
+  cmp "$work/printed.yaml" "$work/again.yaml" || fail "--print-config does not round-trip through --config"
+  printf 'max-epoch: 3\n' >"$work/typo.yaml"
+  expect_failure 2 "unknown key 'max-epoch' (line 1) (did you mean 'max-epochs'?)" -- "$lockstep" fit --config "$work/typo.yaml"
+  printf 'lr-scaling: cubic\n' >"$work/bad.yaml"
+  expect_failure 2 "--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt) (lr-scaling is set in --config" \
+    -- "$lockstep" fit --config "$work/bad.yaml"
+  ;;
 missing_data)
   expect_failure 1 "$work/nowhere" -- "$lockstep" fit --data mnist --data-dir "$work/nowhere" --ckpt-dir "$work/ckpt" \
     --metrics-file "$work/m.jsonl"
   [ ! -e "$work/ckpt/final.pt" ] || fail "weights written although the data was missing"
+  [ ! -e "$work/ckpt/final.safetensors" ] || fail "safetensors written although the data was missing"
   [ ! -s "$work/m.jsonl" ] || fail "metrics written although the data was missing"
   ;;
 *)

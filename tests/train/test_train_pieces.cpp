@@ -142,8 +142,46 @@ TEST(LrScheduleTest, ConstantCosineAndWarmup) {
 
   EXPECT_THROW(LrSchedule(0.0, LrShape::kCosine, 10), std::invalid_argument);
   EXPECT_THROW(LrSchedule(0.1, LrShape::kCosine, 0), std::invalid_argument);
-  EXPECT_THROW(lockstep::optim::parse_lr_shape("step"), std::invalid_argument);
+  EXPECT_THROW(lockstep::optim::parse_lr_shape("exponential"), std::invalid_argument);
   EXPECT_EQ(lockstep::optim::parse_lr_shape("cosine"), LrShape::kCosine);
+}
+
+TEST(LrScheduleTest, StepDecaysByGammaAtEachBoundary) {
+  LrSchedule step(0.1, LrShape::kStep, /*total_steps=*/90);
+  step.step_decay(/*every_steps=*/30, /*gamma=*/0.1);
+  EXPECT_DOUBLE_EQ(step.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(step.at(29), 0.1);  // the last step before the first boundary
+  EXPECT_DOUBLE_EQ(step.at(30), 0.1 * 0.1);
+  EXPECT_DOUBLE_EQ(step.at(59), 0.1 * 0.1);
+  EXPECT_DOUBLE_EQ(step.at(60), 0.1 * 0.1 * 0.1);
+  EXPECT_DOUBLE_EQ(step.at(89), 0.1 * 0.1 * 0.1);
+  EXPECT_DOUBLE_EQ(step.at(500), step.at(89));  // beyond the end: the last value
+  EXPECT_EQ(lockstep::optim::parse_lr_shape("step"), LrShape::kStep);
+  EXPECT_STREQ(lockstep::optim::to_string(LrShape::kStep), "step");
+
+  // After a warmup, the decays count from its end (torch's SequentialLR(LinearLR, StepLR)).
+  LrSchedule warm(0.2, LrShape::kStep, /*total_steps=*/50, /*warmup_steps=*/10);
+  warm.step_decay(/*every_steps=*/20, /*gamma=*/0.5);
+  EXPECT_NEAR(warm.at(0), 0.02, 1e-15);
+  EXPECT_NEAR(warm.at(9), 0.2, 1e-15);
+  EXPECT_DOUBLE_EQ(warm.at(10), 0.2);
+  EXPECT_DOUBLE_EQ(warm.at(29), 0.2);
+  EXPECT_DOUBLE_EQ(warm.at(30), 0.1);
+  EXPECT_DOUBLE_EQ(warm.at(49), 0.1);
+  EXPECT_EQ(warm.decay_every_steps(), 20);
+  EXPECT_DOUBLE_EQ(warm.decay_gamma(), 0.5);
+
+  // Without step_decay(): x0.1 every third of the steps after warmup.
+  const LrSchedule plain(1.0, LrShape::kStep, /*total_steps=*/31, /*warmup_steps=*/1);
+  EXPECT_EQ(plain.decay_every_steps(), 10);
+  EXPECT_DOUBLE_EQ(plain.at(10), 1.0);
+  EXPECT_DOUBLE_EQ(plain.at(11), 0.1);
+
+  EXPECT_THROW(step.step_decay(0, 0.1), std::invalid_argument);
+  EXPECT_THROW(step.step_decay(10, 0.0), std::invalid_argument);
+  EXPECT_THROW(step.step_decay(10, 1.5), std::invalid_argument);
+  LrSchedule cosine(0.1, LrShape::kCosine, 100);
+  EXPECT_THROW(cosine.step_decay(10, 0.1), std::invalid_argument);
 }
 
 TEST(AtomicFileTest, ReplacesWholeOrNotAtAll) {

@@ -105,7 +105,10 @@ class Loader {
   /// Begins an epoch over `indices` (dataset rows, in the order to batch them; repeats allowed), with
   /// `epoch` selecting the augmentation randomness. Cancels an unfinished epoch. Throws std::out_of_range
   /// naming the position, the bad index and the dataset size when an index is outside [0, size).
-  void start_epoch(std::vector<int64_t> indices, int64_t epoch);
+  /// `first_batch` > 0 skips the epoch's first batches (resuming mid-epoch): next() returns batch
+  /// first_batch first, built exactly as it would have been; std::out_of_range unless
+  /// 0 <= first_batch <= the epoch's batch count.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch = 0);
 
   /// The next batch of the epoch, in order; std::nullopt after the last one. Blocks until a worker has
   /// built it. Rethrows an exception thrown while building it. Throws std::logic_error before the first

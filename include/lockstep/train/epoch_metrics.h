@@ -25,7 +25,20 @@ struct EpochMetrics {
   std::string to_json() const;
 };
 
-/// Appends EpochMetrics as JSON lines to a file, flushed after every line so that a crash loses at most
+/// One optimizer step, as `--log-every-n-steps` records it (rank 0's own loss, not reduced: no collective
+/// per logged step).
+struct StepMetrics {
+  int64_t step = 0;         ///< optimizer steps taken since the start of the run, after this one (1-based)
+  int64_t epoch = 0;
+  int64_t batch = 0;        ///< batches of the epoch done, this step's included
+  double train_loss = 0.0;  ///< rank 0's loss of the step's last batch
+  double lr = 0.0;          ///< learning rate this step used
+
+  /// One line of JSON (no newline): {"step", "epoch", "batch", "train_loss", "lr"}.
+  std::string to_json() const;
+};
+
+/// Appends EpochMetrics (and StepMetrics) as JSON lines to a file, flushed after every line so that a crash loses at most
 /// the epoch being written. Not thread-safe; rank 0 owns it.
 class MetricsWriter {
  public:
@@ -37,9 +50,12 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   void write(const EpochMetrics& metrics);
+  void write(const StepMetrics& metrics);
   const std::string& path() const { return path_; }
 
  private:
+  void write_line(const std::string& json);
+
   std::string path_;
   std::FILE* file_ = nullptr;
 };

@@ -20,6 +20,7 @@ struct FitOutput {
 struct FitResult {
   std::vector<EpochMetrics> epochs;
   std::string weights_path;  ///< the final weights, when --ckpt-dir was given
+  std::string safetensors_path;  ///< the same weights as safetensors (final.safetensors), with --ckpt-dir
 };
 
 /// One rank of `lockstep fit`: loads the data, builds the model, joins the process group described by
@@ -27,7 +28,8 @@ struct FitResult {
 /// and trains `config.max_epochs` epochs: per epoch a DistributedSampler shuffle, training with
 /// overlapped gradient all-reduce, validation over the test set (each image counted once whatever
 /// the world size), metrics reduced over all ranks; rank 0 prints them, appends them to
-/// `config.metrics_file` and at the end saves the weights atomically to `config.ckpt_dir`/final.pt.
+/// `config.metrics_file` and at the end saves the weights atomically to `config.ckpt_dir`/final.pt
+/// (LibTorch's archive) and `config.ckpt_dir`/final.safetensors (parameters and buffers, for Python).
 ///
 /// Throws std::invalid_argument for a bad config or a config that contradicts the environment
 /// (e.g. --devices 4 under a launcher that started 2), lockstep::data::DataError for bad data,

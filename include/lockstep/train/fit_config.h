@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -87,8 +88,14 @@ struct FitConfig {
   std::string optimizer = "adam";      ///< adam | adamw | sgd
   double weight_decay = 0.0;
   double momentum = 0.9;               ///< sgd only
-  std::string lr_schedule = "cosine";  ///< cosine | constant
+  /// Scales the lr with the global batch (batch_size x ranks x accumulate_grad_batches) against
+  /// lr_reference_batch: none | linear (x global/reference) | sqrt (x sqrt(global/reference)).
+  std::string lr_scaling = "none";
+  std::optional<int64_t> lr_reference_batch;  ///< the batch the lr is meant for; default: batch_size
+  std::string lr_schedule = "cosine";  ///< cosine | constant | step
   double warmup_epochs = 0.0;          ///< linear warmup length, in epochs
+  std::optional<int64_t> lr_step_epochs;  ///< step: epochs between decays; default max(1, max_epochs / 3)
+  double lr_gamma = 0.1;                  ///< step: the factor of each decay, in (0, 1]
   uint64_t seed = 0;
   std::string precision = "32";        ///< 32 (bf16-mixed, 16-mixed: trainer issue)
   int64_t accumulate_grad_batches = 1;
@@ -104,8 +111,15 @@ struct FitConfig {
   int64_t prefetch_factor = 2;
   bool persistent_workers = true;
 
+  // Checkpoints and stopping.
+  /// last.ckpt at every epoch end (and every ckpt_every_n_steps), final weights; rank 0, atomically.
+  std::string ckpt_dir;
+  int64_t ckpt_every_n_steps = 0;  ///< also write last.ckpt every N optimizer steps; 0 = epoch ends only
+  std::string resume;              ///< "" | last (= ckpt_dir/last.ckpt) | a checkpoint path
+  int64_t max_steps = -1;          ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
+  int64_t log_every_n_steps = 0;   ///< a {"step": ...} record in metrics_file every N steps; 0 = off
+
   // Output.
-  std::string ckpt_dir;      ///< final weights (rank 0, atomically) when set
   std::string metrics_file;  ///< JSONL, one object per epoch (rank 0)
   std::string progress = "auto";  ///< auto (a bar when stdout is a terminal) | on | off
 
@@ -113,10 +127,25 @@ struct FitConfig {
   void validate() const;
   /// The data directory after defaults (empty for synthetic).
   std::string resolved_data_dir() const;
-  /// The learning rate after defaults.
+  /// The learning rate after defaults, before --lr-scaling.
   double resolved_lr() const;
+  /// Samples per optimizer step over all ranks: batch_size x world_size x accumulate_grad_batches.
+  int64_t global_batch_size(int world_size) const;
+  /// The batch the lr is meant for, after defaults (batch_size: one rank, no accumulation).
+  int64_t resolved_lr_reference_batch() const { return lr_reference_batch.value_or(batch_size); }
+  /// The learning rate that training starts from (before warmup and decay): resolved_lr() scaled by
+  /// --lr-scaling for `world_size` ranks. Throws std::invalid_argument when world_size < 1.
+  ///
+  /// Example: --lr 0.1 --batch-size 64 --lr-scaling linear on 4 ranks -> 0.4 (reference 64, global 256).
+  double scaled_lr(int world_size) const;
+  /// Epochs between two decays of --lr-schedule step, after defaults.
+  int64_t resolved_lr_step_epochs() const {
+    return lr_step_epochs.value_or(std::max<int64_t>(1, max_epochs / 3));
+  }
   /// The image shape of --data synthetic after defaults (1,28,28).
   ImageShape resolved_synthetic_shape() const { return synthetic_shape.value_or(ImageShape{}); }
+  /// The checkpoint --resume names ("" when not resuming).
+  std::string resolved_resume_path() const;
   /// Random crop + flip after defaults.
   bool resolved_augment() const { return augment.value_or(data == "cifar10"); }
 };

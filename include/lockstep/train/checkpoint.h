@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace lockstep::train {
+
+/// Where a run stands between two optimizer steps.
+struct TrainPosition {
+  int64_t epoch = 0;  ///< the epoch in progress (0-based)
+  int64_t batch = 0;  ///< batches of `epoch` every rank has trained (0: the epoch has not begun)
+  int64_t step = 0;   ///< optimizer steps taken since the start of the run
+};
+
+/// What a checkpoint holds besides the model and the optimizer.
+struct CheckpointState {
+  TrainPosition position;
+  int world_size = 1;
+  std::string model;       ///< the model's name (`--model`), checked on resume
+  std::string config;      ///< the run's configuration, for people reading the file
+  at::Tensor rng_states;   ///< [world_size, n] uint8: every rank's CPU generator state (dropout)
+  at::Tensor epoch_sums;   ///< [world_size, 2] float64: each rank's loss sum and samples so far this epoch
+};
+
+/// The file format's version, written into every checkpoint and checked on load.
+inline constexpr int64_t kCheckpointVersion = 1;
+
+/// Writes `model`, `optimizer` (its whole state: moments, step counts) and `state` to `path` as a
+/// LibTorch archive, atomically (temporary file, fsync, rename): a reader sees the old checkpoint or the
+/// complete new one. Throws std::runtime_error naming the path when it cannot.
+void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                     const CheckpointState& state);
+
+/// Loads a checkpoint written by save_checkpoint into `model` and `optimizer` and returns the rest.
+/// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, not a
+/// lockstep checkpoint, of another format version, or holds a model named other than `model_name` or
+/// whose parameters do not have this model's names and shapes.
+CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
+                                torch::optim::Optimizer& optimizer);
+
+/// This process's CPU generator state (what dropout draws from), and setting it back.
+at::Tensor cpu_rng_state();
+void set_cpu_rng_state(const at::Tensor& state);
+
+}  // namespace lockstep::train

@@ -1,0 +1,156 @@
+// Checkpoints of `lockstep fit`: see include/lockstep/train/checkpoint.h.
+#include "lockstep/train/checkpoint.h"
+
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include "lockstep/train/atomic_file.h"
+
+namespace lockstep::train {
+namespace {
+
+c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& path, const std::string& key) {
+  c10::IValue value;
+  if (!archive.try_read(key, value)) {
+    throw std::runtime_error("checkpoint '" + path + "' has no '" + key +
+                             "': it was not written by this version of lockstep fit (or is damaged)");
+  }
+  return value;
+}
+
+at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::string& path, const std::string& key) {
+  at::Tensor tensor;
+  if (!archive.try_read(key, tensor, /*is_buffer=*/true)) {
+    throw std::runtime_error("checkpoint '" + path + "' has no tensor '" + key + "' (damaged, or not lockstep's)");
+  }
+  return tensor;
+}
+
+// Module::load would do, but copies into the existing tensors instead of replacing their storage: LibTorch's
+// InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator, and a
+// DistributedDataParallel wrapped around the model would lose its gradient hooks (no more all-reduce).
+// Names and shapes are checked on the way, with the full dotted name in the error.
+void copy_module_from(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& prefix,
+                      const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy_one = [&](const std::string& name, at::Tensor& target, bool is_buffer) {
+    at::Tensor loaded;
+    if (!archive.try_read(name, loaded, is_buffer)) {
+      throw std::runtime_error("checkpoint '" + path + "' has no '" + prefix + name +
+                               "': it holds another model (or another --model's layout)");
+    }
+    if (!loaded.sizes().equals(target.sizes()) || loaded.scalar_type() != target.scalar_type()) {
+      throw std::runtime_error("checkpoint '" + path + "' holds '" + prefix + name + "' as " +
+                               c10::str(loaded.scalar_type(), loaded.sizes()) + ", this model has " +
+                               c10::str(target.scalar_type(), target.sizes()) + " (another dataset or image shape?)");
+    }
+    target.copy_(loaded);
+  };
+  for (auto& parameter : module.named_parameters(/*recurse=*/false)) copy_one(parameter.key(), parameter.value(), false);
+  for (auto& buffer : module.named_buffers(/*recurse=*/false)) copy_one(buffer.key(), buffer.value(), true);
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive)) {
+      throw std::runtime_error("checkpoint '" + path + "' has no submodule '" + prefix + child.key() +
+                               "': it holds another model");
+    }
+    copy_module_from(child_archive, *child.value(), prefix + child.key() + ".", path);
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                     const CheckpointState& state) {
+  torch::serialize::OutputArchive archive;
+  archive.write("lockstep_checkpoint_version", c10::IValue(kCheckpointVersion));
+  archive.write("epoch", c10::IValue(state.position.epoch));
+  archive.write("batch", c10::IValue(state.position.batch));
+  archive.write("step", c10::IValue(state.position.step));
+  archive.write("world_size", c10::IValue(static_cast<int64_t>(state.world_size)));
+  archive.write("model_name", c10::IValue(state.model));
+  archive.write("config", c10::IValue(state.config));
+  archive.write("rng_states", state.rng_states, /*is_buffer=*/true);
+  archive.write("epoch_sums", state.epoch_sums, /*is_buffer=*/true);
+  torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+  model.save(model_archive);
+  archive.write("model", model_archive);
+  torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+}
+
+CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
+                                torch::optim::Optimizer& optimizer) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw std::runtime_error("checkpoint '" + path +
+                             "' does not exist: check --resume (or drop it to start from scratch)");
+  }
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint '" + path + "' cannot be read (truncated, damaged or not a checkpoint): " +
+                             e.what_without_backtrace());
+  }
+  c10::IValue version;
+  if (!archive.try_read("lockstep_checkpoint_version", version)) {
+    throw std::runtime_error("'" + path + "' is not a lockstep checkpoint (no lockstep_checkpoint_version)");
+  }
+  if (!version.isInt() || version.toInt() != kCheckpointVersion) {
+    throw std::runtime_error("checkpoint '" + path + "' has format version " +
+                             (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
+                             "; this lockstep reads version " + std::to_string(kCheckpointVersion));
+  }
+  CheckpointState state;
+  state.position.epoch = read_value(archive, path, "epoch").toInt();
+  state.position.batch = read_value(archive, path, "batch").toInt();
+  state.position.step = read_value(archive, path, "step").toInt();
+  state.world_size = static_cast<int>(read_value(archive, path, "world_size").toInt());
+  state.model = read_value(archive, path, "model_name").toStringRef();
+  state.config = read_value(archive, path, "config").toStringRef();
+  state.rng_states = read_tensor(archive, path, "rng_states");
+  state.epoch_sums = read_tensor(archive, path, "epoch_sums");
+  if (state.model != model_name) {
+    throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" + model_name +
+                             "': resume with --model " + state.model + ", or start from scratch");
+  }
+
+  torch::serialize::InputArchive model_archive;
+  torch::serialize::InputArchive optimizer_archive;
+  if (!archive.try_read("model", model_archive) || !archive.try_read("optimizer", optimizer_archive)) {
+    throw std::runtime_error("checkpoint '" + path + "' lacks the model or the optimizer state (damaged?)");
+  }
+  copy_module_from(model_archive, model, "", path);
+  try {
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint '" + path + "' holds another optimizer's state (resume with the --optimizer " +
+                             "it was written with): " + e.what_without_backtrace());
+  }
+  return state;
+}
+
+at::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const at::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+}  // namespace lockstep::train

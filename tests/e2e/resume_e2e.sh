@@ -1,0 +1,114 @@
+#!/bin/bash
+# Checkpoints and resume of `lockstep fit`, with real processes (2 ranks, synthetic data, seed MLP with
+# dropout: so every rank's generator state matters).
+# Usage: resume_e2e.sh CASE LOCKSTEP PYTHON3
+#   mid_epoch   stop at --max-steps 11 (epoch 2, batch 3), resume: every step's loss and every epoch's
+#               metrics after the resume point equal the uninterrupted run's, bit for bit
+#   epoch_end   the same, stopped at the end of the first epoch
+#   accumulate  the same with --accumulate-grad-batches 2 and checkpoints every 2 steps
+#   world_size  an epoch-end checkpoint of 2 ranks resumes on 1; a mid-epoch one refuses, naming both sizes
+#   bad_resume  a missing file, a file that is not a checkpoint, a torn one, another model, optimizer or
+#               image shape: clear errors naming the file and the fix, exit != 0
+set -u
+case_name=$1 lockstep=$2 python=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "resume_e2e[$case_name]: $*" >&2; exit 1; }
+. "$(dirname "$0")/e2e_lib.sh"
+
+fit() {
+  "$lockstep" fit --data synthetic --synthetic-size 512 --batch-size 32 --max-epochs 3 --model "${MODEL:-mlp}" --progress off \
+    --limit-val-batches 2 --log-every-n-steps 1 --threads 1 "$@"
+}
+
+# same_after FULL RESUMED FIRST_STEP: the resumed run's records equal the full run's from FIRST_STEP on
+# (steps) and for every epoch it reports (epochs), timings aside; and it reported every epoch it should.
+same_after() {
+  "$python" - "$@" <<'PY' || exit 1
+import json, sys
+full_path, resumed_path, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+timing = {"epoch_s", "val_s", "samples_per_s"}
+def load(path):
+    steps, epochs = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        if "batch" in r:
+            steps[r["step"]] = r
+        else:
+            epochs[r["epoch"]] = {k: v for k, v in r.items() if k not in timing}
+    return steps, epochs
+full_steps, full_epochs = load(full_path)
+res_steps, res_epochs = load(resumed_path)
+want_steps = sorted(s for s in full_steps if s >= first)
+assert sorted(res_steps) == want_steps, f"resumed run logged steps {sorted(res_steps)}, expected {want_steps}"
+for s in want_steps:
+    assert res_steps[s] == full_steps[s], f"step {s}: resumed {res_steps[s]} != uninterrupted {full_steps[s]}"
+assert res_epochs, "the resumed run reported no epoch"
+for e, m in res_epochs.items():
+    assert m == full_epochs[e], f"epoch {e}: resumed {m} != uninterrupted {full_epochs[e]}"
+assert max(res_epochs) == max(full_epochs), "the resumed run did not reach the last epoch"
+print(f"identical: {len(want_steps)} steps from step {first}, epochs {sorted(res_epochs)}")
+PY
+}
+
+# stop_and_resume STOP_STEP EXTRA_FLAGS...: uninterrupted run, run stopped at STOP_STEP, resumed run; compare.
+stop_and_resume() {
+  local stop=$1
+  shift
+  fit --devices 2 --metrics-file "$work/full.jsonl" --ckpt-dir "$work/ck_full" "$@" >"$work/full.out" 2>&1 || { cat "$work/full.out"; fail "uninterrupted run failed"; }
+  fit --devices 2 --metrics-file "$work/first.jsonl" --ckpt-dir "$work/ck" --max-steps "$stop" "$@" >"$work/first.out" 2>&1 \
+    || { cat "$work/first.out"; fail "stopped run failed"; }
+  grep -q "stopped at --max-steps $stop\|no epoch completed\|final val_acc" "$work/first.out" || { cat "$work/first.out"; fail "no stop report"; }
+  [ -s "$work/ck/last.ckpt" ] || fail "no last.ckpt after the stopped run"
+  ls "$work/ck" | grep -q '\.tmp' && fail "a temporary file was left in the checkpoint directory"
+  fit --devices 2 --metrics-file "$work/resumed.jsonl" --ckpt-dir "$work/ck" --resume last "$@" >"$work/resumed.out" 2>&1 \
+    || { cat "$work/resumed.out"; fail "resumed run failed"; }
+  grep -q "resumed from $work/ck/last.ckpt" "$work/resumed.out" || { cat "$work/resumed.out"; fail "no resume report"; }
+  same_after "$work/full.jsonl" "$work/resumed.jsonl" $((stop + 1))
+}
+
+case $case_name in
+mid_epoch)
+  # 512 images, 2 ranks x 32: 8 batches per epoch; step 11 = epoch 2, batch 3.
+  stop_and_resume 11 --ckpt-every-n-steps 5
+  ;;
+epoch_end)
+  stop_and_resume 8
+  ;;
+accumulate)
+  # 4 steps per epoch; step 6 = epoch 2, batch 4.
+  stop_and_resume 6 --accumulate-grad-batches 2 --ckpt-every-n-steps 2
+  ;;
+world_size)
+  fit --devices 2 --ckpt-dir "$work/ck" --max-steps 8 >"$work/first.out" 2>&1 || { cat "$work/first.out"; fail "2-rank run failed"; }
+  fit --devices 1 --ckpt-dir "$work/ck" --resume last --metrics-file "$work/one.jsonl" >"$work/one.out" 2>&1 \
+    || { cat "$work/one.out"; fail "resuming an epoch-end checkpoint on 1 rank failed"; }
+  grep -q "written by 2 rank(s)" "$work/one.out" || { cat "$work/one.out"; fail "no resume report"; }
+  "$python" -c "
+import json, sys
+epochs = [json.loads(l) for l in open('$work/one.jsonl') if 'batch' not in l]
+assert [e['epoch'] for e in epochs] == [1, 2], epochs
+assert all(e['world_size'] == 1 and e['train_samples'] == 512 for e in epochs), epochs
+print('resumed on 1 rank: epochs', [e['epoch'] for e in epochs])
+" || fail "wrong epochs after resuming on 1 rank"
+  fit --devices 2 --ckpt-dir "$work/ck2" --max-steps 3 >/dev/null 2>&1 || fail "2-rank run failed"
+  expect_failure 1 "written mid-epoch by 2 rank(s); this run has 1" -- \
+    fit --devices 1 --ckpt-dir "$work/ck2" --resume last
+  ;;
+bad_resume)
+  expect_failure 2 "cannot open checkpoint '$work/missing.ckpt'" -- fit --devices 1 --resume "$work/missing.ckpt"
+  expect_failure 2 "--resume last needs --ckpt-dir" -- fit --devices 1 --resume last
+  head -c 4096 /dev/urandom >"$work/garbage.ckpt"
+  expect_failure 1 "checkpoint '$work/garbage.ckpt' cannot be read" -- fit --devices 1 --resume "$work/garbage.ckpt"
+  fit --devices 1 --ckpt-dir "$work/ck" --max-steps 2 >/dev/null 2>&1 || fail "1-rank run failed"
+  MODEL=cnn expect_failure 1 "holds a 'mlp' model, not 'cnn'" -- fit --devices 1 --resume "$work/ck/last.ckpt"
+  expect_failure 1 "another optimizer's state" -- fit --devices 1 --optimizer sgd --resume "$work/ck/last.ckpt"
+  expect_failure 1 "this model has" -- fit --devices 1 --synthetic-shape 1,16,16 --resume "$work/ck/last.ckpt"
+  head -c 3000 "$work/ck/last.ckpt" >"$work/torn.ckpt"
+  expect_failure 1 "checkpoint '$work/torn.ckpt' cannot be read" -- fit --devices 1 --resume "$work/torn.ckpt"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "resume_e2e[$case_name]: ok"

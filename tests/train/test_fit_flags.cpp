@@ -1,0 +1,317 @@
+// `lockstep fit`'s flags beyond the basics (apps/lockstep/fit_flags.cpp, shared by `lockstep` and
+// `lockstep-fit`): --config FILE.yaml (same keys as the flags, flags win, unknown keys and bad values are
+// errors naming the key and the file), --print-config (YAML that --config reads back), and the learning-rate
+// rules (--lr-scaling, --lr-reference-batch, --lr-schedule step).
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "fit_flags.h"  // apps/lockstep
+#include "lockstep/train/fit_config.h"
+#include "yaml_config.h"  // apps/lockstep
+
+namespace {
+
+namespace fs = std::filesystem;
+using lockstep::train::FitConfig;
+
+struct Parsed {
+  int status = -1;  // parse_fit_flags' answer: -1 parsed, 0 printed (--print-config), 2 usage error
+  FitConfig config;
+  std::string out;    // stdout
+  std::string error;  // stderr
+};
+
+Parsed parse(std::vector<std::string> flags) {
+  flags.insert(flags.begin(), "fit");
+  std::vector<char*> argv;
+  for (std::string& flag : flags) argv.push_back(flag.data());
+  Parsed parsed;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  parsed.status = lockstep::cli::parse_fit_flags(static_cast<int>(argv.size()), argv.data(), parsed.config);
+  parsed.error = testing::internal::GetCapturedStderr();
+  parsed.out = testing::internal::GetCapturedStdout();
+  return parsed;
+}
+
+class ConfigFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lockstep_fit_flags_" + std::to_string(::getpid()) + "_" +
+                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ConfigFileTest, YamlValuesAreApplied) {
+  const std::string file = write("run.yaml",
+                                 "# a comment\n"
+                                 "model: cnn\n"
+                                 "data: synthetic\n"
+                                 "max-epochs: 5\n"
+                                 "batch_size: 32\n"  // the underscore spelling the flag accepts
+                                 "lr: 3e-3\n"
+                                 "lr-scaling: sqrt\n"
+                                 "lr-schedule: step\n"
+                                 "lr-gamma: 0.5\n"
+                                 "synthetic-shape: 3,32,32\n"
+                                 "augment: on\n"
+                                 "limit-train-batches: 0.25\n"
+                                 "devices: ~\n");  // null: the default
+  const Parsed p = parse({"--config", file});
+  ASSERT_EQ(p.status, -1) << p.error;
+  EXPECT_EQ(p.config.model, "cnn");
+  EXPECT_EQ(p.config.data, "synthetic");
+  EXPECT_EQ(p.config.max_epochs, 5);
+  EXPECT_EQ(p.config.batch_size, 32);
+  ASSERT_TRUE(p.config.lr.has_value());
+  EXPECT_DOUBLE_EQ(*p.config.lr, 3e-3);
+  EXPECT_EQ(p.config.lr_scaling, "sqrt");
+  EXPECT_EQ(p.config.lr_schedule, "step");
+  EXPECT_DOUBLE_EQ(p.config.lr_gamma, 0.5);
+  ASSERT_TRUE(p.config.synthetic_shape.has_value());
+  EXPECT_EQ(p.config.synthetic_shape->to_string(), "3,32,32");
+  EXPECT_EQ(p.config.augment, std::optional<bool>(true));
+  EXPECT_DOUBLE_EQ(p.config.limit_train_batches.fraction, 0.25);
+  EXPECT_FALSE(p.config.devices.has_value());
+  EXPECT_EQ(p.config.optimizer, "adam");  // not in the file: the default
+}
+
+TEST_F(ConfigFileTest, FlagsWinOverTheFile) {
+  const std::string file = write("run.yaml", "max-epochs: 5\nmodel: cnn\nlr-scaling: linear\n");
+  // Before and after --config: the command line wins either way.
+  for (const auto& flags : {std::vector<std::string>{"--max-epochs", "2", "--config", file},
+                            std::vector<std::string>{"--config", file, "--max_epochs=2"}}) {
+    const Parsed p = parse(flags);
+    ASSERT_EQ(p.status, -1) << p.error;
+    EXPECT_EQ(p.config.max_epochs, 2);
+    EXPECT_EQ(p.config.model, "cnn");
+    EXPECT_EQ(p.config.lr_scaling, "linear");
+  }
+}
+
+TEST_F(ConfigFileTest, UnknownKeyNamesTheKeyTheFileAndTheClosestKey) {
+  const std::string file = write("typo.yaml", "model: mlp\nmax-epoch: 5\n");
+  const Parsed p = parse({"--config", file});
+  EXPECT_EQ(p.status, 2);
+  EXPECT_NE(
+      p.error.find("--config " + file + ": unknown key 'max-epoch' (line 2) (did you mean 'max-epochs'?)"),
+      std::string::npos)
+      << p.error;
+
+  const Parsed far = parse({"--config", write("far.yaml", "colour: blue\n")});
+  EXPECT_EQ(far.status, 2);
+  EXPECT_NE(far.error.find("unknown key 'colour'"), std::string::npos) << far.error;
+  EXPECT_EQ(far.error.find("did you mean"), std::string::npos) << far.error;
+
+  // --config and --print-config are command-line only.
+  const Parsed nested = parse({"--config", write("nested.yaml", "config: other.yaml\n")});
+  EXPECT_EQ(nested.status, 2);
+  EXPECT_NE(nested.error.find("unknown key 'config'"), std::string::npos) << nested.error;
+}
+
+TEST_F(ConfigFileTest, BadValueIsTheFlagsErrorAndPointsAtTheFile) {
+  const std::string file = write("bad.yaml", "lr-scaling: cubic\n");
+  const Parsed p = parse({"--config", file});
+  EXPECT_EQ(p.status, 2);
+  EXPECT_NE(p.error.find("--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt)"),
+            std::string::npos)
+      << p.error;
+  EXPECT_NE(p.error.find("(lr-scaling is set in --config " + file + ")"), std::string::npos) << p.error;
+  // The same value as a flag: the same error, without the pointer to a file.
+  const Parsed flag = parse({"--lr-scaling", "cubic"});
+  EXPECT_EQ(flag.status, 2);
+  EXPECT_NE(flag.error.find("--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt)"),
+            std::string::npos);
+  EXPECT_EQ(flag.error.find("--config"), std::string::npos) << flag.error;
+
+  const Parsed number = parse({"--config", write("number.yaml", "max-epochs: ten\n")});
+  EXPECT_EQ(number.status, 2);
+  EXPECT_NE(number.error.find("--max-epochs"), std::string::npos) << number.error;
+  EXPECT_NE(number.error.find("ten"), std::string::npos) << number.error;
+
+  const Parsed gamma = parse({"--config", write("gamma.yaml", "lr-schedule: step\nlr-gamma: 2\n")});
+  EXPECT_EQ(gamma.status, 2);
+  EXPECT_NE(gamma.error.find("--lr-gamma must be in (0, 1]"), std::string::npos) << gamma.error;
+}
+
+TEST_F(ConfigFileTest, MalformedFilesFailNamingTheFile) {
+  const Parsed list = parse({"--config", write("list.yaml", "- model\n- mlp\n")});
+  EXPECT_EQ(list.status, 2);
+  EXPECT_NE(list.error.find("expected `key: value` lines"), std::string::npos) << list.error;
+
+  const Parsed nested = parse({"--config", write("map.yaml", "model:\n  name: mlp\n")});
+  EXPECT_EQ(nested.status, 2);
+  EXPECT_NE(nested.error.find("key 'model' (line 2) needs a single value, got a mapping"), std::string::npos)
+      << nested.error;
+
+  const Parsed broken = parse({"--config", write("broken.yaml", "model: [mlp\n")});
+  EXPECT_EQ(broken.status, 2);
+  EXPECT_NE(broken.error.find("broken.yaml: not valid YAML"), std::string::npos) << broken.error;
+
+  const Parsed missing = parse({"--config", (dir_ / "absent.yaml").string()});
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.error.find("absent.yaml"), std::string::npos) << missing.error;
+
+  const Parsed empty = parse({"--config", write("empty.yaml", "")});
+  EXPECT_EQ(empty.status, -1) << empty.error;  // an empty file sets nothing
+}
+
+TEST_F(ConfigFileTest, PrintConfigRoundTripsThroughConfig) {
+  const std::string file =
+      write("run.yaml", "model: cnn\ndata: synthetic\nlr-scaling: linear\nlr-step-epochs: 2\n");
+  const Parsed first = parse({"--config", file, "--max-epochs", "4", "--metrics-file", "m #1.jsonl", "--lr",
+                              "0.02", "--print-config"});
+  ASSERT_EQ(first.status, 0) << first.error;  // printed, nothing to train
+  // Every flag with its value, defaults included; unset ones as null with their default as a comment.
+  EXPECT_NE(first.out.find("\nmodel: cnn\n"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("\nmax-epochs: 4\n"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("\nlr-scaling: linear\n"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("\noptimizer: adam\n"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("\nlr-gamma: 0.1\n"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("\ndevices: null"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("lr-reference-batch: null  # default: batch-size, 64"), std::string::npos)
+      << first.out;
+  EXPECT_EQ(first.out.find("print-config"), std::string::npos) << first.out;
+  EXPECT_EQ(first.out.find("\nconfig:"), std::string::npos) << first.out;
+  EXPECT_EQ(first.out.find("help"), std::string::npos) << first.out;
+
+  const std::string printed = write("printed.yaml", first.out);
+  const Parsed again = parse({"--config", printed});
+  ASSERT_EQ(again.status, -1) << again.error << "\n" << first.out;
+  const Parsed original =
+      parse({"--config", file, "--max-epochs", "4", "--metrics-file", "m #1.jsonl", "--lr", "0.02"});
+  ASSERT_EQ(original.status, -1) << original.error;
+  const FitConfig& a = original.config;
+  const FitConfig& b = again.config;
+  EXPECT_EQ(b.model, a.model);
+  EXPECT_EQ(b.data, a.data);
+  EXPECT_EQ(b.max_epochs, a.max_epochs);
+  EXPECT_EQ(b.metrics_file, "m #1.jsonl");  // quoted where YAML needs it
+  EXPECT_EQ(b.lr, a.lr);
+  EXPECT_EQ(b.lr_scaling, a.lr_scaling);
+  EXPECT_EQ(b.lr_step_epochs, a.lr_step_epochs);
+  EXPECT_EQ(b.lr_reference_batch, a.lr_reference_batch);
+  EXPECT_EQ(b.devices, a.devices);
+  EXPECT_EQ(b.augment, a.augment);
+  EXPECT_EQ(b.synthetic_shape.has_value(), a.synthetic_shape.has_value());
+  EXPECT_EQ(b.limit_train_batches.to_string(), a.limit_train_batches.to_string());
+  EXPECT_EQ(b.num_workers, a.num_workers);
+  // And printing the reloaded config gives the same text: a fixed point.
+  const Parsed reprinted = parse({"--config", printed, "--print-config"});
+  ASSERT_EQ(reprinted.status, 0) << reprinted.error;
+  EXPECT_EQ(reprinted.out, first.out);
+}
+
+TEST_F(ConfigFileTest, PrintConfigRefusesABadConfig) {
+  const Parsed p = parse({"--lr-scaling", "cubic", "--print-config"});
+  EXPECT_EQ(p.status, 2);
+  EXPECT_TRUE(p.out.empty()) << p.out;
+}
+
+TEST(ClosestKeyTest, FindsNearTyposOnly) {
+  const std::vector<std::string> keys{"max-epochs", "batch-size", "lr", "lr-scaling", "lr-schedule"};
+  EXPECT_EQ(lockstep::cli::closest_key("max_epochs", keys), "max-epochs");
+  EXPECT_EQ(lockstep::cli::closest_key("batchsize", keys), "batch-size");
+  EXPECT_EQ(lockstep::cli::closest_key("lr-scheduler", keys), "lr-schedule");
+  EXPECT_EQ(lockstep::cli::closest_key("temperature", keys), "");
+}
+
+TEST(LrScalingTest, ScalesByGlobalOverReferenceBatch) {
+  FitConfig config;
+  config.lr = 0.1;
+  config.batch_size = 64;
+  // none: the same lr whatever the world size.
+  for (int world : {1, 2, 4}) EXPECT_DOUBLE_EQ(config.scaled_lr(world), 0.1);
+
+  config.lr_scaling = "linear";  // reference: the per-rank batch (64)
+  EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.1);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.2);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.4);
+  config.accumulate_grad_batches = 2;  // global batch 64 x 4 x 2 = 512
+  EXPECT_EQ(config.global_batch_size(4), 512);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.2);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.8);
+  config.lr_reference_batch = 256;  // the seed's habit: lr given for a batch of 256
+  EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.2);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.05);
+
+  config.lr_scaling = "sqrt";
+  config.lr_reference_batch.reset();
+  config.accumulate_grad_batches = 1;
+  EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.1);
+  EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.1 * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.2);
+  config.accumulate_grad_batches = 2;
+  EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.2);
+
+  // The optimizer's default lr is what gets scaled.
+  FitConfig sgd;
+  sgd.optimizer = "sgd";
+  sgd.lr_scaling = "linear";
+  EXPECT_DOUBLE_EQ(sgd.scaled_lr(4), 0.05 * 4);
+  EXPECT_THROW(sgd.scaled_lr(0), std::invalid_argument);
+}
+
+TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
+  const Parsed p = parse({"--lr-scaling", "linear", "--lr-reference-batch", "256", "--lr-schedule", "step",
+                          "--lr-step-epochs", "3", "--lr-gamma", "0.5"});
+  ASSERT_EQ(p.status, -1) << p.error;
+  EXPECT_EQ(p.config.lr_scaling, "linear");
+  EXPECT_EQ(p.config.lr_reference_batch, std::optional<int64_t>(256));
+  EXPECT_EQ(p.config.lr_schedule, "step");
+  EXPECT_EQ(p.config.resolved_lr_step_epochs(), 3);
+  EXPECT_DOUBLE_EQ(p.config.lr_gamma, 0.5);
+
+  const Parsed defaults = parse({"--max-epochs", "10"});
+  ASSERT_EQ(defaults.status, -1) << defaults.error;
+  EXPECT_EQ(defaults.config.lr_scaling, "none");
+  EXPECT_EQ(defaults.config.resolved_lr_reference_batch(), 64);
+  EXPECT_EQ(defaults.config.resolved_lr_step_epochs(), 3);  // max(1, 10 / 3)
+
+  struct Case {
+    std::vector<std::string> flags;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--lr-scaling", "cubic"},
+            "--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt)"},
+           {{"--lr-schedule", "exp"},
+            "--lr-schedule 'exp' is not known (expected one of: cosine, constant, step)"},
+           {{"--lr-reference-batch", "0"}, "--lr-reference-batch must be >= 1, got 0"},
+           {{"--lr-step-epochs", "0"}, "--lr-step-epochs must be >= 1, got 0"},
+           {{"--lr-gamma", "0"}, "--lr-gamma must be in (0, 1]"},
+       }) {
+    const Parsed bad = parse(c.flags);
+    EXPECT_EQ(bad.status, 2) << c.flags[0];
+    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
+  }
+}
+
+TEST(FitHelpTest, ListsTheConfigAndLrFlags) {
+  const Parsed p = parse({"--help"});
+  EXPECT_EQ(p.status, 0);
+  for (const char* flag :
+       {"--config", "--print-config", "--lr-scaling", "--lr-reference-batch", "--lr-step-epochs",
+        "--lr-gamma", "cosine|constant|step", "none|linear|sqrt", "Config files:"}) {
+    EXPECT_NE(p.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace

@@ -144,6 +144,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("N|F")->capture_default_str();
   app.add_option("--limit-val-batches", limit_val, "Validation batches per epoch and rank: a count or a fraction")
       ->type_name("N|F")->capture_default_str();
+  app.add_option("--dropout", config.dropout, "Dropout probability of mlp and cnn. Default: the model's, 0.2")
+      ->type_name("P");
   app.add_option("--augment", augment, "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
       ->type_name("on|off");
   app.add_option("--num-workers,--num_workers", num_workers,

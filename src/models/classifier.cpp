@@ -14,19 +14,23 @@ std::vector<std::string> model_names() {
   return {"mlp", "cnn", "resnet18"};
 }
 
-std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape) {
+std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape,
+                                           std::optional<double> dropout) {
   TORCH_CHECK(shape.channels > 0 && shape.height > 0 && shape.width > 0 && shape.num_classes > 0,
               "make_model: InputShape fields must be > 0, got channels=", shape.channels,
               " height=", shape.height, " width=", shape.width, " num_classes=", shape.num_classes);
   if (name == "mlp") {
-    return std::make_shared<MlpImpl>(
-        MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes));
+    MlpOptions options = MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes);
+    if (dropout) options.dropout(*dropout);
+    return std::make_shared<MlpImpl>(options);
   }
   if (name == "cnn") {
-    return std::make_shared<SmallCnnImpl>(
-        SmallCnnOptions().in_channels(shape.channels).num_classes(shape.num_classes));
+    SmallCnnOptions options = SmallCnnOptions().in_channels(shape.channels).num_classes(shape.num_classes);
+    if (dropout) options.dropout(*dropout);
+    return std::make_shared<SmallCnnImpl>(options);
   }
   if (name == "resnet18") {
+    if (dropout) throw std::invalid_argument("resnet18 has no dropout layer: drop the dropout setting");
     return std::make_shared<ResNet18Impl>(
         ResNet18Options().in_channels(shape.channels).num_classes(shape.num_classes));
   }

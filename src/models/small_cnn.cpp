@@ -11,10 +11,11 @@ constexpr int64_t kConv2Channels = 64;
 constexpr int64_t kConv3Channels = 64;
 constexpr int64_t kPooledSize = 3;  // adaptive max pool to 3x3 before the head
 constexpr int64_t kHidden = 64;
-constexpr double kDropout = 0.2;
 }  // namespace
 
 SmallCnnImpl::SmallCnnImpl(SmallCnnOptions options) : options_(options) {
+  TORCH_CHECK(options_.dropout() >= 0.0 && options_.dropout() < 1.0,
+              "SmallCnnOptions::dropout must be in [0, 1), got ", options_.dropout());
   TORCH_CHECK(options_.in_channels() > 0, "SmallCnnOptions::in_channels must be > 0, got ",
               options_.in_channels());
   TORCH_CHECK(options_.num_classes() > 0, "SmallCnnOptions::num_classes must be > 0, got ",
@@ -36,7 +37,7 @@ SmallCnnImpl::SmallCnnImpl(SmallCnnOptions options) : options_(options) {
                                      .padding(1)
                                      .bias(false)));
   bn3_ = register_module("bn3", torch::nn::BatchNorm2d(kConv3Channels));
-  dropout_ = register_module("dropout", torch::nn::Dropout(torch::nn::DropoutOptions(kDropout)));
+  dropout_ = register_module("dropout", torch::nn::Dropout(torch::nn::DropoutOptions(options_.dropout())));
   fc1_ = register_module("fc1", torch::nn::Linear(kConv3Channels * kPooledSize * kPooledSize, kHidden));
   fc2_ = register_module("fc2", torch::nn::Linear(kHidden, options_.num_classes()));
 }

@@ -165,7 +165,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   const models::InputShape shape{data.train->channels(), data.train->height(), data.train->width(),
                                  /*num_classes=*/10};
   torch::manual_seed(config.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
-  Model model = models::make_model(config.model, shape);
+  Model model = models::make_model(config.model, shape, config.dropout);
 
   comm::ProcessGroup group = comm::init_process_group(
       comm::ProcessGroupOptions::from_environment(environment).backend(comm::parse_backend(config.backend)));

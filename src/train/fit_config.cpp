@@ -225,6 +225,12 @@ void FitConfig::validate() const {
           shape.to_string() + ": use a height and width >= 4, or --model mlp or resnet18 (any size)");
     }
   }
+  if (dropout && !(*dropout >= 0.0 && *dropout < 1.0)) {
+    throw std::invalid_argument("--dropout must be in [0, 1), got " + text(*dropout));
+  }
+  if (dropout && model == "resnet18") {
+    throw std::invalid_argument("--dropout does not apply to --model resnet18 (it has no dropout layer): drop it");
+  }
   check_at_least<int64_t>("--ckpt-every-n-steps", ckpt_every_n_steps, 0);
   check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
   if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);

@@ -250,3 +250,25 @@ TEST(MakeModel, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(lm::model_names(), (std::vector<std::string>{"mlp", "cnn", "resnet18"}));
   for (const auto& name : lm::model_names()) EXPECT_NE(lm::make_model(name, kMnist), nullptr) << name;
 }
+
+// make_model's dropout override: 0 makes training-mode forwards deterministic for mlp and cnn (their only
+// randomness is dropout); the default (0.2) does not; resnet18 has no dropout and says so.
+TEST(MakeModel, DropoutOverride) {
+  const lockstep::models::InputShape shape{1, 28, 28, 10};
+  torch::manual_seed(0);
+  const at::Tensor x = torch::randn({8, 1, 28, 28});
+  for (const std::string name : {"mlp", "cnn"}) {
+    auto off = lockstep::models::make_model(name, shape, 0.0);
+    off->train();
+    EXPECT_TRUE(torch::equal(off->forward(x), off->forward(x))) << name;
+    auto on = lockstep::models::make_model(name, shape);
+    on->train();
+    EXPECT_FALSE(torch::equal(on->forward(x), on->forward(x))) << name;
+  }
+  try {
+    lockstep::models::make_model("resnet18", {3, 32, 32, 10}, 0.1);
+    ADD_FAILURE() << "resnet18 accepted a dropout";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet18 has no dropout layer"), std::string::npos) << e.what();
+  }
+}

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,10 @@ struct InputShape {
 /// Example:
 ///   auto model = lockstep::models::make_model("resnet18", {/*channels=*/3, /*height=*/32, /*width=*/32,
 ///                                                          /*num_classes=*/10});
-std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape);
+/// `dropout`, when given, replaces the model's dropout probability (mlp, cnn: 0.2); resnet18 has no
+/// dropout and rejects one (std::invalid_argument).
+std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape,
+                                           std::optional<double> dropout = std::nullopt);
 
 /// The names make_model() accepts, in the order they are listed in its error message.
 std::vector<std::string> model_names();

@@ -22,17 +22,20 @@ class SmallCnnOptions {
  public:
   LOCKSTEP_OPTION(SmallCnnOptions, int64_t, in_channels)
   LOCKSTEP_OPTION(SmallCnnOptions, int64_t, num_classes)
+  /// Dropout probability before fc2, in [0, 1).
+  LOCKSTEP_OPTION(SmallCnnOptions, double, dropout)
 
  private:
   int64_t in_channels_ = 1;
   int64_t num_classes_ = 10;
+  double dropout_ = 0.2;
 };
 
 /// A small three-convolution network (93,482 parameters for 1×28×28, 10 classes; 94,058 for 3×32×32):
 ///   conv1 3×3, 32 → BN → ReLU → max-pool 2   (28×28 → 14×14)
 ///   conv2 3×3, 64 → BN → ReLU → max-pool 2   (14×14 → 7×7)
 ///   conv3 3×3, 64 → BN → ReLU                (7×7)
-///   adaptive max pool to 3×3 → flatten (576) → fc1 (64) → ReLU → dropout 0.2 → fc2
+///   adaptive max pool to 3×3 → flatten (576) → fc1 (64) → ReLU → dropout (0.2) → fc2
 /// The adaptive pool makes the head independent of the image size (28×28, 32×32, anything ≥ 4×4); on
 /// 7×7 its windows are 3 wide with stride 2, so no row or column is dropped.
 /// Parameter names: conv1.weight, bn1.{weight,bias}, conv2.weight, bn2.*, conv3.weight, bn3.*, fc1.*, fc2.*.

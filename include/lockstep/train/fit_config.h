@@ -103,6 +103,7 @@ struct FitConfig {
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
   std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only
+  std::optional<double> dropout;       ///< the model's dropout probability; unset: the model's own (0.2)
 
   // Data loading.
   /// Loader threads per rank; -1 = auto: 1 when the host has a core to spare for it (cores >= local

@@ -103,6 +103,7 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
 DdpCore::~DdpCore() = default;
 
 void DdpCore::before_forward() {
+  reducer_->refresh_hooks();  // weights loaded into the wrapped model since the last forward
   if (joining_) {
     // [ranks still training, ranks that will synchronise this backward]; joined ranks add zeros.
     join_flags_[0] = 1;

@@ -273,6 +273,21 @@ Reducer::~Reducer() {
   // The timeline flushes itself when its last owner (this state, or a pending callback) lets go.
 }
 
+size_t Reducer::refresh_hooks() {
+  auto& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  size_t moved = 0;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto current = torch::autograd::impl::grad_accumulator(s.params[i]);
+    if (current == nullptr || current == s.accumulators[i]) continue;
+    s.accumulators[i]->del_post_hook(s.hook_keys[i]);
+    s.hook_keys[i] = current->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i));
+    s.accumulators[i] = std::move(current);
+    ++moved;
+  }
+  return moved;
+}
+
 void Reducer::set_sync(bool sync) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->sync = sync;

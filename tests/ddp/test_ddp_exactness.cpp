@@ -4,6 +4,8 @@
 // empty parameter. Float64 models, so the comparison can be tight (1e-9 relative).
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <torch/nn.h>
 #include <torch/optim.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -149,6 +151,54 @@ TEST_P(DdpWorld, GradientAsBucketView) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+
+// Weights loaded with LibTorch's Module::load after DDP wrapped the model: load replaces each parameter's
+// gradient accumulator, so DDP must move its hooks (else gradients silently stop being all-reduced and
+// the ranks drift apart). Every rank starts from other weights and loads the reference's.
+TEST(Ddp, WeightsLoadedAfterWrappingStillReduce) {
+  const int world = 2;
+  const int steps = 4;
+  const int64_t batch = 24;
+  const auto data = make_data(batch);
+  const auto want = reference_params(data, Opt::kSgd, steps);
+  std::ostringstream saved;
+  {
+    auto reference = make_net(7);
+    torch::serialize::OutputArchive archive;
+    reference->save(archive);
+    archive.save_to(saved);
+  }
+  const std::string bytes = saved.str();
+  auto store = new_store();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto pg = make_group(rank, world, store);
+    auto net = make_net(300 + rank);
+    for (bool as_view : {false, true}) {
+      if (as_view) net = make_net(300 + rank);
+      DistributedDataParallel<Net> ddp(net, pg, DdpOptions().gradient_as_bucket_view(as_view));
+      {
+        std::istringstream in(bytes);
+        torch::serialize::InputArchive archive;
+        archive.load_from(in);
+        net->load(archive);
+      }
+      auto optimizer = make_optimizer(net, Opt::kSgd);
+      const int64_t per_rank = batch / world;
+      auto x = data.x.narrow(0, rank * per_rank, per_rank);
+      auto y = data.y.narrow(0, rank * per_rank, per_rank);
+      for (int s = 0; s < steps; ++s) {
+        optimizer->zero_grad();
+        torch::mse_loss(ddp.forward(x), y).backward();
+        optimizer->step();
+      }
+      std::vector<torch::Tensor> got;
+      for (auto& p : net->parameters()) got.push_back(p.detach());
+      expect_same(got, want, rank);
+      EXPECT_EQ(ddp.reducer().iterations(), steps);
+    }
+    pg.shutdown();
+  }));
+}
 
 TEST(Ddp, BucketsFollowTheCapsInReverseOrder) {
   auto store = new_store();

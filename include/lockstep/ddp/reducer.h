@@ -59,6 +59,13 @@ class Reducer {
   /// with zero gradients, in bucket order, so the ranks still training are matched. Blocking.
   void reduce_zeros();
 
+  /// Moves the gradient hooks to parameters' new gradient accumulators, if any were replaced: LibTorch's
+  /// Module::load (InputArchive::read) and set_data() give a parameter a fresh AccumulateGrad node, and
+  /// hooks left on the old node would never fire again (no all-reduce, silently). Cheap (a pointer
+  /// comparison per parameter); DistributedDataParallel calls it before every forward. Returns how many
+  /// parameters were re-hooked.
+  size_t refresh_hooks();
+
  private:
   std::shared_ptr<detail::ReducerState> state_;
 };

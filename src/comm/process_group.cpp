@@ -138,6 +138,14 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   return Work(native_->broadcast(tensors, opts), std::move(description), rank_, options_.collective_timeout());
 }
 
+at::Tensor ProcessGroup::all_gather_stacked(const at::Tensor& input) {
+  at::Tensor mine = input.contiguous();
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size_; ++r) parts.push_back(at::empty_like(mine));
+  all_gather(parts, mine).wait();
+  return at::stack(parts);
+}
+
 Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input) {
   check_open("all_gather");
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather needs one output tensor per rank (",

@@ -19,17 +19,11 @@ std::string describe(const std::string& name, const at::Tensor& t) {
 // All ranks' strings, gathered (lengths first, then the bytes padded to the longest).
 std::vector<std::string> all_gather_strings(comm::ProcessGroup& group, const std::string& mine) {
   const int world = group.size();
-  auto length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  std::vector<at::Tensor> lengths;
-  for (int r = 0; r < world; ++r) lengths.push_back(at::empty({1}, at::kLong));
-  group.all_gather(lengths, length).wait();
-  int64_t longest = 0;
-  for (const auto& l : lengths) longest = std::max(longest, l.item<int64_t>());
+  const at::Tensor lengths = group.all_gather_stacked(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
+  const int64_t longest = lengths.max().item<int64_t>();
   auto bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
   std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
-  std::vector<at::Tensor> all;
-  for (int r = 0; r < world; ++r) all.push_back(at::empty_like(bytes));
-  group.all_gather(all, bytes).wait();
+  const at::Tensor all = group.all_gather_stacked(bytes).contiguous();
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r) {
     out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),

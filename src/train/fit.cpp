@@ -246,22 +246,17 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   const std::string last_ckpt =
       config.ckpt_dir.empty() ? "" : (std::filesystem::path(config.ckpt_dir) / "last.ckpt").string();
   auto write_last = [&](const TrainPosition& position, double loss_sum, int64_t samples) {
-    at::Tensor rng = cpu_rng_state().to(at::kLong);  // bytes, as int64 (every backend gathers those)
-    std::vector<at::Tensor> rngs(static_cast<size_t>(world));
-    for (auto& t : rngs) t = at::empty_like(rng);
-    group.all_gather(rngs, rng).wait();
-    at::Tensor sums = torch::tensor({loss_sum, static_cast<double>(samples)}, torch::kDouble);
-    std::vector<at::Tensor> all_sums(static_cast<size_t>(world));
-    for (auto& t : all_sums) t = at::empty_like(sums);
-    group.all_gather(all_sums, sums).wait();
+    const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
+    const at::Tensor epoch_sums =
+        group.all_gather_stacked(torch::tensor({loss_sum, static_cast<double>(samples)}, torch::kDouble));
     if (!is_main) return;
     CheckpointState state;
     state.position = position;
     state.world_size = world;
     state.model = config.model;
     state.config = describe_run(config, world);
-    state.rng_states = torch::stack(rngs).to(at::kByte);
-    state.epoch_sums = torch::stack(all_sums);
+    state.rng_states = rng_states;
+    state.epoch_sums = epoch_sums;
     save_checkpoint(last_ckpt, *model, *optimizer, state);
   };
 

@@ -108,29 +108,35 @@ void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch:
   }
 }
 
+// `steps` steps of `ddp` (wrapping `net`) on this rank's contiguous slice of `data`, then the parameters
+// compared with the single-process run's `want`.
+void train_slice_and_compare(DistributedDataParallel<Net>& ddp, Net& net, Opt opt, const Data& data, int rank,
+                             int world, int steps, const std::vector<torch::Tensor>& want) {
+  auto optimizer = make_optimizer(net, opt);
+  const int64_t per_rank = data.x.size(0) / world;
+  auto x = data.x.narrow(0, rank * per_rank, per_rank);
+  auto y = data.y.narrow(0, rank * per_rank, per_rank);
+  for (int s = 0; s < steps; ++s) {
+    optimizer->zero_grad();
+    torch::mse_loss(ddp.forward(x), y).backward();
+    optimizer->step();
+  }
+  std::vector<torch::Tensor> got;
+  for (auto& p : net->parameters()) got.push_back(p.detach());
+  expect_same(got, want, rank);
+  EXPECT_EQ(ddp.reducer().iterations(), steps);
+}
+
 // N ranks, each on its contiguous B/N slice, with DDP built from `options`.
 void train_ddp_and_compare(int world, Opt opt, const DdpOptions& options, int steps = 5) {
-  const int64_t batch = 24;
-  const auto data = make_data(batch);
+  const auto data = make_data(24);
   const auto want = reference_params(data, opt, steps);
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto pg = make_group(rank, world, store);
     auto net = make_net(rank == 0 ? 7 : 100 + rank);  // DDP must broadcast rank 0's weights
     DistributedDataParallel<Net> ddp(net, pg, options);
-    auto optimizer = make_optimizer(net, opt);
-    const int64_t per_rank = batch / world;
-    auto x = data.x.narrow(0, rank * per_rank, per_rank);
-    auto y = data.y.narrow(0, rank * per_rank, per_rank);
-    for (int s = 0; s < steps; ++s) {
-      optimizer->zero_grad();
-      torch::mse_loss(ddp.forward(x), y).backward();
-      optimizer->step();
-    }
-    std::vector<torch::Tensor> got;
-    for (auto& p : net->parameters()) got.push_back(p.detach());
-    expect_same(got, want, rank);
-    EXPECT_EQ(ddp.reducer().iterations(), steps);
+    train_slice_and_compare(ddp, net, opt, data, rank, world, steps, want);
     pg.shutdown();
   }));
 }
@@ -158,8 +164,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
 TEST(Ddp, WeightsLoadedAfterWrappingStillReduce) {
   const int world = 2;
   const int steps = 4;
-  const int64_t batch = 24;
-  const auto data = make_data(batch);
+  const auto data = make_data(24);
   const auto want = reference_params(data, Opt::kSgd, steps);
   std::ostringstream saved;
   {
@@ -182,19 +187,7 @@ TEST(Ddp, WeightsLoadedAfterWrappingStillReduce) {
         archive.load_from(in);
         net->load(archive);
       }
-      auto optimizer = make_optimizer(net, Opt::kSgd);
-      const int64_t per_rank = batch / world;
-      auto x = data.x.narrow(0, rank * per_rank, per_rank);
-      auto y = data.y.narrow(0, rank * per_rank, per_rank);
-      for (int s = 0; s < steps; ++s) {
-        optimizer->zero_grad();
-        torch::mse_loss(ddp.forward(x), y).backward();
-        optimizer->step();
-      }
-      std::vector<torch::Tensor> got;
-      for (auto& p : net->parameters()) got.push_back(p.detach());
-      expect_same(got, want, rank);
-      EXPECT_EQ(ddp.reducer().iterations(), steps);
+      train_slice_and_compare(ddp, net, Opt::kSgd, data, rank, world, steps, want);
     }
     pg.shutdown();
   }));

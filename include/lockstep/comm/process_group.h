@@ -57,6 +57,8 @@ class ProcessGroup {
   Work broadcast(at::Tensor& tensor, int root = 0);
   /// outputs[r] receives rank r's `input`; outputs must hold size() tensors shaped like input.
   Work all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input);
+  /// Every rank's `input` stacked along a new first dimension: [size(), input's sizes...]. Blocks.
+  at::Tensor all_gather_stacked(const at::Tensor& input);
   /// Blocks until every rank has called barrier(), at most the collective timeout.
   void barrier();
 

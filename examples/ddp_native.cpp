@@ -5,7 +5,7 @@
 //   build/lockstep run --nproc-per-node 2 --standalone -- build/examples/ddp_native [epochs]
 //
 // Data: a synthetic, learnable 10-class problem shaped like MNIST (784 features), generated identically
-// on every rank (the Fashion-MNIST reader arrives with the main-job issue).
+// on every rank, so the example needs no files (trainer.cpp and accelerate.cpp read Fashion-MNIST).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

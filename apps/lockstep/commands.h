@@ -8,5 +8,6 @@ int run_main(int argc, char** argv);    // lockstep run    (cmd_run.cpp)
 int env_main(int argc, char** argv);    // lockstep env    (cmd_env.cpp)
 int fit_main(int argc, char** argv);    // lockstep fit    (cmd_fit.cpp)
 int bench_main(int argc, char** argv);  // lockstep bench  (cmd_bench.cpp; one file per benchmark)
+int export_main(int argc, char** argv);  // lockstep export (cmd_export.cpp; execs lockstep-export)
 
 }  // namespace lockstep::cli

@@ -69,6 +69,7 @@ std::map<std::string, std::string> config_notes(const train::FitConfig& config) 
     notes["lr-step-epochs"] =
         "default: max(1, max-epochs / 3) = " + std::to_string(config.resolved_lr_step_epochs());
   }
+  if (config.checkpoint_filename.empty()) notes["checkpoint-filename"] = "default: epoch={epoch}-step={step}";
   return notes;
 }
 
@@ -134,7 +135,11 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       ->capture_default_str();
   app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")->capture_default_str();
-  app.add_option("--precision", config.precision, "Numeric precision")->type_name("32")->capture_default_str();
+  app.add_option("--precision", config.precision,
+                 "Numeric precision: 32, or bf16-mixed (forward under bfloat16 autocast, float32 weights and\n"
+                 "optimizer); 16-mixed needs a CUDA device")
+      ->type_name("32|bf16-mixed|16-mixed")
+      ->capture_default_str();
   app.add_option("--accumulate-grad-batches", config.accumulate_grad_batches,
                  "Batches per optimizer step (gradients all-reduced once per step)")
       ->capture_default_str();
@@ -172,6 +177,27 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--log-every-n-steps", config.log_every_n_steps,
                  "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
       ->capture_default_str();
+  app.add_option("--monitor", config.monitor,
+                 "Epoch metric that --save-top-k and --early-stopping-patience rank by\n"
+                 "(train_loss, val_loss, val_acc, ...)")
+      ->type_name("NAME")->capture_default_str();
+  app.add_option("--monitor-mode", config.monitor_mode, "Whether a lower (min) or higher (max) --monitor is better")
+      ->type_name("min|max")->capture_default_str();
+  app.add_option("--save-top-k", config.save_top_k,
+                 "Keep the K best checkpoints by --monitor in --ckpt-dir besides last.ckpt;\n"
+                 "0 = none, -1 = every epoch's")
+      ->type_name("K")->capture_default_str();
+  app.add_option("--checkpoint-filename", config.checkpoint_filename,
+                 "Name of the --save-top-k files, without .ckpt: {epoch}, {step} and metrics,\n"
+                 "with an optional format: '{epoch}-{val_loss:.4f}' -> epoch=3-val_loss=0.2514.ckpt.\n"
+                 "Default: epoch={epoch}-step={step}")
+      ->type_name("PATTERN");
+  app.add_option("--early-stopping-patience", config.early_stopping_patience,
+                 "Stop after N epochs in a row without --monitor improving; 0 = off")
+      ->type_name("N")->capture_default_str();
+  app.add_option("--early-stopping-min-delta", config.early_stopping_min_delta,
+                 "The least change of --monitor that counts as an improvement")
+      ->type_name("D")->capture_default_str();
   app.add_option("--metrics-file,--metrics_file", config.metrics_file,
                  "Append one JSON object per epoch (rank 0)")->type_name("FILE.jsonl");
   app.add_option("--progress", config.progress, "Live progress bar: auto = when stdout is a terminal")

@@ -20,6 +20,8 @@ constexpr const char* kUsage =
     "  bench  benchmarks against a baseline measured in the same run: allreduce (lockstep's\n"
     "         process group vs raw c10d Gloo), scaling (lockstep fit at 1, 2, ... ranks),\n"
     "         peer (lockstep fit vs the Python DDP peer)\n"
+    "  export convert a checkpoint (last.ckpt, a --save-top-k file) or final.pt of `lockstep fit`\n"
+    "         into safetensors (Python reads it with json + numpy or the safetensors package)\n"
     "\n"
     "`lockstep <command> --help` describes each command.\n";
 
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
   if (command == "env") return lockstep::cli::env_main(argc - 1, argv + 1);
   if (command == "fit") return lockstep::cli::fit_main(argc - 1, argv + 1);
   if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench)\n\n%s",
+  if (command == "export") return lockstep::cli::export_main(argc - 1, argv + 1);
+  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export)\n\n%s",
                command.c_str(), kUsage);
   return 2;
 }

@@ -1,7 +1,11 @@
 #include "lockstep/comm/process_group.h"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
+#include <ATen/ops/full.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -144,6 +148,31 @@ at::Tensor ProcessGroup::all_gather_stacked(const at::Tensor& input) {
   for (int r = 0; r < size_; ++r) parts.push_back(at::empty_like(mine));
   all_gather(parts, mine).wait();
   return at::stack(parts);
+}
+
+std::vector<std::string> ProcessGroup::all_gather_strings(const std::string& mine) {
+  // Lengths first, then the bytes padded to the longest.
+  const at::Tensor lengths = all_gather_stacked(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
+  const int64_t longest = lengths.max().item<int64_t>();
+  auto bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
+  const at::Tensor all = all_gather_stacked(bytes).contiguous();
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r) {
+    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),
+                     static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  return out;
+}
+
+std::string ProcessGroup::broadcast_string(const std::string& text, int root) {
+  auto length = at::full({1}, static_cast<int64_t>(rank_ == root ? text.size() : 0), at::kLong);
+  broadcast(length, root).wait();
+  const int64_t n = length.item<int64_t>();
+  auto bytes = at::zeros({std::max<int64_t>(n, 1)}, at::kByte);
+  if (rank_ == root) std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  broadcast(bytes, root).wait();
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
 }
 
 Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input) {

@@ -69,4 +69,36 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options, int64_t epoch,
+                                       int64_t consumed, int64_t planned, int64_t num_replicas, int64_t rank) {
+  if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
+    throw std::invalid_argument("reshard_remaining: rank " + std::to_string(rank) + " is not in [0, " +
+                                std::to_string(num_replicas) + ")");
+  }
+  std::vector<std::vector<int64_t>> old_shards;
+  for (int64_t r = 0; r < old_options.num_replicas(); ++r) {
+    DistributedSampler sampler(dataset_size, DistributedSamplerOptions(old_options).rank(r));
+    sampler.set_epoch(epoch);
+    old_shards.push_back(sampler.indices());
+  }
+  const auto shard = static_cast<int64_t>(old_shards.front().size());
+  if (consumed < 0 || consumed > planned || planned > shard) {
+    throw std::invalid_argument("reshard_remaining: consumed " + std::to_string(consumed) + " and planned " +
+                                std::to_string(planned) + " must satisfy 0 <= consumed <= planned <= " +
+                                std::to_string(shard) + " (the old shard size)");
+  }
+  std::vector<int64_t> rest;
+  for (int64_t k = consumed; k < planned; ++k) {
+    for (const auto& old : old_shards) rest.push_back(old[static_cast<std::size_t>(k)]);
+  }
+  if (rest.empty()) return {};
+  const int64_t total = (static_cast<int64_t>(rest.size()) + num_replicas - 1) / num_replicas * num_replicas;
+  for (std::size_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(rest[i]);
+  std::vector<int64_t> mine;
+  for (auto i = static_cast<std::size_t>(rank); i < rest.size(); i += static_cast<std::size_t>(num_replicas)) {
+    mine.push_back(rest[i]);
+  }
+  return mine;
+}
+
 }  // namespace lockstep::data

@@ -16,22 +16,6 @@ std::string describe(const std::string& name, const at::Tensor& t) {
   return out.str();
 }
 
-// All ranks' strings, gathered (lengths first, then the bytes padded to the longest).
-std::vector<std::string> all_gather_strings(comm::ProcessGroup& group, const std::string& mine) {
-  const int world = group.size();
-  const at::Tensor lengths = group.all_gather_stacked(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
-  const int64_t longest = lengths.max().item<int64_t>();
-  auto bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
-  std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
-  const at::Tensor all = group.all_gather_stacked(bytes).contiguous();
-  std::vector<std::string> out;
-  for (int r = 0; r < world; ++r) {
-    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()),
-                     static_cast<size_t>(lengths[r].item<int64_t>()));
-  }
-  return out;
-}
-
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -44,7 +28,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 void check_consistency(comm::ProcessGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params) {
   std::ostringstream signature;
   for (const auto& [name, t] : params) signature << describe(name, t) << "\n";
-  const auto all = all_gather_strings(group, signature.str());
+  const auto all = group.all_gather_strings(signature.str());
   const auto reference = split_lines(all[0]);
   for (int r = 1; r < group.size(); ++r) {
     if (all[r] == all[0]) continue;

@@ -80,7 +80,14 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model, co
   archive.write("model_name", c10::IValue(state.model));
   archive.write("config", c10::IValue(state.config));
   archive.write("rng_states", state.rng_states, /*is_buffer=*/true);
-  archive.write("epoch_sums", state.epoch_sums, /*is_buffer=*/true);
+  c10::List<std::string> logged(state.logged_states);
+  archive.write("logged_states", c10::IValue(logged));
+  c10::Dict<std::string, std::string> callbacks;
+  for (const auto& [key, value] : state.callback_states) callbacks.insert(key, value);
+  archive.write("callback_states", c10::IValue(callbacks));
+  if (state.scaler_state.defined()) archive.write("scaler_state", state.scaler_state, /*is_buffer=*/true);
+  archive.write("reshard_world", c10::IValue(static_cast<int64_t>(state.reshard_world)));
+  archive.write("reshard_batch", c10::IValue(state.reshard_batch));
   torch::serialize::OutputArchive model_archive(archive.compilation_unit());
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -120,10 +127,20 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   state.model = read_value(archive, path, "model_name").toStringRef();
   state.config = read_value(archive, path, "config").toStringRef();
   state.rng_states = read_tensor(archive, path, "rng_states");
-  state.epoch_sums = read_tensor(archive, path, "epoch_sums");
+  for (const auto& item : read_value(archive, path, "logged_states").toListRef()) {
+    state.logged_states.push_back(item.toStringRef());
+  }
+  for (const auto& item : read_value(archive, path, "callback_states").toGenericDict()) {
+    state.callback_states.emplace(item.key().toStringRef(), item.value().toStringRef());
+  }
+  at::Tensor scaler;
+  if (archive.try_read("scaler_state", scaler, /*is_buffer=*/true)) state.scaler_state = scaler;
+  state.reshard_world = static_cast<int>(read_value(archive, path, "reshard_world").toInt());
+  state.reshard_batch = read_value(archive, path, "reshard_batch").toInt();
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" + model_name +
-                             "': resume with --model " + state.model + ", or start from scratch");
+                             "': resume with --model " + state.model + " (the module it was written by), or start "
+                             "from scratch");
   }
 
   torch::serialize::InputArchive model_archive;

@@ -1,6 +1,7 @@
 #include "lockstep/train/epoch_metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -9,14 +10,26 @@
 namespace lockstep::train {
 
 std::string EpochMetrics::to_json() const {
-  const nlohmann::ordered_json object = {
-      {"epoch", epoch},           {"step", step},
-      {"train_loss", train_loss}, {"val_loss", val_loss},
-      {"val_acc", val_acc},       {"epoch_s", epoch_s},
-      {"val_s", val_s},           {"samples_per_s", samples_per_s},
-      {"val_samples", val_samples}, {"train_samples", train_samples},
-      {"lr", lr},                 {"world_size", world_size},
-  };
+  nlohmann::ordered_json object = {{"epoch", epoch}, {"step", step}};
+  if (logged.empty()) {
+    object["train_loss"] = train_loss;
+    object["val_loss"] = val_loss;
+    object["val_acc"] = val_acc;
+  }
+  for (const auto& [name, value] : logged) {
+    if (std::isfinite(value)) {
+      object[name] = value;
+    } else {
+      object[name] = nullptr;  // JSON has no NaN or Infinity
+    }
+  }
+  object["epoch_s"] = epoch_s;
+  object["val_s"] = val_s;
+  object["samples_per_s"] = samples_per_s;
+  object["val_samples"] = val_samples;
+  object["train_samples"] = train_samples;
+  object["lr"] = lr;
+  object["world_size"] = world_size;
   return object.dump();
 }
 

@@ -68,6 +68,49 @@ bool is_whole_number(const std::string& item) {
   return item.size() > start && item.find_first_not_of("0123456789", start) == std::string::npos;
 }
 
+// --monitor, --monitor-mode, --save-top-k, --checkpoint-filename, --early-stopping-*: the ModelCheckpoint and
+// EarlyStopping callbacks check the same again, but only after the first epoch; here they fail at once.
+void check_monitor_flags(const FitConfig& config) {
+  check_member("--monitor-mode", config.monitor_mode, {"min", "max"});
+  if (config.save_top_k < -1) {
+    throw std::invalid_argument("--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got " +
+                                text(config.save_top_k));
+  }
+  check_at_least<int64_t>("--early-stopping-patience", config.early_stopping_patience, 0);
+  if (!(config.early_stopping_min_delta >= 0.0 && std::isfinite(config.early_stopping_min_delta))) {
+    throw std::invalid_argument("--early-stopping-min-delta must be a number >= 0, got " +
+                                text(config.early_stopping_min_delta));
+  }
+  const bool uses_monitor = config.save_top_k != 0 || config.early_stopping_patience > 0;
+  if (uses_monitor && config.monitor.empty()) {
+    throw std::invalid_argument("--monitor '' names no metric: --save-top-k and --early-stopping-patience rank "
+                                "epochs by it (e.g. --monitor val_loss, or val_acc with --monitor-mode max)");
+  }
+  if (config.save_top_k != 0 && config.ckpt_dir.empty()) {
+    throw std::invalid_argument("--save-top-k " + text(config.save_top_k) +
+                                " needs --ckpt-dir DIR (where the best checkpoints are written)");
+  }
+  if (!config.checkpoint_filename.empty()) {
+    if (config.save_top_k == 0) {
+      throw std::invalid_argument("--checkpoint-filename '" + config.checkpoint_filename +
+                                  "' names the --save-top-k files, and --save-top-k is 0: set --save-top-k K "
+                                  "(or -1), or drop it");
+    }
+    // The pattern's full syntax is ModelCheckpoint's to check; what would break the path is checked here.
+    const std::string& pattern = config.checkpoint_filename;
+    int depth = 0;
+    for (const char c : pattern) {
+      depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+      if (depth < 0 || depth > 1) break;
+    }
+    if (depth != 0 || pattern.find('/') != std::string::npos) {
+      throw std::invalid_argument("--checkpoint-filename '" + pattern +
+                                  "' is not a file name pattern (expected text with {name} or {name:fmt} "
+                                  "fields and no '/', e.g. '{epoch}-{val_loss:.4f}')");
+    }
+  }
+}
+
 }  // namespace
 
 ImageShape ImageShape::parse(const std::string& flag, const std::string& text_value) {
@@ -163,12 +206,12 @@ void FitConfig::validate() const {
                                 "nccl needs a LibTorch built with CUDA)");
   }
   check_member("--backend", backend, {"auto", "shm", "hier", "gloo"});
-  if (precision != "32") {
-    if (precision == "bf16-mixed" || precision == "16-mixed") {
-      throw std::invalid_argument("--precision " + precision +
-                                  " is not supported by `lockstep fit` yet: use --precision 32");
-    }
-    throw std::invalid_argument("--precision '" + precision + "' is not known (expected 32, bf16-mixed or 16-mixed)");
+  check_member("--precision", precision, {"32", "bf16-mixed", "16-mixed"});
+  if (precision == "16-mixed") {
+    // lockstep fit trains on the CPU, where autocast has no float16 (and the Trainer would refuse it too).
+    throw std::invalid_argument(
+        "--precision 16-mixed needs a CUDA device (float16 autocast with a gradient scaler); lockstep fit trains "
+        "on the CPU: use --precision bf16-mixed (or 32)");
   }
   if (devices) check_at_least("--devices", *devices, 1);
   if (num_nodes) check_at_least("--num-nodes", *num_nodes, 1);
@@ -234,6 +277,7 @@ void FitConfig::validate() const {
   check_at_least<int64_t>("--ckpt-every-n-steps", ckpt_every_n_steps, 0);
   check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
   if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);
+  check_monitor_flags(*this);
   if (ckpt_every_n_steps > 0 && ckpt_dir.empty()) {
     throw std::invalid_argument("--ckpt-every-n-steps " + text(ckpt_every_n_steps) +
                                 " needs --ckpt-dir DIR (where last.ckpt is written)");

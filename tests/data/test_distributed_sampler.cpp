@@ -136,3 +136,55 @@ TEST(DistributedSampler, BadArgumentsNameTheValue) {
 
 }  // namespace
 }  // namespace lockstep::data
+
+namespace lockstep::data {
+namespace {
+
+// What 2 ranks consumed plus what 3 new ranks get covers the epoch's shuffle exactly once (the padding
+// aside), the new shares are equal, and each is the rest in the old padded order, dealt round-robin.
+TEST(ReshardRemaining, TheRestOfTheEpochOnceOverTheNewRanks) {
+  const int64_t size = 101;  // odd: the old sampler pads one index
+  const auto old_options = DistributedSamplerOptions(2, 0).shuffle(true).seed(7);
+  std::vector<std::vector<int64_t>> old;
+  for (int64_t r = 0; r < 2; ++r) {
+    DistributedSampler s(size, DistributedSamplerOptions(old_options).rank(r));
+    s.set_epoch(3);
+    old.push_back(s.indices());
+  }
+  const int64_t consumed = 20;
+  const int64_t planned = 51;  // the whole shard
+  std::vector<int64_t> want_rest;
+  for (int64_t k = consumed; k < planned; ++k) {
+    for (int64_t r = 0; r < 2; ++r) want_rest.push_back(old[r][k]);
+  }
+  std::vector<int64_t> dealt(want_rest.size(), -1);
+  std::size_t share = 0;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    const auto mine = reshard_remaining(size, old_options, 3, consumed, planned, 3, rank);
+    if (rank == 0) share = mine.size();
+    ASSERT_EQ(mine.size(), share) << "rank " << rank;
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      const std::size_t position = static_cast<std::size_t>(rank) + 3 * k;
+      if (position < dealt.size()) dealt[position] = mine[k];
+      else EXPECT_EQ(mine[k], want_rest[position - dealt.size()]) << "padding repeats from the start";
+    }
+  }
+  EXPECT_EQ(share, (want_rest.size() + 2) / 3);
+  EXPECT_EQ(dealt, want_rest);
+  std::multiset<int64_t> seen(old[0].begin(), old[0].begin() + consumed);
+  seen.insert(old[1].begin(), old[1].begin() + consumed);
+  seen.insert(want_rest.begin(), want_rest.end());
+  for (int64_t i = 0; i < size; ++i) EXPECT_GE(seen.count(i), 1u) << "index " << i << " never seen";
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(2 * planned));  // 101 indices + 1 of padding
+}
+
+TEST(ReshardRemaining, NothingLeftAndBadArguments) {
+  const auto old_options = DistributedSamplerOptions(2, 0).seed(1);
+  EXPECT_TRUE(reshard_remaining(10, old_options, 0, 5, 5, 1, 0).empty());
+  EXPECT_THROW(reshard_remaining(10, old_options, 0, 6, 5, 1, 0), std::invalid_argument);
+  EXPECT_THROW(reshard_remaining(10, old_options, 0, 0, 6, 1, 0), std::invalid_argument);
+  EXPECT_THROW(reshard_remaining(10, old_options, 0, 0, 5, 2, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lockstep::data

@@ -5,6 +5,7 @@ archive (final.pt, written by torch::serialize::OutputArchive, a TorchScript arc
 torch.jit.load reads). The names, their order (PyTorch's state_dict order), dtypes and shapes must match too.
 
 Usage: check_safetensors.py FILE.safetensors REFERENCE.pt [KEY=VALUE ...]   (expected __metadata__ entries)
+REFERENCE may name a submodule of the archive after '#': last.ckpt#model is the model inside a checkpoint.
 Exits 0 and prints "safetensors ok: ..." when everything matches, else fails with the first difference.
 """
 import json
@@ -66,7 +67,11 @@ def main():
         import torch
     except ImportError:
         sys.exit("check_safetensors.py: python3-torch is missing (scripts/install-deps.sh installs it)")
-    ref = torch.jit.load(reference, map_location="cpu").state_dict()
+    reference_path, _, submodule = reference.partition("#")
+    module = torch.jit.load(reference_path, map_location="cpu")
+    if submodule:
+        module = getattr(module, submodule)
+    ref = module.state_dict()
     assert list(arrays) == list(ref), f"names/order differ:\n  safetensors {list(arrays)}\n  reference   {list(ref)}"
     torch_names = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",

@@ -77,7 +77,8 @@ devices_mismatch)
 bad_flags)
   expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18)" -- "$lockstep" fit --model nope
   expect_failure 2 "--limit-train-batches '1.5' is not a batch count" -- "$lockstep" fit --limit-train-batches 1.5
-  expect_failure 2 "--precision bf16-mixed is not supported" -- "$lockstep" fit --precision bf16-mixed
+  expect_failure 2 "--precision 16-mixed needs a CUDA device" -- "$lockstep" fit --precision 16-mixed
+  expect_failure 2 "--precision 'fp8' is not known (expected one of: 32, bf16-mixed, 16-mixed)" -- "$lockstep" fit --precision fp8
   expect_failure 2 "--max-epochs must be >= 1, got 0" -- "$lockstep" fit --max-epochs 0
   expect_failure 2 "--num-workers 'two' is not a number of loader threads" -- "$lockstep" fit --num-workers two
   expect_failure 2 "--synthetic-shape '3,0,32': height must be in 1..4096, got 0" -- "$lockstep" fit --data synthetic --synthetic-shape 3,0,32
@@ -87,6 +88,53 @@ bad_flags)
   expect_failure 2 "--dropout does not apply to --model resnet18" -- "$lockstep" fit --model resnet18 --dropout 0.1
   expect_failure 2 "--ckpt-every-n-steps 5 needs --ckpt-dir DIR" -- "$lockstep" fit --ckpt-every-n-steps 5
   expect_failure 2 "--max-steps must be >= 1, got 0" -- "$lockstep" fit --max-steps 0
+  ;;
+callbacks)
+  # --save-top-k 2 keeps the 2 best epochs by val_loss (files named from the pattern) besides last.ckpt;
+  # --early-stopping-patience 1 with a min delta no epoch can reach stops both ranks after epoch 2.
+  "$lockstep" fit --devices 2 --data synthetic --synthetic-size 512 --max-epochs 4 --progress off --ckpt-dir "$work/ck" \
+    --save-top-k 2 --checkpoint-filename "{epoch}-{val_loss:.3f}" --metrics-file "$work/m.jsonl" >"$work/out" 2>&1 \
+    || { cat "$work/out"; fail "fit --save-top-k failed"; }
+  "$python" - "$work" <<'PY' || { ls "$work/ck"; fail "wrong top-k files"; }
+import json, os, sys
+work = sys.argv[1]
+epochs = [json.loads(l) for l in open(f"{work}/m.jsonl")]
+best = sorted(epochs, key=lambda e: e["val_loss"])[:2]
+want = sorted(f"epoch={e['epoch']}-val_loss={e['val_loss']:.3f}.ckpt" for e in best)
+got = sorted(f for f in os.listdir(f"{work}/ck") if f.startswith("epoch="))
+assert got == want, (got, want)
+assert "last.ckpt" in os.listdir(f"{work}/ck")
+print("top-2 files:", got)
+PY
+  "$lockstep" fit --devices 2 --data synthetic --synthetic-size 512 --max-epochs 5 --progress off \
+    --early-stopping-patience 1 --early-stopping-min-delta 10 --metrics-file "$work/stop.jsonl" >"$work/out" 2>&1 \
+    || { cat "$work/out"; fail "fit --early-stopping-patience failed"; }
+  grep -q "stopping after epoch 2" "$work/out" || { cat "$work/out"; fail "no early stop after epoch 2"; }
+  [ "$(wc -l <"$work/stop.jsonl")" -eq 2 ] || fail "early stopping ran $(wc -l <"$work/stop.jsonl") epochs, expected 2"
+  expect_failure 1 "val_los" -- "$lockstep" fit --devices 1 --data synthetic --synthetic-size 256 --max-epochs 1 \
+    --ckpt-dir "$work/ck2" --save-top-k 1 --monitor val_los
+  ;;
+bf16)
+  # bf16-mixed: the forward under CPU autocast to bfloat16, float32 weights; 2 ranks learn the synthetic
+  # task as float32 does (accuracy within a few points), and the weights written stay float32.
+  for precision in 32 bf16-mixed; do
+    "$lockstep" fit --devices 2 --model cnn --data synthetic --synthetic-size 1024 --max-epochs 2 --progress off \
+      --precision "$precision" --metrics-file "$work/$precision.jsonl" --ckpt-dir "$work/ck$precision" >"$work/out" 2>&1 \
+      || { cat "$work/out"; fail "fit --precision $precision failed"; }
+    grep -q "$precision precision" "$work/out" || { cat "$work/out"; fail "banner lacks the precision"; }
+  done
+  "$python" - "$work" <<'PY' || fail "bf16-mixed did not train like 32"
+import json, sys
+work = sys.argv[1]
+last = lambda p: [json.loads(l) for l in open(f"{work}/{p}.jsonl")][-1]
+a, b = last("32"), last("bf16-mixed")
+print("val_acc 32:", a["val_acc"], "bf16-mixed:", b["val_acc"])
+assert b["val_acc"] > 0.5, b
+assert abs(a["val_acc"] - b["val_acc"]) < 0.1, (a, b)
+assert a["train_loss"] != b["train_loss"], "bf16-mixed trained bit-identically to 32: autocast did nothing"
+header = json.loads(open(f"{work}/ckbf16-mixed/final.safetensors", "rb").read()[8:8 + int.from_bytes(open(f"{work}/ckbf16-mixed/final.safetensors", "rb").read(8), "little")])
+assert all(v["dtype"] in ("F32", "I64") for k, v in header.items() if k != "__metadata__"), header
+PY
   ;;
 safetensors)
   # final.safetensors read by Python with json + numpy alone, every tensor compared bit for bit with

@@ -6,7 +6,8 @@
 #               metrics after the resume point equal the uninterrupted run's, bit for bit
 #   epoch_end   the same, stopped at the end of the first epoch
 #   accumulate  the same with --accumulate-grad-batches 2 and checkpoints every 2 steps
-#   world_size  an epoch-end checkpoint of 2 ranks resumes on 1; a mid-epoch one refuses, naming both sizes
+#   world_size  an epoch-end checkpoint of 2 ranks resumes on 1; a mid-epoch one re-shards the rest of the
+#               epoch onto 1 rank; a checkpoint inside that re-sharded epoch resumes exactly on 1 rank
 #   bad_resume  a missing file, a file that is not a checkpoint, a torn one, another model, optimizer or
 #               image shape: clear errors naming the file and the fix, exit != 0
 set -u
@@ -91,9 +92,29 @@ assert [e['epoch'] for e in epochs] == [1, 2], epochs
 assert all(e['world_size'] == 1 and e['train_samples'] == 512 for e in epochs), epochs
 print('resumed on 1 rank: epochs', [e['epoch'] for e in epochs])
 " || fail "wrong epochs after resuming on 1 rank"
+  # Mid-epoch on another world size: the rest of epoch 0 (512 - 3 batches x 32 x 2 ranks = 320 samples) is
+  # re-sharded onto 1 rank, so epoch 0 still counts every sample once; the epoch's sync_dist sums of the
+  # 2 ranks carry over.
   fit --devices 2 --ckpt-dir "$work/ck2" --max-steps 3 >/dev/null 2>&1 || fail "2-rank run failed"
-  expect_failure 1 "written mid-epoch by 2 rank(s); this run has 1" -- \
-    fit --devices 1 --ckpt-dir "$work/ck2" --resume last
+  cp -r "$work/ck2" "$work/ck3"
+  fit --devices 1 --ckpt-dir "$work/ck2" --resume last --metrics-file "$work/reshard.jsonl" >"$work/reshard.out" 2>&1 \
+    || { cat "$work/reshard.out"; fail "resuming a mid-epoch checkpoint of 2 ranks on 1 failed"; }
+  grep -q "re-sharding the rest of the epoch" "$work/reshard.out" || { cat "$work/reshard.out"; fail "no re-shard report"; }
+  "$python" -c "
+import json
+epochs = [json.loads(l) for l in open('$work/reshard.jsonl') if 'batch' not in l]
+assert [e['epoch'] for e in epochs] == [0, 1, 2], epochs
+assert all(e['train_samples'] == 512 for e in epochs), epochs
+steps = [json.loads(l)['step'] for l in open('$work/reshard.jsonl') if 'batch' in l]
+assert steps[0] == 4 and steps[9] == 13, steps  # 10 batches of the re-sharded rest, then 16 per epoch
+" || fail "wrong epochs after re-sharding onto 1 rank"
+  # A checkpoint written inside the re-sharded epoch resumes exactly on the same world size.
+  fit --devices 1 --ckpt-dir "$work/ck3" --resume last --max-steps 7 >/dev/null 2>&1 || fail "re-sharded run to step 7 failed"
+  cp "$work/ck3/last.ckpt" "$work/step7.ckpt"
+  fit --devices 1 --ckpt-dir "$work/ck3" --resume last --metrics-file "$work/again.jsonl" >"$work/again.out" 2>&1 \
+    || { cat "$work/again.out"; fail "resuming inside a re-sharded epoch failed"; }
+  same_after "$work/reshard.jsonl" "$work/again.jsonl" 8
+  expect_failure 1 "already re-sharded from 2 to 1 rank(s)" -- fit --devices 2 --resume "$work/step7.ckpt"
   ;;
 bad_resume)
   expect_failure 2 "cannot open checkpoint '$work/missing.ckpt'" -- fit --devices 1 --resume "$work/missing.ckpt"

@@ -314,4 +314,93 @@ TEST(FitHelpTest, ListsTheConfigAndLrFlags) {
   }
 }
 
+TEST(MonitorFlagsTest, DefaultsAreLightningsAndOff) {
+  const Parsed p = parse({});
+  ASSERT_EQ(p.status, -1) << p.error;
+  EXPECT_EQ(p.config.monitor, "val_loss");
+  EXPECT_EQ(p.config.monitor_mode, "min");
+  EXPECT_EQ(p.config.save_top_k, 0);
+  EXPECT_EQ(p.config.checkpoint_filename, "");
+  EXPECT_EQ(p.config.early_stopping_patience, 0);
+  EXPECT_DOUBLE_EQ(p.config.early_stopping_min_delta, 0.0);
+}
+
+TEST_F(ConfigFileTest, MonitorFlagsReachTheConfigFromFlagsAndYaml) {
+  const Parsed p = parse({"--ckpt-dir", dir_.string(), "--monitor", "val_acc", "--monitor-mode", "max",
+                          "--save-top-k", "3", "--checkpoint-filename", "{epoch}-{val_acc:.4f}",
+                          "--early-stopping-patience", "2", "--early-stopping-min-delta", "0.01"});
+  ASSERT_EQ(p.status, -1) << p.error;
+  EXPECT_EQ(p.config.monitor, "val_acc");
+  EXPECT_EQ(p.config.monitor_mode, "max");
+  EXPECT_EQ(p.config.save_top_k, 3);
+  EXPECT_EQ(p.config.checkpoint_filename, "{epoch}-{val_acc:.4f}");
+  EXPECT_EQ(p.config.early_stopping_patience, 2);
+  EXPECT_DOUBLE_EQ(p.config.early_stopping_min_delta, 0.01);
+
+  const std::string file = write("monitor.yaml",
+                                 "ckpt-dir: " + dir_.string() +
+                                     "\nmonitor: train_loss\nsave-top-k: -1\n"
+                                     "checkpoint-filename: \"best-{train_loss:.3f}\"\nearly-stopping-patience: 4\n");
+  const Parsed yaml = parse({"--config", file});
+  ASSERT_EQ(yaml.status, -1) << yaml.error;
+  EXPECT_EQ(yaml.config.monitor, "train_loss");
+  EXPECT_EQ(yaml.config.save_top_k, -1);
+  EXPECT_EQ(yaml.config.checkpoint_filename, "best-{train_loss:.3f}");
+  EXPECT_EQ(yaml.config.early_stopping_patience, 4);
+
+  // --print-config writes them, and reads back the same.
+  const Parsed printed = parse({"--config", file, "--print-config"});
+  ASSERT_EQ(printed.status, 0) << printed.error;
+  EXPECT_NE(printed.out.find("\nmonitor-mode: min\n"), std::string::npos) << printed.out;
+  EXPECT_NE(printed.out.find("\nsave-top-k: -1\n"), std::string::npos) << printed.out;
+  const Parsed again = parse({"--config", write("printed.yaml", printed.out)});
+  ASSERT_EQ(again.status, -1) << again.error << printed.out;
+  EXPECT_EQ(again.config.checkpoint_filename, "best-{train_loss:.3f}");
+  EXPECT_EQ(again.config.save_top_k, -1);
+
+  const Parsed defaults = parse({"--print-config"});
+  ASSERT_EQ(defaults.status, 0) << defaults.error;
+  EXPECT_NE(defaults.out.find("checkpoint-filename: null  # default: epoch={epoch}-step={step}"), std::string::npos)
+      << defaults.out;
+}
+
+TEST(MonitorFlagsTest, BadValuesNameTheFlagTheValueAndWhatIsAccepted) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--monitor-mode", "lowest"}, "--monitor-mode 'lowest' is not known (expected one of: min, max)"},
+           {{"--save-top-k", "-2", "--ckpt-dir", "ck"},
+            "--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got -2"},
+           {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir DIR"},
+           {{"--early-stopping-patience", "-1"}, "--early-stopping-patience must be >= 0, got -1"},
+           {{"--early-stopping-min-delta", "-0.5"}, "--early-stopping-min-delta must be a number >= 0, got -0.5"},
+           {{"--early-stopping-min-delta", "nan"}, "--early-stopping-min-delta must be a number >= 0, got nan"},
+           {{"--early-stopping-patience", "2", "--monitor", ""}, "--monitor '' names no metric"},
+           {{"--checkpoint-filename", "{epoch}"}, "--checkpoint-filename '{epoch}' names the --save-top-k files, "
+                                                 "and --save-top-k is 0"},
+           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{epoch"},
+            "--checkpoint-filename '{epoch' is not a file name pattern"},
+           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "a/{epoch}"},
+            "--checkpoint-filename 'a/{epoch}' is not a file name pattern"},
+           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{{epoch}}"},
+            "--checkpoint-filename '{{epoch}}' is not a file name pattern"},
+       }) {
+    const Parsed bad = parse(c.flags);
+    EXPECT_EQ(bad.status, 2) << c.flags[0];
+    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
+  }
+}
+
+TEST(FitHelpTest, ListsTheMonitorFlagsWithTheirDefaults) {
+  const Parsed p = parse({"--help"});
+  EXPECT_EQ(p.status, 0);
+  for (const char* text : {"--monitor NAME=val_loss", "--monitor-mode min|max=min", "--save-top-k K=0",
+                           "--checkpoint-filename PATTERN", "epoch={epoch}-step={step}",
+                           "--early-stopping-patience N=0", "--early-stopping-min-delta D=0"}) {
+    EXPECT_NE(p.out.find(text), std::string::npos) << text << "\n" << p.out;
+  }
+}
+
 }  // namespace

@@ -86,7 +86,10 @@ TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
   EXPECT_EQ(error_of(config), "");
   config = FitConfig();
   config.precision = "16-mixed";
-  EXPECT_NE(error_of(config).find("use --precision 32"), std::string::npos);
+  EXPECT_NE(error_of(config).find("needs a CUDA device"), std::string::npos);
+  EXPECT_NE(error_of(config).find("use --precision bf16-mixed"), std::string::npos);
+  config.precision = "bf16-mixed";
+  EXPECT_EQ(error_of(config), "");
   config = FitConfig();
   config.devices = 0;
   EXPECT_EQ(error_of(config), "--devices must be >= 1, got 0");

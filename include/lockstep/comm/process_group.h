@@ -59,6 +59,10 @@ class ProcessGroup {
   Work all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input);
   /// Every rank's `input` stacked along a new first dimension: [size(), input's sizes...]. Blocks.
   at::Tensor all_gather_stacked(const at::Tensor& input);
+  /// Every rank's string, in rank order (two all-gathers: lengths, then the padded bytes). Blocks.
+  std::vector<std::string> all_gather_strings(const std::string& mine);
+  /// Rank `root`'s `text` on every rank (the others' `text` is ignored). Blocks.
+  std::string broadcast_string(const std::string& text, int root = 0);
   /// Blocks until every rank has called barrier(), at most the collective timeout.
   void barrier();
 

@@ -67,4 +67,21 @@ class DistributedSampler {
   int64_t num_samples_ = 0;
 };
 
+/// Resuming an epoch mid-way on another world size. `old_options` ranks (its num_replicas) each took the
+/// first `consumed` indices of their shard for `epoch`, out of the first `planned` they would have taken
+/// (the epoch's whole shard, or less under a batch limit). Together they consumed the first consumed x
+/// old_replicas positions of the padded shuffle (rank r's k-th index is position r + k x old_replicas).
+/// Returns `rank`'s share of the rest, up to planned x old_replicas, dealt round-robin to `num_replicas`
+/// ranks and padded by repeating from its start as DistributedSampler pads, so that every rank gets the
+/// same count (the same batch count: no rank waits alone on a collective). Empty when nothing is left.
+///
+/// Throws std::invalid_argument when consumed > planned, planned exceeds the shard, or rank is not in
+/// [0, num_replicas).
+///
+/// Example (2 ranks had done 3 batches of 32 of an epoch; go on with 1):
+///   auto rest = reshard_remaining(512, DistributedSamplerOptions(2, 0).shuffle(true).seed(0), /*epoch=*/0,
+///                                 /*consumed=*/96, /*planned=*/256, /*num_replicas=*/1, /*rank=*/0);  // 320
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options, int64_t epoch,
+                                       int64_t consumed, int64_t planned, int64_t num_replicas, int64_t rank);
+
 }  // namespace lockstep::data

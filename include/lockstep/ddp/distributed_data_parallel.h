@@ -150,6 +150,10 @@ class DistributedDataParallel {
     return forward(std::forward<Args>(args)...);
   }
 
+  /// The per-step preparation of forward() without the forward: for callers that run the module's own
+  /// methods instead (the Trainer calls TrainModule::training_step, as Lightning's DDP wrapper does).
+  void before_forward() { core_.before_forward(); }
+
   /// Join mode for uneven inputs until the guard's finish() (see JoinGuard).
   [[nodiscard]] JoinGuard join() { return JoinGuard(core_); }
 

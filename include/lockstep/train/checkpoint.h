@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -28,11 +30,20 @@ struct CheckpointState {
   std::string model;       ///< the model's name (`--model`), checked on resume
   std::string config;      ///< the run's configuration, for people reading the file
   at::Tensor rng_states;   ///< [world_size, n] uint8: every rank's CPU generator state (dropout)
-  at::Tensor epoch_sums;   ///< [world_size, 2] float64: each rank's loss sum and samples so far this epoch
+  /// Each rank's values logged so far this epoch (LoggedMetrics::to_json), by rank; empty at an epoch end.
+  std::vector<std::string> logged_states;
+  /// Each callback's state_dict(), by state_key().
+  std::map<std::string, std::string> callback_states;
+  at::Tensor scaler_state;  ///< GradScaler::state() (undefined when the run has no scaler)
+  /// When `position` lies in an epoch that was re-sharded on resume (another world size, mid-epoch): the
+  /// world size that began the epoch and the batches its ranks had trained; `position.batch` then counts
+  /// batches of the re-sharded rest. 0 when the epoch follows the sampler's own order.
+  int reshard_world = 0;
+  int64_t reshard_batch = 0;
 };
 
 /// The file format's version, written into every checkpoint and checked on load.
-inline constexpr int64_t kCheckpointVersion = 1;
+inline constexpr int64_t kCheckpointVersion = 2;
 
 /// Writes `model`, `optimizer` (its whole state: moments, step counts) and `state` to `path` as a
 /// LibTorch archive, atomically (temporary file, fsync, rename): a reader sees the old checkpoint or the

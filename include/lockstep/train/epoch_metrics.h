@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lockstep::train {
 
@@ -20,6 +22,10 @@ struct EpochMetrics {
   int64_t train_samples = 0;   ///< training samples of all ranks this epoch
   double lr = 0.0;             ///< learning rate of the epoch's last step
   int world_size = 1;
+  /// The values the module logged (TrainModule::log), in the order logged, reduced as asked. When set,
+  /// the JSON holds these instead of train_loss/val_loss/val_acc (which a module need not log).
+  std::vector<std::pair<std::string, double>> logged;
+  std::vector<std::string> prog_bar;  ///< the logged names shown on the epoch line
 
   /// One line of JSON (no newline).
   std::string to_json() const;
@@ -51,11 +57,11 @@ class MetricsWriter {
 
   void write(const EpochMetrics& metrics);
   void write(const StepMetrics& metrics);
+  /// Any other record: one JSON object, without the newline.
+  void write_line(const std::string& json);
   const std::string& path() const { return path_; }
 
  private:
-  void write_line(const std::string& json);
-
   std::string path_;
   std::FILE* file_ = nullptr;
 };

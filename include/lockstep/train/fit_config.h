@@ -120,6 +120,17 @@ struct FitConfig {
   int64_t max_steps = -1;          ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
   int64_t log_every_n_steps = 0;   ///< a {"step": ...} record in metrics_file every N steps; 0 = off
 
+  // Best checkpoints and early stopping (Lightning's ModelCheckpoint and EarlyStopping callbacks).
+  std::string monitor = "val_loss";  ///< the epoch metric that --save-top-k and early stopping rank by
+  std::string monitor_mode = "min";  ///< min | max: whether a lower or a higher --monitor is better
+  /// Keep the K best checkpoints by --monitor in ckpt_dir besides last.ckpt; 0 = none, -1 = every epoch's.
+  int64_t save_top_k = 0;
+  /// Names of those files, without ".ckpt" (ModelCheckpoint's pattern: "{epoch}-{val_loss:.4f}" gives
+  /// "epoch=3-val_loss=0.2514"); "" = ModelCheckpoint's default, "epoch={epoch}-step={step}".
+  std::string checkpoint_filename;
+  int64_t early_stopping_patience = 0;    ///< stop after N epochs without improvement of --monitor; 0 = off
+  double early_stopping_min_delta = 0.0;  ///< the least change of --monitor that counts as an improvement
+
   // Output.
   std::string metrics_file;  ///< JSONL, one object per epoch (rank 0)
   std::string progress = "auto";  ///< auto (a bar when stdout is a terminal) | on | off

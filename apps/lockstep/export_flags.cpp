@@ -1,0 +1,53 @@
+#include "export_flags.h"
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+namespace lockstep::cli {
+namespace {
+
+constexpr const char* kDescription =
+    "Write the model weights of a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or of\n"
+    "its final weights (DIR/final.pt, any LibTorch module archive) as safetensors, readable from Python\n"
+    "with json + numpy or the safetensors package. The model's class is not needed: the tensors are read\n"
+    "as stored, with the names and order of final.safetensors (PyTorch's state_dict()).";
+
+constexpr const char* kFooter =
+    "Examples:\n"
+    "  lockstep export ck/last.ckpt                       # -> ck/last.safetensors\n"
+    "  lockstep export ck/epoch=3-val_loss=0.2514.ckpt -o best.safetensors\n"
+    "  lockstep export ck/final.pt -o /models/mlp.safetensors\n"
+    "The file is written atomically (temporary file, fsync, rename). See docs/export.md.\n"
+    "Exit status: 0 on success, 1 when the input cannot be exported, 2 for bad arguments.";
+
+}  // namespace
+
+int parse_export_flags(int argc, char** argv, ExportFlags& flags) {
+  CLI::App app(kDescription, "lockstep export");
+  app.footer(kFooter);
+  app.get_formatter()->column_width(30);
+  app.add_option("checkpoint", flags.input, "The checkpoint (.ckpt) or final weights (.pt) to export")
+      ->type_name("CHECKPOINT")
+      ->required();
+  app.add_option("-o,--output", flags.output,
+                 "Where to write the safetensors file. Default: CHECKPOINT with\n"
+                 ".safetensors instead of its extension")
+      ->type_name("OUT.safetensors");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "lockstep export: " << e.what() << "\nRun 'lockstep export --help' for the arguments.\n";
+    return 2;
+  }
+  if (flags.input.empty()) {
+    std::cerr << "lockstep export: the checkpoint path is empty\nRun 'lockstep export --help' for the arguments.\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,508 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/optimizer.h>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/loader.h"
+#include "lockstep/data/tensor_dataset.h"
+#include "lockstep/ddp/ddp_options.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/detail/option.h"
+#include "lockstep/train/precision.h"
+
+namespace lockstep::train {
+
+/// Options of an Accelerator; Hugging Face Accelerate's names and defaults.
+///
+/// Example:
+///   Accelerator accelerator(AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(4));
+class AcceleratorOptions {
+ public:
+  /// "no" (float32), "bf16" or "fp16" (CUDA only); Lightning's "32", "bf16-mixed", "16-mixed" work too.
+  LOCKSTEP_OPTION(AcceleratorOptions, std::string, mixed_precision)
+  /// Micro-batches whose gradients are summed before each optimizer step, >= 1. Each rank's effective
+  /// batch is batch_size * gradient_accumulation_steps; the job's is that times num_processes().
+  LOCKSTEP_OPTION(AcceleratorOptions, int64_t, gradient_accumulation_steps)
+  /// Collective backend: "auto" (the default), "gloo", "shm", "hier", "nccl", "mpi" (comm::parse_backend).
+  /// Ignored by the constructor that takes an existing process group.
+  LOCKSTEP_OPTION(AcceleratorOptions, std::string, backend)
+  /// Seeds the shuffle of every prepared data loader (DistributedSampler: seed + epoch).
+  LOCKSTEP_OPTION(AcceleratorOptions, uint64_t, seed)
+  /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`).
+  LOCKSTEP_OPTION(AcceleratorOptions, bool, cpu)
+  /// How prepare(model) wraps the model. Default: PyTorch's DDP defaults with gradient_as_bucket_view on
+  /// (no second copy of the gradients).
+  LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
+  /// The loss scaler used with fp16 (ignored otherwise).
+  LOCKSTEP_OPTION(AcceleratorOptions, GradScalerOptions, scaler)
+
+  /// Throws std::invalid_argument naming the option, the bad value and what is accepted.
+  void validate() const;
+
+ private:
+  std::string mixed_precision_ = "no";
+  int64_t gradient_accumulation_steps_ = 1;
+  std::string backend_ = "auto";
+  uint64_t seed_ = 0;
+  bool cpu_ = false;
+  ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
+  GradScalerOptions scaler_;
+};
+
+/// A dataset and how to batch it: what Accelerator::prepare turns into this rank's shard (the C++ form of
+/// handing Accelerate a `DataLoader(dataset, batch_size=64, shuffle=True)`). batch_size is per rank.
+///
+/// Example:
+///   auto spec = DataLoaderSpec(dataset,
+///   data::LoaderOptions(/*batch_size=*/64).num_workers(2)).shuffle(true);
+class DataLoaderSpec {
+ public:
+  DataLoaderSpec(std::shared_ptr<const data::TensorDataset> dataset, data::LoaderOptions options)
+      : dataset_(std::move(dataset)), options_(std::move(options)) {}
+
+  /// Shuffle every epoch (DistributedSampler with the accelerator's seed + epoch); false keeps dataset order.
+  LOCKSTEP_OPTION(DataLoaderSpec, bool, shuffle)
+
+  const std::shared_ptr<const data::TensorDataset>& dataset() const { return dataset_; }
+  const data::LoaderOptions& options() const { return options_; }
+
+ private:
+  std::shared_ptr<const data::TensorDataset> dataset_;
+  data::LoaderOptions options_;
+  bool shuffle_ = true;
+};
+
+/// How Accelerator::reduce combines the ranks' tensors.
+enum class Reduction { kSum, kMean };
+
+class Accelerator;
+
+namespace detail {
+struct GradientState;
+struct PreparedLoaderState;
+
+template <typename T>
+struct IsSharedPtr : std::false_type {};
+template <typename T>
+struct IsSharedPtr<std::shared_ptr<T>> : std::true_type {};
+
+/// A module holder (`Net` from TORCH_MODULE) or a std::shared_ptr to a torch::nn::Module subclass.
+template <typename M>
+constexpr bool is_module() {
+  if constexpr (torch::detail::is_module_holder<M>::value) {
+    return true;
+  } else if constexpr (IsSharedPtr<M>::value) {
+    return std::is_base_of_v<torch::nn::Module, typename M::element_type>;
+  } else {
+    return false;
+  }
+}
+
+template <typename M>
+std::shared_ptr<torch::nn::Module> module_ptr(const M& model) {
+  if constexpr (IsSharedPtr<M>::value) {
+    return model;
+  } else {
+    return model.ptr();
+  }
+}
+
+/// A std::shared_ptr or std::unique_ptr to a torch::optim::Optimizer subclass.
+template <typename P>
+struct IsOptimizerPointer : std::false_type {};
+template <typename O>
+struct IsOptimizerPointer<std::shared_ptr<O>> : std::is_base_of<torch::optim::Optimizer, O> {};
+template <typename O>
+struct IsOptimizerPointer<std::unique_ptr<O>> : std::is_base_of<torch::optim::Optimizer, O> {};
+
+/// Accelerate's convert_outputs_to_fp32: a forward run under autocast returns float32, so the loss and
+/// metrics computed from it outside the scope are computed in float32. Other outputs pass through.
+inline at::Tensor outputs_to_float32(at::Tensor output) {
+  if (output.defined() && (output.scalar_type() == at::kBFloat16 || output.scalar_type() == at::kHalf)) {
+    return output.to(at::kFloat);
+  }
+  return output;
+}
+template <typename T>
+T outputs_to_float32(T output) {
+  return output;
+}
+}  // namespace detail
+
+/// This rank's shard of a dataset, batched (a DistributedSampler feeding a data::Loader), iterated with a
+/// range-for. Each full pass advances the epoch by one (so every epoch shuffles differently even without
+/// set_epoch, as in Accelerate); set_epoch(e) picks the epoch of the next pass. Batches are moved to the
+/// accelerator's device. Not thread-safe; one pass at a time.
+///
+/// Example:
+///   for (int64_t epoch = 0; epoch < 10; ++epoch) {
+///     loader.set_epoch(epoch);
+///     for (auto& batch : loader) train_step(batch.data, batch.target);
+///   }
+class PreparedLoader {
+ public:
+  /// An input iterator over one pass; dereferences to the current data::Batch.
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = data::Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = data::Batch*;
+    using reference = data::Batch&;
+
+    Iterator() = default;
+    data::Batch& operator*() const;
+    data::Batch* operator->() const { return &**this; }
+    Iterator& operator++();
+    bool operator==(const Iterator& other) const { return state_ == other.state_; }
+    bool operator!=(const Iterator& other) const { return state_ != other.state_; }
+
+   private:
+    friend class PreparedLoader;
+    explicit Iterator(detail::PreparedLoaderState* state) : state_(state) {}
+    detail::PreparedLoaderState* state_ = nullptr;  // null: the end
+  };
+
+  PreparedLoader(PreparedLoader&&) noexcept;
+  PreparedLoader& operator=(PreparedLoader&&) noexcept;
+  ~PreparedLoader();
+
+  /// Starts a pass over the current epoch's shard (cancelling an unfinished one).
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+
+  /// The epoch of the next pass (its shuffle).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const;
+  /// Batches per pass on this rank (the same on every rank).
+  int64_t size() const;
+
+  const data::DistributedSampler& sampler() const;
+  data::Loader& loader();
+
+ private:
+  friend class Accelerator;
+  explicit PreparedLoader(std::shared_ptr<detail::PreparedLoaderState> state);
+  std::shared_ptr<detail::PreparedLoaderState> state_;
+};
+
+/// An optimizer whose step() and zero_grad() act only when the accelerator synchronises gradients (every
+/// gradient_accumulation_steps-th micro-step of accumulate(), and the last batch of a pass), and whose
+/// step() goes through the GradScaler under fp16. Must not outlive its Accelerator.
+///
+/// Example:
+///   auto optimizer = accelerator.prepare(torch::optim::Adam(net->parameters(), 1e-3));
+///   ... accelerator.backward(loss); optimizer.step(); optimizer.zero_grad();
+class PreparedOptimizer {
+ public:
+  /// On a sync step: the optimizer's step (fp16: the GradScaler's step and update, which skips the step
+  /// when a gradient is inf/NaN). Otherwise nothing.
+  void step();
+  /// On a sync step: the optimizer's zero_grad. Otherwise nothing (the gradients keep accumulating).
+  void zero_grad();
+  /// The last sync step's update was skipped (fp16 found an inf/NaN gradient).
+  bool step_was_skipped() const { return step_was_skipped_; }
+
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  torch::optim::Optimizer* operator->() { return optimizer_.get(); }
+
+ private:
+  friend class Accelerator;
+  PreparedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, Accelerator& accelerator)
+      : optimizer_(std::move(optimizer)), accelerator_(&accelerator) {}
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  Accelerator* accelerator_;
+  bool step_was_skipped_ = false;
+};
+
+/// A model wrapped in DistributedDataParallel whose forward runs under autocast for the accelerator's
+/// precision and returns float32 outputs. `model->...` reaches the user's module (train(), eval(), ...).
+/// Must not outlive its Accelerator.
+template <typename M>
+class PreparedModel {
+ public:
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    AutocastScope autocast(precision_, device_type_);
+    return detail::outputs_to_float32(ddp_->forward(std::forward<Args>(args)...));
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+
+  auto* operator->() const { return ddp_->module().get(); }
+  /// The user's model (the same one prepare() was given).
+  M& module() const { return ddp_->module(); }
+  ddp::DistributedDataParallel<M>& ddp() const { return *ddp_; }
+
+ private:
+  friend class Accelerator;
+  PreparedModel(std::shared_ptr<ddp::DistributedDataParallel<M>> ddp, Precision precision,
+                c10::DeviceType device)
+      : ddp_(std::move(ddp)), precision_(precision), device_type_(device) {}
+  std::shared_ptr<ddp::DistributedDataParallel<M>> ddp_;
+  Precision precision_;
+  c10::DeviceType device_type_;
+};
+
+/// The scope of one micro-step under gradient accumulation (Accelerate's `with
+/// accelerator.accumulate(model):`). Gradient synchronisation is off for the scope unless this micro-step is
+/// a sync step.
+class AccumulateGuard {
+ public:
+  AccumulateGuard(bool sync, ddp::Reducer& reducer) {
+    if (!sync) no_sync_.emplace(reducer);
+  }
+  AccumulateGuard(const AccumulateGuard&) = delete;
+  AccumulateGuard& operator=(const AccumulateGuard&) = delete;
+  /// Whether this micro-step synchronises gradients (and steps the optimizer).
+  bool sync_gradients() const { return !no_sync_.has_value(); }
+
+ private:
+  std::optional<ddp::NoSyncGuard> no_sync_;
+};
+
+/// Hugging Face Accelerate's Accelerator for LibTorch: one object that sets up the process group from the
+/// launcher's environment and turns an ordinary single-process loop into data-parallel training with
+/// mixed precision and gradient accumulation.
+///
+/// prepare() takes a model (wrapped in DistributedDataParallel, moved to device(), forward under autocast),
+/// an optimizer (steps and zero_grads only on sync steps) and DataLoaderSpecs (sharded per rank),
+/// in any number and order, and returns the prepared objects in the same order. Every rank must prepare
+/// the same objects in the same order (wrapping a model is collective: rank 0's weights are broadcast).
+///
+/// Gradient accumulation: each accumulate() scope is one micro-step, and micro-steps form groups of
+/// gradient_accumulation_steps; the last micro-step of a group synchronises (all-reduces the summed
+/// gradients) and lets the optimizer step. backward() divides the loss by the group's length, so a sync
+/// step's gradients are the mean over all micro-batches of all ranks: the same as one process on the
+/// group's whole batch. Inside a prepared loader's pass, a group never reaches past the pass's end: the
+/// last group of a pass whose batch count is not a multiple of gradient_accumulation_steps is shorter,
+/// and its losses are divided by its own length (Accelerate syncs there too, but always divides by
+/// gradient_accumulation_steps, which shrinks that step).
+///
+/// Not thread-safe; one per process (or per thread-rank in tests). Prepared objects must not outlive it.
+///
+/// Example:
+///   Accelerator accelerator(AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(4));
+///   Net net;
+///   auto [model, optimizer, loader] = accelerator.prepare(
+///       net, torch::optim::Adam(net->parameters(), 1e-3), DataLoaderSpec(dataset, data::LoaderOptions(64)));
+///   for (int64_t epoch = 0; epoch < 10; ++epoch) {
+///     loader.set_epoch(epoch);
+///     for (auto& batch : loader) {
+///       auto scope = accelerator.accumulate(model);
+///       auto loss = torch::nn::functional::cross_entropy(model(batch.data), batch.target);
+///       accelerator.backward(loss);
+///       optimizer.step();
+///       optimizer.zero_grad();
+///     }
+///   }
+///   accelerator.wait_for_everyone();
+///   if (accelerator.is_main_process()) torch::save(accelerator.unwrap_model(model), "model.pt");
+///   accelerator.end_training();
+class Accelerator {
+ public:
+  /// Reads who this process is (env::from_env(): torchrun, Slurm, Open MPI, ... or a single process) and
+  /// joins the process group (comm::init_process_group with options.backend()). Throws
+  /// std::invalid_argument for bad options (before any connection is made), std::invalid_argument when
+  /// the precision cannot run on the device (fp16 on CPU), env::EnvError / comm::CommError from setup.
+  explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
+  /// Uses an existing process group (tests with thread ranks, programs with their own group). The group
+  /// must outlive the accelerator; end_training() leaves it open (its owner shuts it down).
+  /// is_local_main_process() assumes torchrun's rank layout (rank = node * local_world_size + local rank).
+  explicit Accelerator(comm::ProcessGroup& group, AcceleratorOptions options = AcceleratorOptions());
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  /// Wraps `model` (a module holder or a std::shared_ptr to a module): moved to device(), then
+  /// DistributedDataParallel over the accelerator's group. Collective.
+  template <typename M>
+  PreparedModel<M> prepare_model(M model);
+  /// `optimizer` stays owned by the caller (must outlive the accelerator) / is shared.
+  PreparedOptimizer prepare_optimizer(torch::optim::Optimizer& optimizer);
+  PreparedOptimizer prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  /// This rank's shard of spec.dataset(), shuffled with the accelerator's seed unless spec.shuffle(false).
+  /// Throws std::invalid_argument for bad loader options or an empty dataset.
+  PreparedLoader prepare_data_loader(const DataLoaderSpec& spec);
+
+  /// Prepares one object by its kind: a model (module holder or shared_ptr to a module), an optimizer
+  /// (an lvalue is borrowed; an rvalue, shared_ptr or unique_ptr is owned), or a DataLoaderSpec.
+  template <typename T>
+  auto prepare(T&& item);
+  /// Prepares several, left to right, and returns them as a tuple in the same order (for structured
+  /// bindings: `auto [model, optimizer, loader] = accelerator.prepare(net, std::move(adam), spec);`).
+  template <typename T1, typename T2, typename... Ts>
+  auto prepare(T1&& first, T2&& second, Ts&&... rest);
+
+  /// One micro-step's scope: decides whether it synchronises (see the class comment) and, if not, turns
+  /// the model's gradient all-reduce off until the guard is destroyed. Call it once per batch, before
+  /// the forward.
+  template <typename M>
+  [[nodiscard]] AccumulateGuard accumulate(PreparedModel<M>& model) {
+    return AccumulateGuard(begin_micro_step(), model.ddp().reducer());
+  }
+  /// Whether the current micro-step synchronises gradients (true outside accumulate()).
+  bool sync_gradients() const;
+  /// Sync micro-steps (optimizer updates, under accumulation) so far, counted by accumulate() and restored
+  /// by load_state: the global step for logging and schedules.
+  int64_t step() const;
+
+  /// loss / the accumulation group's length (gradient_accumulation_steps except at the end of a pass; see
+  /// the class comment), then backward (scaled by the GradScaler under fp16). Throws
+  /// std::logic_error when no model was prepared.
+  void backward(const at::Tensor& loss);
+
+  /// On a sync step: unscales the gradients (fp16), then clips the total norm of every prepared model's
+  /// gradients to max_norm and returns the norm before clipping. On other micro-steps: does nothing and
+  /// returns std::nullopt (the gradients there are partial, local sums).
+  std::optional<double> clip_grad_norm_(double max_norm, double norm_type = 2.0);
+
+  bool is_main_process() const { return process_index() == 0; }
+  bool is_local_main_process() const { return local_process_index_ == 0; }
+  int process_index() const { return group_->rank(); }
+  int local_process_index() const { return local_process_index_; }
+  int num_processes() const { return group_->size(); }
+  /// Where prepared models and batches live: cuda:<local rank> when LibTorch sees a GPU (and not cpu()),
+  /// else cpu. (The CUDA path is not exercised by lockstep's CPU-only CI.)
+  const c10::Device& device() const { return device_; }
+  Precision mixed_precision() const { return precision_; }
+  int64_t gradient_accumulation_steps() const { return options_.gradient_accumulation_steps(); }
+  const AcceleratorOptions& options() const { return options_; }
+  GradScaler& scaler() { return scaler_; }
+  comm::ProcessGroup& group() { return *group_; }
+
+  /// Blocks until every rank has called it (a barrier bounded by the group's collective timeout).
+  void wait_for_everyone();
+
+  /// The user's model inside a prepared one (to save it, or to evaluate without DDP).
+  template <typename M>
+  M& unwrap_model(PreparedModel<M>& model) {
+    return model.module();
+  }
+
+  /// Every rank's `tensor` concatenated along dim 0 (0-d tensors stacked into [num_processes()]), in rank
+  /// order. Collective; the same shape on every rank.
+  at::Tensor gather(const at::Tensor& tensor);
+  /// The sum or mean of every rank's `tensor` (a new tensor; the mean is floating point). Collective.
+  at::Tensor reduce(const at::Tensor& tensor, Reduction reduction = Reduction::kSum);
+
+  /// Writes the arguments (streamed with <<, no separators) and a newline to stdout on the main process only.
+  template <typename... Args>
+  void print(const Args&... args) const {
+    if (!is_main_process()) return;
+    std::ostringstream line;
+    (line << ... << args);
+    std::cout << line.str() << std::endl;
+  }
+
+  /// Saves everything needed to continue exactly: every prepared model's parameters and buffers, every
+  /// optimizer's state, the GradScaler, the step counter and accumulation position, the prepared loaders'
+  /// epochs and every rank's CPU generator state, as `dir`/accelerator_state.pt (written by rank 0,
+  /// atomically; `dir` is created). Collective: returns on every rank once the file is complete. Throws
+  /// std::runtime_error naming the path when it cannot be written.
+  void save_state(const std::string& dir);
+  /// Restores what save_state wrote into the prepared objects (prepare the same models, optimizers and
+  /// loaders, in the same order, first). Every rank reads the file. The CPU generator state is restored
+  /// when the job has as many ranks as the saved one (each rank gets its own); otherwise it is left alone.
+  /// Throws std::runtime_error naming the directory and the fix when it or the file is missing, damaged,
+  /// or holds other models or a different number of objects.
+  void load_state(const std::string& dir);
+
+  /// Shuts the process group down (when the accelerator created it). Call at the end of a normal run.
+  void end_training();
+
+ private:
+  void init(int local_rank);
+  void move_to_device(torch::nn::Module& module) const;
+  void register_model(std::shared_ptr<torch::nn::Module> module, ddp::Reducer& reducer,
+                      std::shared_ptr<void> ddp);
+  bool begin_micro_step();
+  void optimizer_step(PreparedOptimizer& optimizer);
+  void optimizer_zero_grad(PreparedOptimizer& optimizer);
+  friend class PreparedOptimizer;
+
+  struct ModelEntry {
+    std::shared_ptr<torch::nn::Module> module;
+    ddp::Reducer* reducer;
+    std::shared_ptr<void> ddp;  // keeps the wrapper (and its reducer) alive
+  };
+
+  AcceleratorOptions options_;
+  Precision precision_ = Precision::k32;
+  std::unique_ptr<comm::ProcessGroup> owned_group_;
+  comm::ProcessGroup* group_ = nullptr;
+  int local_process_index_ = 0;
+  c10::Device device_{c10::kCPU};
+  GradScaler scaler_;
+  std::shared_ptr<detail::GradientState> gradient_state_;
+  std::vector<ModelEntry> models_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  std::vector<std::weak_ptr<detail::PreparedLoaderState>> loaders_;
+};
+
+template <typename M>
+PreparedModel<M> Accelerator::prepare_model(M model) {
+  static_assert(detail::is_module<M>(),
+                "Accelerator::prepare_model takes a module holder (TORCH_MODULE) or a std::shared_ptr to a "
+                "torch::nn::Module subclass");
+  std::shared_ptr<torch::nn::Module> module = detail::module_ptr(model);
+  move_to_device(*module);
+  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(std::move(model), *group_, options_.ddp());
+  register_model(std::move(module), wrapped->reducer(), wrapped);
+  return PreparedModel<M>(std::move(wrapped), precision_, device_.type());
+}
+
+template <typename T>
+auto Accelerator::prepare(T&& item) {
+  using D = std::decay_t<T>;
+  if constexpr (std::is_same_v<D, DataLoaderSpec>) {
+    return prepare_data_loader(item);
+  } else if constexpr (std::is_base_of_v<torch::optim::Optimizer, D>) {
+    if constexpr (std::is_lvalue_reference_v<T>) {
+      return prepare_optimizer(static_cast<torch::optim::Optimizer&>(item));
+    } else {
+      return prepare_optimizer(
+          std::shared_ptr<torch::optim::Optimizer>(std::make_shared<D>(std::move(item))));
+    }
+  } else if constexpr (detail::IsOptimizerPointer<D>::value) {
+    return prepare_optimizer(std::shared_ptr<torch::optim::Optimizer>(std::forward<T>(item)));
+  } else {
+    static_assert(detail::is_module<D>(),
+                  "Accelerator::prepare takes models (module holders or shared_ptrs to modules), optimizers "
+                  "and DataLoaderSpecs");
+    return prepare_model(D(item));
+  }
+}
+
+template <typename T1, typename T2, typename... Ts>
+auto Accelerator::prepare(T1&& first, T2&& second, Ts&&... rest) {
+  // A braced list is evaluated left to right, so every rank runs the collectives of prepare (DDP's
+  // broadcast) in the order written.
+  using Tuple =
+      std::tuple<decltype(prepare(std::forward<T1>(first))), decltype(prepare(std::forward<T2>(second))),
+                 decltype(prepare(std::forward<Ts>(rest)))...>;
+  return Tuple{prepare(std::forward<T1>(first)), prepare(std::forward<T2>(second)),
+               prepare(std::forward<Ts>(rest))...};
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,94 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace lockstep::train {
+
+/// The numeric precision of training (Lightning's `precision`, Accelerate's `mixed_precision`).
+enum class Precision {
+  k32,         ///< float32 throughout
+  kBf16Mixed,  ///< forward under autocast to bfloat16 (CPU and CUDA); weights, gradients and optimizer in float32
+  k16Mixed,    ///< forward under autocast to float16 with a GradScaler (CUDA only: CPU autocast has no float16)
+};
+
+/// Parses Lightning's spellings "32" (also "32-true"), "bf16-mixed", "16-mixed" and Accelerate's "no",
+/// "bf16", "fp16". Throws std::invalid_argument naming the value and the accepted ones.
+Precision parse_precision(const std::string& text);
+/// Lightning's spelling: "32", "bf16-mixed", "16-mixed".
+const char* to_string(Precision precision);
+
+/// Throws std::invalid_argument when `precision` cannot run on `device`, naming both and the precision to
+/// use instead (16-mixed on CPU: "use bf16-mixed (or 32)").
+void check_precision_supported(Precision precision, c10::DeviceType device);
+
+/// RAII: autocast for `device` with the precision's dtype for the scope (the forward pass and the loss);
+/// nothing for Precision::k32. Restores the previous autocast state (enabled flag and dtype) on exit and
+/// clears the autocast cast cache when the outermost scope ends. Autocast state is thread-local.
+class AutocastScope {
+ public:
+  AutocastScope(Precision precision, c10::DeviceType device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  c10::DeviceType device_;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
+
+/// torch.cuda.amp.GradScaler's options and defaults.
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;
+};
+
+/// Dynamic loss scaling for float16 training (torch.cuda.amp.GradScaler's algorithm, device-agnostic: plain
+/// tensor ops). Per step: `scale(loss).backward()`, then `unscale(optimizer)` (before clipping; divides
+/// every gradient by the scale and records whether any is inf/NaN), then `step(optimizer)` (skipped when a
+/// gradient was not finite), then `update()` (halves the scale after a skipped step; doubles it after
+/// growth_interval finite steps in a row). Under DDP the gradients are already all-reduced when unscale()
+/// looks at them, so every rank finds the same inf and skips the same steps. Disabled: every call is a
+/// pass-through (scale 1, step always taken).
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// `loss` times the current scale (the loss itself when disabled).
+  at::Tensor scale(const at::Tensor& loss) const;
+  /// Divides the gradients of `optimizer`'s parameters by the scale, once per step (a second call before
+  /// step() does nothing). Returns true when every gradient is finite.
+  bool unscale(torch::optim::Optimizer& optimizer);
+  /// optimizer.step() unless the gradients were not finite (unscaling them first if unscale() was not
+  /// called). Returns true when the step was taken.
+  bool step(torch::optim::Optimizer& optimizer);
+  /// Adjusts the scale after step() (see the class comment) and readies the next step.
+  void update();
+
+  double scale_value() const { return scale_; }
+  bool enabled() const { return options_.enabled; }
+  /// The state a checkpoint keeps: [scale, growth_tracker] as float64; and restoring it.
+  at::Tensor state() const;
+  void load_state(const at::Tensor& state);
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  bool unscaled_ = false;
+  bool found_inf_ = false;
+};
+
+}  // namespace lockstep::train

@@ -1,0 +1,169 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "lockstep/data/loader.h"
+#include "lockstep/data/tensor_dataset.h"
+#include "lockstep/detail/option.h"
+#include "lockstep/optim/lr_schedule.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace lockstep::train {
+
+/// How TrainModule::log treats a value (Lightning's self.log arguments).
+class LogOptions {
+ public:
+  /// Also show the value on the progress bar and the epoch line.
+  LOCKSTEP_OPTION(LogOptions, bool, prog_bar)
+  /// Reduce over all ranks at the epoch's end: the epoch value is then the weighted mean over every
+  /// rank's batches. Without it the value recorded is rank 0's own.
+  LOCKSTEP_OPTION(LogOptions, bool, sync_dist)
+  /// The weight of this value in the epoch mean; 0 (the default) takes the current batch's size, so that
+  /// the epoch value is a mean per sample, whatever the world size (Lightning's default too).
+  LOCKSTEP_OPTION(LogOptions, int64_t, batch_size)
+
+ private:
+  bool prog_bar_ = false;
+  bool sync_dist_ = false;
+  int64_t batch_size_ = 0;
+};
+
+/// The values logged during one epoch, each a weighted mean: what TrainModule::log fills and the Trainer
+/// reduces, prints and records. Names logged from training_step and from validation_step share one table.
+class LoggedMetrics {
+ public:
+  struct Entry {
+    double weighted_sum = 0.0;
+    double weight = 0.0;
+    double last = 0.0;  ///< the latest value (step records)
+    bool sync_dist = false;
+    bool prog_bar = false;
+    double mean() const { return weight > 0 ? weighted_sum / weight : 0.0; }
+  };
+
+  /// Adds `value` with `weight`. Throws std::invalid_argument when `name` is empty, the weight is not
+  /// positive, or a name changes its sync_dist between calls.
+  void add(const std::string& name, double value, double weight, bool sync_dist, bool prog_bar);
+  void clear() {
+    entries_.clear();
+    order_.clear();
+    samples = 0;
+  }
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+  /// Names in the order they were first logged (the epoch line prints them so).
+  const std::vector<std::string>& order() const { return order_; }
+
+  /// The table as JSON (checkpoints keep every rank's, to resume an epoch's means exactly) and back.
+  std::string to_json() const;
+  static LoggedMetrics from_json(const std::string& text);
+
+  /// Training samples this rank has run this epoch (the Trainer counts them; checkpoints keep them).
+  int64_t samples = 0;
+
+ private:
+  std::map<std::string, Entry> entries_;
+  std::vector<std::string> order_;
+};
+
+/// What configure_optimizers returns: the optimizer, and optionally the learning rate per optimizer step
+/// (the Trainer sets it on every parameter group before each step).
+struct OptimizerConfig {
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::optional<optim::LrSchedule> lr_schedule;
+};
+
+/// What the Trainer knows before training starts, for configure_optimizers (Lightning's
+/// trainer.estimated_stepping_batches and friends).
+struct TrainingPlan {
+  int world_size = 1;
+  int rank = 0;
+  int64_t max_epochs = 1;
+  int64_t batches_per_epoch = 0;  ///< this rank's training batches per epoch (after limit_train_batches)
+  int64_t steps_per_epoch = 0;    ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
+  int64_t accumulate_grad_batches = 1;
+  int64_t batch_size = 0;         ///< per rank
+  /// Optimizer steps of the whole run: steps_per_epoch x max_epochs (or max_steps when smaller).
+  int64_t estimated_stepping_batches = 0;
+};
+
+/// The user's model and its training logic (Lightning's LightningModule). It is a torch::nn::Module:
+/// register the layers in it; the Trainer wraps it in DistributedDataParallel, so its parameters are
+/// broadcast from rank 0 and their gradients averaged over all ranks.
+///
+/// Example:
+///   struct LitMlp : lockstep::train::TrainModule {
+///     LitMlp() : fc(register_module("fc", torch::nn::Linear(784, 10))) {}
+///     at::Tensor training_step(const lockstep::data::Batch& b, int64_t) override {
+///       auto loss = torch::nn::functional::cross_entropy(fc(b.data.flatten(1)), b.target);
+///       log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
+///       return loss;
+///     }
+///     OptimizerConfig configure_optimizers() override {
+///       return {std::make_unique<torch::optim::Adam>(parameters(), 1e-3)};
+///     }
+///     torch::nn::Linear fc;
+///   };
+class TrainModule : public torch::nn::Module {
+ public:
+  /// The loss of one batch (a scalar the Trainer calls backward on). Runs under the precision's autocast.
+  virtual at::Tensor training_step(const data::Batch& batch, int64_t batch_idx) = 0;
+  /// Called under NoGradGuard for each validation batch; log what to measure.
+  virtual void validation_step(const data::Batch& /*batch*/, int64_t /*batch_idx*/) {}
+  /// Called once, after the model is wrapped and, when resuming, before the optimizer state is loaded.
+  /// plan() is valid here.
+  virtual OptimizerConfig configure_optimizers() = 0;
+  /// The name checkpoints record and check on resume: a checkpoint of another module is refused.
+  virtual std::string checkpoint_name() const { return "TrainModule"; }
+
+  /// Records a value for this epoch (see LogOptions). From training_step or validation_step.
+  void log(const std::string& name, double value, const LogOptions& options = {});
+  /// A scalar tensor (e.g. the loss); read with .item(), detached.
+  void log(const std::string& name, const at::Tensor& value, const LogOptions& options = {});
+
+  /// The epoch in progress (0-based) and optimizer steps so far.
+  int64_t current_epoch() const { return epoch_; }
+  int64_t global_step() const { return step_; }
+  /// Valid from configure_optimizers on.
+  const TrainingPlan& plan() const { return plan_; }
+
+ private:
+  friend class Trainer;
+  LoggedMetrics logged_;
+  int64_t batch_size_ = 0;  // of the batch in progress: log's default weight
+  int64_t epoch_ = 0;
+  int64_t step_ = 0;
+  TrainingPlan plan_;
+};
+
+/// Where a run's data comes from (Lightning's LightningDataModule). The Trainer shards the datasets
+/// itself (a DistributedSampler over train_dataset(), shuffled by the run's seed; validation unshuffled,
+/// each sample counted once), so a DataModule is the same for 1 rank and for 100.
+class DataModule {
+ public:
+  virtual ~DataModule() = default;
+  /// Download or unpack once per node: called on each node's local rank 0 only, before setup(); the
+  /// other ranks wait for it.
+  virtual void prepare_data() {}
+  /// Called on every rank after prepare_data(): load the datasets.
+  virtual void setup() {}
+  virtual std::shared_ptr<const data::TensorDataset> train_dataset() = 0;
+  /// nullptr: no validation.
+  virtual std::shared_ptr<const data::TensorDataset> val_dataset() { return nullptr; }
+  /// The batch size (per rank), transform and worker threads of the training loader.
+  virtual data::LoaderOptions train_loader_options() = 0;
+  /// The validation loader's (default: the training ones without augmentation).
+  virtual data::LoaderOptions val_loader_options() { return train_loader_options().augment(false); }
+};
+
+}  // namespace lockstep::train

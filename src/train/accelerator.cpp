@@ -1,0 +1,507 @@
+// Accelerate-style training (include/lockstep/train/accelerator.h).
+#include "lockstep/train/accelerator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
+#include <torch/cuda.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/utils.h>
+
+#include "lockstep/comm/process_group_options.h"
+#include "lockstep/env/environment.h"
+#include "lockstep/train/atomic_file.h"
+#include "lockstep/train/checkpoint.h"
+
+namespace lockstep::train {
+namespace detail {
+
+/// Where the accumulation stands, shared by the accelerator, its optimizers and its loaders (Accelerate's
+/// GradientState).
+struct GradientState {
+  int64_t num_steps = 1;       // gradient_accumulation_steps
+  int64_t micro_steps = 0;     // micro-steps of the current group so far
+  int64_t group_size = 1;      // micro-steps in the current group: num_steps, or fewer at the end of a pass
+  bool sync_gradients = true;  // the current micro-step synchronises (true outside accumulate())
+  int64_t sync_steps = 0;      // sync micro-steps since the start (Accelerator::step())
+  // Batches of a prepared loader's pass from the one being trained to the end (that one included);
+  // -1 outside a pass.
+  int64_t batches_left = -1;
+};
+
+struct PreparedLoaderState {
+  PreparedLoaderState(data::DistributedSampler sampler_in, std::unique_ptr<data::Loader> loader_in,
+                      std::shared_ptr<GradientState> gradient_state_in, c10::Device device_in)
+      : sampler(std::move(sampler_in)),
+        loader(std::move(loader_in)),
+        gradient_state(std::move(gradient_state_in)),
+        device(device_in) {}
+
+  void begin_pass() {
+    sampler.set_epoch(epoch);
+    loader->start_epoch(sampler.indices(), epoch);
+    batch_index = -1;
+  }
+
+  // The next batch of the pass; false (and the epoch advanced) after the last one.
+  bool advance() {
+    current = loader->next();
+    if (!current) {
+      gradient_state->batches_left = -1;
+      ++epoch;  // Accelerate's DataLoaderShard: each completed pass is the next epoch
+      return false;
+    }
+    ++batch_index;
+    if (device.type() != c10::kCPU) {
+      current->data = current->data.to(device);
+      current->target = current->target.to(device);
+    }
+    // Read by the accumulate() of this batch: a group never reaches past the end of the pass, so a pass
+    // whose length is not a multiple of gradient_accumulation_steps loses no gradients.
+    gradient_state->batches_left = loader->num_batches() - batch_index;
+    return true;
+  }
+
+  data::DistributedSampler sampler;
+  std::unique_ptr<data::Loader> loader;
+  std::shared_ptr<GradientState> gradient_state;
+  c10::Device device;
+  int64_t epoch = 0;
+  int64_t batch_index = -1;
+  std::optional<data::Batch> current;
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr int64_t kAcceleratorStateVersion = 1;
+constexpr const char* kStateFile = "accelerator_state.pt";
+
+c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& path,
+                       const std::string& key) {
+  c10::IValue value;
+  if (!archive.try_read(key, value)) {
+    throw std::runtime_error("accelerator state '" + path + "' has no '" + key +
+                             "' (damaged, or not written by " + "Accelerator::save_state)");
+  }
+  return value;
+}
+
+at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::string& path,
+                       const std::string& key) {
+  at::Tensor tensor;
+  if (!archive.try_read(key, tensor, /*is_buffer=*/true)) {
+    throw std::runtime_error("accelerator state '" + path + "' has no tensor '" + key + "' (damaged?)");
+  }
+  return tensor;
+}
+
+// Copies a saved module into the live one, in place. Module::load would swap each parameter's storage and
+// give it a new gradient accumulator; copying keeps the tensors DistributedDataParallel and the optimizer
+// hold (the same reasoning as checkpoint.cpp's copy_module_from).
+void copy_module_from(torch::serialize::InputArchive& archive, torch::nn::Module& module,
+                      const std::string& prefix, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  auto copy_one = [&](const std::string& name, at::Tensor& target, bool is_buffer) {
+    at::Tensor loaded;
+    if (!archive.try_read(name, loaded, is_buffer)) {
+      throw std::runtime_error("accelerator state '" + path + "' has no '" + prefix + name +
+                               "': it holds another model; prepare the models it was saved with");
+    }
+    if (!loaded.sizes().equals(target.sizes()) || loaded.scalar_type() != target.scalar_type()) {
+      throw std::runtime_error("accelerator state '" + path + "' holds '" + prefix + name + "' as " +
+                               c10::str(loaded.scalar_type(), loaded.sizes()) + ", the prepared model has " +
+                               c10::str(target.scalar_type(), target.sizes()));
+    }
+    target.copy_(loaded);
+  };
+  for (auto& parameter : module.named_parameters(/*recurse=*/false))
+    copy_one(parameter.key(), parameter.value(), false);
+  for (auto& buffer : module.named_buffers(/*recurse=*/false)) copy_one(buffer.key(), buffer.value(), true);
+  for (const auto& child : module.named_children()) {
+    torch::serialize::InputArchive child_archive;
+    if (!archive.try_read(child.key(), child_archive)) {
+      throw std::runtime_error("accelerator state '" + path + "' has no submodule '" + prefix + child.key() +
+                               "': it holds another model");
+    }
+    copy_module_from(child_archive, *child.value(), prefix + child.key() + ".", path);
+  }
+}
+
+}  // namespace
+
+void AcceleratorOptions::validate() const {
+  if (gradient_accumulation_steps_ < 1) {
+    throw std::invalid_argument("AcceleratorOptions::gradient_accumulation_steps must be >= 1, got " +
+                                std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
+  }
+  try {
+    parse_precision(mixed_precision_);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("AcceleratorOptions::mixed_precision: ") + e.what());
+  }
+  try {
+    comm::parse_backend(backend_);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("AcceleratorOptions::backend: ") + e.what());
+  }
+  ddp_.validate();
+}
+
+// ---- PreparedLoader
+
+PreparedLoader::PreparedLoader(std::shared_ptr<detail::PreparedLoaderState> state)
+    : state_(std::move(state)) {}
+PreparedLoader::PreparedLoader(PreparedLoader&&) noexcept = default;
+PreparedLoader& PreparedLoader::operator=(PreparedLoader&&) noexcept = default;
+PreparedLoader::~PreparedLoader() = default;
+
+PreparedLoader::Iterator PreparedLoader::begin() {
+  state_->begin_pass();
+  return state_->advance() ? Iterator(state_.get()) : Iterator();
+}
+
+data::Batch& PreparedLoader::Iterator::operator*() const {
+  TORCH_INTERNAL_ASSERT(state_ != nullptr && state_->current,
+                        "dereferencing the end of a PreparedLoader pass");
+  return *state_->current;
+}
+
+PreparedLoader::Iterator& PreparedLoader::Iterator::operator++() {
+  if (state_ != nullptr && !state_->advance()) state_ = nullptr;
+  return *this;
+}
+
+void PreparedLoader::set_epoch(int64_t epoch) {
+  state_->epoch = epoch;
+}
+int64_t PreparedLoader::epoch() const {
+  return state_->epoch;
+}
+
+int64_t PreparedLoader::size() const {
+  const int64_t samples = state_->sampler.num_samples();
+  const int64_t batch = state_->loader->options().batch_size();
+  return state_->loader->options().drop_last() ? samples / batch : (samples + batch - 1) / batch;
+}
+
+const data::DistributedSampler& PreparedLoader::sampler() const {
+  return state_->sampler;
+}
+data::Loader& PreparedLoader::loader() {
+  return *state_->loader;
+}
+
+// ---- PreparedOptimizer
+
+void PreparedOptimizer::step() {
+  accelerator_->optimizer_step(*this);
+}
+void PreparedOptimizer::zero_grad() {
+  accelerator_->optimizer_zero_grad(*this);
+}
+
+// ---- Accelerator
+
+Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(options)) {
+  options_.validate();  // before any connection: a bad option fails at once, on every rank
+  const env::Environment environment = env::from_env();
+  init(environment.local_rank);
+  owned_group_ = std::make_unique<comm::ProcessGroup>(
+      comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
+                                   .backend(comm::parse_backend(options_.backend()))));
+  group_ = owned_group_.get();
+}
+
+Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
+    : options_(std::move(options)), group_(&group) {
+  options_.validate();
+  const auto& group_options = group.options();
+  int local_world_size = group_options.local_world_size();
+  if (local_world_size <= 0)
+    local_world_size = std::max(1, group.size() / std::max(1, group_options.num_nodes()));
+  init(group.rank() % local_world_size);
+}
+
+Accelerator::~Accelerator() = default;
+
+void Accelerator::init(int local_rank) {
+  local_process_index_ = local_rank;
+  precision_ = parse_precision(options_.mixed_precision());
+  if (!options_.cpu() && torch::cuda::is_available()) {
+    // One GPU per local rank, as torchrun's LOCAL_RANK convention expects.
+    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(
+                                          local_rank % static_cast<int>(torch::cuda::device_count())));
+  }
+  check_precision_supported(precision_, device_.type());
+  GradScalerOptions scaler_options = options_.scaler();
+  scaler_options.enabled = scaler_options.enabled && precision_ == Precision::k16Mixed;
+  scaler_ = GradScaler(scaler_options);
+  gradient_state_ = std::make_shared<detail::GradientState>();
+  gradient_state_->num_steps = options_.gradient_accumulation_steps();
+  gradient_state_->group_size = options_.gradient_accumulation_steps();
+}
+
+void Accelerator::move_to_device(torch::nn::Module& module) const {
+  if (device_.type() != c10::kCPU) module.to(device_);
+}
+
+void Accelerator::register_model(std::shared_ptr<torch::nn::Module> module, ddp::Reducer& reducer,
+                                 std::shared_ptr<void> ddp) {
+  models_.push_back(ModelEntry{std::move(module), &reducer, std::move(ddp)});
+}
+
+PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
+  // Borrowed: a shared_ptr that owns nothing.
+  return prepare_optimizer(std::shared_ptr<torch::optim::Optimizer>(std::shared_ptr<void>(), &optimizer));
+}
+
+PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  if (!optimizer) throw std::invalid_argument("Accelerator::prepare_optimizer: the optimizer is null");
+  if (precision_ == Precision::k16Mixed && !optimizers_.empty()) {
+    // The GradScaler keeps one optimizer's inf check per step (torch's keeps one per optimizer).
+    throw std::invalid_argument(
+        "Accelerator: mixed_precision fp16 supports one prepared optimizer, got a second: "
+        "put all parameters in one optimizer (parameter groups), or use bf16");
+  }
+  optimizers_.push_back(optimizer);
+  return PreparedOptimizer(std::move(optimizer), *this);
+}
+
+PreparedLoader Accelerator::prepare_data_loader(const DataLoaderSpec& spec) {
+  if (!spec.dataset() || spec.dataset()->size() == 0) {
+    throw std::invalid_argument("Accelerator::prepare_data_loader: the dataset is " +
+                                std::string(spec.dataset() ? "empty" : "null") + ": pass one with samples");
+  }
+  data::DistributedSampler sampler(spec.dataset()->size(),
+                                   data::DistributedSamplerOptions(num_processes(), process_index())
+                                       .shuffle(spec.shuffle())
+                                       .seed(options_.seed()));
+  auto loader = std::make_unique<data::Loader>(spec.dataset(), spec.options());
+  auto state = std::make_shared<detail::PreparedLoaderState>(std::move(sampler), std::move(loader),
+                                                             gradient_state_, device_);
+  loaders_.push_back(state);
+  return PreparedLoader(std::move(state));
+}
+
+// Accelerate's GradientState._do_sync: a micro-step synchronises when it completes its group of
+// gradient_accumulation_steps micro-steps. Inside a prepared loader's pass a group is cut short by the end
+// of the pass (Accelerate's end_of_dataloader), and knowing that when the group begins lets backward()
+// divide by the group's true length, so the tail step also gets the mean gradient of its micro-batches.
+bool Accelerator::begin_micro_step() {
+  auto& state = *gradient_state_;
+  if (state.micro_steps == 0) {
+    state.group_size =
+        state.batches_left > 0 ? std::min(state.num_steps, state.batches_left) : state.num_steps;
+  }
+  state.sync_gradients = ++state.micro_steps >= state.group_size;
+  if (state.sync_gradients) {
+    state.micro_steps = 0;
+    ++state.sync_steps;
+  }
+  return state.sync_gradients;
+}
+
+bool Accelerator::sync_gradients() const {
+  return gradient_state_->sync_gradients;
+}
+
+int64_t Accelerator::step() const {
+  return gradient_state_->sync_steps;
+}
+
+void Accelerator::backward(const at::Tensor& loss) {
+  if (models_.empty()) {
+    throw std::logic_error(
+        "Accelerator::backward called before a model was prepared: call "
+        "accelerator.prepare(model) first (an unprepared model's gradients are not averaged "
+        "across ranks)");
+  }
+  // The mean over a group's micro-batches: each one contributes loss / group size, and the sum over the
+  // group accumulates in .grad.
+  const int64_t group_size = gradient_state_->group_size;
+  at::Tensor scaled = group_size > 1 ? loss / static_cast<double>(group_size) : loss;
+  scaled = scaler_.scale(scaled);
+  scaled.backward();
+}
+
+void Accelerator::optimizer_step(PreparedOptimizer& optimizer) {
+  if (!gradient_state_->sync_gradients) return;
+  if (scaler_.enabled()) {
+    optimizer.step_was_skipped_ = !scaler_.step(*optimizer.optimizer_);
+    scaler_.update();
+  } else {
+    optimizer.optimizer_->step();
+    optimizer.step_was_skipped_ = false;
+  }
+}
+
+void Accelerator::optimizer_zero_grad(PreparedOptimizer& optimizer) {
+  if (!gradient_state_->sync_gradients) return;
+  optimizer.optimizer_->zero_grad();
+}
+
+std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_type) {
+  if (!gradient_state_->sync_gradients) return std::nullopt;
+  // Clip the true gradients, not the scaled ones (torch's "unscale before clipping").
+  if (scaler_.enabled()) {
+    for (auto& optimizer : optimizers_) scaler_.unscale(*optimizer);
+  }
+  std::vector<at::Tensor> parameters;
+  for (const auto& model : models_) {
+    for (auto& parameter : model.module->parameters()) parameters.push_back(parameter);
+  }
+  return torch::nn::utils::clip_grad_norm_(parameters, max_norm, norm_type);
+}
+
+void Accelerator::wait_for_everyone() {
+  group_->barrier();
+}
+
+at::Tensor Accelerator::gather(const at::Tensor& tensor) {
+  at::Tensor stacked = group_->all_gather_stacked(tensor.contiguous());
+  return tensor.dim() == 0 ? stacked : stacked.flatten(0, 1);
+}
+
+at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
+  at::Tensor result = tensor.clone();
+  group_->all_reduce(result, comm::ReduceOp::kSum).wait();
+  if (reduction == Reduction::kMean) result = result.div(static_cast<double>(num_processes()));
+  return result;
+}
+
+void Accelerator::save_state(const std::string& dir) {
+  // Every rank's generator, so that each continues its own dropout stream.
+  const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
+  const std::string path = (std::filesystem::path(dir) / kStateFile).string();
+  std::string error;
+  if (is_main_process()) {
+    try {
+      ensure_writable_dir(dir);
+      torch::serialize::OutputArchive archive;
+      archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
+      archive.write("world_size", c10::IValue(static_cast<int64_t>(num_processes())));
+      archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
+      archive.write("step", c10::IValue(gradient_state_->sync_steps));
+      archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
+      archive.write("group_size", c10::IValue(gradient_state_->group_size));
+      archive.write("model_count", c10::IValue(static_cast<int64_t>(models_.size())));
+      for (size_t i = 0; i < models_.size(); ++i) {
+        torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+        models_[i].module->save(model_archive);
+        archive.write("model_" + std::to_string(i), model_archive);
+      }
+      archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(optimizers_.size())));
+      for (size_t i = 0; i < optimizers_.size(); ++i) {
+        torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
+        optimizers_[i]->save(optimizer_archive);
+        archive.write("optimizer_" + std::to_string(i), optimizer_archive);
+      }
+      std::vector<int64_t> epochs;
+      for (const auto& weak : loaders_) {
+        auto loader = weak.lock();
+        epochs.push_back(loader ? loader->epoch : -1);
+      }
+      archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
+      archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
+      archive.write("rng_states", rng_states, /*is_buffer=*/true);
+      write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Instead of a plain barrier: every rank learns whether rank 0 succeeded, so none carries on believing
+  // the state was saved (and none waits for a rank 0 that has thrown).
+  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
+  group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
+  if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
+  if (failed.item<int>() != 0) {
+    throw std::runtime_error("Accelerator::save_state('" + dir + "'): rank 0 could not write " + path +
+                             " (its error says why)");
+  }
+}
+
+void Accelerator::load_state(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kStateFile).string();
+  if (!std::filesystem::is_directory(dir)) {
+    throw std::runtime_error("Accelerator::load_state: directory '" + dir +
+                             "' does not exist: pass the directory given to save_state");
+  }
+  if (!std::filesystem::is_regular_file(path)) {
+    throw std::runtime_error("Accelerator::load_state: '" + dir + "' has no " + kStateFile +
+                             ": it was not written by Accelerator::save_state (or the save did not finish)");
+  }
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("Accelerator::load_state: '" + path +
+                             "' cannot be read (truncated or damaged): " + e.what_without_backtrace());
+  }
+  const c10::IValue version = read_value(archive, path, "lockstep_accelerator_state_version");
+  if (!version.isInt() || version.toInt() != kAcceleratorStateVersion) {
+    throw std::runtime_error("Accelerator::load_state: '" + path + "' has format version " +
+                             (version.isInt() ? std::to_string(version.toInt()) : std::string("?")) +
+                             "; this lockstep reads version " + std::to_string(kAcceleratorStateVersion));
+  }
+  const int64_t model_count = read_value(archive, path, "model_count").toInt();
+  const int64_t optimizer_count = read_value(archive, path, "optimizer_count").toInt();
+  if (model_count != static_cast<int64_t>(models_.size()) ||
+      optimizer_count != static_cast<int64_t>(optimizers_.size())) {
+    throw std::runtime_error("Accelerator::load_state: '" + path + "' holds " + std::to_string(model_count) +
+                             " model(s) and " + std::to_string(optimizer_count) + " optimizer(s), but " +
+                             std::to_string(models_.size()) + " and " + std::to_string(optimizers_.size()) +
+                             " are prepared: prepare the same objects, in the same order, before load_state");
+  }
+  for (size_t i = 0; i < models_.size(); ++i) {
+    torch::serialize::InputArchive model_archive;
+    if (!archive.try_read("model_" + std::to_string(i), model_archive)) {
+      throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks model " + std::to_string(i) +
+                               " (damaged?)");
+    }
+    copy_module_from(model_archive, *models_[i].module, "", path);
+  }
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    torch::serialize::InputArchive optimizer_archive;
+    if (!archive.try_read("optimizer_" + std::to_string(i), optimizer_archive)) {
+      throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks optimizer " +
+                               std::to_string(i) + " (damaged?)");
+    }
+    try {
+      optimizers_[i]->load(optimizer_archive);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("Accelerator::load_state: '" + path + "' holds another kind of optimizer " +
+                               std::to_string(i) + ": " + e.what_without_backtrace());
+    }
+  }
+  scaler_.load_state(read_tensor(archive, path, "scaler"));
+  gradient_state_->sync_steps = read_value(archive, path, "step").toInt();
+  gradient_state_->micro_steps = read_value(archive, path, "micro_steps").toInt();
+  gradient_state_->group_size = read_value(archive, path, "group_size").toInt();
+  gradient_state_->sync_gradients = true;
+  const at::Tensor epochs = read_tensor(archive, path, "loader_epochs");
+  for (size_t i = 0; i < loaders_.size() && static_cast<int64_t>(i) < epochs.numel(); ++i) {
+    auto loader = loaders_[i].lock();
+    const int64_t epoch = epochs[static_cast<int64_t>(i)].item<int64_t>();
+    if (loader && epoch >= 0) loader->epoch = epoch;
+  }
+  const at::Tensor rng_states = read_tensor(archive, path, "rng_states");
+  if (rng_states.dim() == 2 && rng_states.size(0) == num_processes()) {
+    set_cpu_rng_state(rng_states[process_index()].clone());
+  }
+}
+
+void Accelerator::end_training() {
+  if (owned_group_) owned_group_->shutdown();
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,138 @@
+// `lockstep export`: see include/lockstep/train/checkpoint_export.h.
+#include "lockstep/train/checkpoint_export.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/serialize/input-archive.h>
+
+#include "lockstep/train/checkpoint.h"
+
+namespace lockstep::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The archive's tensors in the order they were written, named by their dotted path. Module::save writes
+// a module's parameters, then its buffers, then each child as a sub-archive, so the attribute order of
+// the archive is PyTorch's state_dict() order, the one module_tensors() gives. Other attributes (the
+// archive's own "training" flag) are neither tensors nor modules and are skipped.
+void collect_tensors(torch::serialize::InputArchive& archive, const std::string& prefix,
+                     std::vector<NamedTensor>& tensors) {
+  for (const std::string& key : archive.keys()) {
+    torch::serialize::InputArchive child;
+    if (archive.try_read(key, child)) {
+      collect_tensors(child, prefix + key + ".", tensors);
+      continue;
+    }
+    at::Tensor tensor;
+    if (archive.try_read(key, tensor) && tensor.defined()) tensors.emplace_back(prefix + key, tensor);
+  }
+}
+
+// Like ensure_writable_dir, with the export's own fix in the messages.
+void check_output_dir(const std::string& output) {
+  const fs::path target(output);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) {
+    throw std::runtime_error("cannot create the output directory '" + dir.string() + "': " + error.message() +
+                             " (choose another output with -o PATH)");
+  }
+  const std::string probe = (dir / (".lockstep-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw std::runtime_error("cannot write into the output directory '" + dir.string() + "': " +
+                             std::strerror(errno) + " (choose another output with -o PATH)");
+  }
+  ::close(fd);
+  std::remove(probe.c_str());
+}
+
+const char* kWhatIsAccepted =
+    "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or its final weights (DIR/final.pt)";
+
+std::runtime_error not_an_archive(const std::string& input, const std::string& why) {
+  return std::runtime_error("'" + input + "' is not a lockstep checkpoint or a LibTorch module archive (" + why +
+                            "; truncated, damaged, or written by Python's torch.save?): " + kWhatIsAccepted);
+}
+
+}  // namespace
+
+std::string default_export_path(const std::string& input) {
+  return fs::path(input).replace_extension(".safetensors").string();
+}
+
+ExportResult export_safetensors(const std::string& input, const std::string& output_arg) {
+  ExportResult result;
+  result.input = input;
+  result.output = output_arg.empty() ? default_export_path(input) : output_arg;
+  std::error_code error;
+  if (!fs::exists(input, error)) {
+    throw std::runtime_error("'" + input + "' does not exist: " + kWhatIsAccepted);
+  }
+  if (!fs::is_regular_file(input, error)) {
+    throw std::runtime_error("'" + input + "' is not a file: " + kWhatIsAccepted);
+  }
+  if (fs::equivalent(input, result.output, error)) {
+    throw std::runtime_error("the output '" + result.output + "' is the input itself: choose another with -o PATH");
+  }
+  check_output_dir(result.output);  // before the (slow) load: a bad -o fails at once
+
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(input);
+  } catch (const c10::Error& e) {
+    throw not_an_archive(input, e.what_without_backtrace());
+  } catch (const std::exception& e) {  // the TorchScript importer's own errors
+    throw not_an_archive(input, e.what());
+  }
+
+  SafetensorsMetadata metadata{{"format", "pt"}, {"producer", "lockstep export"},
+                               {"source", fs::path(input).filename().string()}};
+  std::vector<NamedTensor> tensors;
+  c10::IValue version;
+  if (archive.try_read("lockstep_checkpoint_version", version)) {
+    if (!version.isInt() || version.toInt() != kCheckpointVersion) {
+      throw std::runtime_error("checkpoint '" + input + "' has format version " +
+                               (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
+                               "; this lockstep exports version " + std::to_string(kCheckpointVersion) +
+                               " (export it with the lockstep that wrote it)");
+    }
+    result.kind = "checkpoint";
+    torch::serialize::InputArchive model;
+    if (!archive.try_read("model", model)) {
+      throw std::runtime_error("checkpoint '" + input + "' has no model (damaged?)");
+    }
+    collect_tensors(model, "", tensors);
+    for (const char* key : {"model_name", "epoch", "step"}) {
+      c10::IValue value;
+      if (!archive.try_read(key, value)) continue;
+      const std::string name = std::string(key) == "model_name" ? "model" : key;
+      if (value.isString()) metadata[name] = value.toStringRef();
+      if (value.isInt()) metadata[name] = std::to_string(value.toInt());
+    }
+  } else {
+    result.kind = "module";
+    collect_tensors(archive, "", tensors);
+  }
+  if (tensors.empty()) {
+    throw std::runtime_error("'" + input + "' is a LibTorch archive without tensors: " + kWhatIsAccepted);
+  }
+  save_safetensors(result.output, tensors, metadata);
+  result.tensors = tensors.size();
+  for (const auto& named : tensors) result.values += named.second.numel();
+  result.metadata = std::move(metadata);
+  return result;
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,197 @@
+// Training precision: the spellings, autocast scopes and the GradScaler (include/lockstep/train/precision.h).
+#include "lockstep/train/precision.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/tensor.h>
+#include <torch/optim/optimizer.h>
+
+namespace lockstep::train {
+namespace {
+
+at::ScalarType autocast_dtype(Precision precision) {
+  return precision == Precision::kBf16Mixed ? at::kBFloat16 : at::kHalf;
+}
+
+}  // namespace
+
+Precision parse_precision(const std::string& text) {
+  if (text == "32" || text == "32-true" || text == "no") return Precision::k32;
+  if (text == "bf16-mixed" || text == "bf16") return Precision::kBf16Mixed;
+  if (text == "16-mixed" || text == "fp16") return Precision::k16Mixed;
+  throw std::invalid_argument(
+      "precision '" + text +
+      "' is not known: use 32, bf16-mixed or 16-mixed (Accelerate's no, bf16, fp16 and "
+      "32-true are accepted too)");
+}
+
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::k32:
+      return "32";
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::k16Mixed:
+      return "16-mixed";
+  }
+  return "?";
+}
+
+void check_precision_supported(Precision precision, c10::DeviceType device) {
+  if (precision == Precision::k32) return;
+  const std::string device_name = c10::DeviceTypeName(device, /*lower_case=*/true);
+  if (device == c10::DeviceType::CPU && precision == Precision::k16Mixed) {
+    // LibTorch's CPU autocast only lowers to bfloat16; float16 on CPU would silently run in float32.
+    throw std::invalid_argument(
+        "precision \"16-mixed\" (fp16) cannot run on device \"cpu\": CPU autocast has no float16; use "
+        "bf16-mixed "
+        "(Accelerate: bf16) or 32");
+  }
+  if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) {
+    throw std::invalid_argument(
+        std::string("precision \"") + to_string(precision) + "\" needs autocast, which lockstep " +
+        "supports on cpu and cuda only, not on device \"" + device_name + "\": use 32");
+  }
+}
+
+// Mirrors torch.autocast's __enter__/__exit__: remember the thread's state, switch it, count the nesting so
+// that only the outermost exit drops the cache of casted weights (a nested scope must not throw away the
+// casts its parent still uses).
+AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) : device_(device) {
+  if (precision == Precision::k32) return;
+  check_precision_supported(precision, device);
+  const at::ScalarType dtype = autocast_dtype(precision);
+  if (device == c10::DeviceType::CPU) {
+    previous_enabled_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    // CUDA. Not exercised here (CI's LibTorch is CPU-only): the same calls through the GPU variants.
+    previous_enabled_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+  at::autocast::increment_nesting();
+  active_ = true;
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (device_ == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(previous_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_enabled(previous_enabled_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  }
+}
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  if (!options_.enabled) {
+    scale_ = 1.0;
+    return;
+  }
+  if (!(options_.init_scale > 0.0)) {
+    throw std::invalid_argument("GradScalerOptions::init_scale must be > 0, got " +
+                                std::to_string(options_.init_scale));
+  }
+  if (!(options_.growth_factor > 1.0)) {
+    throw std::invalid_argument("GradScalerOptions::growth_factor must be > 1, got " +
+                                std::to_string(options_.growth_factor));
+  }
+  if (!(options_.backoff_factor > 0.0 && options_.backoff_factor < 1.0)) {
+    throw std::invalid_argument("GradScalerOptions::backoff_factor must be in (0, 1), got " +
+                                std::to_string(options_.backoff_factor));
+  }
+  if (options_.growth_interval < 1) {
+    throw std::invalid_argument("GradScalerOptions::growth_interval must be >= 1, got " +
+                                std::to_string(options_.growth_interval));
+  }
+}
+
+at::Tensor GradScaler::scale(const at::Tensor& loss) const {
+  if (!options_.enabled) return loss;
+  return loss * scale_;
+}
+
+// torch's _unscale_grads_: multiply by the reciprocal (exact while the scale is a power of two, which
+// init_scale, growth_factor and backoff_factor keep it at with the defaults) and collect one flag for any
+// non-finite value, read once at the end rather than once per parameter (one device sync, not N).
+bool GradScaler::unscale(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled) return true;
+  if (unscaled_) return !found_inf_;
+  const double inv_scale = 1.0 / scale_;
+  at::Tensor any_inf;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& parameter : group.params()) {
+      at::Tensor grad = parameter.mutable_grad();
+      if (!grad.defined()) continue;
+      at::Tensor bad = at::isfinite(grad).logical_not().any();
+      any_inf = any_inf.defined() ? any_inf.logical_or(bad.to(any_inf.device())) : bad;
+      grad.mul_(inv_scale);
+    }
+  }
+  found_inf_ = any_inf.defined() && any_inf.item<bool>();
+  unscaled_ = true;
+  return !found_inf_;
+}
+
+bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step();
+    return true;
+  }
+  if (!unscaled_) unscale(optimizer);
+  if (found_inf_) return false;
+  optimizer.step();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  if (!unscaled_) {
+    throw std::logic_error(
+        "GradScaler::update() called without unscale() or step() since the last update(): call "
+        "scaler.step(optimizer) first");
+  }
+  if (found_inf_) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
+at::Tensor GradScaler::state() const {
+  return at::tensor(std::vector<double>{scale_, static_cast<double>(growth_tracker_)}, at::kDouble);
+}
+
+void GradScaler::load_state(const at::Tensor& state) {
+  if (!state.defined() || state.scalar_type() != at::kDouble || state.dim() != 1 || state.numel() != 2) {
+    throw std::invalid_argument(
+        "GradScaler::load_state expects the float64 [scale, growth_tracker] of state(), got " +
+        (state.defined() ? c10::str(state.scalar_type(), state.sizes()) : std::string("none")));
+  }
+  const at::Tensor cpu = state.cpu();
+  const double scale = cpu[0].item<double>();
+  if (!(scale > 0.0))
+    throw std::invalid_argument("GradScaler::load_state: the saved scale must be > 0, got " +
+                                std::to_string(scale));
+  if (!options_.enabled) return;  // a disabled scaler stays at scale 1
+  scale_ = scale;
+  growth_tracker_ = static_cast<int64_t>(cpu[1].item<double>());
+  unscaled_ = false;
+  found_inf_ = false;
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,74 @@
+// TrainModule::log and the table it fills: see include/lockstep/train/train_module.h.
+#include "lockstep/train/train_module.h"
+
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace lockstep::train {
+
+void LoggedMetrics::add(const std::string& name, double value, double weight, bool sync_dist, bool prog_bar) {
+  if (name.empty()) throw std::invalid_argument("log(): the metric name is empty");
+  if (!(weight > 0)) {
+    throw std::invalid_argument("log('" + name + "'): batch_size " + std::to_string(weight) +
+                                " is not a positive weight (pass LogOptions().batch_size(n) with n >= 1)");
+  }
+  auto [it, inserted] = entries_.try_emplace(name);
+  Entry& entry = it->second;
+  if (inserted) {
+    order_.push_back(name);
+    entry.sync_dist = sync_dist;
+  } else if (entry.sync_dist != sync_dist) {
+    // A value reduced on some calls and not on others has no single meaning (and the ranks' reductions
+    // would not line up).
+    throw std::invalid_argument("log('" + name + "'): logged with sync_dist=" + (entry.sync_dist ? "true" : "false") +
+                                " before and sync_dist=" + (sync_dist ? "true" : "false") +
+                                " now: log each name with one sync_dist");
+  }
+  entry.prog_bar = entry.prog_bar || prog_bar;
+  entry.weighted_sum += value * weight;
+  entry.weight += weight;
+  entry.last = value;
+}
+
+std::string LoggedMetrics::to_json() const {
+  nlohmann::ordered_json entries = nlohmann::ordered_json::object();
+  for (const std::string& name : order_) {
+    const Entry& e = entries_.at(name);
+    entries[name] = {e.weighted_sum, e.weight, e.last, e.sync_dist, e.prog_bar};
+  }
+  return nlohmann::ordered_json{{"samples", samples}, {"entries", entries}}.dump();
+}
+
+LoggedMetrics LoggedMetrics::from_json(const std::string& text) {
+  LoggedMetrics metrics;
+  if (text.empty()) return metrics;
+  const auto parsed = nlohmann::ordered_json::parse(text);
+  metrics.samples = parsed.at("samples").get<int64_t>();
+  for (const auto& [name, e] : parsed.at("entries").items()) {
+    metrics.order_.push_back(name);
+    Entry& entry = metrics.entries_[name];
+    entry.weighted_sum = e.at(0).get<double>();
+    entry.weight = e.at(1).get<double>();
+    entry.last = e.at(2).get<double>();
+    entry.sync_dist = e.at(3).get<bool>();
+    entry.prog_bar = e.at(4).get<bool>();
+  }
+  return metrics;
+}
+
+void TrainModule::log(const std::string& name, double value, const LogOptions& options) {
+  const int64_t weight = options.batch_size() > 0 ? options.batch_size() : batch_size_;
+  logged_.add(name, value, static_cast<double>(weight > 0 ? weight : 1), options.sync_dist(), options.prog_bar());
+}
+
+void TrainModule::log(const std::string& name, const at::Tensor& value, const LogOptions& options) {
+  if (!value.defined() || value.numel() != 1) {
+    throw std::invalid_argument("log('" + name + "'): expected a scalar tensor, got " +
+                                (value.defined() ? std::to_string(value.numel()) + " elements" : "an undefined tensor") +
+                                " (log a mean, or .item() of one element)");
+  }
+  log(name, value.detach().item<double>(), options);
+}
+
+}  // namespace lockstep::train

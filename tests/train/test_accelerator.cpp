@@ -1,0 +1,395 @@
+// The Accelerate-style Accelerator, with ranks as threads over an in-memory store (real Gloo/shm groups):
+// gradient accumulation over 2 ranks equals one process on the global batch (and differs without it),
+// save_state/load_state resumes bit-identically, bf16 trains, the collectives' helpers, and the errors.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
+#include <torch/nn.h>
+#include <torch/optim.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "../comm/thread_group.h"
+#include "lockstep/train/accelerator.h"
+
+namespace lockstep::train {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kShuffleSeed = 17;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(16, 12))),
+        fc2(register_module("fc2", torch::nn::Linear(12, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// Net with the weights of `seed`. The default generator is process-wide: thread ranks must not interleave.
+Net make_net(uint64_t seed) {
+  static std::mutex generator_mutex;
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(seed);
+  return Net();
+}
+
+// n images 1x4x4 with labels a fixed "teacher" gives them (learnable), built from their own generator.
+std::shared_ptr<const data::TensorDataset> make_dataset(int64_t n) {
+  auto generator = at::detail::createCPUGenerator(5);
+  auto images = at::randint(0, 256, {n, 1, 4, 4}, generator, at::kByte);
+  auto teacher = at::randn({16, 4}, generator);
+  auto labels = (images.flatten(1).to(at::kFloat) / 255.0 - 0.5).matmul(teacher).argmax(1);
+  return std::make_shared<const data::TensorDataset>(images, labels, "toy");
+}
+
+enum class Opt { kSgd, kAdam };
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, Opt opt) {
+  if (opt == Opt::kSgd)
+    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
+  return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+}
+
+std::vector<at::Tensor> parameters_of(Net& net) {
+  std::vector<at::Tensor> out;
+  for (auto& p : net->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+  return comm::init_process_group(
+      lockstep::testing::thread_group_options(rank, world, store, "accelerator-test")
+          .rendezvous_timeout(30s)
+          .collective_timeout(30s));
+}
+
+c10::intrusive_ptr<c10d::Store> new_store() {
+  return c10::make_intrusive<c10d::HashStore>();
+}
+
+// One process, no Accelerator: the sampler's order at world size 1, batches of `batch`, `epochs` epochs.
+std::vector<at::Tensor> reference_params(const std::shared_ptr<const data::TensorDataset>& dataset, Opt opt,
+                                         int64_t batch, int epochs) {
+  auto net = make_net(7);
+  auto optimizer = make_optimizer(net, opt);
+  data::DistributedSampler sampler(dataset->size(), data::DistributedSamplerOptions(1, 0).seed(kShuffleSeed));
+  data::Loader loader(dataset, data::LoaderOptions(batch));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    loader.start_epoch(sampler.indices(), epoch);
+    while (auto b = loader.next()) {
+      optimizer->zero_grad();
+      torch::nn::functional::cross_entropy(net(b->data), b->target).backward();
+      optimizer->step();
+    }
+  }
+  return parameters_of(net);
+}
+
+// `world` ranks with the Accelerator (batch per rank, accumulation `steps`); each rank's final parameters.
+std::vector<std::vector<at::Tensor>> accelerate_params(
+    const std::shared_ptr<const data::TensorDataset>& dataset, Opt opt, int world, int64_t batch,
+    int64_t steps, int epochs) {
+  std::vector<std::vector<at::Tensor>> result(world);
+  auto store = new_store();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = make_group(rank, world, store);
+    Accelerator accelerator(group,
+                            AcceleratorOptions().gradient_accumulation_steps(steps).seed(kShuffleSeed));
+    auto net = make_net(rank == 0 ? 7 : 100 + rank);  // prepare must broadcast rank 0's weights
+    auto [model, optimizer, loader] = accelerator.prepare(
+        net, make_optimizer(net, opt), DataLoaderSpec(dataset, data::LoaderOptions(batch)));
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+      loader.set_epoch(epoch);
+      for (auto& b : loader) {
+        auto scope = accelerator.accumulate(model);
+        accelerator.backward(torch::nn::functional::cross_entropy(model(b.data), b.target));
+        optimizer.step();
+        optimizer.zero_grad();
+      }
+    }
+    result[rank] = parameters_of(net);
+    group.shutdown();
+  }));
+  return result;
+}
+
+void expect_accumulation_exact(Opt opt, int64_t samples) {
+  const auto dataset = make_dataset(samples);
+  const int64_t b = 4;
+  const auto want = reference_params(dataset, opt, /*batch=*/4 * b, /*epochs=*/2);
+  const auto got = accelerate_params(dataset, opt, /*world=*/2, b, /*steps=*/2, /*epochs=*/2);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(got[rank].size(), want.size());
+    EXPECT_LE(max_difference(got[rank], want), 1e-5) << "rank " << rank;
+  }
+}
+
+TEST(Accelerator, AccumulationOverTwoRanksEqualsOneProcessOnTheGlobalBatchSgd) {
+  expect_accumulation_exact(Opt::kSgd, /*samples=*/64);
+}
+
+TEST(Accelerator, AccumulationOverTwoRanksEqualsOneProcessOnTheGlobalBatchAdam) {
+  expect_accumulation_exact(Opt::kAdam, /*samples=*/64);
+}
+
+// 72 samples: 9 micro-batches per rank and epoch, so each pass ends with a group of one micro-batch, which
+// must sync and count as a whole step (the reference's last batch holds 8 samples).
+TEST(Accelerator, ShortLastGroupOfAPassIsExactToo) {
+  expect_accumulation_exact(Opt::kSgd, /*samples=*/72);
+}
+
+// The check above can fail: without accumulation the same ranks take twice as many, smaller steps.
+TEST(Accelerator, WithoutAccumulationTheParametersDiffer) {
+  const auto dataset = make_dataset(64);
+  const auto want = reference_params(dataset, Opt::kSgd, /*batch=*/16, /*epochs=*/2);
+  const auto got = accelerate_params(dataset, Opt::kSgd, /*world=*/2, /*batch=*/4, /*steps=*/1, /*epochs=*/2);
+  EXPECT_GT(max_difference(got[0], want), 1e-3);
+  EXPECT_EQ(max_difference(got[0], got[1]), 0.0);  // but the ranks agree with each other
+}
+
+TEST(Accelerator, SyncStepsFollowGroupsAndPassEnds) {
+  const auto dataset = make_dataset(14);  // 7 batches of 2 on one rank
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    Accelerator accelerator(group, AcceleratorOptions().gradient_accumulation_steps(3));
+    auto net = make_net(1);
+    auto model = accelerator.prepare(net);
+    auto loader = accelerator.prepare(DataLoaderSpec(dataset, data::LoaderOptions(2)));
+    EXPECT_EQ(loader.size(), 7);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::string pattern;
+      for (auto& b : loader) {
+        auto scope = accelerator.accumulate(model);
+        EXPECT_EQ(scope.sync_gradients(), accelerator.sync_gradients());
+        pattern += scope.sync_gradients() ? 'S' : '-';
+        (void)b;
+      }
+      EXPECT_EQ(pattern, "--S--SS") << "pass " << pass;
+      EXPECT_EQ(accelerator.step(), 3 * (pass + 1));
+      EXPECT_EQ(loader.epoch(), pass + 1);  // each full pass advances the epoch
+    }
+    group.shutdown();
+  }));
+}
+
+TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
+  const auto dataset = make_dataset(48);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("lockstep_accelerator_state_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const int world = 2;
+  std::vector<std::vector<at::Tensor>> continued(world), resumed(world);
+  auto train_epoch = [](Accelerator& accelerator, auto& model, auto& optimizer, auto& loader) {
+    for (auto& b : loader) {
+      auto scope = accelerator.accumulate(model);
+      accelerator.backward(torch::nn::functional::cross_entropy(model(b.data), b.target));
+      optimizer.step();
+      optimizer.zero_grad();
+    }
+  };
+  const auto options = AcceleratorOptions().gradient_accumulation_steps(2).seed(3);
+  {
+    auto store = new_store();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto group = make_group(rank, world, store);
+      Accelerator accelerator(group, options);
+      auto net = make_net(11);
+      auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.01),
+                                                            DataLoaderSpec(dataset, data::LoaderOptions(4)));
+      train_epoch(accelerator, model, optimizer, loader);
+      accelerator.save_state(dir.string());
+      train_epoch(accelerator, model, optimizer, loader);  // epoch 1 (the pass advanced it)
+      continued[rank] = parameters_of(net);
+      group.shutdown();
+    }));
+  }
+  ASSERT_TRUE(std::filesystem::is_regular_file(dir / "accelerator_state.pt"));
+  {
+    auto store = new_store();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto group = make_group(rank, world, store);
+      Accelerator accelerator(group, options);
+      auto net = make_net(99);  // other weights and a fresh Adam: all must come from the state
+      auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.01),
+                                                            DataLoaderSpec(dataset, data::LoaderOptions(4)));
+      EXPECT_EQ(accelerator.step(), 0);
+      accelerator.load_state(dir.string());
+      EXPECT_EQ(loader.epoch(), 1);
+      EXPECT_EQ(accelerator.step(), 3);  // 48 samples, 2 ranks, batch 4: 6 micro-steps per rank, 3 syncs
+      train_epoch(accelerator, model, optimizer, loader);
+      resumed[rank] = parameters_of(net);
+      group.shutdown();
+    }));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    ASSERT_EQ(continued[rank].size(), resumed[rank].size());
+    for (size_t i = 0; i < continued[rank].size(); ++i) {
+      EXPECT_TRUE(torch::equal(continued[rank][i], resumed[rank][i]))
+          << "rank " << rank << " parameter " << i;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
+  const auto dataset = make_dataset(256);
+  const int world = 2;
+  std::vector<double> first(world), last(world);
+  auto store = new_store();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = make_group(rank, world, store);
+    Accelerator accelerator(group,
+                            AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(2));
+    EXPECT_EQ(accelerator.mixed_precision(), Precision::kBf16Mixed);
+    auto net = make_net(5);
+    auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.02),
+                                                          DataLoaderSpec(dataset, data::LoaderOptions(16)));
+    for (int epoch = 0; epoch < 20; ++epoch) {
+      auto sum = torch::zeros({2}, torch::kDouble);
+      for (auto& b : loader) {
+        auto scope = accelerator.accumulate(model);
+        auto logits = model(b.data);
+        EXPECT_EQ(logits.scalar_type(), at::kFloat);  // converted back, as Accelerate does
+        auto loss = torch::nn::functional::cross_entropy(logits, b.target);
+        accelerator.backward(loss);
+        optimizer.step();
+        optimizer.zero_grad();
+        sum[0] += loss.item<double>();
+        sum[1] += 1.0;
+      }
+      const auto mean = accelerator.reduce(sum, Reduction::kSum);
+      const double epoch_loss = mean[0].item<double>() / mean[1].item<double>();
+      if (epoch == 0) first[rank] = epoch_loss;
+      last[rank] = epoch_loss;
+    }
+    for (auto& p : net->parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+    // The forward really ran in bfloat16: it differs from the float32 module on the same input.
+    const auto x = dataset->images().narrow(0, 0, 8).to(at::kFloat) / 255.0;
+    torch::NoGradGuard no_grad;
+    EXPECT_FALSE(torch::equal(model(x), net(x)));
+    EXPECT_LE((model(x) - net(x)).abs().max().item<double>(), 0.1);
+    group.shutdown();
+  }));
+  for (int rank = 0; rank < world; ++rank) {
+    EXPECT_LT(last[rank], 0.8 * first[rank])
+        << "rank " << rank << ": first " << first[rank] << " last " << last[rank];
+    EXPECT_EQ(first[rank], first[0]);  // reduced over ranks: every rank sees the same value
+  }
+}
+
+TEST(Accelerator, GatherReduceAndProcessInfo) {
+  const int world = 3;
+  auto store = new_store();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = make_group(rank, world, store);
+    Accelerator accelerator(group);
+    EXPECT_EQ(accelerator.process_index(), rank);
+    EXPECT_EQ(accelerator.num_processes(), world);
+    EXPECT_EQ(accelerator.is_main_process(), rank == 0);
+    EXPECT_EQ(accelerator.is_local_main_process(), rank == 0);  // one "node"
+    EXPECT_EQ(accelerator.device(), c10::Device(c10::kCPU));
+    const auto mine = torch::full({2}, static_cast<float>(rank));
+    EXPECT_TRUE(torch::equal(accelerator.gather(mine), torch::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f})));
+    EXPECT_TRUE(torch::equal(accelerator.gather(torch::tensor(static_cast<int64_t>(rank))),
+                             torch::tensor({0, 1, 2}, torch::kLong)));
+    EXPECT_TRUE(torch::equal(accelerator.reduce(mine), torch::full({2}, 3.f)));
+    EXPECT_TRUE(torch::equal(accelerator.reduce(mine, Reduction::kMean), torch::full({2}, 1.f)));
+    EXPECT_TRUE(torch::equal(mine, torch::full({2}, static_cast<float>(rank))));  // inputs untouched
+    accelerator.wait_for_everyone();
+    group.shutdown();
+  }));
+}
+
+template <typename Exception, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Exception& e) {
+    return e.what();
+  }
+  return "(no exception of the expected type)";
+}
+
+TEST(Accelerator, BadOptionsAreRejectedBeforeConnecting) {
+  // The environment constructor: it would rendezvous, but the options fail first.
+  auto message = error_of<std::invalid_argument>(
+      [] { Accelerator(AcceleratorOptions().gradient_accumulation_steps(0)); });
+  EXPECT_NE(message.find("gradient_accumulation_steps must be >= 1, got 0"), std::string::npos) << message;
+  message = error_of<std::invalid_argument>([] { Accelerator(AcceleratorOptions().mixed_precision("fp8")); });
+  EXPECT_NE(message.find("mixed_precision"), std::string::npos) << message;
+  EXPECT_NE(message.find("'fp8'"), std::string::npos) << message;
+  message = error_of<std::invalid_argument>([] { Accelerator(AcceleratorOptions().backend("bogus")); });
+  EXPECT_NE(message.find("backend"), std::string::npos) << message;
+  EXPECT_NE(message.find("bogus"), std::string::npos) << message;
+}
+
+TEST(Accelerator, MisuseIsAClearError) {
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    if (!torch::cuda::is_available()) {
+      auto message = error_of<std::invalid_argument>(
+          [&] { Accelerator(group, AcceleratorOptions().mixed_precision("fp16")); });
+      EXPECT_NE(message.find("fp16"), std::string::npos) << message;
+      EXPECT_NE(message.find("\"cpu\""), std::string::npos) << message;
+      EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+    }
+    Accelerator accelerator(group);
+    auto message =
+        error_of<std::logic_error>([&] { accelerator.backward(torch::ones({1}, torch::requires_grad())); });
+    EXPECT_NE(message.find("prepare"), std::string::npos) << message;
+
+    const std::string missing = "/nonexistent/lockstep-accelerator-state";
+    message = error_of<std::runtime_error>([&] { accelerator.load_state(missing); });
+    EXPECT_NE(message.find(missing), std::string::npos) << message;
+    EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+    const auto empty_dir =
+        std::filesystem::temp_directory_path() / ("lockstep_empty_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(empty_dir);
+    message = error_of<std::runtime_error>([&] { accelerator.load_state(empty_dir.string()); });
+    EXPECT_NE(message.find("accelerator_state.pt"), std::string::npos) << message;
+
+    // A state with one model, loaded where none is prepared.
+    auto net = make_net(1);
+    {
+      Accelerator saver(group);
+      auto model = saver.prepare(net);
+      saver.save_state(empty_dir.string());
+    }
+    message = error_of<std::runtime_error>([&] { accelerator.load_state(empty_dir.string()); });
+    EXPECT_NE(message.find("prepare the same objects"), std::string::npos) << message;
+    std::filesystem::remove_all(empty_dir);
+
+    message = error_of<std::invalid_argument>([&] {
+      accelerator.prepare(
+          DataLoaderSpec(std::make_shared<const data::TensorDataset>(), data::LoaderOptions(4)));
+    });
+    EXPECT_NE(message.find("empty"), std::string::npos) << message;
+    group.shutdown();
+  }));
+}
+
+}  // namespace
+}  // namespace lockstep::train

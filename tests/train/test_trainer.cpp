@@ -1,0 +1,257 @@
+// The Trainer with real ranks (threads over an in-memory store): exactness against one process on the
+// global batch, logged values reduced as asked, control-flow decisions taken together by all ranks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "../comm/thread_group.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::train {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+
+std::shared_ptr<data::TensorDataset> toy_data(int64_t n) {
+  torch::manual_seed(11);
+  auto images = torch::randint(0, 256, {n, 1, 2, 2}, torch::kByte);
+  auto labels = torch::randint(0, 3, {n}, torch::kLong);
+  return std::make_shared<data::TensorDataset>(images, labels, "toy");
+}
+
+class ToyData : public DataModule {
+ public:
+  ToyData(std::shared_ptr<data::TensorDataset> data, int64_t batch) : data_(std::move(data)), batch_(batch) {}
+  void prepare_data() override { ++prepared; }
+  void setup() override { ++set_up; }
+  std::shared_ptr<const data::TensorDataset> train_dataset() override { return data_; }
+  std::shared_ptr<const data::TensorDataset> val_dataset() override { return data_; }
+  static inline std::atomic<int> prepared{0};
+  static inline std::atomic<int> set_up{0};
+  data::LoaderOptions train_loader_options() override {
+    return data::LoaderOptions(batch_).transform(data::TransformOptions().mean({0.5}).std({0.25}));
+  }
+
+ private:
+  std::shared_ptr<data::TensorDataset> data_;
+  int64_t batch_;
+};
+
+// A linear classifier whose steps can be given extra logging.
+class Toy : public TrainModule {
+ public:
+  // The same initial weights whatever the generator's state (thread ranks share one generator).
+  Toy() : fc(register_module("fc", torch::nn::Linear(4, 3))) {
+    torch::NoGradGuard no_grad;
+    fc->weight.copy_(torch::linspace(-0.5, 0.5, 12).reshape({3, 4}));
+    fc->bias.zero_();
+  }
+  at::Tensor training_step(const data::Batch& batch, int64_t) override {
+    at::Tensor loss = torch::nn::functional::cross_entropy(fc(batch.data.flatten(1)), batch.target);
+    log("train_loss", loss, LogOptions().sync_dist(true));
+    if (extra) extra(*this);
+    return loss;
+  }
+  void validation_step(const data::Batch& batch, int64_t) override {
+    log("val_loss", torch::nn::functional::cross_entropy(fc(batch.data.flatten(1)), batch.target),
+        LogOptions().sync_dist(true));
+  }
+  OptimizerConfig configure_optimizers() override {
+    return {std::make_unique<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1)), std::nullopt};
+  }
+  torch::nn::Linear fc;
+  std::function<void(Toy&)> extra;
+};
+
+// A callback made of lambdas.
+struct Hooks : Callback {
+  std::string state_key() const override { return "Hooks"; }
+  void on_train_batch_end(TrainerContext& t, const BatchEnd& b) override {
+    if (batch_end) batch_end(t, b);
+  }
+  void on_validation_end(TrainerContext& t) override {
+    if (validation_end) validation_end(t);
+  }
+  std::function<void(TrainerContext&, const BatchEnd&)> batch_end;
+  std::function<void(TrainerContext&)> validation_end;
+};
+
+struct Quiet {
+  std::FILE* file = std::fopen("/dev/null", "w");
+  ~Quiet() { std::fclose(file); }
+};
+
+TrainerOptions thread_options(comm::ProcessGroup& group, std::FILE* out) {
+  env::Environment environment;
+  environment.rank = group.rank();
+  environment.local_rank = group.rank();
+  environment.world_size = group.size();
+  environment.local_world_size = group.size();
+  return TrainerOptions().process_group(&group).environment(environment).out(out).save_final_weights(false);
+}
+
+// Trains a Toy on `world` thread ranks; returns rank 0's parameters and every rank's result.
+std::vector<at::Tensor> train_toy(int world, int64_t batch, TrainerOptions base,
+                                  std::vector<TrainerResult>* results = nullptr,
+                                  const std::function<void(Toy&, int rank)>& customise = {},
+                                  std::vector<std::string>* errors = nullptr) {
+  auto data = toy_data(48);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Quiet quiet;
+  std::vector<at::Tensor> params;
+  std::vector<TrainerResult> all(world);
+  auto outcomes = run_ranks(world, [&](int rank) {
+    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "trainer-test"));
+    auto module = std::make_shared<Toy>();
+    if (customise) customise(*module, rank);
+    ToyData toy(data, batch);
+    TrainerOptions options = base;
+    Trainer trainer(options.process_group(&group)
+                        .environment(thread_options(group, quiet.file).environment())
+                        .out(quiet.file)
+                        .save_final_weights(false));
+    all[rank] = trainer.fit(module, toy);
+    if (rank == 0) {
+      for (const auto& p : module->parameters()) params.push_back(p.detach().clone());
+    }
+    group.shutdown();
+  });
+  if (errors) {
+    for (const auto& o : outcomes) errors->push_back(o.ok ? "" : o.error);
+  } else {
+    expect_all_ok(outcomes);
+  }
+  if (results) *results = all;
+  return params;
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a[i], b[i], /*rtol=*/1e-5, /*atol=*/1e-6)) << "parameter " << i << "\n"
+                                                                           << a[i] << "\n"
+                                                                           << b[i];
+  }
+}
+
+// 2 ranks x 6 see, step by step, the same samples as 1 rank x 12 (the sampler's shuffle is global), so
+// DDP's averaged gradients give the same parameters; 2 x 3 with accumulate 2 too; 2 x 6 without
+// accumulation against 1 x 6 must differ (the check can fail).
+TEST(Trainer, RanksMatchOneProcessOnTheGlobalBatch) {
+  const auto opts = TrainerOptions().max_epochs(2).seed(5);
+  const auto one = train_toy(1, 12, opts);
+  expect_close(train_toy(2, 6, opts), one);
+  expect_close(train_toy(2, 3, TrainerOptions(opts).accumulate_grad_batches(2)), one);
+  const auto small = train_toy(1, 6, opts);
+  EXPECT_FALSE(torch::allclose(small[0], one[0], 1e-5, 1e-6)) << "a smaller global batch trained the same";
+}
+
+// prepare_data once per node (local rank 0), setup on every rank.
+TEST(Trainer, PrepareDataOnLocalRankZeroSetupEverywhere) {
+  ToyData::prepared = 0;
+  ToyData::set_up = 0;
+  train_toy(3, 4, TrainerOptions().max_epochs(1));
+  EXPECT_EQ(ToyData::prepared.load(), 1);
+  EXPECT_EQ(ToyData::set_up.load(), 3);
+}
+
+// sync_dist values are the mean over every rank's batches; other values are rank 0's, on every rank.
+TEST(Trainer, LoggedValuesReducedAsAskedAndTheSameOnEveryRank) {
+  std::vector<TrainerResult> results;
+  std::vector<std::map<std::string, double>> seen(2);
+  auto hooks = std::make_shared<Hooks>();
+  hooks->validation_end = [&](TrainerContext& t) { seen[t.rank()] = t.callback_metrics(); };
+  train_toy(2, 6, TrainerOptions().max_epochs(1).callback(hooks), &results, [](Toy& toy, int rank) {
+    toy.extra = [rank](Toy& m) {
+      m.log("rank_synced", static_cast<double>(rank), LogOptions().sync_dist(true));
+      m.log("rank_local", static_cast<double>(rank) + 10.0);
+    };
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_DOUBLE_EQ(seen[r].at("rank_synced"), 0.5) << "rank " << r;
+    EXPECT_DOUBLE_EQ(seen[r].at("rank_local"), 10.0) << "rank " << r;
+    EXPECT_EQ(seen[r], seen[0]);
+    EXPECT_EQ(results[r].epochs.at(0).train_samples, 48);
+  }
+}
+
+// Lightning#19045: one rank deciding to stop must not leave the other in a collective. Here only rank 1
+// asks; both stop after the same epoch.
+TEST(Trainer, AStopAskedOnOneRankStopsAllTogether) {
+  std::vector<TrainerResult> results;
+  auto hooks = std::make_shared<Hooks>();
+  hooks->validation_end = [](TrainerContext& t) {
+    if (t.rank() == 1 && t.current_epoch() == 1) t.request_stop("rank 1 had enough");
+  };
+  train_toy(2, 6, TrainerOptions().max_epochs(5).callback(hooks), &results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].epochs.size(), 2u) << "rank " << r;
+    EXPECT_TRUE(results[r].stopped_early) << "rank " << r;
+  }
+  EXPECT_EQ(results[1].stop_reason, "rank 1 had enough");
+  EXPECT_EQ(results[0].stop_reason, "another rank's callback asked to stop");
+}
+
+TEST(Trainer, DifferentSyncDistNamesAreAnErrorNotAHang) {
+  std::vector<std::string> errors;
+  train_toy(2, 6, TrainerOptions().max_epochs(1), nullptr,
+            [](Toy& toy, int rank) {
+              toy.extra = [rank](Toy& m) { m.log(rank == 0 ? "a" : "b", 1.0, LogOptions().sync_dist(true)); };
+            },
+            &errors);
+  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r].find("log the same names with sync_dist"), std::string::npos) << errors[r];
+}
+
+TEST(Trainer, CheckpointsOfDifferentPathsOnRanksAreAnError) {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainer-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto hooks = std::make_shared<Hooks>();
+  hooks->validation_end = [&](TrainerContext& t) { t.save_checkpoint((dir / (std::to_string(t.rank()) + ".ckpt")).string()); };
+  std::vector<std::string> errors;
+  train_toy(2, 6, TrainerOptions().max_epochs(1).callback(hooks), nullptr, {}, &errors);
+  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r].find("callbacks must decide from callback_metrics"), std::string::npos) << errors[r];
+  EXPECT_FALSE(std::filesystem::exists(dir / "0.ckpt"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Trainer, ACheckpointInsideAnAccumulationGroupIsRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainer-acc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto hooks = std::make_shared<Hooks>();
+  hooks->batch_end = [&](TrainerContext& t, const BatchEnd& b) {
+    if (!b.stepped) t.save_checkpoint((dir / "x.ckpt").string());
+  };
+  std::vector<std::string> errors;
+  train_toy(1, 6, TrainerOptions().max_epochs(1).accumulate_grad_batches(2).callback(hooks), nullptr, {}, &errors);
+  EXPECT_NE(errors[0].find("in the middle of an accumulation group"), std::string::npos) << errors[0];
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainerOptions, BadValuesNameTheOption) {
+  EXPECT_THROW(TrainerOptions().accumulate_grad_batches(0).validate(), std::invalid_argument);
+  EXPECT_THROW(TrainerOptions().precision("fp8").validate(), std::invalid_argument);
+  EXPECT_THROW(TrainerOptions().resume("last").validate(), std::invalid_argument);
+  try {
+    TrainerOptions().max_steps(0).validate();
+    FAIL() << "max_steps 0 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_steps"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::train

@@ -105,38 +105,6 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
   return tensor;
 }
 
-// Copies a saved module into the live one, in place. Module::load would swap each parameter's storage and
-// give it a new gradient accumulator; copying keeps the tensors DistributedDataParallel and the optimizer
-// hold (the same reasoning as checkpoint.cpp's copy_module_from).
-void copy_module_from(torch::serialize::InputArchive& archive, torch::nn::Module& module,
-                      const std::string& prefix, const std::string& path) {
-  torch::NoGradGuard no_grad;
-  auto copy_one = [&](const std::string& name, at::Tensor& target, bool is_buffer) {
-    at::Tensor loaded;
-    if (!archive.try_read(name, loaded, is_buffer)) {
-      throw std::runtime_error("accelerator state '" + path + "' has no '" + prefix + name +
-                               "': it holds another model; prepare the models it was saved with");
-    }
-    if (!loaded.sizes().equals(target.sizes()) || loaded.scalar_type() != target.scalar_type()) {
-      throw std::runtime_error("accelerator state '" + path + "' holds '" + prefix + name + "' as " +
-                               c10::str(loaded.scalar_type(), loaded.sizes()) + ", the prepared model has " +
-                               c10::str(target.scalar_type(), target.sizes()));
-    }
-    target.copy_(loaded);
-  };
-  for (auto& parameter : module.named_parameters(/*recurse=*/false))
-    copy_one(parameter.key(), parameter.value(), false);
-  for (auto& buffer : module.named_buffers(/*recurse=*/false)) copy_one(buffer.key(), buffer.value(), true);
-  for (const auto& child : module.named_children()) {
-    torch::serialize::InputArchive child_archive;
-    if (!archive.try_read(child.key(), child_archive)) {
-      throw std::runtime_error("accelerator state '" + path + "' has no submodule '" + prefix + child.key() +
-                               "': it holds another model");
-    }
-    copy_module_from(child_archive, *child.value(), prefix + child.key() + ".", path);
-  }
-}
-
 }  // namespace
 
 void AcceleratorOptions::validate() const {
@@ -468,7 +436,7 @@ void Accelerator::load_state(const std::string& dir) {
       throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks model " + std::to_string(i) +
                                " (damaged?)");
     }
-    copy_module_from(model_archive, *models_[i].module, "", path);
+    load_module_in_place(model_archive, *models_[i].module, "accelerator state '" + path + "'");
   }
   for (size_t i = 0; i < optimizers_.size(); ++i) {
     torch::serialize::InputArchive optimizer_archive;

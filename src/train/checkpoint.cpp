@@ -35,23 +35,23 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
   return tensor;
 }
 
-// Module::load would do, but copies into the existing tensors instead of replacing their storage: LibTorch's
-// InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator, and a
-// DistributedDataParallel wrapped around the model would lose its gradient hooks (no more all-reduce).
-// Names and shapes are checked on the way, with the full dotted name in the error.
-void copy_module_from(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& prefix,
-                      const std::string& path) {
+}  // namespace
+
+void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
+                          const std::string& prefix) {
+  // Module::load would do, but copies into the existing tensors instead of replacing their storage: LibTorch's
+  // InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator, and a
+  // DistributedDataParallel wrapped around the model would lose its gradient hooks (no more all-reduce).
   torch::NoGradGuard no_grad;
   auto copy_one = [&](const std::string& name, at::Tensor& target, bool is_buffer) {
     at::Tensor loaded;
     if (!archive.try_read(name, loaded, is_buffer)) {
-      throw std::runtime_error("checkpoint '" + path + "' has no '" + prefix + name +
-                               "': it holds another model (or another --model's layout)");
+      throw std::runtime_error(what + " has no '" + prefix + name + "': it holds another model (or another layout of it)");
     }
     if (!loaded.sizes().equals(target.sizes()) || loaded.scalar_type() != target.scalar_type()) {
-      throw std::runtime_error("checkpoint '" + path + "' holds '" + prefix + name + "' as " +
-                               c10::str(loaded.scalar_type(), loaded.sizes()) + ", this model has " +
-                               c10::str(target.scalar_type(), target.sizes()) + " (another dataset or image shape?)");
+      throw std::runtime_error(what + " holds '" + prefix + name + "' as " + c10::str(loaded.scalar_type(), loaded.sizes()) +
+                               ", this model has " + c10::str(target.scalar_type(), target.sizes()) +
+                               " (another dataset or image shape?)");
     }
     target.copy_(loaded);
   };
@@ -60,14 +60,11 @@ void copy_module_from(torch::serialize::InputArchive& archive, torch::nn::Module
   for (const auto& child : module.named_children()) {
     torch::serialize::InputArchive child_archive;
     if (!archive.try_read(child.key(), child_archive)) {
-      throw std::runtime_error("checkpoint '" + path + "' has no submodule '" + prefix + child.key() +
-                               "': it holds another model");
+      throw std::runtime_error(what + " has no submodule '" + prefix + child.key() + "': it holds another model");
     }
-    copy_module_from(child_archive, *child.value(), prefix + child.key() + ".", path);
+    load_module_in_place(child_archive, *child.value(), what, prefix + child.key() + ".");
   }
 }
-
-}  // namespace
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                      const CheckpointState& state) {
@@ -148,7 +145,7 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   if (!archive.try_read("model", model_archive) || !archive.try_read("optimizer", optimizer_archive)) {
     throw std::runtime_error("checkpoint '" + path + "' lacks the model or the optimizer state (damaged?)");
   }
-  copy_module_from(model_archive, model, "", path);
+  load_module_in_place(model_archive, model, "checkpoint '" + path + "'");
   try {
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {

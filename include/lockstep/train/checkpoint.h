@@ -13,6 +13,9 @@ class Module;
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::serialize {
+class InputArchive;
+}
 
 namespace lockstep::train {
 
@@ -57,6 +60,13 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model, co
 /// whose parameters do not have this model's names and shapes.
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
                                 torch::optim::Optimizer& optimizer);
+
+/// Copies the parameters and buffers an archive holds (Module::save's layout) into `module`'s existing
+/// tensors, checking names, dtypes and shapes. Unlike Module::load it keeps every tensor object, so the
+/// gradient hooks DistributedDataParallel put on them (and an optimizer's references) stay valid.
+/// Throws std::runtime_error starting with `what` ("checkpoint 'x.ckpt'") and naming the dotted name.
+void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
+                          const std::string& prefix = "");
 
 /// This process's CPU generator state (what dropout draws from), and setting it back.
 at::Tensor cpu_rng_state();

@@ -38,6 +38,15 @@ int fit_main(int argc, char** argv) {
     return 2;
   }
 
+  if (environment.source != env::Source::kSingleProcess && config.max_restarts > 0) {
+    // The ranks are another launcher's to restart: silently ignoring the flag would promise a recovery
+    // that never comes.
+    std::cerr << "lockstep fit: --max-restarts " << config.max_restarts << " applies when lockstep fit starts the "
+              << "ranks itself; this process is one rank of a job started by " << env::to_string(environment.source)
+              << ": give the restarts to that launcher (lockstep run --max-restarts K), and keep --ckpt-dir so that "
+                 "restarted ranks resume\n";
+    return 2;
+  }
   if (environment.source != env::Source::kSingleProcess) {
     // Already one rank of a job (lockstep run, torchrun, srun, mpirun): become that rank.
     std::vector<char*> args;
@@ -56,7 +65,10 @@ int fit_main(int argc, char** argv) {
   }
   try {
     launch::LaunchOptions options(command);
-    options.nproc_per_node(config.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);
+    options.nproc_per_node(config.devices.value_or(1))
+        .standalone(true)
+        .direct_stdout_local_rank(0)
+        .max_restarts(config.max_restarts);
     launch::Launcher launcher(options);
     return launcher.run().exit_status;
   } catch (const launch::LaunchError& e) {

@@ -2,6 +2,7 @@
 #include "lockstep/train/checkpoint.h"
 
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -91,7 +92,10 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model, co
   torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
-  write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+  write_atomically(path, [&](const std::string& tmp) {
+    archive.save_to(tmp);
+    if (detail::checkpoint_written_hook()) detail::checkpoint_written_hook()(tmp);
+  });
 }
 
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
@@ -154,6 +158,13 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   }
   return state;
 }
+
+namespace detail {
+std::function<void(const std::string&)>& checkpoint_written_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+}  // namespace detail
 
 at::Tensor cpu_rng_state() {
   auto generator = at::detail::getDefaultCPUGenerator();

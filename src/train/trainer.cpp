@@ -1,7 +1,11 @@
 // The Trainer: see include/lockstep/train/trainer.h.
 #include "lockstep/train/trainer.h"
 
+#include <signal.h>
+#include <sys/types.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -123,6 +127,49 @@ std::vector<int64_t> reshard_rest(int64_t dataset_size, uint64_t seed, int64_t e
   return data::reshard_remaining(dataset_size, old_options, epoch, std::min(old_batches * batch_size, planned), planned,
                                  world, rank);
 }
+
+// A rank killed while writing a checkpoint leaves its temporary file (".last.ckpt.tmp.<pid>", see
+// write_atomically); the checkpoint itself is whole. Remove those of processes that no longer exist.
+void remove_orphaned_temporaries(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto mark = name.rfind(".tmp.");
+    if (name.empty() || name[0] != '.' || mark == std::string::npos) continue;
+    const std::string pid_text = name.substr(mark + 5);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
+  }
+}
+
+// Fault injection for the recovery tests: LOCKSTEP_FAULT="RANK:STEP" kills rank RANK with SIGKILL right
+// after optimizer step STEP; "RANK:STEP:ckpt" kills it inside the first checkpoint write at or after that
+// step (the bytes written, not yet renamed into place). Only in the first run of a job
+// (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish. Unset: nothing.
+struct Fault {
+  int rank = -1;
+  int64_t step = 0;
+  bool in_checkpoint = false;
+
+  static Fault from_env(const env::Environment& environment) {
+    Fault fault;
+    const char* text = std::getenv("LOCKSTEP_FAULT");
+    if (text == nullptr || environment.restart_count > 0) return fault;
+    int rank = -1;
+    long long step = 0;
+    char where[8] = {0};
+    const int fields = std::sscanf(text, "%d:%lld:%7s", &rank, &step, where);
+    if (fields < 2 || (fields == 3 && std::string(where) != "ckpt")) {
+      throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text + "' is not RANK:STEP or RANK:STEP:ckpt");
+    }
+    fault.rank = rank;
+    fault.step = step;
+    fault.in_checkpoint = fields == 3;
+    return fault;
+  }
+  bool armed_for(int my_rank) const { return rank == my_rank; }
+};
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
@@ -289,7 +336,10 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   const bool is_main = (options_.process_group() ? options_.process_group()->rank() : environment.rank) == 0;
   const int local_rank =
       options_.process_group() && !options_.environment() ? options_.process_group()->rank() : environment.local_rank;
-  if (is_main && !options_.ckpt_dir().empty()) ensure_writable_dir(options_.ckpt_dir());
+  if (is_main && !options_.ckpt_dir().empty()) {
+    ensure_writable_dir(options_.ckpt_dir());
+    remove_orphaned_temporaries(options_.ckpt_dir());
+  }
   if (is_main && !options_.metrics_file().empty()) {
     run.metrics_writer = std::make_unique<MetricsWriter>(options_.metrics_file());
   }
@@ -353,6 +403,18 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   std::vector<int64_t> resharded;  // the rest of the start epoch for this rank, when it is re-sharded
   std::string resume_path = options_.resume();
   if (resume_path == "last") resume_path = (std::filesystem::path(options_.ckpt_dir()) / "last.ckpt").string();
+  if (resume_path.empty() && environment.restart_count > 0 && !options_.ckpt_dir().empty()) {
+    // Restarted by the launcher after a failure (torchrun's TORCHELASTIC_RESTART_COUNT): go on from the last
+    // checkpoint rather than from scratch. Every rank sees the same file: rank 0 wrote it before the failure,
+    // and the launcher stopped every rank before restarting any.
+    const auto last = std::filesystem::path(options_.ckpt_dir()) / "last.ckpt";
+    if (std::filesystem::is_regular_file(last)) {
+      resume_path = last.string();
+      if (is_main) {
+        std::fprintf(options_.out(), "restart %d: resuming from %s\n", environment.restart_count, resume_path.c_str());
+      }
+    }
+  }
   if (!resume_path.empty()) {
     const CheckpointState saved = load_checkpoint(resume_path, module->checkpoint_name(), *module, optimizer);
     start = saved.position;
@@ -417,6 +479,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
 
   const std::string last_ckpt =
       options_.ckpt_dir().empty() ? "" : (std::filesystem::path(options_.ckpt_dir()) / "last.ckpt").string();
+  const Fault fault = Fault::from_env(environment);
   const bool on_epoch_line = is_main;
   for (const auto& callback : options_.callbacks()) callback->on_fit_start(*this);
 
@@ -493,6 +556,13 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
         module->step_ = run.position.step;
       }
       run.position.batch = b + 1;
+      if (steps_now && fault.armed_for(rank) && run.position.step >= fault.step) {
+        if (fault.in_checkpoint) {
+          detail::checkpoint_written_hook() = [](const std::string&) { ::raise(SIGKILL); };
+        } else {
+          ::raise(SIGKILL);
+        }
+      }
       if (steps_now) {
         const int64_t step = run.position.step;
         if (run.metrics_writer && options_.log_every_n_steps() > 0 && step % options_.log_every_n_steps() == 0) {

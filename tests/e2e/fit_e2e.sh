@@ -88,6 +88,9 @@ bad_flags)
   expect_failure 2 "--dropout does not apply to --model resnet18" -- "$lockstep" fit --model resnet18 --dropout 0.1
   expect_failure 2 "--ckpt-every-n-steps 5 needs --ckpt-dir DIR" -- "$lockstep" fit --ckpt-every-n-steps 5
   expect_failure 2 "--max-steps must be >= 1, got 0" -- "$lockstep" fit --max-steps 0
+  expect_failure 2 "--max-restarts must be >= 0, got -1" -- "$lockstep" fit --max-restarts -1
+  expect_failure 2 "give the restarts to that launcher (lockstep run --max-restarts K)" -- \
+    "$lockstep" run --nproc-per-node 1 --standalone -- "$lockstep" fit --max-restarts 1
   ;;
 callbacks)
   # --save-top-k 2 keeps the 2 best epochs by val_loss (files named from the pattern) besides last.ckpt;

@@ -8,6 +8,8 @@
 #   accumulate  the same with --accumulate-grad-batches 2 and checkpoints every 2 steps
 #   world_size  an epoch-end checkpoint of 2 ranks resumes on 1; a mid-epoch one re-shards the rest of the
 #               epoch onto 1 rank; a checkpoint inside that re-sharded epoch resumes exactly on 1 rank
+#   restart     kill -9 of a rank (and of rank 0 inside a checkpoint write) with --max-restarts: the job
+#               finishes with the undisturbed run's records
 #   bad_resume  a missing file, a file that is not a checkpoint, a torn one, another model, optimizer or
 #               image shape: clear errors naming the file and the fix, exit != 0
 set -u
@@ -115,6 +117,40 @@ assert steps[0] == 4 and steps[9] == 13, steps  # 10 batches of the re-sharded r
     || { cat "$work/again.out"; fail "resuming inside a re-sharded epoch failed"; }
   same_after "$work/reshard.jsonl" "$work/again.jsonl" 8
   expect_failure 1 "already re-sharded from 2 to 1 rank(s)" -- fit --devices 2 --resume "$work/step7.ckpt"
+  ;;
+restart)
+  # kill -9 of one rank after a chosen step (rank 1 and rank 0; rank 0 also inside a checkpoint write,
+  # after the bytes and before the rename): --max-restarts restarts every rank, the restarted run resumes
+  # from last.ckpt, and the job ends with exit 0 and every step and epoch record of the undisturbed run
+  # (the last one written for each: steps after the checkpoint are trained, and logged, twice). last.ckpt
+  # is never torn and no temporary file stays behind.
+  fit --devices 2 --ckpt-dir "$work/ref" --ckpt-every-n-steps 2 --metrics-file "$work/ref.jsonl" >/dev/null 2>&1 \
+    || fail "undisturbed run failed"
+  for fault in 1:5 0:11 0:14:ckpt 1:21; do
+    dir="$work/fault_$(echo "$fault" | tr : _)"
+    LOCKSTEP_FAULT=$fault fit --devices 2 --ckpt-dir "$dir" --ckpt-every-n-steps 2 --max-restarts 2 \
+      --metrics-file "$dir.jsonl" >"$dir.out" 2>&1 || { cat "$dir.out"; fail "fault $fault: the job failed"; }
+    grep -q "restarting all 2 worker(s) (restart 1 of 2)" "$dir.out" || { cat "$dir.out"; fail "fault $fault: no restart"; }
+    grep -q "restart 1: resuming from $dir/last.ckpt" "$dir.out" || { cat "$dir.out"; fail "fault $fault: no resume"; }
+    "$python" - "$work/ref.jsonl" "$dir.jsonl" <<'PY' || fail "fault $fault: records differ from the undisturbed run"
+import json, sys
+timing = {"epoch_s", "val_s", "samples_per_s"}
+def load(path):
+    steps, epochs = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        if "batch" in r:
+            steps[r["step"]] = r
+        else:
+            epochs[r["epoch"]] = {k: v for k, v in r.items() if k not in timing}
+    return steps, epochs
+ref, got = load(sys.argv[1]), load(sys.argv[2])
+assert got[0] == ref[0], "step records differ"
+assert got[1] == ref[1], f"epoch records differ: {got[1]} != {ref[1]}"
+print(f"{len(ref[0])} steps and {len(ref[1])} epochs as undisturbed")
+PY
+    ls -A "$dir" | grep -q '^\.' && fail "fault $fault: temporary files left: $(ls -A "$dir")"
+  done
   ;;
 bad_resume)
   expect_failure 2 "cannot open checkpoint '$work/missing.ckpt'" -- fit --devices 1 --resume "$work/missing.ckpt"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -158,6 +159,22 @@ TEST(Trainer, RanksMatchOneProcessOnTheGlobalBatch) {
   expect_close(train_toy(2, 3, TrainerOptions(opts).accumulate_grad_batches(2)), one);
   const auto small = train_toy(1, 6, opts);
   EXPECT_FALSE(torch::allclose(small[0], one[0], 1e-5, 1e-6)) << "a smaller global batch trained the same";
+}
+
+// gradient_clip_val: the step's gradients (all-reduced first, so the same on every rank) are scaled to
+// that global norm, so one SGD step of lr 0.1 moves the parameters by 0.1 x 1e-3 in norm; unclipped it
+// moves them much further (the check can fail).
+TEST(Trainer, GradientClippingBoundsTheStep) {
+  auto step_norm = [](double clip) {
+    const Toy initial;
+    const auto after = train_toy(2, 6, TrainerOptions().max_epochs(1).max_steps(1).gradient_clip_val(clip));
+    double squares = 0;
+    const auto before = initial.parameters();
+    for (std::size_t i = 0; i < after.size(); ++i) squares += (after[i] - before[i]).pow(2).sum().item<double>();
+    return std::sqrt(squares);
+  };
+  EXPECT_NEAR(step_norm(1e-3), 1e-4, 1e-7);
+  EXPECT_GT(step_norm(0.0), 1e-3);
 }
 
 // prepare_data once per node (local rank 0), setup on every rank.

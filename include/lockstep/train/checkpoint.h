@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -67,6 +68,12 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
 /// Throws std::runtime_error starting with `what` ("checkpoint 'x.ckpt'") and naming the dotted name.
 void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
                           const std::string& prefix = "");
+
+namespace detail {
+/// Called with the temporary file's path after a checkpoint's bytes are written and before it is renamed
+/// into place (fault-injection tests kill the process there). Empty by default.
+std::function<void(const std::string& tmp_path)>& checkpoint_written_hook();
+}  // namespace detail
 
 /// This process's CPU generator state (what dropout draws from), and setting it back.
 at::Tensor cpu_rng_state();

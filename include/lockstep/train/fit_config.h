@@ -119,6 +119,9 @@ struct FitConfig {
   std::string resume;              ///< "" | last (= ckpt_dir/last.ckpt) | a checkpoint path
   int64_t max_steps = -1;          ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
   int64_t log_every_n_steps = 0;   ///< a {"step": ...} record in metrics_file every N steps; 0 = off
+  /// Restart every rank after one fails, up to this many times (torchrun's --max-restarts); a restarted
+  /// run resumes from ckpt_dir/last.ckpt when there is one.
+  int max_restarts = 0;
 
   // Best checkpoints and early stopping (Lightning's ModelCheckpoint and EarlyStopping callbacks).
   std::string monitor = "val_loss";  ///< the epoch metric that --save-top-k and early stopping rank by

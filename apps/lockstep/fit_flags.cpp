@@ -162,7 +162,9 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--ckpt-dir,--ckpt_dir", config.ckpt_dir,
                  "Write DIR/last.ckpt at every epoch end (model, optimizer, position, every rank's RNG)\n"
-                 "and the final weights to DIR/final.pt and DIR/final.safetensors; rank 0, atomically")
+                 "and the final weights to DIR/final.pt and DIR/final.safetensors; rank 0, atomically.\n"
+                 "With it, SIGUSR1 or SIGTERM (a preemption notice) writes DIR/last.ckpt at the next step\n"
+                 "and exits 75: requeue with --resume last")
       ->type_name("DIR");
   app.add_option("--ckpt-every-n-steps", config.ckpt_every_n_steps,
                  "Also rewrite DIR/last.ckpt every N optimizer steps (mid-epoch); 0 = epoch ends only")

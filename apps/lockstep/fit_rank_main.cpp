@@ -8,6 +8,7 @@
 #include "fit_flags.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/fit.h"
+#include "lockstep/train/trainer.h"
 
 int main(int argc, char** argv) {
   lockstep::train::FitConfig config;
@@ -18,8 +19,8 @@ int main(int argc, char** argv) {
     rank = environment.rank;
     lockstep::train::FitOutput output;
     output.progress_bar = config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
-    lockstep::train::fit(config, environment, output);
-    return 0;
+    const lockstep::train::FitResult result = lockstep::train::fit(config, environment, output);
+    return result.preempted ? lockstep::train::kPreemptedExitStatus : 0;
   } catch (const std::exception& e) {
     if (rank >= 0) {
       std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, e.what());

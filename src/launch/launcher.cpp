@@ -34,6 +34,8 @@
 //        │                  ├─ SIGCHLD    ─▶ waitid(pid, WNOHANG | WNOWAIT) for each of our pids
 //        │                  │                 first non-zero exit ─▶ stop: SIGTERM to every group
 //        │                  ├─ SIGINT/TERM/HUP ─▶ stop: that signal to every group (twice: SIGKILL)
+//        │                  ├─ SIGUSR1    ─▶ forwarded to every group, no stop (preemption notice: the
+//        │                  │                 workers checkpoint and exit themselves; no restart after it)
 //        │                  └─ timeout    ─▶ grace period over: SIGKILL to every group
 //        └─ all workers exited ─▶ read the pipes to EOF (bounded by kDrainTimeout, for grandchildren
 //                                 that escaped their group and keep a pipe open) ─▶ summary
@@ -96,6 +98,7 @@ void remove_shm_leftovers(const std::string& run_id, const std::vector<pid_t>& p
 
 struct AttemptResult {
   StopCause cause = StopCause::kNone;
+  bool preempted = false;  // SIGUSR1 was forwarded: the workers were asked to checkpoint and leave
   int exit_status = 0;
   std::optional<int> failed_rank;
   std::optional<WorkerExit> failure;
@@ -268,6 +271,17 @@ class Attempt {
   void handle_signals() {
     for (int signal : relay_.take()) {
       if (signal == SIGCHLD) continue;  // reap() runs on every turn of the loop
+      if (signal == SIGUSR1) {
+        // Slurm's --signal=USR1@90: a warning before the job is stopped. The workers decide what to do
+        // (lockstep's Trainer checkpoints at the next step and exits 75); the launcher only passes it on
+        // and, afterwards, does not restart them.
+        if (cause_ == StopCause::kNone) {
+          message("received SIGUSR1; forwarding it to " + std::to_string(live_count()) + " worker(s)");
+          kill_all(SIGUSR1);
+          preempted_ = true;
+        }
+        continue;
+      }
       if (cause_ == StopCause::kNone) {
         message("received " + signal_name(signal) + "; forwarding it to " + std::to_string(live_count()) +
                 " worker(s), SIGKILL in " + grace_text());
@@ -385,6 +399,7 @@ class Attempt {
   AttemptResult result() const {
     AttemptResult r;
     r.cause = cause_;
+    r.preempted = preempted_;
     r.failed_rank = failed_rank_;
     r.failure = failure_;
     r.signal = stop_signal_;
@@ -443,6 +458,7 @@ class Attempt {
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Clock::time_point> drain_deadline_;
   bool killed_ = false;
+  bool preempted_ = false;
   std::optional<int> failed_rank_;
   std::optional<WorkerExit> failure_;
   std::optional<int> stop_signal_;
@@ -507,8 +523,10 @@ LaunchResult Launcher::run() {
     result.failure = attempt.failure;
     result.signal = attempt.signal;
     result.restarts = restart;
-    // Restart only after a worker failure, and not when the user also asked to stop meanwhile.
-    if (attempt.cause != StopCause::kWorkerFailed || attempt.signal || restart >= config_.max_restarts) {
+    // Restart only after a worker failure, and not when the user also asked to stop meanwhile, nor after
+    // a preemption notice (the workers left on purpose; the job is to be requeued, not retried here).
+    if (attempt.cause != StopCause::kWorkerFailed || attempt.signal || attempt.preempted ||
+        restart >= config_.max_restarts) {
       break;
     }
     *streams_.err << kTag << "restarting all " << config_.nproc_per_node << " worker(s) (restart "

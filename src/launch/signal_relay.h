@@ -10,7 +10,7 @@ namespace lockstep::launch::detail {
 /// Turns signals into bytes on a pipe that poll() can wait on (the self-pipe trick): the handler only
 /// write()s the signal number, which is async-signal-safe, and the launcher's loop does the rest.
 ///
-/// While alive it handles SIGCHLD, SIGINT, SIGTERM and SIGHUP (the last three only when they were not
+/// While alive it handles SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 (all but SIGCHLD only when they were not
 /// ignored: a launcher started with `nohup` or in the background keeps ignoring them) and ignores
 /// SIGPIPE (a closed stdout must not kill the launcher and orphan its workers). The destructor restores
 /// every previous disposition. At most one relay exists per process.
@@ -33,7 +33,7 @@ class SignalRelay {
   bool sigpipe_was_ignored() const { return old_pipe_.sa_handler == SIG_IGN; }
 
  private:
-  static constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+  static constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
   UniqueFd read_fd_;
   UniqueFd write_fd_;

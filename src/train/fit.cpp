@@ -263,6 +263,8 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   result.epochs = trained.epochs;
   result.weights_path = trained.weights_path;
   result.safetensors_path = trained.safetensors_path;
+  result.preempted = trained.preempted;
+  if (result.preempted) return result;  // the Trainer said where the position is
   if (environment.rank == 0) {
     if (result.epochs.empty()) {  // resumed after the last epoch, or --max-steps within the first one
       std::fprintf(output.out, "no epoch completed in this run (%lld step(s) in all, %d rank(s), %.1f s)\n",

@@ -4,7 +4,10 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -145,12 +148,14 @@ void remove_orphaned_temporaries(const std::string& dir) {
 
 // Fault injection for the recovery tests: LOCKSTEP_FAULT="RANK:STEP" kills rank RANK with SIGKILL right
 // after optimizer step STEP; "RANK:STEP:ckpt" kills it inside the first checkpoint write at or after that
-// step (the bytes written, not yet renamed into place). Only in the first run of a job
+// step (the bytes written, not yet renamed into place); "RANK:STEP:usr1" / ":term" makes it send SIGUSR1 /
+// SIGTERM to its parent, the launcher, once (a preemption notice, as Slurm or a scheduler sends it). Only in the first run of a job
 // (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish. Unset: nothing.
 struct Fault {
   int rank = -1;
   int64_t step = 0;
   bool in_checkpoint = false;
+  int signal_launcher = 0;  // "usr1" / "term": send it to the parent (the launcher) instead of dying
 
   static Fault from_env(const env::Environment& environment) {
     Fault fault;
@@ -160,15 +165,51 @@ struct Fault {
     long long step = 0;
     char where[8] = {0};
     const int fields = std::sscanf(text, "%d:%lld:%7s", &rank, &step, where);
-    if (fields < 2 || (fields == 3 && std::string(where) != "ckpt")) {
-      throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text + "' is not RANK:STEP or RANK:STEP:ckpt");
+    const std::string kind = fields == 3 ? where : "";
+    if (fields < 2 || !(kind.empty() || kind == "ckpt" || kind == "usr1" || kind == "term")) {
+      throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text +
+                                  "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term");
     }
     fault.rank = rank;
     fault.step = step;
-    fault.in_checkpoint = fields == 3;
+    fault.in_checkpoint = kind == "ckpt";
+    fault.signal_launcher = kind == "usr1" ? SIGUSR1 : kind == "term" ? SIGTERM : 0;
     return fault;
   }
   bool armed_for(int my_rank) const { return rank == my_rank; }
+};
+
+// SIGUSR1 and SIGTERM as a preemption notice: the handler only records the signal; the training loop
+// acts on it at the next step boundary. RAII: the previous handlers come back when fit() ends.
+std::atomic<int> preemption_signal{0};
+extern "C" void record_preemption_signal(int signal) { preemption_signal.store(signal); }
+
+class PreemptionHandlers {
+ public:
+  explicit PreemptionHandlers(bool install) : installed_(install) {
+    if (!installed_) return;
+    preemption_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = record_preemption_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &action, &old_usr1_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~PreemptionHandlers() {
+    if (!installed_) return;
+    ::sigaction(SIGUSR1, &old_usr1_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  PreemptionHandlers(const PreemptionHandlers&) = delete;
+  PreemptionHandlers& operator=(const PreemptionHandlers&) = delete;
+  bool installed() const { return installed_; }
+  static int pending() { return preemption_signal.load(); }
+
+ private:
+  bool installed_;
+  struct sigaction old_usr1_ {};
+  struct sigaction old_term_ {};
 };
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {
@@ -480,6 +521,11 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   const std::string last_ckpt =
       options_.ckpt_dir().empty() ? "" : (std::filesystem::path(options_.ckpt_dir()) / "last.ckpt").string();
   const Fault fault = Fault::from_env(environment);
+  bool fault_sent = false;
+  // A preemption notice (SIGUSR1, SIGTERM) becomes a checkpoint at the next step boundary, agreed by all
+  // ranks; only where there is somewhere to write it.
+  PreemptionHandlers preemption(!last_ckpt.empty());
+  int preempted_by = 0;
   const bool on_epoch_line = is_main;
   for (const auto& callback : options_.callbacks()) callback->on_fit_start(*this);
 
@@ -511,7 +557,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
     const auto train_start = Clock::now();
     int64_t samples = 0;
     int64_t batches_done = first_batch;
-    for (int64_t b = first_batch; b < epoch_batches && !max_steps_reached; ++b) {
+    for (int64_t b = first_batch; b < epoch_batches && !max_steps_reached && preempted_by == 0; ++b) {
       std::optional<data::Batch> batch = train_loader.next();
       TORCH_INTERNAL_ASSERT(batch.has_value(), "loader ended after ", b, " of ", epoch_batches, " batches");
       const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == epoch_batches;
@@ -557,7 +603,10 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       }
       run.position.batch = b + 1;
       if (steps_now && fault.armed_for(rank) && run.position.step >= fault.step) {
-        if (fault.in_checkpoint) {
+        if (fault.signal_launcher != 0) {
+          if (!fault_sent) ::kill(::getppid(), fault.signal_launcher);
+          fault_sent = true;
+        } else if (fault.in_checkpoint) {
           detail::checkpoint_written_hook() = [](const std::string&) { ::raise(SIGKILL); };
         } else {
           ::raise(SIGKILL);
@@ -570,13 +619,36 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
         }
         max_steps_reached = options_.max_steps() > 0 && step >= options_.max_steps();
         const bool due = options_.ckpt_every_n_steps() > 0 && step % options_.ckpt_every_n_steps() == 0;
-        if (!last_ckpt.empty() && (due || max_steps_reached)) save_checkpoint(last_ckpt);
+        if (preemption.installed()) {
+          // One tiny all-reduce per step, only with a ckpt_dir: the ranks got the signal at different
+          // steps, and all must stop at the same one.
+          at::Tensor notice = torch::full({1}, static_cast<double>(PreemptionHandlers::pending()), torch::kDouble);
+          group.all_reduce(notice, comm::ReduceOp::kMax).wait();
+          preempted_by = static_cast<int>(notice.item<double>());
+        }
+        if (!last_ckpt.empty() && (due || max_steps_reached || preempted_by != 0)) save_checkpoint(last_ckpt);
+        if (preempted_by != 0) group.barrier();  // every rank leaves after rank 0 has written it
       }
       for (const auto& callback : options_.callbacks()) callback->on_train_batch_end(*this, BatchEnd{b, steps_now, batch_loss});
       if (is_main && options_.progress_bar()) bar.update(b + 1, samples * world, batch_loss);
     }
     const double epoch_s = seconds_since(train_start);
     if (is_main && options_.progress_bar()) bar.finish();
+    if (preempted_by != 0) {
+      result.preempted = true;
+      result.stopped_early = true;
+      result.stop_reason = std::string("preempted by ") + (preempted_by == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+      if (is_main) {
+        std::fprintf(options_.out(),
+                     "%s at step %lld (epoch %lld, batch %lld): %s holds the position; exiting with status %d "
+                     "(requeue with --resume last)\n",
+                     result.stop_reason.c_str(), static_cast<long long>(run.position.step),
+                     static_cast<long long>(epoch + 1), static_cast<long long>(batches_done), last_ckpt.c_str(),
+                     kPreemptedExitStatus);
+        std::fflush(options_.out());
+      }
+      break;
+    }
     if (batches_done < epoch_batches) {  // max_steps stopped the epoch: no validation, no epoch metrics
       if (is_main) {
         std::fprintf(options_.out(), "stopped at max_steps %lld (epoch %lld, batch %lld of %lld)%s\n",
@@ -731,6 +803,10 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
     result.stop_reason = "max_steps";
   }
   result.global_step = run.position.step;
+  if (result.preempted) {
+    if (run.owned_group) run.owned_group->shutdown();
+    return result;
+  }
   for (const auto& callback : options_.callbacks()) callback->on_fit_end(*this);
 
   if (!options_.ckpt_dir().empty() && options_.save_final_weights()) {

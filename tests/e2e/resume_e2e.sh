@@ -10,6 +10,8 @@
 #               epoch onto 1 rank; a checkpoint inside that re-sharded epoch resumes exactly on 1 rank
 #   restart     kill -9 of a rank (and of rank 0 inside a checkpoint write) with --max-restarts: the job
 #               finishes with the undisturbed run's records
+#   preempt     SIGUSR1 / SIGTERM to the launcher: a checkpoint at the next step, exit 75 / 143, and the
+#               resumed run ends with the undisturbed run's records
 #   bad_resume  a missing file, a file that is not a checkpoint, a torn one, another model, optimizer or
 #               image shape: clear errors naming the file and the fix, exit != 0
 set -u
@@ -150,6 +152,27 @@ assert got[1] == ref[1], f"epoch records differ: {got[1]} != {ref[1]}"
 print(f"{len(ref[0])} steps and {len(ref[1])} epochs as undisturbed")
 PY
     ls -A "$dir" | grep -q '^\.' && fail "fault $fault: temporary files left: $(ls -A "$dir")"
+  done
+  ;;
+preempt)
+  # A preemption notice to the launcher mid-run: SIGUSR1 (Slurm's --signal=USR1@90) is forwarded to the
+  # ranks, which agree on a step, write last.ckpt and exit 75 (no restart, though --max-restarts allows
+  # one); SIGTERM stops the job (143) after the same checkpoint. Either way `--resume last` then ends with
+  # the undisturbed run's records.
+  fit --devices 2 --ckpt-dir "$work/ref" --metrics-file "$work/ref.jsonl" >/dev/null 2>&1 || fail "undisturbed run failed"
+  for notice in usr1:75 term:143; do
+    kind=${notice%%:*} want=${notice##*:} dir="$work/$kind"
+    LOCKSTEP_FAULT=1:6:$kind fit --devices 2 --ckpt-dir "$dir" --max-restarts 1 --metrics-file "$dir.jsonl" \
+      >"$dir.out" 2>&1
+    status=$?
+    [ "$status" -eq "$want" ] || { cat "$dir.out"; fail "$kind: exit status $status, expected $want"; }
+    grep -Eq "preempted by SIG(USR1|TERM) at step [0-9]+ .*exiting with status 75" "$dir.out" \
+      || { cat "$dir.out"; fail "$kind: no preemption report"; }
+    grep -q "restarting all" "$dir.out" && { cat "$dir.out"; fail "$kind: restarted after a preemption notice"; }
+    step=$(grep -Eo "preempted by SIG[A-Z0-9]+ at step [0-9]+" "$dir.out" | grep -Eo "[0-9]+$")
+    fit --devices 2 --ckpt-dir "$dir" --resume last --metrics-file "$dir.resumed.jsonl" >"$dir.resumed.out" 2>&1 \
+      || { cat "$dir.resumed.out"; fail "$kind: resuming failed"; }
+    same_after "$work/ref.jsonl" "$dir.resumed.jsonl" $((step + 1))
   done
   ;;
 bad_resume)

@@ -27,10 +27,13 @@ struct LaunchStreams {
 ///    naming the rank, how it ended and its last stderr lines; then restart (up to max_restarts) or
 ///    return its status (128 + N for signal N);
 ///  - the launcher gets SIGINT, SIGTERM or SIGHUP: the same signal to every worker, then the same
-///    grace/kill (a second signal kills at once); returns 128 + N.
+///    grace/kill (a second signal kills at once); returns 128 + N;
+///  - the launcher gets SIGUSR1 (Slurm's `--signal=USR1@90` preemption notice): SIGUSR1 to every
+///    worker's process group and nothing else; the workers decide (lockstep's Trainer writes a checkpoint
+///    at the next step and exits 75), and the job is not restarted after it: their status is returned.
 /// A command that cannot be started returns 127 (not found) or 126 (not executable), naming it.
 ///
-/// While `run()` runs it owns the process's SIGCHLD, SIGINT, SIGTERM and SIGHUP handlers (signals that
+/// While `run()` runs it owns the process's SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 handlers (signals that
 /// were ignored when it started stay ignored) and ignores SIGPIPE, restoring all of them when it
 /// returns. Hence one `run()` per process at a time (a second concurrent one throws `LaunchError`).
 /// It reaps only its own workers' pids, never other children of the process.

@@ -21,6 +21,8 @@ struct FitResult {
   std::vector<EpochMetrics> epochs;
   std::string weights_path;  ///< the final weights, when --ckpt-dir was given
   std::string safetensors_path;  ///< the same weights as safetensors (final.safetensors), with --ckpt-dir
+  /// SIGUSR1/SIGTERM stopped the run at a step boundary after writing last.ckpt (see TrainerResult).
+  bool preempted = false;
 };
 
 /// One rank of `lockstep fit`: loads the data, builds the model, joins the process group described by

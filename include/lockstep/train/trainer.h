@@ -111,12 +111,20 @@ class TrainerOptions {
   std::string producer_ = "lockstep Trainer";
 };
 
+/// The exit status lockstep's programs use after a preemption notice (SIGUSR1 or SIGTERM while training
+/// with a ckpt_dir): last.ckpt holds the position, and the job should be requeued with `--resume last`
+/// (EX_TEMPFAIL: "try again later").
+inline constexpr int kPreemptedExitStatus = 75;
+
 /// What fit() produced (the same on every rank).
 struct TrainerResult {
   std::vector<EpochMetrics> epochs;  ///< one per completed epoch, reduced over all ranks
   int64_t global_step = 0;
   bool stopped_early = false;        ///< a callback (or max_steps) ended the run before max_epochs
   std::string stop_reason;
+  /// A preemption notice (SIGUSR1 or SIGTERM, to any rank) stopped the run at a step boundary after
+  /// last.ckpt was written on every rank's behalf; no final weights. Exit with kPreemptedExitStatus.
+  bool preempted = false;
   std::string weights_path;          ///< ckpt_dir/final.pt, when written
   std::string safetensors_path;      ///< ckpt_dir/final.safetensors, when written
 };

@@ -134,23 +134,7 @@ restart)
       --metrics-file "$dir.jsonl" >"$dir.out" 2>&1 || { cat "$dir.out"; fail "fault $fault: the job failed"; }
     grep -q "restarting all 2 worker(s) (restart 1 of 2)" "$dir.out" || { cat "$dir.out"; fail "fault $fault: no restart"; }
     grep -q "restart 1: resuming from $dir/last.ckpt" "$dir.out" || { cat "$dir.out"; fail "fault $fault: no resume"; }
-    "$python" - "$work/ref.jsonl" "$dir.jsonl" <<'PY' || fail "fault $fault: records differ from the undisturbed run"
-import json, sys
-timing = {"epoch_s", "val_s", "samples_per_s"}
-def load(path):
-    steps, epochs = {}, {}
-    for line in open(path):
-        r = json.loads(line)
-        if "batch" in r:
-            steps[r["step"]] = r
-        else:
-            epochs[r["epoch"]] = {k: v for k, v in r.items() if k not in timing}
-    return steps, epochs
-ref, got = load(sys.argv[1]), load(sys.argv[2])
-assert got[0] == ref[0], "step records differ"
-assert got[1] == ref[1], f"epoch records differ: {got[1]} != {ref[1]}"
-print(f"{len(ref[0])} steps and {len(ref[1])} epochs as undisturbed")
-PY
+    same_after "$work/ref.jsonl" "$dir.jsonl" 1  # the last record of each step and epoch (see same_after)
     ls -A "$dir" | grep -q '^\.' && fail "fault $fault: temporary files left: $(ls -A "$dir")"
   done
   ;;

@@ -179,6 +179,11 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--log-every-n-steps", config.log_every_n_steps,
                  "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
       ->capture_default_str();
+  app.add_option("--on-nan", config.on_nan,
+                 "A NaN or infinite training loss: stop (naming the step and the rank), or skip that\n"
+                 "optimizer step on every rank (one extra 8-byte all-reduce per step)")
+      ->type_name("stop|skip")
+      ->capture_default_str();
   app.add_option("--max-restarts,--max_restarts", config.max_restarts,
                  "When a rank fails, stop all and start them again, up to K times; a restarted run resumes\n"
                  "from --ckpt-dir's last.ckpt (use --ckpt-every-n-steps to lose fewer steps)")

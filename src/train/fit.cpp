@@ -223,6 +223,7 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
       .resume(config.resume)
       .metrics_file(config.metrics_file)
       .log_every_n_steps(config.log_every_n_steps)
+      .on_nan(config.on_nan)
       .progress_bar(output.progress_bar)
       .out(output.out)
       .environment(environment)

@@ -277,6 +277,7 @@ void FitConfig::validate() const {
   check_at_least<int64_t>("--ckpt-every-n-steps", ckpt_every_n_steps, 0);
   check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
   check_at_least("--max-restarts", max_restarts, 0);
+  check_member("--on-nan", on_nan, {"stop", "skip"});
   if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);
   check_monitor_flags(*this);
   if (ckpt_every_n_steps > 0 && ckpt_dir.empty()) {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 #include <sstream>
 #include <thread>
@@ -149,13 +150,15 @@ void remove_orphaned_temporaries(const std::string& dir) {
 // Fault injection for the recovery tests: LOCKSTEP_FAULT="RANK:STEP" kills rank RANK with SIGKILL right
 // after optimizer step STEP; "RANK:STEP:ckpt" kills it inside the first checkpoint write at or after that
 // step (the bytes written, not yet renamed into place); "RANK:STEP:usr1" / ":term" makes it send SIGUSR1 /
-// SIGTERM to its parent, the launcher, once (a preemption notice, as Slurm or a scheduler sends it). Only in the first run of a job
+// SIGTERM to its parent, the launcher, once (a preemption notice, as Slurm or a scheduler sends it);
+// "RANK:STEP:nan" makes that rank's loss NaN for the batches of optimizer step STEP + 1. Only in the first run of a job
 // (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish. Unset: nothing.
 struct Fault {
   int rank = -1;
   int64_t step = 0;
   bool in_checkpoint = false;
   int signal_launcher = 0;  // "usr1" / "term": send it to the parent (the launcher) instead of dying
+  bool nan_loss = false;    // "nan": the loss of the batches of step STEP + 1 becomes NaN on that rank
 
   static Fault from_env(const env::Environment& environment) {
     Fault fault;
@@ -166,10 +169,11 @@ struct Fault {
     char where[8] = {0};
     const int fields = std::sscanf(text, "%d:%lld:%7s", &rank, &step, where);
     const std::string kind = fields == 3 ? where : "";
-    if (fields < 2 || !(kind.empty() || kind == "ckpt" || kind == "usr1" || kind == "term")) {
+    if (fields < 2 || !(kind.empty() || kind == "ckpt" || kind == "usr1" || kind == "term" || kind == "nan")) {
       throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text +
-                                  "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term");
+                                  "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan");
     }
+    fault.nan_loss = kind == "nan";
     fault.rank = rank;
     fault.step = step;
     fault.in_checkpoint = kind == "ckpt";
@@ -238,6 +242,9 @@ void TrainerOptions::validate() const {
                                 " is not a finite number >= 0 (0 turns clipping off)");
   }
   parse_precision(precision_);
+  if (on_nan_ != "stop" && on_nan_ != "skip") {
+    throw std::invalid_argument("on_nan '" + on_nan_ + "' is not known (expected stop or skip)");
+  }
   if (resume_ == "last" && ckpt_dir_.empty()) {
     throw std::invalid_argument("resume 'last' needs ckpt_dir (--ckpt-dir), where last.ckpt lives");
   }
@@ -525,6 +532,9 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   // A preemption notice (SIGUSR1, SIGTERM) becomes a checkpoint at the next step boundary, agreed by all
   // ranks; only where there is somewhere to write it.
   PreemptionHandlers preemption(!last_ckpt.empty());
+  const bool skip_nan = options_.on_nan() == "skip";
+  bool group_has_nan = false;  // a non-finite loss in the accumulation group in progress (skip_nan)
+  LoggedMetrics logged_before;
   int preempted_by = 0;
   const bool on_epoch_line = is_main;
   for (const auto& callback : options_.callbacks()) callback->on_fit_start(*this);
@@ -563,6 +573,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == epoch_batches;
       module->batch_size_ = batch->target.size(0);
       module->step_ = run.position.step;
+      if (skip_nan) logged_before = module->logged_;
       at::Tensor loss;
       {
         // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
@@ -577,6 +588,22 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
           throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor (batch " +
                                       std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
         }
+        if (fault.nan_loss && fault.armed_for(rank) && run.position.step == fault.step && !fault_sent) {
+          loss = loss * std::numeric_limits<double>::quiet_NaN();
+          fault_sent = steps_now;  // the batches of one optimizer step only
+        }
+        const double value = loss.item<double>();
+        if (!std::isfinite(value)) {
+          if (!skip_nan) {
+            throw std::runtime_error("non-finite training loss " + std::to_string(value) + " at step " +
+                                     std::to_string(run.position.step + 1) + " (epoch " + std::to_string(epoch) +
+                                     ", batch " + std::to_string(b) + ") on rank " + std::to_string(rank) +
+                                     ": lower the learning rate, clip gradients (--gradient-clip-val), check the "
+                                     "data, or skip such steps on every rank with --on-nan skip");
+          }
+          group_has_nan = true;
+          module->logged_ = logged_before;  // what this batch logged is dropped with the step
+        }
         run.scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
       }
       const double batch_loss = loss.item<double>();
@@ -584,7 +611,25 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       module->logged_.samples += batch->target.size(0);
       batches_done = b + 1;
       run.mid_accumulation = !steps_now;
-      if (steps_now) {
+      bool skip_step = false;
+      if (steps_now && skip_nan) {
+        // Every rank must skip the same steps: a NaN on one rank only still skips it everywhere.
+        at::Tensor flag = torch::full({1}, group_has_nan ? 1.0 : 0.0, torch::kDouble);
+        group.all_reduce(flag, comm::ReduceOp::kMax).wait();
+        skip_step = flag.item<double>() > 0;
+        group_has_nan = false;
+      }
+      if (skip_step) {
+        optimizer.zero_grad();
+        ++result.skipped_steps;
+        if (is_main) {
+          std::fprintf(options_.out(), "skipped optimizer step %lld (epoch %lld, batch %lld): non-finite loss on a rank\n",
+                       static_cast<long long>(run.position.step + 1), static_cast<long long>(epoch),
+                       static_cast<long long>(b));
+          std::fflush(options_.out());
+        }
+      }
+      if (steps_now && !skip_step) {
         if (options_.gradient_clip_val() > 0) {
           run.scaler.unscale(optimizer);
           torch::nn::utils::clip_grad_norm_(module->parameters(), options_.gradient_clip_val());
@@ -602,7 +647,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
         module->step_ = run.position.step;
       }
       run.position.batch = b + 1;
-      if (steps_now && fault.armed_for(rank) && run.position.step >= fault.step) {
+      if (steps_now && fault.armed_for(rank) && !fault.nan_loss && run.position.step >= fault.step) {
         if (fault.signal_launcher != 0) {
           if (!fault_sent) ::kill(::getppid(), fault.signal_launcher);
           fault_sent = true;
@@ -614,7 +659,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       }
       if (steps_now) {
         const int64_t step = run.position.step;
-        if (run.metrics_writer && options_.log_every_n_steps() > 0 && step % options_.log_every_n_steps() == 0) {
+        if (run.metrics_writer && !skip_step && options_.log_every_n_steps() > 0 && step % options_.log_every_n_steps() == 0) {
           run.metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, run.lr});
         }
         max_steps_reached = options_.max_steps() > 0 && step >= options_.max_steps();
@@ -629,7 +674,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
         if (!last_ckpt.empty() && (due || max_steps_reached || preempted_by != 0)) save_checkpoint(last_ckpt);
         if (preempted_by != 0) group.barrier();  // every rank leaves after rank 0 has written it
       }
-      for (const auto& callback : options_.callbacks()) callback->on_train_batch_end(*this, BatchEnd{b, steps_now, batch_loss});
+      for (const auto& callback : options_.callbacks()) callback->on_train_batch_end(*this, BatchEnd{b, steps_now && !skip_step, batch_loss});
       if (is_main && options_.progress_bar()) bar.update(b + 1, samples * world, batch_loss);
     }
     const double epoch_s = seconds_since(train_start);

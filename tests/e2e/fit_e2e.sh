@@ -117,6 +117,27 @@ PY
   expect_failure 1 "val_los" -- "$lockstep" fit --devices 1 --data synthetic --synthetic-size 256 --max-epochs 1 \
     --ckpt-dir "$work/ck2" --save-top-k 1 --monitor val_los
   ;;
+nan)
+  # A NaN loss on rank 1 at step 4 (injected): by default the job stops, naming the step, the rank and
+  # --on-nan; with --on-nan skip both ranks skip that step together and the run finishes with finite metrics.
+  common="--devices 2 --data synthetic --synthetic-size 512 --batch-size 32 --max-epochs 2 --progress off"
+  export LOCKSTEP_FAULT=1:3:nan
+  expect_failure 1 "non-finite training loss nan at step 4 (epoch 0, batch 3) on rank 1" -- \
+    "$lockstep" fit $common
+  grep -q -- "--on-nan skip" "$work/err" || fail "the NaN error does not name --on-nan skip"
+  "$lockstep" fit $common --on-nan skip --metrics-file "$work/skip.jsonl" >"$work/out" 2>&1 \
+    || { cat "$work/out"; fail "--on-nan skip did not finish"; }
+  grep -q "skipped optimizer step 4 (epoch 0, batch 3): non-finite loss on a rank" "$work/out" || { cat "$work/out"; fail "no skip report"; }
+  "$python" - "$work/skip.jsonl" <<'PY' || fail "wrong metrics after skipping a step"
+import json, math, sys
+epochs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(epochs) == 2, epochs
+assert all(math.isfinite(e["train_loss"]) and math.isfinite(e["val_loss"]) for e in epochs), epochs
+assert epochs[0]["step"] == 7 and epochs[1]["step"] == 15, [e["step"] for e in epochs]  # one step fewer
+PY
+  unset LOCKSTEP_FAULT
+  expect_failure 2 "--on-nan 'ignore' is not known (expected one of: stop, skip)" -- "$lockstep" fit --on-nan ignore
+  ;;
 bf16)
   # bf16-mixed: the forward under CPU autocast to bfloat16, float32 weights; 2 ranks learn the synthetic
   # task as float32 does (accuracy within a few points), and the weights written stay float32.

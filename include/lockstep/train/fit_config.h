@@ -122,6 +122,9 @@ struct FitConfig {
   /// Restart every rank after one fails, up to this many times (torchrun's --max-restarts); a restarted
   /// run resumes from ckpt_dir/last.ckpt when there is one.
   int max_restarts = 0;
+  /// A non-finite training loss: stop (the error names the step, the rank and the value) | skip (every
+  /// rank skips that optimizer step, agreed by one extra all-reduce per step).
+  std::string on_nan = "stop";
 
   // Best checkpoints and early stopping (Lightning's ModelCheckpoint and EarlyStopping callbacks).
   std::string monitor = "val_loss";  ///< the epoch metric that --save-top-k and early stopping rank by

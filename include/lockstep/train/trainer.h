@@ -70,6 +70,10 @@ class TrainerOptions {
   /// A process group to train in (tests, programs that made their own); unset: fit() makes one from the
   /// environment and shuts it down at the end. Not owned.
   LOCKSTEP_OPTION(TrainerOptions, comm::ProcessGroup*, process_group)
+  /// A non-finite loss from training_step: "stop" (throws std::runtime_error naming the step, the rank
+  /// and the value; the launcher then stops the other ranks) or "skip" (every rank skips that optimizer
+  /// step and drops what the step logged; agreed by one 8-byte all-reduce per step).
+  LOCKSTEP_OPTION(TrainerOptions, std::string, on_nan)
   /// Written into checkpoints, for people reading them later.
   LOCKSTEP_OPTION(TrainerOptions, std::string, description)
   /// The "producer" of final.safetensors' metadata.
@@ -107,6 +111,7 @@ class TrainerOptions {
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<env::Environment> environment_;
   comm::ProcessGroup* process_group_ = nullptr;
+  std::string on_nan_ = "stop";
   std::string description_;
   std::string producer_ = "lockstep Trainer";
 };
@@ -121,6 +126,7 @@ struct TrainerResult {
   std::vector<EpochMetrics> epochs;  ///< one per completed epoch, reduced over all ranks
   int64_t global_step = 0;
   bool stopped_early = false;        ///< a callback (or max_steps) ended the run before max_epochs
+  int64_t skipped_steps = 0;         ///< optimizer steps skipped for a non-finite loss (on_nan "skip")
   std::string stop_reason;
   /// A preemption notice (SIGUSR1 or SIGTERM, to any rank) stopped the run at a step boundary after
   /// last.ckpt was written on every rank's behalf; no final weights. Exit with kPreemptedExitStatus.

@@ -32,12 +32,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int threads_per_rank(const FitConfig& config, const env::Environment& environment) {
-  if (config.threads > 0) return config.threads;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
-}
-
 // Loader threads: as asked, or (auto) one if every rank's training threads leave it a core. On a host
 // whose cores are all busy training, a loader thread only takes time from the training thread it feeds.
 int64_t loader_workers(const FitConfig& config, const env::Environment& environment, int threads) {
@@ -236,7 +230,7 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
 FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output) {
   config.validate();
   const auto started = Clock::now();
-  const int threads = threads_per_rank(config, environment);
+  const int threads = threads_per_rank(config.threads, environment);
   // Everything that can fail on bad input fails here, before the first collective.
   FitDataModule data(config, loader_workers(config, environment, threads));
   const detail::FitData& loaded = data.data();

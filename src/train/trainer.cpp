@@ -67,12 +67,6 @@ void check_against_environment(const TrainerOptions& options, const env::Environ
   }
 }
 
-int threads_per_rank(const TrainerOptions& options, const env::Environment& environment) {
-  if (options.threads() > 0) return options.threads();
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
-}
-
 // This program's own command line, to start it again as ranks.
 std::vector<std::string> own_command_line() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
@@ -221,6 +215,12 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 }  // namespace
+
+int threads_per_rank(int requested, const env::Environment& environment) {
+  if (requested > 0) return requested;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
+}
 
 void TrainerOptions::validate() const {
   auto at_least = [](const char* name, int64_t value, int64_t least) {
@@ -378,7 +378,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision == Precision::k16Mixed;  // bfloat16 has float32's range: no scaling
   run.scaler = GradScaler(scaler_options);
-  if (!options_.process_group()) at::set_num_threads(threads_per_rank(options_, environment));
+  if (!options_.process_group()) at::set_num_threads(threads_per_rank(options_.threads(), environment));
 
   // With a process group of the caller's (threads in tests), who is who comes from the group.
   const bool is_main = (options_.process_group() ? options_.process_group()->rank() : environment.rank) == 0;

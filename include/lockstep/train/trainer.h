@@ -121,6 +121,9 @@ class TrainerOptions {
 /// (EX_TEMPFAIL: "try again later").
 inline constexpr int kPreemptedExitStatus = 75;
 
+/// Intra-op threads per rank: `requested` when > 0, else the host's cores shared by this node's ranks.
+int threads_per_rank(int requested, const env::Environment& environment);
+
 /// What fit() produced (the same on every rank).
 struct TrainerResult {
   std::vector<EpochMetrics> epochs;  ///< one per completed epoch, reduced over all ranks

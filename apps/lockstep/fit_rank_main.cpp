@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "fit_flags.h"
+#include "lockstep/comm/comm_error.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/fit.h"
 #include "lockstep/train/trainer.h"
@@ -21,6 +23,13 @@ int main(int argc, char** argv) {
     output.progress_bar = config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
     const lockstep::train::FitResult result = lockstep::train::fit(config, environment, output);
     return result.preempted ? lockstep::train::kPreemptedExitStatus : 0;
+  } catch (const lockstep::comm::CommError& e) {
+    // The message names this rank already. Leave at once: the backend may still be inside a collective
+    // that will never finish (a peer is gone or called another one), and the destructors would wait for
+    // it or touch what its threads still use.
+    std::fprintf(stderr, "lockstep fit: %s\n", e.what());
+    std::fflush(nullptr);
+    std::_Exit(1);
   } catch (const std::exception& e) {
     if (rank >= 0) {
       std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, e.what());

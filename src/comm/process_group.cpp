@@ -15,6 +15,7 @@
 #include "lockstep/comm/process_group_hier.h"
 #include "lockstep/comm/process_group_shm.h"
 #include "lockstep/comm/rendezvous.h"
+#include "progress.h"
 
 namespace lockstep::comm {
 namespace {
@@ -54,7 +55,15 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
       rank_(options_.rank()),
       size_(options_.world_size()),
       native_average_(native_ && (native_->getBackendName() == "shm" || native_->getBackendName() == "hier")),
-      shut_down_(false) {}
+      shut_down_(false) {
+  if (native_) {
+    progress_ = std::make_shared<detail::Progress>(job_store_, rank_, size_, options_.progress_interval(),
+                                                   detail::Progress::heartbeat_fd_from_env());
+    // The shm backend checks signatures and names missing ranks itself, inside the collective (and the
+    // hierarchical one is shm inside each node): only the others wait in slices to read the records.
+    diagnose_ = size_ > 1 && options_.backend() != Backend::kShm && options_.backend() != Backend::kHier;
+  }
+}
 
 ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept { *this = std::move(other); }
 
@@ -69,6 +78,8 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
     sequence_ = other.sequence_;
     native_average_ = other.native_average_;
     shut_down_ = other.shut_down_;
+    progress_ = std::move(other.progress_);
+    diagnose_ = other.diagnose_;
     other.shut_down_ = true;
   }
   return *this;
@@ -76,6 +87,12 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
 
 ProcessGroup::~ProcessGroup() {
   // No check-out wait here: a destructor may run while an exception unwinds, and must not block.
+  if (progress_ && progress_->abandoned() && native_) {
+    // A wait gave up on a collective still in flight: the backend's threads are blocked in it until its
+    // own timeout, and destroying the backend would join them. Leave it to the end of the process.
+    (void)native_.release();
+  }
+  progress_.reset();
   native_.reset();
   job_store_.reset();
   root_store_.reset();
@@ -97,6 +114,14 @@ std::string ProcessGroup::describe(const char* op, const std::vector<at::Tensor>
   return out.str();
 }
 
+Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
+                           std::function<void()> finish) {
+  if (progress_) progress_->issued(sequence_, description);
+  Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(), std::move(finish));
+  work.track(progress_, sequence_, diagnose_);
+  return work;
+}
+
 Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
   std::vector<at::Tensor> tensors{tensor};
   return all_reduce(tensors, op);
@@ -114,8 +139,7 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
       for (auto& t : tensors) detail::divide_for_average(t, size);
     };
   }
-  return Work(native_->allreduce(tensors, opts), std::move(description), rank_, options_.collective_timeout(),
-              std::move(finish));
+  return tracked(native_->allreduce(tensors, opts), std::move(description), std::move(finish));
 }
 
 at::Tensor ProcessGroup::new_comm_buffer(int64_t numel, const at::TensorOptions& options) {
@@ -139,7 +163,7 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   opts.rootTensor = 0;
   opts.timeout = options_.collective_timeout();
   auto description = describe("broadcast", tensors) + " from rank " + std::to_string(root);
-  return Work(native_->broadcast(tensors, opts), std::move(description), rank_, options_.collective_timeout());
+  return tracked(native_->broadcast(tensors, opts), std::move(description));
 }
 
 at::Tensor ProcessGroup::all_gather_stacked(const at::Tensor& input) {
@@ -186,25 +210,31 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
     // a barrier is the same synchronisation (every rank passes an empty input, as sizes must match).
     c10d::BarrierOptions barrier;
     barrier.timeout = options_.collective_timeout();
-    return Work(native_->barrier(barrier), describe("allgather", in) + " (empty: barrier)", rank_,
-                options_.collective_timeout());
+    auto description = describe("allgather", in) + " (empty: barrier)";
+      return tracked(native_->barrier(barrier), std::move(description));
   }
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);
-  return Work(native_->allgather(out, in, opts), std::move(description), rank_, options_.collective_timeout());
+  return tracked(native_->allgather(out, in, opts), std::move(description));
 }
 
 void ProcessGroup::barrier() {
   check_open("barrier");
   c10d::BarrierOptions opts;
   opts.timeout = options_.collective_timeout();
-  Work(native_->barrier(opts), describe("barrier", {}), rank_, options_.collective_timeout()).wait();
+  auto description = describe("barrier", {});
+  tracked(native_->barrier(opts), std::move(description)).wait();
 }
 
 void ProcessGroup::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (progress_) {
+    progress_->stop();
+    if (progress_->abandoned() && native_) (void)native_.release();  // see ~ProcessGroup
+    progress_.reset();
+  }
   native_.reset();
   if (job_store_) {
     // Rank 0 serves the TCPStore: it leaves last, so no rank loses the store mid-operation.

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <memory>
+
 #include <chrono>
 #include <exception>
 #include <random>
@@ -10,10 +13,10 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/network.h"
+#include "lockstep/comm/tcp_store.h"
+#include "lockstep/comm/tcp_store_server.h"
 
 namespace lockstep::comm {
 namespace {
@@ -54,30 +57,77 @@ milliseconds remaining(Clock::time_point deadline) {
   return left.count() > 1 ? left : milliseconds(1);
 }
 
+// The error for a process whose job identity differs from the store's: another run id, or the same run
+// with another world size.
+CommError refusal(const ProcessGroupOptions& o, const std::string& their_run, const std::string& their_size) {
+  if (their_run != o.run_id()) {
+    return CommError(o.rank(), kOp,
+                     "refused: the rendezvous server at " + endpoint(o) + " belongs to run id '" + their_run +
+                         "' (world size " + their_size + ") but this process has run id '" + o.run_id() +
+                         "'. Another job is using this port: point MASTER_ADDR/MASTER_PORT at your own "
+                         "job's rank 0, or give every rank of one job the same TORCHELASTIC_RUN_ID / "
+                         "--rdzv-id.");
+  }
+  return CommError(o.rank(), kOp,
+                   "refused: rank 0 of run '" + their_run + "' has WORLD_SIZE=" + their_size +
+                       " but this process has WORLD_SIZE=" + std::to_string(o.world_size()) +
+                       ": every rank (and every node's launcher) must use the same world size.");
+}
+
+// Where rank 0's store listens. A single-node job whose master_addr is local loopback listens on that
+// loopback address only: nothing outside this host has any business with it. Otherwise it listens on the
+// address master_addr names (its clients connect there), with one exception: a multi-node job whose
+// master_addr is a host name that resolves to loopback here (Debian maps the host's own name to
+// 127.0.1.1) is reached by the other nodes at this host's real address, so it listens on every interface.
+std::string store_listen_host(const ProcessGroupOptions& o) {
+  const std::string local = local_address_for(o.master_addr());  // throws, naming the host, if unresolvable
+  if (!is_loopback_address(local)) return o.master_addr();
+  if (o.num_nodes() == 1 || is_loopback_address(o.master_addr())) return o.master_addr();
+  return "";
+}
+
+// Step 1: rank 0 starts the store's server; every rank (rank 0 too) connects to it and shows the job's
+// token (run id and world size) in its handshake, so a process of another job is refused right here.
 c10::intrusive_ptr<c10d::Store> connect_tcp_store(const ProcessGroupOptions& o) {
-  c10d::TCPStoreOptions tcp;
-  tcp.port = static_cast<std::uint16_t>(o.master_port());
-  tcp.isServer = o.rank() == 0;
-  tcp.waitWorkers = false;  // check-in below waits, with a message that names missing ranks
-  tcp.timeout = o.rendezvous_timeout();
-  const bool server = o.rank() == 0;
-  try {
-    return c10::make_intrusive<c10d::TCPStore>(o.master_addr(), tcp);
-  } catch (const std::exception& e) {
-    if (server && !port_is_free(o.master_port())) {
+  std::shared_ptr<TcpStoreServer> server;
+  if (o.rank() == 0) {
+    std::string host;
+    try {
+      host = store_listen_host(o);
+      server = std::make_shared<TcpStoreServer>(TcpStoreServerOptions(o.run_id(), o.world_size())
+                                                    .host(host)
+                                                    .port(o.master_port())
+                                                    .refused_key(kRefusedKey));
+    } catch (const StoreBindError& e) {
+      if (e.error_code() == EADDRINUSE || !port_is_free(o.master_port())) {
+        throw CommError(o.rank(), kOp,
+                        "port " + std::to_string(o.master_port()) +
+                            " is already in use on this host, so rank 0 cannot serve the rendezvous store "
+                            "there. Another job (or a stale process) holds it: stop it, choose another "
+                            "port with --master-port / MASTER_PORT, or use `lockstep run --standalone` to "
+                            "pick a free one. (" +
+                            e.what() + ")");
+      }
       throw CommError(o.rank(), kOp,
-                      "port " + std::to_string(o.master_port()) +
-                          " is already in use on this host, so rank 0 cannot serve the rendezvous store "
-                          "there. Another job (or a stale process) holds it: stop it, choose another "
-                          "port with --master-port / MASTER_PORT, or use `lockstep run --standalone` to "
-                          "pick a free one. (" +
-                          e.what() + ")");
-    }
-    if (server) {
+                      "rank 0 could not start the rendezvous store at " + endpoint(o) + " (listening on " +
+                          (host.empty() ? std::string("all interfaces") : host) +
+                          "): MASTER_ADDR must name this host (rank 0's). (" + e.what() + ")");
+    } catch (const std::runtime_error& e) {
       throw CommError(o.rank(), kOp,
                       "rank 0 could not start the rendezvous store at " + endpoint(o) +
                           ": MASTER_ADDR must name this host (rank 0's). (" + e.what() + ")");
     }
+  }
+  try {
+    auto store = c10::make_intrusive<TcpStore>(
+        TcpStoreOptions(o.master_addr(), o.master_port(), o.run_id(), o.world_size(), o.rank())
+            .connect_timeout(o.rendezvous_timeout())
+            .timeout(o.rendezvous_timeout()));
+    store->keep_server(std::move(server));
+    return store;
+  } catch (const StoreRefusedError& e) {
+    throw refusal(o, e.their_run_id(), std::to_string(e.their_world_size()));
+  } catch (const std::exception& e) {
     throw CommError(o.rank(), kOp,
                     "could not reach the rendezvous server at " + endpoint(o) + " within " +
                         seconds_text(o.rendezvous_timeout()) +
@@ -92,9 +142,9 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const ProcessGroupOptions& o) 
 void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_point deadline) {
   const std::string mine = job_token(o);
   if (o.rank() == 0) {
-    // A TCPStore served by rank 0 is new, so the key is normally absent; it is present only when a
-    // store is reused (an in-memory store, or a stranger that serves this port). compareSet alone would
-    // do, but Debian's TCPStore (1.13) does not wake waiters on compareSet, so publish with set().
+    // A store served by rank 0 is new, so the key is normally absent; it is present only when a store
+    // is reused (an in-memory store passed in the options). Over TCP the server's handshake has already
+    // turned strangers away; this check is what protects a store given in the options.
     const std::string current = store.check({kJobKey}) ? text(store.get(kJobKey)) : mine;
     if (current == mine) store.set(kJobKey, bytes(mine));
     if (current != mine) {
@@ -117,22 +167,12 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
   const auto split = theirs.find('\n');
   const std::string their_run = theirs.substr(0, split);
   const std::string their_size = split == std::string::npos ? "?" : theirs.substr(split + 1);
-  // Leave a trace for rank 0 of the other job, then refuse.
+  // Leave a trace for rank 0 of the other job, then refuse. (Over TCP the server records refusals
+  // under the same keys itself.)
   const auto n = store.add(kRefusedKey, 1);
   store.set(std::string(kRefusedKey) + "/" + std::to_string(n),
             bytes("run id '" + o.run_id() + "', rank " + std::to_string(o.rank())));
-  if (their_run != o.run_id()) {
-    throw CommError(o.rank(), kOp,
-                    "refused: the rendezvous server at " + endpoint(o) + " belongs to run id '" + their_run +
-                        "' (world size " + their_size + ") but this process has run id '" + o.run_id() +
-                        "'. Another job is using this port: point MASTER_ADDR/MASTER_PORT at your own "
-                        "job's rank 0, or give every rank of one job the same TORCHELASTIC_RUN_ID / "
-                        "--rdzv-id.");
-  }
-  throw CommError(o.rank(), kOp,
-                  "refused: rank 0 of run '" + their_run + "' has WORLD_SIZE=" + their_size +
-                      " but this process has WORLD_SIZE=" + std::to_string(o.world_size()) +
-                      ": every rank (and every node's launcher) must use the same world size.");
+  throw refusal(o, their_run, their_size);
 }
 
 // Processes of other jobs that were refused at this store (step 2 leaves their trace), as a sentence.

@@ -1,10 +1,22 @@
 #include "lockstep/comm/work.h"
 
+#include <algorithm>
 #include <exception>
+#include <thread>
 
 #include "lockstep/comm/comm_error.h"
+#include "progress.h"
 
 namespace lockstep::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string timeout_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count() / 1000.0).substr(0, 6) + " s";
+}
+
+}  // namespace
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string description, int rank,
            std::chrono::milliseconds timeout, std::function<void()> on_success)
@@ -14,20 +26,79 @@ Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string description, int ran
       timeout_(timeout),
       on_success_(std::move(on_success)) {}
 
+void Work::track(std::shared_ptr<detail::Progress> progress, std::uint64_t sequence, bool diagnose) {
+  progress_ = std::move(progress);
+  sequence_ = sequence;
+  diagnose_ = diagnose && progress_ != nullptr;
+}
+
+Work Work::then(std::function<void()> finish, const std::string& note) && {
+  Work out = std::move(*this);
+  out.description_ += note;
+  if (out.on_success_) {
+    out.on_success_ = [first = std::move(out.on_success_), second = std::move(finish)]() {
+      first();
+      second();
+    };
+  } else {
+    out.on_success_ = std::move(finish);
+  }
+  return out;
+}
+
 void Work::wait() {
   if (done_) return;
   TORCH_CHECK(work_, "wait() on an empty lockstep::comm::Work");
+  if (progress_) progress_->wait_started();
+  const auto deadline = Clock::now() + timeout_;
+  std::string mismatch;
   try {
-    work_->wait(timeout_);
+    if (!diagnose_) {
+      work_->wait(timeout_);
+    } else {
+      // In slices: between them, another rank's record may show a different collective under this
+      // number, and then waiting longer is pointless.
+      const auto slice = progress_->interval();
+      for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left <= slice) {
+          work_->wait(std::max(left, std::chrono::milliseconds(1)));
+          break;
+        }
+        try {
+          work_->wait(slice);
+          break;
+        } catch (const std::exception&) {
+          if (work_->isCompleted()) throw;  // the collective itself failed
+          mismatch = progress_->find_mismatch();
+          if (!mismatch.empty()) throw;
+        }
+      }
+    }
   } catch (const std::exception& e) {
     done_ = true;
+    const bool abandoned = !work_->isCompleted();
+    std::string explanation;
+    if (progress_) {
+      progress_->wait_ended(sequence_, /*succeeded=*/false);
+      if (abandoned) progress_->mark_abandoned();
+      if (diagnose_ && mismatch.empty()) {
+        // Let every rank's record catch up with the moment of the failure, then read them.
+        progress_->publish_now();
+        std::this_thread::sleep_for(progress_->interval() + std::chrono::milliseconds(200));
+        mismatch = progress_->find_mismatch();
+        if (mismatch.empty()) explanation = progress_->explain_missing(sequence_);
+      }
+    }
+    if (!mismatch.empty()) throw CommError(rank_, description_, mismatch);
     throw CommError(rank_, description_,
                     std::string("failed: ") + e.what() +
                         " — a peer may have exited or be stuck, or the ranks called different collectives "
                         "(every rank must call the same ones in the same order). Collective timeout: " +
-                        std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s (LOCKSTEP_TIMEOUT).");
+                        timeout_text(timeout_) + " (--collective-timeout, LOCKSTEP_TIMEOUT)." + explanation);
   }
   done_ = true;
+  if (progress_) progress_->wait_ended(sequence_, /*succeeded=*/true);
   if (on_success_) on_success_();
 }
 

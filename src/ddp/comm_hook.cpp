@@ -58,8 +58,7 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
       for (auto& part : parts) bucket.add_(part.view(at::kBFloat16));
       if (world > 1) bucket.div_(world);
     };
-    return comm::Work(gather.native(), std::string(name()) + " allgather" + shape, group.rank(),
-                      group.options().collective_timeout(), std::move(finish));
+    return std::move(gather).then(std::move(finish), std::string(" for ") + name() + shape);
   }
 #endif
   comm::Work reduce = group.all_reduce(*staging, comm::ReduceOp::kSum);
@@ -68,8 +67,7 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
     bucket.copy_(staged);
     if (world > 1) bucket.div_(world);
   };
-  return comm::Work(reduce.native(), std::string(name()) + " allreduce" + shape, group.rank(), group.options().collective_timeout(),
-                    std::move(finish));
+  return std::move(reduce).then(std::move(finish), std::string(" for ") + name() + shape);
 }
 
 }  // namespace lockstep::ddp

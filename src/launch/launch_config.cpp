@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <string>
 
 #include "lockstep/launch/detail/host.h"
@@ -52,6 +53,20 @@ LaunchConfig resolve(const LaunchOptions& options) {
         "grace_period=" + std::to_string(options.grace_period().count()) + "ms is not valid (expected >= 0)");
   config.grace_period = options.grace_period();
   if (options.direct_stdout_local_rank()) config.direct_stdout_local_rank = *options.direct_stdout_local_rank();
+
+  if (options.collective_timeout()) {
+    check(options.collective_timeout()->count() > 0,
+          "--collective-timeout=" + std::to_string(options.collective_timeout()->count() / 1000.0) +
+              " is not valid (expected a positive number of seconds)");
+    config.collective_timeout = *options.collective_timeout();
+    config.collective_timeout_given = true;
+  } else if (const char* raw = std::getenv("LOCKSTEP_TIMEOUT"); raw != nullptr && *raw != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(raw, &end);
+    check(end != raw && *end == '\0' && seconds > 0 && seconds <= 1e7,
+          std::string("LOCKSTEP_TIMEOUT='") + raw + "' is not a valid timeout: give a positive number of seconds");
+    config.collective_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+  }
 
   if (options.master_port()) {
     const int port = *options.master_port();

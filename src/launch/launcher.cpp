@@ -36,6 +36,10 @@
 //        │                  ├─ SIGINT/TERM/HUP ─▶ stop: that signal to every group (twice: SIGKILL)
 //        │                  ├─ SIGUSR1    ─▶ forwarded to every group, no stop (preemption notice: the
 //        │                  │                 workers checkpoint and exit themselves; no restart after it)
+//        │                  ├─ heartbeats ─▶ each worker's progress (comm/progress.h); in a multi-rank
+//        │                  │                 job, a worker silent for the collective timeout, or that
+//        │                  │                 reaches no collective for that long, is killed and the
+//        │                  │                 others stopped, as after a failure (check_stalls)
 //        │                  └─ timeout    ─▶ grace period over: SIGKILL to every group
 //        └─ all workers exited ─▶ read the pipes to EOF (bounded by kDrainTimeout, for grandchildren
 //                                 that escaped their group and keep a pipe open) ─▶ summary
@@ -64,12 +68,29 @@ constexpr int kMaxPollMs = 500;
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
 constexpr const char* kTag = "lockstep run: ";
 
+// What a worker's heartbeats said last (lines "<issued> <finished> <waiting 0|1> <last collective>", or
+// "bye" when its process group ended; see comm/progress.h).
+struct Heartbeat {
+  bool started = false;  // a lockstep process group in the worker is reporting
+  bool ended = false;    // "bye", or the pipe closed
+  Clock::time_point last_beat;
+  Clock::time_point last_progress;  // when issued/finished last changed
+  Clock::time_point last_active;    // the same, or the last beat that said "waiting"
+  std::string progress;           // "<issued> <finished>"
+  bool waiting = false;
+  bool last_finished = false;     // the last collective issued has finished
+  std::string last_op;
+  std::string partial;            // an incomplete line
+};
+
 struct Worker {
   int local_rank = 0;
   int rank = 0;
   pid_t pid = -1;
   detail::UniqueFd out_fd;
   detail::UniqueFd err_fd;
+  detail::UniqueFd heartbeat_fd;
+  Heartbeat heartbeat;
   std::unique_ptr<detail::OutputForwarder> out;
   std::unique_ptr<detail::OutputForwarder> err;
   std::optional<WorkerExit> exit;  // set once it has exited
@@ -168,6 +189,7 @@ class Attempt {
     detail::SpawnSettings settings;
     settings.null_stdin = ::isatty(STDIN_FILENO) == 1;
     settings.default_sigpipe = !relay_.sigpipe_was_ignored();
+    settings.heartbeat_fd = kHeartbeatFd;
     const EnvEntries base = current_environment();
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
@@ -188,19 +210,23 @@ class Attempt {
       w.held = true;
       w.out_fd = std::move(spawned.out);
       w.err_fd = std::move(spawned.err);
+      w.heartbeat_fd = std::move(spawned.heartbeat);
       const auto index = static_cast<std::size_t>(local_rank);
       w.out = std::make_unique<detail::OutputForwarder>(rank, *streams_.out, out_logs_[index]);
       w.err = std::make_unique<detail::OutputForwarder>(rank, *streams_.err, err_logs_[index]);
     }
   }
 
+  enum class Pipe { kOut, kErr, kHeartbeat };
+
   void loop() {
     std::vector<pollfd> fds;
-    std::vector<std::pair<Worker*, bool /*stderr*/>> owners;
+    std::vector<std::pair<Worker*, Pipe>> owners;
     for (;;) {
       handle_signals();
       reap();
       const auto now = Clock::now();
+      check_stalls(now);
       if (kill_deadline_ && !killed_ && now >= *kill_deadline_) {
         kill_all(SIGKILL);
         killed_ = true;
@@ -213,15 +239,19 @@ class Attempt {
       fds.clear();
       owners.clear();
       fds.push_back({relay_.fd(), POLLIN, 0});
-      owners.emplace_back(nullptr, false);
+      owners.emplace_back(nullptr, Pipe::kOut);
       for (Worker& w : workers_) {
         if (w.out_fd.valid()) {
           fds.push_back({w.out_fd.get(), POLLIN, 0});
-          owners.emplace_back(&w, false);
+          owners.emplace_back(&w, Pipe::kOut);
         }
         if (w.err_fd.valid()) {
           fds.push_back({w.err_fd.get(), POLLIN, 0});
-          owners.emplace_back(&w, true);
+          owners.emplace_back(&w, Pipe::kErr);
+        }
+        if (w.heartbeat_fd.valid()) {
+          fds.push_back({w.heartbeat_fd.get(), POLLIN, 0});
+          owners.emplace_back(&w, Pipe::kHeartbeat);
         }
       }
       const int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms(now));
@@ -233,7 +263,11 @@ class Attempt {
       bool wrote = false;
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        wrote = read_pipe(*owners[i].first, owners[i].second) || wrote;
+        if (owners[i].second == Pipe::kHeartbeat) {
+          read_heartbeat(*owners[i].first);
+        } else {
+          wrote = read_pipe(*owners[i].first, owners[i].second == Pipe::kErr) || wrote;
+        }
       }
       if (wrote) flush();
     }
@@ -266,6 +300,94 @@ class Attempt {
     forwarder.finish();  // EOF (or a read error): the last line without newline, then close
     fd.reset();
     return true;
+  }
+
+  void read_heartbeat(Worker& w) {
+    ssize_t n;
+    do {
+      n = ::read(w.heartbeat_fd.get(), buffer_, sizeof(buffer_));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {  // EOF: the worker (and every process that inherited the pipe) is gone
+      w.heartbeat.ended = true;
+      w.heartbeat_fd.reset();
+      return;
+    }
+    Heartbeat& beat = w.heartbeat;
+    beat.partial.append(buffer_, static_cast<std::size_t>(n));
+    const auto now = Clock::now();
+    std::size_t start = 0;
+    for (std::size_t end; (end = beat.partial.find('\n', start)) != std::string::npos; start = end + 1) {
+      const std::string line = beat.partial.substr(start, end - start);
+      if (line == "bye") {
+        beat.ended = true;
+        continue;
+      }
+      // "<issued> <finished> <waiting> <last collective>"
+      const auto first = line.find(' ');
+      const auto second = first == std::string::npos ? first : line.find(' ', first + 1);
+      if (second == std::string::npos || second + 2 > line.size()) continue;
+      const std::string progress = line.substr(0, second);
+      beat.waiting = line[second + 1] == '1';
+      // Progress: a collective issued or finished, or still waiting in one (a wait that ends with an
+      // error leaves the numbers as they were, and the rank must get the time to report it).
+      if (!beat.started || progress != beat.progress) beat.last_progress = now;
+      if (!beat.started || progress != beat.progress || beat.waiting) beat.last_active = now;
+      beat.started = true;
+      beat.ended = false;
+      beat.progress = progress;
+      beat.last_finished = progress.substr(0, first) == progress.substr(first + 1);
+      beat.last_op = second + 3 <= line.size() ? line.substr(second + 3) : "";
+      beat.last_beat = now;
+    }
+    beat.partial.erase(0, start);
+    if (beat.partial.size() > 4096) beat.partial.clear();  // not heartbeats: ignore
+  }
+
+  // In a job of several ranks, a worker that reports through heartbeats but went silent, or reached no
+  // collective, for the collective timeout holds every other rank up: kill it and stop the job, as
+  // after a failure (so --max-restarts applies).
+  void check_stalls(Clock::time_point now) {
+    if (cause_ != StopCause::kNone || config_.world_size() <= 1) return;
+    const auto timeout = config_.collective_timeout;
+    for (Worker& w : workers_) {
+      const Heartbeat& beat = w.heartbeat;
+      if (w.exit || !beat.started || beat.ended) continue;
+      const std::string last = beat.last_op.empty() || beat.last_op == "-" ? std::string("none yet") : beat.last_op;
+      if (now - beat.last_beat > timeout) {
+        stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) +
+                     " (collective timeout " + seconds_text(timeout) + "): the process is stopped (SIGSTOP, a "
+                     "debugger) or hung in the kernel; its last collective: " + last);
+      } else if (!beat.waiting && now - beat.last_active > timeout) {
+        stall(w, "reached no collective for " + seconds_text(now - beat.last_active) + " (collective timeout " +
+                     seconds_text(timeout) + "); its last collective: " + last +
+                     (beat.last_finished ? " (finished)" : " (not finished)") +
+                     ": it is stuck outside collectives (a data loader that never returns, a deadlock or an "
+                     "endless loop in its own code?)");
+      } else if (beat.waiting && now - beat.last_progress > timeout + std::chrono::seconds(5)) {
+        stall(w, "has been waiting in " + last + " for " + seconds_text(now - beat.last_progress) +
+                     ", longer than its collective timeout (" + seconds_text(timeout) + ")");
+      }
+      if (cause_ != StopCause::kNone) return;
+    }
+  }
+
+  void stall(Worker& w, const std::string& why) {
+    failed_rank_ = w.rank;
+    failure_ = WorkerExit::signaled(SIGKILL);
+    stall_reason_ = why;
+    message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
+            std::to_string(w.pid) + ") " + why + "; killing it" +
+            (live_count() > 1 ? " and stopping the other " + std::to_string(live_count() - 1) +
+                                    " worker(s) (SIGTERM, SIGKILL in " + grace_text() + ")"
+                              : ""));
+    ::kill(-w.pid, SIGKILL);  // held (it has not exited): its group is still ours
+    begin_stop(StopCause::kWorkerFailed, SIGTERM);
+  }
+
+  static std::string seconds_text(Clock::duration d) {
+    const auto tenths = std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 100;
+    return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " s";
   }
 
   void handle_signals() {
@@ -365,6 +487,7 @@ class Attempt {
         w.err->finish();
         w.err_fd.reset();
       }
+      w.heartbeat_fd.reset();
     }
     flush();
   }
@@ -379,7 +502,8 @@ class Attempt {
       for (const Worker& w : workers_) {
         if (w.rank == *failed_rank_) failed = &w;
       }
-      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " + failure_->describe() +
+      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " +
+                         (stall_reason_.empty() ? failure_->describe() : "stalled and was killed: it " + stall_reason_) +
                          " (command: " + join_command(config_.command) + ")";
       const auto& tail = failed->err->tail();
       if (tail.empty()) {
@@ -461,6 +585,7 @@ class Attempt {
   bool preempted_ = false;
   std::optional<int> failed_rank_;
   std::optional<WorkerExit> failure_;
+  std::string stall_reason_;  // why check_stalls() killed the failed rank, if it did
   std::optional<int> stop_signal_;
   int spawn_error_ = 0;
   char buffer_[kReadChunk];

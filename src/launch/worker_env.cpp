@@ -35,7 +35,13 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
       {"TORCHELASTIC_RUN_ID", config.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      // The write end of the worker's heartbeat pipe (worker_process.cpp puts it there); lockstep's
+      // process groups report their progress through it (comm/progress.h).
+      {"LOCKSTEP_HEARTBEAT_FD", std::to_string(kHeartbeatFd)},
   };
+  if (config.collective_timeout_given) {
+    vars.emplace_back("LOCKSTEP_TIMEOUT", std::to_string(config.collective_timeout.count() / 1000.0));
+  }
 
   bool user_omp = false;
   bool user_unbuffered = false;

@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <string>
@@ -23,10 +24,10 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   return out;
 }
 
-void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
+void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what = "output") {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw LaunchError(std::string("cannot create a pipe for a worker's output: ") + error_text(errno));
+    throw LaunchError(std::string("cannot create a pipe for a worker's ") + what + ": " + error_text(errno));
   }
   read_end.reset(fds[0]);
   write_end.reset(fds[1]);
@@ -54,9 +55,10 @@ struct SpawnAttributes {
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                            const SpawnSettings& settings) {
   SpawnedWorker worker;
-  UniqueFd out_write, err_write;
+  UniqueFd out_write, err_write, heartbeat_write;
   if (!settings.inherit_stdout) make_pipe(worker.out, out_write);
   make_pipe(worker.err, err_write);
+  if (settings.heartbeat_fd >= 0) make_pipe(worker.heartbeat, heartbeat_write, "heartbeats");
 
   // posix_spawn rather than fork: glibc starts the child with clone(CLONE_VM | CLONE_VFORK), which does
   // not copy the launcher's page tables, and reports exec failures (ENOENT, EACCES) as its return value.
@@ -66,10 +68,16 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   if (settings.null_stdin) {
     posix_spawn_file_actions_addopen(&spawn.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   }
+  int first_closed = 3;
+  if (settings.heartbeat_fd >= 0) {
+    // dup2 onto the same number clears close-on-exec (glibc); onto another gives a copy without it.
+    posix_spawn_file_actions_adddup2(&spawn.actions, heartbeat_write.get(), settings.heartbeat_fd);
+    first_closed = std::max(first_closed, settings.heartbeat_fd + 1);
+  }
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
   // Like Python's Popen(close_fds=True): descriptors the embedding program forgot to mark close-on-exec
   // do not leak into workers. (Ours are all O_CLOEXEC anyway.)
-  posix_spawn_file_actions_addclosefrom_np(&spawn.actions, 3);
+  posix_spawn_file_actions_addclosefrom_np(&spawn.actions, first_closed);
 #endif
 
   short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK;
@@ -94,6 +102,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     worker.error = rc;
     worker.out.reset();
     worker.err.reset();
+    worker.heartbeat.reset();
     return worker;
   }
   worker.pid = pid;

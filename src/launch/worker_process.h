@@ -18,6 +18,8 @@ struct SpawnSettings {
   bool default_sigpipe = true;
   /// Leave the worker's stdout as the launcher's (no pipe; SpawnedWorker::out stays invalid).
   bool inherit_stdout = false;
+  /// Give the worker the write end of a heartbeat pipe as descriptor `heartbeat_fd` (-1: none).
+  int heartbeat_fd = -1;
 };
 
 /// A started worker: its pid (= its process group id) and the read ends of its stdout and stderr pipes
@@ -26,12 +28,13 @@ struct SpawnedWorker {
   pid_t pid = -1;
   UniqueFd out;
   UniqueFd err;
+  UniqueFd heartbeat;  ///< read end of the heartbeat pipe (when SpawnSettings::heartbeat_fd >= 0)
   int error = 0;
 };
 
 /// Starts `argv` (looked up in PATH like execvp) with environment `env`, as the leader of a new process
 /// group, with an empty signal mask, stdout and stderr into new pipes and no other inherited file
-/// descriptor beyond 0-2. Throws LaunchError when the pipes cannot be created; an exec failure (ENOENT,
+/// descriptor beyond 0-2 (and the heartbeat pipe's write end, when asked for). Throws LaunchError when the pipes cannot be created; an exec failure (ENOENT,
 /// EACCES, ...) is returned in `error`.
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                            const SpawnSettings& settings);

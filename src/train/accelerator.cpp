@@ -382,7 +382,7 @@ void Accelerator::save_state(const std::string& dir) {
       archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
       archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
       archive.write("rng_states", rng_states, /*is_buffer=*/true);
-      write_atomically(path, [&](const std::string& tmp) { archive.save_to(tmp); });
+      save_checksummed_archive(archive, path);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -409,12 +409,8 @@ void Accelerator::load_state(const std::string& dir) {
                              ": it was not written by Accelerator::save_state (or the save did not finish)");
   }
   torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error("Accelerator::load_state: '" + path +
-                             "' cannot be read (truncated or damaged): " + e.what_without_backtrace());
-  }
+  load_checksummed_archive(archive, path, "Accelerator::load_state: accelerator state",
+                           "load an older state saved by Accelerator::save_state, or start from scratch");
   const c10::IValue version = read_value(archive, path, "lockstep_accelerator_state_version");
   if (!version.isInt() || version.toInt() != kAcceleratorStateVersion) {
     throw std::runtime_error("Accelerator::load_state: '" + path + "' has format version " +

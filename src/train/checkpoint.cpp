@@ -15,6 +15,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "lockstep/train/atomic_file.h"
+#include "lockstep/train/file_checksum.h"
 
 namespace lockstep::train {
 namespace {
@@ -92,10 +93,36 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model, co
   torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
+  save_checksummed_archive(archive, path, detail::checkpoint_written_hook());
+}
+
+void save_checksummed_archive(torch::serialize::OutputArchive& archive, const std::string& path,
+                              const std::function<void(const std::string& tmp_path)>& written) {
   write_atomically(path, [&](const std::string& tmp) {
-    archive.save_to(tmp);
-    if (detail::checkpoint_written_hook()) detail::checkpoint_written_hook()(tmp);
+    ChecksummedWriter out(tmp);
+    archive.save_to([&](const void* data, size_t size) {
+      out.write(data, size);
+      return size;
+    });
+    out.finish();
+    if (written) written(tmp);
   });
+}
+
+void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path, const std::string& what,
+                              const std::string& fix) {
+  const std::string payload = read_checksummed_file(path, what, fix);
+  // The checksum is right, so these bytes are the ones lockstep wrote; a failure here means the writer
+  // itself was wrong (or the file was built to look like ours).
+  try {
+    archive.load_from(payload.data(), payload.size());
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(what + " '" + path + "' has a correct checksum but is not a LibTorch archive (" +
+                             e.what_without_backtrace() + "): " + fix);
+  } catch (const std::exception& e) {  // the TorchScript importer's own errors
+    throw std::runtime_error(what + " '" + path + "' has a correct checksum but is not a LibTorch archive (" +
+                             e.what() + "): " + fix);
+  }
 }
 
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
@@ -105,12 +132,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
                              "' does not exist: check --resume (or drop it to start from scratch)");
   }
   torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path);
-  } catch (const c10::Error& e) {
-    throw std::runtime_error("checkpoint '" + path + "' cannot be read (truncated, damaged or not a checkpoint): " +
-                             e.what_without_backtrace());
-  }
+  load_checksummed_archive(archive, path, "checkpoint",
+                           "resume from an older checkpoint (--resume PATH), copy the file again if it was copied, "
+                           "or start from scratch");
   c10::IValue version;
   if (!archive.try_read("lockstep_checkpoint_version", version)) {
     throw std::runtime_error("'" + path + "' is not a lockstep checkpoint (no lockstep_checkpoint_version)");

@@ -15,6 +15,7 @@
 #include <torch/serialize/input-archive.h>
 
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/file_checksum.h"
 
 namespace lockstep::train {
 namespace {
@@ -88,9 +89,15 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
   }
   check_output_dir(result.output);  // before the (slow) load: a bad -o fails at once
 
+  // Checkpoints end with lockstep's checksum trailer, verified here like on resume; final.pt (and other
+  // LibTorch module archives) have none and are read as they are.
+  const std::string fix = "export an older checkpoint, or copy the file again if it was copied";
+  std::string bytes = read_whole_file(input, "checkpoint");
+  const bool checksummed = ends_with_checksum_trailer(bytes);
+  if (checksummed) strip_checksum_trailer(bytes, "checkpoint '" + input + "'", fix);
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(input);
+    archive.load_from(bytes.data(), bytes.size());
   } catch (const c10::Error& e) {
     throw not_an_archive(input, e.what_without_backtrace());
   } catch (const std::exception& e) {  // the TorchScript importer's own errors
@@ -107,6 +114,11 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
                                (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
                                "; this lockstep exports version " + std::to_string(kCheckpointVersion) +
                                " (export it with the lockstep that wrote it)");
+    }
+    if (!checksummed) {
+      throw std::runtime_error("checkpoint '" + input + "' does not end with lockstep's checksum trailer: it is "
+                               "truncated (a copy or a write that did not finish), or it was not written by this "
+                               "lockstep: " + fix);
     }
     result.kind = "checkpoint";
     torch::serialize::InputArchive model;

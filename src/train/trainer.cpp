@@ -93,10 +93,10 @@ void start_ranks_if_asked(const TrainerOptions& options, const env::Environment&
                                 " needs a launcher on every node (lockstep run, srun or mpirun): the Trainer starts "
                                 "ranks itself only on one node");
   }
-  launch::Launcher launcher(launch::LaunchOptions(own_command_line())
-                                .nproc_per_node(*options.devices())
-                                .standalone(true)
-                                .direct_stdout_local_rank(0));
+  launch::LaunchOptions launch_options(own_command_line());
+  launch_options.nproc_per_node(*options.devices()).standalone(true).direct_stdout_local_rank(0);
+  if (options.collective_timeout()) launch_options.collective_timeout(*options.collective_timeout());
+  launch::Launcher launcher(launch_options);
   std::fflush(nullptr);
   std::exit(launcher.run().exit_status);
 }
@@ -145,7 +145,10 @@ void remove_orphaned_temporaries(const std::string& dir) {
 // after optimizer step STEP; "RANK:STEP:ckpt" kills it inside the first checkpoint write at or after that
 // step (the bytes written, not yet renamed into place); "RANK:STEP:usr1" / ":term" makes it send SIGUSR1 /
 // SIGTERM to its parent, the launcher, once (a preemption notice, as Slurm or a scheduler sends it);
-// "RANK:STEP:nan" makes that rank's loss NaN for the batches of optimizer step STEP + 1. Only in the first run of a job
+// "RANK:STEP:nan" makes that rank's loss NaN for the batches of optimizer step STEP + 1; "RANK:STEP:stop" makes
+// it SIGSTOP itself, "RANK:STEP:hang" makes it block forever outside collectives (a data loader that never
+// returns), and "RANK:STEP:extra" makes it issue one all-reduce the other ranks do not (a branch taken on one
+// rank only), each once after optimizer step STEP. Only in the first run of a job
 // (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish. Unset: nothing.
 struct Fault {
   int rank = -1;
@@ -153,6 +156,7 @@ struct Fault {
   bool in_checkpoint = false;
   int signal_launcher = 0;  // "usr1" / "term": send it to the parent (the launcher) instead of dying
   bool nan_loss = false;    // "nan": the loss of the batches of step STEP + 1 becomes NaN on that rank
+  std::string stall;        // "stop" | "hang" | "extra" (see above)
 
   static Fault from_env(const env::Environment& environment) {
     Fault fault;
@@ -163,10 +167,12 @@ struct Fault {
     char where[8] = {0};
     const int fields = std::sscanf(text, "%d:%lld:%7s", &rank, &step, where);
     const std::string kind = fields == 3 ? where : "";
-    if (fields < 2 || !(kind.empty() || kind == "ckpt" || kind == "usr1" || kind == "term" || kind == "nan")) {
+    const bool stall = kind == "stop" || kind == "hang" || kind == "extra";
+    if (fields < 2 || !(kind.empty() || kind == "ckpt" || kind == "usr1" || kind == "term" || kind == "nan" || stall)) {
       throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text +
-                                  "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan");
+                                  "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra");
     }
+    if (stall) fault.stall = kind;
     fault.nan_loss = kind == "nan";
     fault.rank = rank;
     fault.step = step;
@@ -395,8 +401,10 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   if (options_.process_group()) {
     run.group = options_.process_group();
   } else {
-    run.owned_group.emplace(comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
-                                                         .backend(comm::parse_backend(options_.backend()))));
+    auto group_options =
+        comm::ProcessGroupOptions::from_environment(environment).backend(comm::parse_backend(options_.backend()));
+    if (options_.collective_timeout()) group_options.collective_timeout(*options_.collective_timeout());
+    run.owned_group.emplace(comm::init_process_group(group_options));
     run.group = &*run.owned_group;
   }
   comm::ProcessGroup& group = *run.group;
@@ -650,6 +658,14 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       if (steps_now && fault.armed_for(rank) && !fault.nan_loss && run.position.step >= fault.step) {
         if (fault.signal_launcher != 0) {
           if (!fault_sent) ::kill(::getppid(), fault.signal_launcher);
+          fault_sent = true;
+        } else if (!fault.stall.empty()) {
+          if (!fault_sent && fault.stall == "stop") ::raise(SIGSTOP);
+          if (!fault_sent && fault.stall == "extra") {
+            at::Tensor extra = torch::zeros({3});
+            group.all_reduce(extra).wait();
+          }
+          while (fault.stall == "hang") ::pause();
           fault_sent = true;
         } else if (fault.in_checkpoint) {
           detail::checkpoint_written_hook() = [](const std::string&) { ::raise(SIGKILL); };

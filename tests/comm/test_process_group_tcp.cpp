@@ -136,6 +136,23 @@ TEST(TcpRendezvous, ProcessOfAnotherJobOnTheSamePortIsRefused) {
   EXPECT_NE(outcomes[2].error.find("'job-b'"), std::string::npos) << outcomes[2].error;
 }
 
+TEST(TcpRendezvous, WorldSizesThatDisagreeAreRefusedNamingBoth) {
+  // Two "nodes" started with different --nnodes / --nproc-per-node: rank 0 says 2 ranks, rank 1 says 3.
+  // Rank 1 is refused at once naming both sizes; rank 0, left alone, fails at its rendezvous timeout.
+  const int port = unused_port();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    init_process_group(tcp_options(rank, rank == 0 ? 2 : 3, port, "ws-run").rendezvous_timeout(rank == 0 ? 4s : 10s));
+  });
+  ASSERT_FALSE(outcomes[1].ok);
+  EXPECT_NE(outcomes[1].error.find("rank 0 of run 'ws-run' has WORLD_SIZE=2 but this process has WORLD_SIZE=3"),
+            std::string::npos)
+      << outcomes[1].error;
+  EXPECT_NE(outcomes[1].error.find("every rank (and every node's launcher) must use the same world size"),
+            std::string::npos)
+      << outcomes[1].error;
+  EXPECT_FALSE(outcomes[0].ok) << "rank 0 formed a job of 2 without rank 1";
+}
+
 TEST(Network, LocalAddressForLoopbackIsLoopback) {
   EXPECT_EQ(local_address_for("127.0.0.1"), "127.0.0.1");
   EXPECT_EQ(local_address_for("localhost").rfind("127.", 0) == 0 || local_address_for("localhost") == "::1", true);

@@ -4,7 +4,8 @@
 # Usage: export_e2e.sh CASE LOCKSTEP PYTHON3
 #   roundtrip  final.pt and last.ckpt exported; every tensor equal, bit for bit, name for name and in order,
 #              to final.safetensors (json + numpy) and to the archives loaded by torch.jit.load
-#   bad_input  a missing file, a file that is not an archive, a truncated checkpoint, an unwritable output
+#   bad_input  a missing file, a file that is not an archive, a truncated checkpoint, one with a flipped
+#              byte or without its checksum trailer, an unwritable output
 #              directory, the input as output, no argument: clear errors naming the path, nothing written
 set -u
 case_name=$1 lockstep=$2 python=$3
@@ -74,6 +75,21 @@ bad_input)
   head -c 100000 "$work/ck/last.ckpt" >"$work/torn.ckpt"
   expect_failure 1 "'$work/torn.ckpt' is not a lockstep checkpoint or a LibTorch module archive" -- \
     "$lockstep" export "$work/torn.ckpt"
+  # A checkpoint with one flipped bit: its checksum no longer matches (LibTorch alone would export it).
+  "$python" - "$work/ck/last.ckpt" "$work/flipped.ckpt" <<'PY' || fail "cannot flip a byte"
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[len(data) // 2] ^= 0x01
+open(sys.argv[2], "wb").write(data)
+PY
+  expect_failure 1 "checkpoint '$work/flipped.ckpt' is damaged: the crc32 of its" -- \
+    "$lockstep" export "$work/flipped.ckpt" -o "$work/flipped.safetensors"
+  [ -e "$work/flipped.safetensors" ] && fail "a damaged checkpoint was exported"
+  # Its archive without the trailer (cut where lockstep's bytes end): a whole zip, but not as written.
+  size=$(stat -c %s "$work/ck/last.ckpt")
+  head -c $((size - 24)) "$work/ck/last.ckpt" >"$work/untrailed.ckpt"
+  expect_failure 1 "checkpoint '$work/untrailed.ckpt' does not end with lockstep's checksum trailer" -- \
+    "$lockstep" export "$work/untrailed.ckpt"
   : >"$work/a_file"
   expect_failure 1 "cannot create the output directory '$work/a_file': " -- \
     "$lockstep" export "$work/ck/final.pt" -o "$work/a_file/w.safetensors"

@@ -219,6 +219,41 @@ missing_data)
   [ ! -e "$work/ckpt/final.pt" ] || fail "weights written although the data was missing"
   [ ! -e "$work/ckpt/final.safetensors" ] || fail "safetensors written although the data was missing"
   [ ! -s "$work/m.jsonl" ] || fail "metrics written although the data was missing"
+  # Damaged IDX files (tiny ones, written here): a truncated image file, swapped files (wrong magic),
+  # 12 images for 11 labels. Each: exit 1, the file and the problem named, nothing written.
+  "$python" - "$work" <<'PY' || fail "cannot write the IDX files"
+import os, struct, sys
+def idx(path, magic, dims, payload):
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + payload)
+def split(d, prefix, images, labels, pixels=None):
+    os.makedirs(d, exist_ok=True)
+    idx(f"{d}/{prefix}-images-idx3-ubyte", 0x803, [images, 4, 4], bytes(16 * images if pixels is None else pixels))
+    idx(f"{d}/{prefix}-labels-idx1-ubyte", 0x801, [labels], bytes(labels))
+root = sys.argv[1]
+for name in ("truncated", "swapped", "counts"):
+    split(f"{root}/{name}", "t10k", 4, 4)
+split(f"{root}/truncated", "train", 10, 10, pixels=155)
+split(f"{root}/swapped", "train", 10, 10)
+os.replace(f"{root}/swapped/train-labels-idx1-ubyte", f"{root}/swapped/tmp")
+os.replace(f"{root}/swapped/train-images-idx3-ubyte", f"{root}/swapped/train-labels-idx1-ubyte")
+os.replace(f"{root}/swapped/tmp", f"{root}/swapped/train-images-idx3-ubyte")
+split(f"{root}/counts", "train", 12, 11)
+PY
+  check_idx_error() {  # DIR PATTERN
+    rm -rf "$work/ckpt" "$work/m.jsonl"
+    expect_failure 1 "$2" -- "$lockstep" fit --data mnist --data-dir "$1" --devices 1 --max-epochs 1 --progress off \
+      --ckpt-dir "$work/ckpt" --metrics-file "$work/m.jsonl"
+    [ -z "$(ls -A "$work/ckpt" 2>/dev/null)" ] || fail "files written although $1 was damaged: $(ls -A "$work/ckpt")"
+    [ ! -s "$work/m.jsonl" ] || fail "metrics written although $1 was damaged"
+  }
+  check_idx_error "$work/truncated" "$work/truncated/train-images-idx3-ubyte"
+  grep -q "expected 160 bytes.*got 155.*truncated" "$work/err" || fail "no truncation details"
+  check_idx_error "$work/swapped" "$work/swapped/train-images-idx3-ubyte"
+  grep -q "expected 0x00000803, got 0x00000801" "$work/err" || fail "no magic details"
+  grep -q "swapped" "$work/err" || fail "the magic error does not suggest swapped files"
+  check_idx_error "$work/counts" "12 images"
+  grep -q "11 labels" "$work/err" || fail "the count error does not name the labels' count"
   ;;
 accumulate_equivalence)
   # 2 ranks x 16 x --accumulate-grad-batches 2 sees the same 64 samples per optimizer step as 1 rank x 64

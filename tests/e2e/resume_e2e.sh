@@ -12,8 +12,9 @@
 #               finishes with the undisturbed run's records
 #   preempt     SIGUSR1 / SIGTERM to the launcher: a checkpoint at the next step, exit 75 / 143, and the
 #               resumed run ends with the undisturbed run's records
-#   bad_resume  a missing file, a file that is not a checkpoint, a torn one, another model, optimizer or
-#               image shape: clear errors naming the file and the fix, exit != 0
+#   bad_resume  a missing file, a file that is not a checkpoint, a torn one, one with a flipped byte
+#               (checksum), another model, optimizer or image shape: clear errors naming the file and the
+#               fix, exit != 0, nothing written into the checkpoint directory or the metrics file
 set -u
 case_name=$1 lockstep=$2 python=$3
 work=$(mktemp -d)
@@ -163,13 +164,34 @@ bad_resume)
   expect_failure 2 "cannot open checkpoint '$work/missing.ckpt'" -- fit --devices 1 --resume "$work/missing.ckpt"
   expect_failure 2 "--resume last needs --ckpt-dir" -- fit --devices 1 --resume last
   head -c 4096 /dev/urandom >"$work/garbage.ckpt"
-  expect_failure 1 "checkpoint '$work/garbage.ckpt' cannot be read" -- fit --devices 1 --resume "$work/garbage.ckpt"
+  expect_failure 1 "checkpoint '$work/garbage.ckpt' does not end with lockstep's checksum trailer (4096 bytes): it is truncated" \
+    -- fit --devices 1 --resume "$work/garbage.ckpt"
   fit --devices 1 --ckpt-dir "$work/ck" --max-steps 2 >/dev/null 2>&1 || fail "1-rank run failed"
   MODEL=cnn expect_failure 1 "holds a 'mlp' model, not 'cnn'" -- fit --devices 1 --resume "$work/ck/last.ckpt"
   expect_failure 1 "another optimizer's state" -- fit --devices 1 --optimizer sgd --resume "$work/ck/last.ckpt"
   expect_failure 1 "this model has" -- fit --devices 1 --synthetic-shape 1,16,16 --resume "$work/ck/last.ckpt"
   head -c 3000 "$work/ck/last.ckpt" >"$work/torn.ckpt"
-  expect_failure 1 "checkpoint '$work/torn.ckpt' cannot be read" -- fit --devices 1 --resume "$work/torn.ckpt"
+  expect_failure 1 "checkpoint '$work/torn.ckpt' does not end with lockstep's checksum trailer (3000 bytes)" \
+    -- fit --devices 1 --resume "$work/torn.ckpt"
+  # One flipped bit in the middle of the file (LibTorch's zip reader checks no CRC: without lockstep's
+  # checksum this loaded silently with other weights). The run must stop before writing anything.
+  mkdir "$work/ck_flip"
+  cp "$work/ck/last.ckpt" "$work/ck_flip/last.ckpt"
+  "$python" - "$work/ck_flip/last.ckpt" <<'PY' || fail "cannot flip a byte"
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[len(data) // 2] ^= 0x01
+open(path, "wb").write(data)
+PY
+  cp "$work/ck_flip/last.ckpt" "$work/flipped.ckpt"
+  expect_failure 1 "checkpoint '$work/ck_flip/last.ckpt' is damaged: the crc32 of its" \
+    -- fit --devices 1 --ckpt-dir "$work/ck_flip" --resume last --metrics-file "$work/flip.jsonl"
+  grep -Fq "when it wrote it (the file was changed after lockstep wrote it: disk, copy or transfer error): resume from an older checkpoint (--resume PATH)" \
+    "$work/err" || fail "the checksum error lacks the cause or the fix"
+  [ "$(ls -A "$work/ck_flip")" = "last.ckpt" ] || fail "files written next to the damaged checkpoint: $(ls -A "$work/ck_flip")"
+  cmp -s "$work/ck_flip/last.ckpt" "$work/flipped.ckpt" || fail "the damaged checkpoint was changed"
+  [ ! -s "$work/flip.jsonl" ] || fail "metrics written although the checkpoint was damaged"
   ;;
 *)
   fail "unknown case"

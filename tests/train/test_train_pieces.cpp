@@ -1,5 +1,6 @@
 // Unit tests of the train layer's pieces that need no ranks: the fit config and its validation, batch
-// limits, the LR schedule, atomic files and the metrics writer. (The fit loop itself runs end to end
+// limits, the LR schedule, atomic files, the metrics writer, and checkpoints' checksums (every damaged,
+// truncated or foreign file refused with a message naming it). (The fit loop itself runs end to end
 // with real ranks in tests/e2e/fit_e2e.sh.)
 #include <unistd.h>
 
@@ -11,9 +12,15 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/atomic_file.h"
+#include "lockstep/train/checkpoint.h"
+#include "lockstep/train/file_checksum.h"
 #include "lockstep/train/epoch_metrics.h"
 #include "lockstep/train/fit_config.h"
 
@@ -255,5 +262,194 @@ TEST(MetricsWriterTest, AppendsOneJsonObjectPerEpoch) {
     ADD_FAILURE() << "opened a file in a missing directory";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("missing/m.jsonl"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+// A checkpoint of a 64x64 linear model (16 KiB of weights), as `lockstep fit` writes one.
+struct SmallCheckpoint {
+  torch::nn::Linear model{64, 64};
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
+
+  lockstep::train::CheckpointState state() const {
+    lockstep::train::CheckpointState state;
+    state.position.step = 7;
+    state.model = "linear";
+    state.rng_states = lockstep::train::cpu_rng_state().unsqueeze(0);
+    return state;
+  }
+  void save(const fs::path& path) { lockstep::train::save_checkpoint(path.string(), *model, optimizer, state()); }
+};
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// load_checkpoint's error for `path` into a fresh model ("" when it loads).
+std::string load_error(const fs::path& path) {
+  SmallCheckpoint target;
+  try {
+    lockstep::train::load_checkpoint(path.string(), "linear", *target.model, target.optimizer);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+}  // namespace
+
+TEST(CheckpointChecksumTest, RoundTripsAndEndsWithTheTrailer) {
+  TempDir dir;
+  const fs::path path = dir.path / "last.ckpt";
+  SmallCheckpoint saved;
+  saved.save(path);
+  const std::string bytes = read_bytes(path);
+  ASSERT_GT(bytes.size(), lockstep::train::kChecksumTrailerBytes);
+  EXPECT_TRUE(lockstep::train::ends_with_checksum_trailer(bytes));
+  EXPECT_EQ(bytes.substr(bytes.size() - 8), "LKSTPCRC");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);  // no temporary left
+
+  SmallCheckpoint loaded;
+  const auto state =
+      lockstep::train::load_checkpoint(path.string(), "linear", *loaded.model, loaded.optimizer);
+  EXPECT_EQ(state.position.step, 7);
+  EXPECT_TRUE(torch::equal(loaded.model->weight, saved.model->weight));
+
+  // Zip readers find the archive's directory from the end, so LibTorch's own reader (and Python's
+  // torch.jit.load, tests/e2e/export_e2e.sh) still reads the file with the trailer after it.
+  torch::serialize::InputArchive plain;
+  plain.load_from(path.string());
+  c10::IValue step;
+  ASSERT_TRUE(plain.try_read("step", step));
+  EXPECT_EQ(step.toInt(), 7);
+}
+
+TEST(CheckpointChecksumTest, AFlippedByteAnywhereIsRefusedNamingBothChecksums) {
+  TempDir dir;
+  const fs::path good = dir.path / "last.ckpt";
+  SmallCheckpoint saved;
+  saved.save(good);
+  const std::string bytes = read_bytes(good);
+  // The weight's raw bytes lie stored (uncompressed) in the archive: flip one in the middle of them.
+  const auto* weight = static_cast<const char*>(saved.model->weight.data_ptr());
+  const size_t weight_at = bytes.find(std::string(weight, 64));
+  ASSERT_NE(weight_at, std::string::npos) << "the weight's bytes are not in the file";
+  const size_t weight_middle = weight_at + saved.model->weight.nbytes() / 2;
+
+  // Without the checksum, LibTorch 1.13 loads such a file without complaint and with another value (its
+  // zip reader checks no CRC): what the trailer is for.
+  {
+    std::string payload = bytes.substr(0, bytes.size() - lockstep::train::kChecksumTrailerBytes);
+    payload[weight_middle] ^= 0x40;
+    torch::serialize::InputArchive archive;
+    archive.load_from(payload.data(), payload.size());
+    torch::serialize::InputArchive model;
+    ASSERT_TRUE(archive.try_read("model", model));
+    at::Tensor read;
+    ASSERT_TRUE(model.try_read("weight", read));
+    EXPECT_FALSE(torch::equal(read, saved.model->weight));
+  }
+
+  const size_t trailer_at = bytes.size() - lockstep::train::kChecksumTrailerBytes;
+  for (const size_t at : {weight_middle, size_t{0}, bytes.size() / 2, trailer_at - 1, trailer_at + 8}) {
+    std::string damaged = bytes;
+    damaged[at] ^= 0x01;
+    const fs::path path = dir.path / ("flipped_" + std::to_string(at) + ".ckpt");
+    write_bytes(path, damaged);
+    const std::string message = load_error(path);
+    EXPECT_CONTAINS(message, "checkpoint '" + path.string() + "' is damaged") << " (byte " << at << ")";
+    EXPECT_CONTAINS(message, "changed after lockstep wrote it");
+    EXPECT_CONTAINS(message, "resume from an older checkpoint (--resume PATH)");
+    if (at < trailer_at) {
+      EXPECT_CONTAINS(message, "the crc32 of its " + std::to_string(trailer_at) + " bytes is 0x");
+      EXPECT_CONTAINS(message, ", lockstep stored 0x");
+    }
+  }
+}
+
+TEST(CheckpointChecksumTest, ATruncatedFileIsRefusedAtEveryCut) {
+  TempDir dir;
+  const fs::path good = dir.path / "last.ckpt";
+  SmallCheckpoint saved;
+  saved.save(good);
+  const std::string bytes = read_bytes(good);
+  const size_t trailer_at = bytes.size() - lockstep::train::kChecksumTrailerBytes;
+  // Cut points: empty, inside the zip's first header, half-way, just before and inside the trailer,
+  // one byte short. `trailer_at` leaves a whole, valid zip without the trailer.
+  for (const size_t cut : {size_t{0}, size_t{10}, bytes.size() / 2, trailer_at - 1, trailer_at, trailer_at + 12,
+                           bytes.size() - 1}) {
+    const fs::path path = dir.path / ("cut_" + std::to_string(cut) + ".ckpt");
+    write_bytes(path, bytes.substr(0, cut));
+    const std::string message = load_error(path);
+    EXPECT_CONTAINS(message, "checkpoint '" + path.string() + "' does not end with lockstep's checksum trailer (" +
+                                 std::to_string(cut) + " bytes)")
+        << " (cut at " << cut << ")";
+    EXPECT_CONTAINS(message, "truncated");
+    EXPECT_CONTAINS(message, "or start from scratch");
+  }
+  // Bytes added after the trailer, or a trailer whose length was edited.
+  write_bytes(dir.path / "extended.ckpt", bytes + "x");
+  EXPECT_CONTAINS(load_error(dir.path / "extended.ckpt"), "does not end with lockstep's checksum trailer");
+  std::string edited = bytes;
+  edited[trailer_at] ^= 0x01;  // the stored length's lowest byte
+  write_bytes(dir.path / "length.ckpt", edited);
+  EXPECT_CONTAINS(load_error(dir.path / "length.ckpt"),
+                  "is damaged: lockstep wrote " + std::to_string(trailer_at ^ 1) + " bytes before its checksum "
+                  "trailer, the file holds " + std::to_string(trailer_at));
+  edited = bytes;
+  edited[trailer_at + 12] = 9;  // the trailer's format
+  write_bytes(dir.path / "format.ckpt", edited);
+  EXPECT_CONTAINS(load_error(dir.path / "format.ckpt"), "has checksum trailer format 9; this lockstep reads format 1");
+}
+
+TEST(CheckpointChecksumTest, ForeignFilesAreRefusedNamingTheFile) {
+  TempDir dir;
+  // A text file.
+  write_bytes(dir.path / "notes.ckpt", "epoch 3 was fine\n");
+  std::string message = load_error(dir.path / "notes.ckpt");
+  EXPECT_CONTAINS(message, "checkpoint '" + (dir.path / "notes.ckpt").string() + "' does not end with lockstep's "
+                           "checksum trailer (17 bytes)");
+  EXPECT_CONTAINS(message, "not written by this lockstep");
+  // An empty zip (its end-of-central-directory record alone).
+  write_bytes(dir.path / "empty.zip", std::string("PK\x05\x06", 4) + std::string(18, '\0'));
+  EXPECT_CONTAINS(load_error(dir.path / "empty.zip"), "'" + (dir.path / "empty.zip").string() +
+                                                          "' does not end with lockstep's checksum trailer (22 bytes)");
+  // A LibTorch archive of a module without the trailer (final.pt given to --resume, or torch::save).
+  SmallCheckpoint other;
+  torch::serialize::OutputArchive archive;
+  other.model->save(archive);
+  archive.save_to((dir.path / "final.pt").string());
+  EXPECT_CONTAINS(load_error(dir.path / "final.pt"), "'" + (dir.path / "final.pt").string() +
+                                                         "' does not end with lockstep's checksum trailer");
+  // A file with a correct trailer over bytes that are not an archive.
+  {
+    lockstep::train::ChecksummedWriter out((dir.path / "forged.ckpt").string());
+    out.write("not a zip", 9);
+    out.finish();
+  }
+  message = load_error(dir.path / "forged.ckpt");
+  EXPECT_CONTAINS(message, "checkpoint '" + (dir.path / "forged.ckpt").string() +
+                               "' has a correct checksum but is not a LibTorch archive");
+  // A missing file.
+  EXPECT_CONTAINS(load_error(dir.path / "absent.ckpt"), "'" + (dir.path / "absent.ckpt").string() + "' does not exist");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 4);  // nothing written
+}
+
+TEST(CheckpointChecksumTest, WriterErrorsNameThePath) {
+  TempDir dir;
+  const std::string path = (dir.path / "missing" / "x.ckpt").string();
+  try {
+    lockstep::train::ChecksummedWriter out(path);
+    ADD_FAILURE() << "created a file in a missing directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_CONTAINS(e.what(), "cannot create '" + path + "'");
   }
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,7 +65,7 @@ class Toy : public TrainModule {
     at::Tensor loss = torch::nn::functional::cross_entropy(fc(batch.data.flatten(1)), batch.target);
     log("train_loss", loss, LogOptions().sync_dist(true));
     if (extra) extra(*this);
-    return loss;
+    return change_loss ? change_loss(loss) : loss;
   }
   void validation_step(const data::Batch& batch, int64_t) override {
     log("val_loss", torch::nn::functional::cross_entropy(fc(batch.data.flatten(1)), batch.target),
@@ -75,6 +76,7 @@ class Toy : public TrainModule {
   }
   torch::nn::Linear fc;
   std::function<void(Toy&)> extra;
+  std::function<at::Tensor(const at::Tensor&)> change_loss;  ///< what training_step returns instead
 };
 
 // A callback made of lambdas.
@@ -231,6 +233,22 @@ TEST(Trainer, DifferentSyncDistNamesAreAnErrorNotAHang) {
             },
             &errors);
   for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r].find("log the same names with sync_dist"), std::string::npos) << errors[r];
+}
+
+// An infinite loss (not only a NaN: e2e_fit_nan injects those into `lockstep fit`) stops the run at its
+// first step, naming the value, the step, the rank and the fixes.
+TEST(Trainer, AnInfiniteLossStopsNamingTheStepAndTheFix) {
+  std::vector<std::string> errors;
+  train_toy(1, 6, TrainerOptions().max_epochs(1), nullptr,
+            [](Toy& toy, int) {
+              toy.change_loss = [](const at::Tensor& loss) { return loss * std::numeric_limits<double>::infinity(); };
+            },
+            &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("non-finite training loss inf at step 1 (epoch 0, batch 0) on rank 0"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[0].find("lower the learning rate"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("--on-nan skip"), std::string::npos) << errors[0];
 }
 
 TEST(Trainer, CheckpointsOfDifferentPathsOnRanksAreAnError) {

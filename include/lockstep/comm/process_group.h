@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,10 @@
 #include "lockstep/comm/work.h"
 
 namespace lockstep::comm {
+
+namespace detail {
+class Progress;
+}
 
 /// Reductions. kAvg is a sum divided by the world size (Gloo has no native average).
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
@@ -73,7 +79,8 @@ class ProcessGroup {
   /// every rank calls it with the same numel and dtype, in the same order.
   at::Tensor new_comm_buffer(int64_t numel, const at::TensorOptions& options);
 
-  /// Clean exit: every rank checks out through the store; rank 0 (which serves the TCPStore) waits,
+  /// Clean exit: this rank's progress records end (the launcher's heartbeat gets "bye"), every rank
+  /// checks out through the store; rank 0 (which serves the store) waits,
   /// up to the rendezvous timeout, until all have, so no rank loses its store mid-operation. Then the
   /// backend is released. Idempotent.
   void shutdown();
@@ -85,6 +92,8 @@ class ProcessGroup {
 
  private:
   std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
+  /// The handle of the collective just described, tracked in this rank's progress records.
+  Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description, std::function<void()> finish = {});
   void check_open(const char* op) const;
 
   c10::intrusive_ptr<c10d::ProcessGroup> native_;
@@ -96,6 +105,8 @@ class ProcessGroup {
   std::uint64_t sequence_ = 0;
   bool native_average_ = false;  // the backend averages itself (one pass fewer than sum, then divide)
   bool shut_down_ = true;
+  std::shared_ptr<detail::Progress> progress_;  // records of this rank's collectives (progress.h)
+  bool diagnose_ = false;  // waits check the other ranks' records (the shm backend checks itself)
 };
 
 /// Rendezvous (see rendezvous.h) then the backend's process group. Throws CommError with the rank,

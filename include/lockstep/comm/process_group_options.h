@@ -47,7 +47,8 @@ class ProcessGroupOptions {
   /// This process's rank in [0, world_size).
   LOCKSTEP_OPTION(ProcessGroupOptions, int, rank)
   LOCKSTEP_OPTION(ProcessGroupOptions, int, world_size)
-  /// Host of rank 0's rendezvous server (TCPStore). Rank 0 listens on all interfaces.
+  /// Host of rank 0's rendezvous store (lockstep's TcpStoreServer, see rendezvous.h): a single-node job
+  /// with a loopback master listens on loopback only, other jobs on the address this names.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::string, master_addr)
   LOCKSTEP_OPTION(ProcessGroupOptions, int, master_port)
   /// Job token: every rank must pass the same one; a process with another is refused at rendezvous.
@@ -60,6 +61,10 @@ class ProcessGroupOptions {
   /// How long one collective may take before it fails with a CommError. Default: LOCKSTEP_TIMEOUT
   /// (seconds) when set, else 1800 s (PyTorch's default).
   LOCKSTEP_OPTION(ProcessGroupOptions, std::chrono::milliseconds, collective_timeout)
+  /// How often this rank publishes its progress record (store key "progress/<rank>": the collectives it
+  /// issued and finished) and, under a launcher, its heartbeat. Ranks read the records to name who is
+  /// missing when a collective fails, and to find mismatched collectives. Default 1 s.
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::chrono::milliseconds, progress_interval)
   /// Nodes in the job (from the environment). With more than one, Gloo never binds to loopback.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, num_nodes)
   /// Ranks per node (torchrun's LOCAL_WORLD_SIZE): rank = node_rank * local_world_size + local_rank.
@@ -67,7 +72,7 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, int, local_world_size)
   /// Gloo worker threads per process group.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, gloo_threads)
-  /// Use this store instead of creating a TCPStore (tests run ranks as threads over a c10d::HashStore).
+  /// Use this store instead of connecting to rank 0's TcpStore (tests run ranks as threads over a c10d::HashStore).
   LOCKSTEP_OPTION(ProcessGroupOptions, c10::intrusive_ptr<c10d::Store>, store)
   /// Network interface for Gloo (like GLOO_SOCKET_IFNAME). Empty: the interface whose address reaches
   /// master_addr (loopback when the master is local). GLOO_SOCKET_IFNAME is read when this is empty.
@@ -86,6 +91,7 @@ class ProcessGroupOptions {
   Backend backend_ = Backend::kAuto;
   std::chrono::milliseconds rendezvous_timeout_;
   std::chrono::milliseconds collective_timeout_;
+  std::chrono::milliseconds progress_interval_{1000};
   int num_nodes_ = 1;
   int local_world_size_ = 0;
   int gloo_threads_ = 2;

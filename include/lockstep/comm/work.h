@@ -1,13 +1,19 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace lockstep::comm {
+
+namespace detail {
+class Progress;
+}
 
 /// Handle of an asynchronous collective started by `ProcessGroup`. `wait()` blocks until it is done
 /// and rethrows its failure as a CommError naming the rank, the operation and its sequence number.
@@ -19,8 +25,19 @@ class Work {
        std::chrono::milliseconds timeout, std::function<void()> on_success = {});
 
   /// Blocks until the collective is done (at most the group's collective timeout), then runs its
-  /// completion step (e.g. the division of an average). Throws CommError on failure or timeout.
+  /// completion step (e.g. the division of an average). Throws CommError on failure or timeout; for a
+  /// collective started by a ProcessGroup the error names the ranks that had not issued it, and when
+  /// another rank issued a different collective under the same number, wait() fails at once (within
+  /// about a second) with both descriptions instead of waiting for the timeout.
   void wait();
+
+  /// The same collective with another completion step, run after this one's (comm hooks: widen a
+  /// compressed bucket back). `note` is appended to the description used in errors.
+  Work then(std::function<void()> finish, const std::string& note) &&;
+
+  /// Used by ProcessGroup: report this collective's waits to `progress` (number `sequence`); with
+  /// `diagnose`, wait in slices and check the other ranks' records between them.
+  void track(std::shared_ptr<detail::Progress> progress, std::uint64_t sequence, bool diagnose);
 
   /// True when the collective has finished (successfully or not). Does not run the completion step.
   bool is_completed() const;
@@ -34,6 +51,9 @@ class Work {
   int rank_ = -1;
   std::chrono::milliseconds timeout_{0};
   std::function<void()> on_success_;
+  std::shared_ptr<detail::Progress> progress_;
+  std::uint64_t sequence_ = 0;
+  bool diagnose_ = false;
   bool done_ = false;
 };
 

@@ -23,6 +23,10 @@ struct LaunchConfig {
   std::string log_dir;
   std::chrono::milliseconds grace_period = std::chrono::seconds(3);
   int direct_stdout_local_rank = -1;  ///< -1: none (see LaunchOptions)
+  /// See LaunchOptions::collective_timeout. `collective_timeout_given`: it came from the flag, so the
+  /// workers get it as LOCKSTEP_TIMEOUT (otherwise they read the same environment as the launcher).
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(1800);
+  bool collective_timeout_given = false;
   /// OMP_NUM_THREADS given to workers whose environment does not set it: max(1, cores / nproc_per_node).
   int omp_num_threads = 1;
 
@@ -36,7 +40,7 @@ struct LaunchConfig {
 /// the first problem: an empty command, nproc_per_node/nnodes < 1, nnodes * nproc_per_node above
 /// INT_MAX (so that `world_size()` and `rank_of()` cannot overflow), node_rank outside [0, nnodes),
 /// a port outside 1..65535, an empty master address or run id, max_restarts < 0, a negative grace
-/// period, or `standalone` combined with nnodes > 1 or an explicit master address/port.
+/// period, a collective timeout that is not positive (or a malformed LOCKSTEP_TIMEOUT), or `standalone` combined with nnodes > 1 or an explicit master address/port.
 ///
 /// `standalone` binds a socket to find a free port (so calling this twice gives different ports).
 LaunchConfig resolve(const LaunchOptions& options);

@@ -81,6 +81,12 @@ class LaunchOptions {
   /// `lockstep fit` uses it for rank 0, which alone prints.
   LOCKSTEP_LAUNCH_ARG(std::optional<int>, direct_stdout_local_rank);
 
+  /// --collective-timeout: seconds one collective may take (LOCKSTEP_TIMEOUT, given to the workers),
+  /// and how long a worker of a multi-rank job may go without progress before the launcher stops the
+  /// job: no heartbeat at all (stopped, hung in the kernel), or no collective reached (stuck outside
+  /// them). Unset: LOCKSTEP_TIMEOUT from the environment, else 1800 s (PyTorch's default).
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::chrono::milliseconds>, collective_timeout);
+
   /// How long stopped workers get between SIGTERM and SIGKILL.
   LOCKSTEP_LAUNCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(3);
 

@@ -16,6 +16,7 @@ class Optimizer;
 }
 namespace torch::serialize {
 class InputArchive;
+class OutputArchive;
 }
 
 namespace lockstep::train {
@@ -50,14 +51,16 @@ struct CheckpointState {
 inline constexpr int64_t kCheckpointVersion = 2;
 
 /// Writes `model`, `optimizer` (its whole state: moments, step counts) and `state` to `path` as a
-/// LibTorch archive, atomically (temporary file, fsync, rename): a reader sees the old checkpoint or the
-/// complete new one. Throws std::runtime_error naming the path when it cannot.
+/// LibTorch archive followed by lockstep's checksum trailer (file_checksum.h), atomically (temporary file,
+/// fsync, rename): a reader sees the old checkpoint or the complete new one. Throws std::runtime_error
+/// naming the path when it cannot.
 void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                      const CheckpointState& state);
 
 /// Loads a checkpoint written by save_checkpoint into `model` and `optimizer` and returns the rest.
-/// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, not a
-/// lockstep checkpoint, of another format version, or holds a model named other than `model_name` or
+/// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, truncated,
+/// changed after it was written (its crc32 differs from the one stored: both are named), not a lockstep
+/// checkpoint, of another format version, or holds a model named other than `model_name` or
 /// whose parameters do not have this model's names and shapes.
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
                                 torch::optim::Optimizer& optimizer);
@@ -68,6 +71,25 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
 /// Throws std::runtime_error starting with `what` ("checkpoint 'x.ckpt'") and naming the dotted name.
 void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
                           const std::string& prefix = "");
+
+/// Saves `archive` to `path` atomically (write_atomically) with lockstep's checksum trailer after its
+/// bytes; `written(tmp)`, if given, runs after the trailer is written and before the rename. The one
+/// writer of every archive lockstep reads back (checkpoints, Accelerator::save_state). Throws
+/// std::runtime_error naming the path when it cannot write.
+///
+/// Example:
+///   torch::serialize::OutputArchive archive;
+///   archive.write("step", c10::IValue(step));
+///   save_checksummed_archive(archive, "ck/state.pt");
+void save_checksummed_archive(torch::serialize::OutputArchive& archive, const std::string& path,
+                              const std::function<void(const std::string& tmp_path)>& written = nullptr);
+
+/// Verifies `path`'s checksum trailer (read_checksummed_file) and loads the archive before it into
+/// `archive`. Throws std::runtime_error starting with `what` and the path ("checkpoint 'ck/last.ckpt'")
+/// and ending with `fix` when the file is truncated, changed since lockstep wrote it, not written by
+/// lockstep, or (checksum right) not a LibTorch archive.
+void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path, const std::string& what,
+                              const std::string& fix);
 
 namespace detail {
 /// Called with the temporary file's path after a checkpoint's bytes are written and before it is renamed

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -67,6 +68,10 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, std::vector<std::shared_ptr<Callback>>, callbacks)
   /// Who this process is; unset: env::from_env().
   LOCKSTEP_OPTION(TrainerOptions, std::optional<env::Environment>, environment)
+  /// How long one collective may take (comm::ProcessGroupOptions::collective_timeout); with ranks it
+  /// starts itself, also the launcher's limit for a rank that makes no progress. Unset: LOCKSTEP_TIMEOUT,
+  /// else 1800 s.
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<std::chrono::milliseconds>, collective_timeout)
   /// A process group to train in (tests, programs that made their own); unset: fit() makes one from the
   /// environment and shuts it down at the end. Not owned.
   LOCKSTEP_OPTION(TrainerOptions, comm::ProcessGroup*, process_group)
@@ -110,6 +115,7 @@ class TrainerOptions {
   std::FILE* out_ = stdout;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::optional<env::Environment> environment_;
+  std::optional<std::chrono::milliseconds> collective_timeout_;
   comm::ProcessGroup* process_group_ = nullptr;
   std::string on_nan_ = "stop";
   std::string description_;

@@ -1,0 +1,115 @@
+#pragma once
+
+// Progress records: how a hang becomes an error that names ranks (private to comm/).
+//
+// Each ProcessGroup numbers its collectives (ProcessGroup::describe). A Progress object notes every
+// one this rank issues, finishes and waits on, and a background thread publishes that, once per
+// `interval`, in two places:
+//   - the job's store, under "progress/<rank>": the time, the last issued and finished numbers, whether
+//     the rank is blocked in a wait, and the descriptions of the last few collectives it issued;
+//   - the launcher's heartbeat pipe, when the launcher passed one (LOCKSTEP_HEARTBEAT_FD): one line per
+//     interval, "<issued> <finished> <waiting 0|1> <description>", and "bye" when the group ends.
+//
+// A rank whose collective takes long reads the others' records (Work::wait does, every interval):
+//   - a rank whose record holds the same number with another description called a different collective
+//     (a model that differs, a branch taken on one rank only): find_mismatch() names both. (When the
+//     sizes differ, Gloo's transport thread may instead throw in the receiving process, which then
+//     terminates: a terminate handler installed here prints the same sentence first.)
+//   - when the collective fails or times out, explain_missing() names the ranks that never issued it,
+//     with what each did last and whether its record is still fresh (alive but busy elsewhere) or stale
+//     (stopped, hung in the kernel, dead).
+// The launcher reads the heartbeats to find a rank stuck outside collectives (launcher.cpp).
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace lockstep::comm::detail {
+
+/// The environment variable through which a launcher passes the write end of a heartbeat pipe.
+inline constexpr const char* kHeartbeatFdVariable = "LOCKSTEP_HEARTBEAT_FD";
+
+/// One rank's record as read back from the store.
+struct ProgressRecord {
+  std::int64_t unix_ms = 0;     // when it was written (the writer's clock)
+  std::uint64_t issued = 0;     // number of the last collective issued (0: none yet)
+  std::uint64_t finished = 0;   // number of the last collective whose wait returned
+  bool waiting = false;         // blocked in a wait when written
+  std::deque<std::pair<std::uint64_t, std::string>> recent;  // (number, description), oldest first
+
+  /// The description of collective `sequence`, or "" when it is not among the recent ones.
+  std::string description_of(std::uint64_t sequence) const;
+  std::string to_text() const;
+  /// Throws std::invalid_argument on text that is not a record.
+  static ProgressRecord parse(const std::string& text);
+};
+
+class Progress {
+ public:
+  /// `store`: the job's namespace (may be null: then only heartbeats). `heartbeat_fd` < 0: none.
+  Progress(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, std::chrono::milliseconds interval,
+           int heartbeat_fd);
+  /// Stops the thread (without the "bye" of stop()).
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  /// The heartbeat descriptor passed by a launcher in LOCKSTEP_HEARTBEAT_FD, or -1 when there is none
+  /// or it is not an open pipe. Marks it close-on-exec and non-blocking.
+  static int heartbeat_fd_from_env();
+
+  void issued(std::uint64_t sequence, const std::string& description);
+  void wait_started();
+  void wait_ended(std::uint64_t sequence, bool succeeded);
+  /// Publishes one last record, tells the launcher "bye" and stops the thread. Idempotent.
+  void stop();
+
+  /// A wait gave up on a collective that is still in flight in the backend (timeout, mismatch): the
+  /// backend's threads are stuck in it, so the group must not wait for them when it is destroyed.
+  void mark_abandoned() { abandoned_ = true; }
+  bool abandoned() const { return abandoned_; }
+
+  std::chrono::milliseconds interval() const { return interval_; }
+  int rank() const { return rank_; }
+
+  /// Writes this rank's record now (not waiting for the thread).
+  void publish_now();
+  /// "" when no other rank's record shows one of this rank's recent collectives' numbers with another
+  /// description; otherwise a sentence naming this rank's and the first differing rank's collective.
+  std::string find_mismatch();
+  /// The ranks that had not issued collective `sequence`, each with what it did last and how old its
+  /// record is; or a sentence saying every rank had issued it. Never throws.
+  std::string explain_missing(std::uint64_t sequence);
+
+ private:
+  void run();
+  void publish();
+  ProgressRecord snapshot() const;
+  std::string key_of(int rank) const { return "progress/" + std::to_string(rank); }
+  bool read_record(int rank, ProgressRecord& out, std::string& problem);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  const int rank_;
+  const int world_size_;
+  const std::chrono::milliseconds interval_;
+  int heartbeat_fd_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool store_failed_ = false;
+  std::atomic<bool> abandoned_{false};
+  ProgressRecord mine_;
+  std::thread thread_;
+};
+
+}  // namespace lockstep::comm::detail

@@ -1,0 +1,199 @@
+// Progress records (src/comm/progress.h): how a failed or hung collective names the ranks that were not
+// there, and how ranks that called different collectives are told so. Records are read from a real
+// in-memory store; the collectives run on real Gloo groups with ranks as threads.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <ATen/ops/ones.h>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "../../src/comm/progress.h"
+#include "lockstep/comm/process_group.h"
+#include "thread_group.h"
+
+namespace lockstep::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::Progress;
+using detail::ProgressRecord;
+using lockstep::testing::run_ranks;
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void put_record(c10d::Store& store, int rank, const ProgressRecord& record) {
+  const std::string text = record.to_text();
+  store.set("progress/" + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+ProgressRecord record(std::int64_t unix_ms, std::uint64_t issued, std::uint64_t finished, bool waiting,
+                      std::vector<std::pair<std::uint64_t, std::string>> recent) {
+  ProgressRecord r;
+  r.unix_ms = unix_ms;
+  r.issued = issued;
+  r.finished = finished;
+  r.waiting = waiting;
+  r.recent.assign(recent.begin(), recent.end());
+  return r;
+}
+
+TEST(ProgressRecord, RoundTripsThroughText) {
+  const ProgressRecord r = record(1700000000123, 12, 11, true, {{11, "allreduce #11 (Float[4]) sum"},
+                                                              {12, "broadcast #12 (Long[1]) from rank 0"}});
+  const ProgressRecord back = ProgressRecord::parse(r.to_text());
+  EXPECT_EQ(back.unix_ms, 1700000000123);
+  EXPECT_EQ(back.issued, 12u);
+  EXPECT_EQ(back.finished, 11u);
+  EXPECT_TRUE(back.waiting);
+  EXPECT_EQ(back.description_of(12), "broadcast #12 (Long[1]) from rank 0");
+  EXPECT_EQ(back.description_of(11), "allreduce #11 (Float[4]) sum");
+  EXPECT_EQ(back.description_of(10), "");
+  EXPECT_THROW(ProgressRecord::parse("garbage"), std::invalid_argument);
+}
+
+TEST(Progress, ExplainMissingTellsStoppedFromBusyFromNeverSeen) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Progress mine(store, /*rank=*/0, /*world_size=*/5, 100ms, /*heartbeat_fd=*/-1);
+  mine.issued(7, "allreduce #7 (Float[10]) sum");
+  const auto now = unix_ms_now();
+  // rank 1: at #7 too (arrived); rank 2: finished #6 and its record is fresh (busy elsewhere);
+  // rank 3: its record stopped 60 s ago (stopped or hung); rank 4: no record at all.
+  put_record(*store, 1, record(now, 7, 6, true, {{7, "allreduce #7 (Float[10]) sum"}}));
+  put_record(*store, 2, record(now, 6, 6, false, {{6, "allreduce #6 (Float[10]) sum"}}));
+  put_record(*store, 3, record(now - 60000, 5, 4, true, {{5, "barrier #5 ()"}}));
+  const std::string why = mine.explain_missing(7);
+  EXPECT_EQ(why.find("rank 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("Not at collective #7: rank 2 (last allreduce #6 (Float[10]) sum, finished; its record is "
+                     "fresh: the process is alive but busy outside collectives"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("rank 3 (waiting in barrier #5 (); its record stopped 6"), std::string::npos) << why;
+  EXPECT_NE(why.find("the process is stopped (SIGSTOP, a debugger), hung in the kernel, or dead"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("rank 4 (no progress record: it never reached a collective)"), std::string::npos) << why;
+}
+
+TEST(Progress, ExplainMissingWhenEveryRankArrivedBlamesTheTransport) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Progress mine(store, 1, 2, 100ms, -1);
+  put_record(*store, 0, record(unix_ms_now(), 3, 2, true, {{3, "allgather #3 (Byte[9])"}}));
+  EXPECT_NE(mine.explain_missing(3).find("Every other rank had issued collective #3"), std::string::npos);
+}
+
+TEST(Progress, FindMismatchNamesBothCollectivesOfTheSameNumber) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Progress mine(store, 0, 3, 100ms, -1);
+  mine.issued(4, "allreduce #4 (Float[235146]) avg");
+  mine.issued(5, "allreduce #5 (Double[1]) max");
+  put_record(*store, 1, record(unix_ms_now(), 5, 4, true, {{4, "allreduce #4 (Float[235146]) avg"},
+                                                          {5, "allreduce #5 (Double[1]) max"}}));
+  EXPECT_EQ(mine.find_mismatch(), "");  // rank 1 agrees, rank 2 has no record yet
+  put_record(*store, 2, record(unix_ms_now(), 5, 4, true, {{4, "allreduce #4 (Float[235146]) avg"},
+                                                          {5, "allreduce #5 (Float[3]) sum"}}));
+  const std::string why = mine.find_mismatch();
+  EXPECT_NE(why.find("the ranks called different collectives: rank 0 called allreduce #5 (Double[1]) max but "
+                     "rank 2 called allreduce #5 (Float[3]) sum"),
+            std::string::npos)
+      << why;
+}
+
+TEST(Progress, PublishesThisRanksRecordPeriodically) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Progress mine(store, 0, 2, 50ms, -1);
+  mine.issued(1, "barrier #1 ()");
+  mine.wait_started();
+  std::this_thread::sleep_for(300ms);
+  const auto raw = store->get("progress/0");
+  const ProgressRecord r = ProgressRecord::parse(std::string(raw.begin(), raw.end()));
+  EXPECT_EQ(r.issued, 1u);
+  EXPECT_TRUE(r.waiting);
+  EXPECT_LE(unix_ms_now() - r.unix_ms, 200);  // refreshed every 50 ms, not only once
+  mine.wait_ended(1, true);
+  mine.stop();
+  const auto last = store->get("progress/0");
+  const ProgressRecord after = ProgressRecord::parse(std::string(last.begin(), last.end()));
+  EXPECT_EQ(after.finished, 1u);
+  EXPECT_FALSE(after.waiting);
+}
+
+ProcessGroupOptions gloo_options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+                                 std::chrono::milliseconds timeout) {
+  return lockstep::testing::thread_group_options(rank, world, store, "progress-run")
+      .backend(Backend::kGloo)
+      .collective_timeout(timeout)
+      .progress_interval(100ms);
+}
+
+TEST(ProcessGroupProgress, ATimedOutCollectiveNamesTheRankThatNeverCameAndWhatItDidLast) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::string error;
+  const auto outcomes = run_ranks(2, [&](int rank) {
+    auto pg = init_process_group(gloo_options(rank, 2, store, 1500ms));
+    auto t = at::ones({8});
+    pg.all_reduce(t).wait();  // #1, together
+    if (rank == 1) {
+      std::this_thread::sleep_for(3500ms);  // busy outside collectives past rank 0's timeout
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg.all_reduce(t).wait();  // #2: rank 1 never comes
+    } catch (const CommError& e) {
+      error = e.what();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);  // the timeout, plus the records' catch-up
+    }
+  });
+  EXPECT_NE(error.find("rank 0: allreduce #2 (Float[8]) sum: failed:"), std::string::npos) << error;
+  EXPECT_NE(error.find("Not at collective #2: rank 1 (last allreduce #1 (Float[8]) sum, finished; its record is "
+                       "fresh: the process is alive but busy outside collectives"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("--collective-timeout"), std::string::npos) << error;
+  EXPECT_TRUE(outcomes[1].ok) << outcomes[1].error;
+}
+
+TEST(ProcessGroupProgress, SuccessfulCollectivesAreUnaffected) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  lockstep::testing::expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = init_process_group(gloo_options(rank, 2, store, 20s));
+    for (int i = 0; i < 20; ++i) {
+      auto t = at::ones({1000}) * (rank + 1);
+      pg.all_reduce(t).wait();
+      ASSERT_TRUE(at::equal(t, at::ones({1000}) * 3));
+    }
+    if (rank == 1) std::this_thread::sleep_for(500ms);  // a slow rank: waits span several slices
+    pg.barrier();
+    pg.shutdown();
+  }));
+}
+
+// When sizes differ, Gloo's transport thread may throw gloo::EnforceNotMet ("op.preamble.length <=
+// op.nbytes", seen in e2e_hang_extra under load), which terminates the process. The terminate handler
+// then names both collectives from the records. Here a thread throws the same text (the handler keys on
+// an exception from gloo), with a peer's record that differs.
+TEST(ProgressDeathTest, AnExceptionFromGlooTerminatesNamingBothCollectives) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto store = c10::make_intrusive<c10d::HashStore>();
+        Progress mine(store, 1, 2, 100ms, -1);
+        mine.issued(8, "allreduce #8 (Float[3]) sum");
+        put_record(*store, 0, record(unix_ms_now(), 8, 7, true, {{8, "allreduce #8 (Float[235146]) avg"}}));
+        std::thread([] {
+          throw std::runtime_error("[enforce fail at ./gloo/transport/tcp/pair.cc:510] op.preamble.length <= "
+                                   "op.nbytes. 235148 vs 4");
+        }).join();
+      },
+      "lockstep: rank 1: the collective backend failed inside a collective \\(\\[enforce fail at "
+      "./gloo/transport/tcp/pair.cc:510\\] op.preamble.length <= op.nbytes. 235148 vs 4\\): the ranks called "
+      "different collectives: rank 1 called allreduce #8 \\(Float\\[3\\]\\) sum but rank 0 called allreduce #8 "
+      "\\(Float\\[235146\\]\\) avg");
+}
+
+}  // namespace
+}  // namespace lockstep::comm

@@ -11,11 +11,12 @@ packages="
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   python3 python3-torch
-  openmpi-bin slurm-wlm munge
+  openmpi-bin slurm-wlm slurm-client munge
 "
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
-# openmpi-bin, slurm-wlm, munge: real launch paths (mpirun, a local Slurm cluster) for the scale-out tests.
+# openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that
+# scripts/slurm-local-cluster.sh starts for tests/e2e/slurm_e2e.sh) for the scale-out tests.
 
 missing=""
 for p in $packages; do

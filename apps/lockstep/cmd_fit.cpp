@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,27 @@
 #include "fit_flags.h"
 #include "install_paths.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/env/slurm.h"
 #include "lockstep/launch/launch.h"
 
 namespace lockstep::cli {
+namespace {
+
+// Starts this node's ranks with `options` (plus what every launch of lockstep fit shares: restarts and
+// the collective timeout) and returns the job's exit status.
+int launch_ranks(launch::LaunchOptions options, const train::FitConfig& config) {
+  try {
+    options.max_restarts(config.max_restarts);
+    if (const auto timeout = config.collective_timeout_duration()) options.collective_timeout(*timeout);
+    launch::Launcher launcher(options);
+    return launcher.run().exit_status;
+  } catch (const launch::LaunchError& e) {
+    std::cerr << "lockstep fit: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace
 
 int fit_main(int argc, char** argv) {
   train::FitConfig config;
@@ -36,6 +55,39 @@ int fit_main(int argc, char** argv) {
   } catch (const env::EnvError& e) {
     std::cerr << "lockstep fit: " << e.what() << '\n';
     return 2;
+  }
+
+  // Inside an sbatch script but not started by srun (no SLURM_STEP_ID): Slurm's variables describe the
+  // job, not this process; start --devices local ranks as on a machine of one's own.
+  std::optional<env::SlurmNode> slurm_node;
+  if (environment.source == env::Source::kSlurm) {
+    try {
+      slurm_node = env::slurm_node();
+    } catch (const env::EnvError& e) {
+      std::cerr << "lockstep fit: " << e.what() << '\n';
+      return 2;
+    }
+    if (!slurm_node) environment = env::Environment();
+  }
+  // Lightning's Slurm shape: srun started one task per node (--ntasks-per-node=1) and --devices asks for
+  // more ranks per node, so this task starts its node's ranks, taking the node count, its node, the
+  // master and the job id from Slurm (as `lockstep run` does under srun).
+  const bool node_launcher = slurm_node && slurm_node->tasks_on_node == 1 && config.devices && *config.devices > 1;
+  if (node_launcher && config.num_nodes && *config.num_nodes != slurm_node->num_nodes) {
+    std::cerr << "lockstep fit: --num-nodes " << *config.num_nodes << " does not match the Slurm job's "
+              << slurm_node->num_nodes << " node(s) (SLURM_NNODES): make them equal, or drop --num-nodes\n";
+    return 2;
+  }
+  if (node_launcher) {
+    launch::LaunchOptions options(command);
+    options.nproc_per_node(*config.devices)
+        .nnodes(slurm_node->num_nodes)
+        .node_rank(slurm_node->node_rank)
+        .master_addr(slurm_node->master_addr)
+        .master_port(slurm_node->master_port)
+        .run_id(slurm_node->run_id);
+    if (slurm_node->node_rank == 0) options.direct_stdout_local_rank(0);
+    return launch_ranks(options, config);
   }
 
   if (environment.source != env::Source::kSingleProcess && config.max_restarts > 0) {
@@ -63,18 +115,9 @@ int fit_main(int argc, char** argv) {
               << " --node-rank R --master-addr HOST ... -- lockstep fit ...` on each node, or use srun\n";
     return 2;
   }
-  try {
-    launch::LaunchOptions options(command);
-    options.nproc_per_node(config.devices.value_or(1))
-        .standalone(true)
-        .direct_stdout_local_rank(0)
-        .max_restarts(config.max_restarts);
-    launch::Launcher launcher(options);
-    return launcher.run().exit_status;
-  } catch (const launch::LaunchError& e) {
-    std::cerr << "lockstep fit: " << e.what() << '\n';
-    return 1;
-  }
+  launch::LaunchOptions options(command);
+  options.nproc_per_node(config.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);
+  return launch_ranks(options, config);
 }
 
 }  // namespace lockstep::cli

@@ -1,5 +1,7 @@
 // `lockstep run`: torchrun's command line in front of lockstep::launch::Launcher.
+#include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -9,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "lockstep/env/slurm.h"
 #include "lockstep/launch/launch.h"
 
 namespace lockstep::cli {
@@ -26,7 +29,11 @@ constexpr const char* kDescription =
     "Each worker's output lines are printed prefixed with \"[rank R] \" (stdout to stdout, stderr to\n"
     "stderr). When one worker fails, the others are stopped (SIGTERM, SIGKILL 3 s later).\n"
     "Everything after the first non-option argument (or after --) is the worker command, passed\n"
-    "untouched.";
+    "untouched.\n"
+    "Started by srun, one task per node (srun --ntasks-per-node=1 lockstep run ...), it takes\n"
+    "--nnodes (SLURM_NNODES), --node-rank (SLURM_NODEID), --master-addr (first host of the\n"
+    "step's nodelist), --master-port (10000 + SLURM_JOB_ID % 50000) and --rdzv-id (the job and\n"
+    "step id) from Slurm when they are not given; MASTER_ADDR / MASTER_PORT win.";
 
 constexpr const char* kFooter =
     "Exit status:\n"
@@ -78,6 +85,44 @@ int parse_int(const std::string& flag, const std::string& text, const char* expe
   throw UsageError{shown + " is not valid (expected " + expected + ")"};
 }
 
+// A positive number of seconds ("30", "0.5") as a duration.
+std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(seconds > 0) || seconds > 1e7) {
+    throw UsageError{flag + "='" + text + "' is not valid (expected a positive number of seconds)"};
+  }
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+// Started by srun as one launcher per node: fills the flags not given from the job step (see the
+// description). Throws UsageError when the step runs several tasks on this node, as each would start its
+// own copy of the node's workers, or when a SLURM_* variable is garbled.
+void apply_slurm_defaults(std::optional<std::string>& nnodes, std::optional<std::string>& node_rank,
+                          std::optional<std::string>& master_addr, std::optional<std::string>& master_port,
+                          std::optional<std::string>& run_id) {
+  if (nnodes && node_rank && master_addr && master_port && run_id) return;
+  std::optional<env::SlurmNode> node;
+  try {
+    node = env::slurm_node();
+  } catch (const env::EnvError& e) {
+    throw UsageError{std::string(e.what()) + " (read because srun started this launcher; pass --nnodes, "
+                     "--node-rank, --master-addr, --master-port and --rdzv-id to ignore Slurm)"};
+  }
+  if (!node) return;
+  if (node->tasks_on_node > 1 && !(nnodes && node_rank)) {
+    throw UsageError{"srun started " + std::to_string(node->tasks_on_node) +
+                     " tasks on this node (SLURM_STEP_TASKS_PER_NODE), so each would start its own workers: "
+                     "run one launcher per node (srun --ntasks-per-node=1 lockstep run --nproc-per-node N ...), "
+                     "or srun one task per rank and drop lockstep run"};
+  }
+  if (!nnodes) nnodes = std::to_string(node->num_nodes);
+  if (!node_rank) node_rank = std::to_string(node->node_rank);
+  if (!master_addr) master_addr = node->master_addr;
+  if (!master_port) master_port = std::to_string(node->master_port);
+  if (!run_id) run_id = node->run_id;
+}
+
 int usage_error(const std::string& message) {
   std::cerr << "lockstep run: " << message << "\nRun 'lockstep run --help' for the flags.\n";
   return 2;
@@ -94,7 +139,7 @@ int run_main(int argc, char** argv) {
   app.formatter(formatter);
 
   std::optional<std::string> nproc, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
-      run_id;
+      run_id, collective_timeout;
   bool standalone = false;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "Workers to start on this node: a count, or 'auto' (one per\n"
@@ -125,6 +170,12 @@ int run_main(int argc, char** argv) {
                  "After a worker fails, stop all and start them again, up to K\n"
                  "times (TORCHELASTIC_RESTART_COUNT counts them). Default: 0")
       ->type_name("K");
+  app.add_option("--collective-timeout,--collective_timeout", collective_timeout,
+                 "Seconds one collective may take (LOCKSTEP_TIMEOUT for the\n"
+                 "workers); in a job of several ranks, a worker that sends no\n"
+                 "heartbeat or reaches no collective for that long is killed\n"
+                 "and the job stopped. Default: LOCKSTEP_TIMEOUT, else 1800")
+      ->type_name("S");
   app.add_option("--log-dir,--log_dir", log_dir,
                  "Also write each rank's output, unprefixed, to\n"
                  "DIR/rank_N.stdout.log and DIR/rank_N.stderr.log (DIR is\n"
@@ -158,6 +209,7 @@ int run_main(int argc, char** argv) {
 
   std::optional<launch::Launcher> launcher;
   try {
+    if (!standalone) apply_slurm_defaults(nnodes, node_rank, master_addr, master_port, run_id);
     launch::LaunchOptions options(command);
     if (nproc) options.nproc_per_node(launch::NprocPerNode::parse(*nproc));
     if (nnodes) options.nnodes(parse_int("--nnodes", *nnodes, "an integer >= 1"));
@@ -166,6 +218,7 @@ int run_main(int argc, char** argv) {
     if (master_port) options.master_port(parse_int("--master-port", *master_port, "a port in 1..65535"));
     if (max_restarts) options.max_restarts(parse_int("--max-restarts", *max_restarts, "an integer >= 0"));
     if (log_dir) options.log_dir(*log_dir);
+    if (collective_timeout) options.collective_timeout(parse_seconds("--collective-timeout", *collective_timeout));
     if (run_id) options.run_id(*run_id);
     options.standalone(standalone);
     launcher.emplace(options);

@@ -170,9 +170,10 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
                  "Also rewrite DIR/last.ckpt every N optimizer steps (mid-epoch); 0 = epoch ends only")
       ->capture_default_str();
   app.add_option("--resume", config.resume,
-                 "Resume from a checkpoint: last (= --ckpt-dir's last.ckpt) or its path; mid-epoch\n"
-                 "resumes reproduce the uninterrupted run")
-      ->type_name("last|PATH");
+                 "Resume from a checkpoint: last (= --ckpt-dir's last.ckpt), auto (last when it exists,\n"
+                 "else start fresh: for requeued jobs) or its path; mid-epoch resumes reproduce the\n"
+                 "uninterrupted run")
+      ->type_name("last|auto|PATH");
   app.add_option("--max-steps,--max_steps", config.max_steps,
                  "Stop after N optimizer steps in all (last.ckpt is written there); -1 = no limit")
       ->capture_default_str();
@@ -183,6 +184,12 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
                  "A NaN or infinite training loss: stop (naming the step and the rank), or skip that\n"
                  "optimizer step on every rank (one extra 8-byte all-reduce per step)")
       ->type_name("stop|skip")
+      ->capture_default_str();
+  app.add_option("--collective-timeout,--collective_timeout", config.collective_timeout,
+                 "Seconds one collective may take before every rank stops with an error naming the ranks\n"
+                 "that had not arrived; a rank that reaches no collective (or sends no heartbeat) for that\n"
+                 "long is stopped by the launcher. 0 = LOCKSTEP_TIMEOUT, else 1800")
+      ->type_name("S")
       ->capture_default_str();
   app.add_option("--max-restarts,--max_restarts", config.max_restarts,
                  "When a rank fails, stop all and start them again, up to K times; a restarted run resumes\n"

@@ -22,6 +22,8 @@ constexpr const char* kUsage =
     "         peer (lockstep fit vs the Python DDP peer)\n"
     "  export convert a checkpoint (last.ckpt, a --save-top-k file) or final.pt of `lockstep fit`\n"
     "         into safetensors (Python reads it with json + numpy or the safetensors package)\n"
+    "  slurm  write an sbatch script for a Slurm job (torchrun, ddp or lightning shape) with\n"
+    "         preemption (SIGUSR1 -> checkpoint, exit 75) and requeue wired in\n"
     "\n"
     "`lockstep <command> --help` describes each command.\n";
 
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
   if (command == "fit") return lockstep::cli::fit_main(argc - 1, argv + 1);
   if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
   if (command == "export") return lockstep::cli::export_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export)\n\n%s",
+  if (command == "slurm") return lockstep::cli::slurm_main(argc - 1, argv + 1);
+  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm)\n\n%s",
                command.c_str(), kUsage);
   return 2;
 }

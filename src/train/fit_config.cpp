@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -278,6 +279,10 @@ void FitConfig::validate() const {
   check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
   check_at_least("--max-restarts", max_restarts, 0);
   check_member("--on-nan", on_nan, {"stop", "skip"});
+  if (!(collective_timeout >= 0.0 && collective_timeout <= 1e7)) {
+    throw std::invalid_argument("--collective-timeout must be a number of seconds in (0, 1e7] (0 = the default), got " +
+                                text(collective_timeout));
+  }
   if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);
   check_monitor_flags(*this);
   if (ckpt_every_n_steps > 0 && ckpt_dir.empty()) {
@@ -288,7 +293,11 @@ void FitConfig::validate() const {
     throw std::invalid_argument("--resume last needs --ckpt-dir DIR (it resumes from DIR/last.ckpt); or give "
                                 "--resume the checkpoint's path");
   }
-  if (!resume.empty()) {
+  if (resume == "auto" && ckpt_dir.empty()) {
+    throw std::invalid_argument("--resume auto needs --ckpt-dir DIR (it resumes from DIR/last.ckpt when that "
+                                "exists, else starts fresh); or give --resume the checkpoint's path");
+  }
+  if (!resume.empty() && !resolved_resume_path().empty()) {
     const std::string path = resolved_resume_path();
     std::FILE* file = std::fopen(path.c_str(), "rb");
     if (file == nullptr) {
@@ -312,8 +321,18 @@ std::string FitConfig::resolved_data_dir() const {
 }
 
 std::string FitConfig::resolved_resume_path() const {
-  if (resume == "last") return (ckpt_dir.empty() || ckpt_dir.back() == '/' ? ckpt_dir : ckpt_dir + "/") + "last.ckpt";
+  const std::string last = (ckpt_dir.empty() || ckpt_dir.back() == '/' ? ckpt_dir : ckpt_dir + "/") + "last.ckpt";
+  if (resume == "last") return last;
+  if (resume == "auto") {
+    std::error_code error;
+    return !ckpt_dir.empty() && std::filesystem::exists(last, error) ? last : "";
+  }
   return resume;
+}
+
+std::string FitConfig::resolved_resume() const {
+  if (resume != "auto") return resume;
+  return resolved_resume_path().empty() ? "" : "last";
 }
 
 double FitConfig::resolved_lr() const {

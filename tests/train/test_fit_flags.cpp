@@ -403,4 +403,35 @@ TEST(FitHelpTest, ListsTheMonitorFlagsWithTheirDefaults) {
   }
 }
 
+// --resume auto (what `lockstep slurm` gives a requeued job): last.ckpt when it exists, else a fresh start.
+TEST_F(ConfigFileTest, ResumeAutoResumesOnlyWhenLastCkptExists) {
+  const std::string ckpt = (dir_ / "ck").string();
+  Parsed fresh = parse({"--data", "synthetic", "--ckpt-dir", ckpt, "--resume", "auto"});
+  ASSERT_EQ(fresh.status, -1) << fresh.error;
+  EXPECT_NO_THROW(fresh.config.validate()) << "no last.ckpt yet is not an error";
+  EXPECT_EQ(fresh.config.resolved_resume(), "") << "nothing to resume: start fresh";
+  EXPECT_EQ(fresh.config.resolved_resume_path(), "");
+
+  fs::create_directories(ckpt);
+  write("ck/last.ckpt", "bytes");
+  EXPECT_EQ(fresh.config.resolved_resume(), "last");
+  EXPECT_EQ(fresh.config.resolved_resume_path(), ckpt + "/last.ckpt");
+  EXPECT_NO_THROW(fresh.config.validate());
+
+  Parsed no_dir = parse({"--data", "synthetic", "--resume", "auto"});
+  if (no_dir.status == -1) {
+    try {
+      no_dir.config.validate();
+      ADD_FAILURE() << "--resume auto without --ckpt-dir must be an error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--resume auto needs --ckpt-dir DIR"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_NE(no_dir.error.find("--resume auto needs --ckpt-dir DIR"), std::string::npos) << no_dir.error;
+  }
+  FitConfig other;
+  other.resume = "/some/file.ckpt";
+  EXPECT_EQ(other.resolved_resume(), "/some/file.ckpt") << "other values pass through";
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -116,7 +117,9 @@ struct FitConfig {
   /// last.ckpt at every epoch end (and every ckpt_every_n_steps), final weights; rank 0, atomically.
   std::string ckpt_dir;
   int64_t ckpt_every_n_steps = 0;  ///< also write last.ckpt every N optimizer steps; 0 = epoch ends only
-  std::string resume;              ///< "" | last (= ckpt_dir/last.ckpt) | a checkpoint path
+  /// "" | last (= ckpt_dir/last.ckpt) | auto (last when ckpt_dir/last.ckpt exists, else a fresh start: for
+  /// jobs that are requeued, such as `lockstep slurm`'s) | a checkpoint path
+  std::string resume;
   int64_t max_steps = -1;          ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
   int64_t log_every_n_steps = 0;   ///< a {"step": ...} record in metrics_file every N steps; 0 = off
   /// Restart every rank after one fails, up to this many times (torchrun's --max-restarts); a restarted
@@ -125,6 +128,14 @@ struct FitConfig {
   /// A non-finite training loss: stop (the error names the step, the rank and the value) | skip (every
   /// rank skips that optimizer step, agreed by one extra all-reduce per step).
   std::string on_nan = "stop";
+  /// Seconds one collective may take before the ranks stop with an error naming the ranks that had not
+  /// arrived; also how long the launcher lets a rank go without progress. 0 = LOCKSTEP_TIMEOUT, else 1800.
+  double collective_timeout = 0.0;
+  /// collective_timeout as a duration; unset when it is 0 (the default applies).
+  std::optional<std::chrono::milliseconds> collective_timeout_duration() const {
+    if (collective_timeout <= 0.0) return std::nullopt;
+    return std::chrono::milliseconds(static_cast<long long>(collective_timeout * 1000.0));
+  }
 
   // Best checkpoints and early stopping (Lightning's ModelCheckpoint and EarlyStopping callbacks).
   std::string monitor = "val_loss";  ///< the epoch metric that --save-top-k and early stopping rank by
@@ -162,8 +173,13 @@ struct FitConfig {
   }
   /// The image shape of --data synthetic after defaults (1,28,28).
   ImageShape resolved_synthetic_shape() const { return synthetic_shape.value_or(ImageShape{}); }
-  /// The checkpoint --resume names ("" when not resuming).
+  /// The checkpoint --resume names ("" when not resuming, and for auto when ckpt_dir/last.ckpt does not
+  /// exist).
   std::string resolved_resume_path() const;
+  /// --resume as the Trainer takes it: auto becomes last when ckpt_dir/last.ckpt exists, else "" (start
+  /// fresh); every other value as given. Looks at the file system each call (every rank resolves it before
+  /// training starts, so before rank 0 can write a checkpoint).
+  std::string resolved_resume() const;
   /// Random crop + flip after defaults.
   bool resolved_augment() const { return augment.value_or(data == "cifar10"); }
 };

@@ -4,6 +4,8 @@
 #include <exception>
 #include <thread>
 
+#include <c10/util/Exception.h>
+
 #include "lockstep/comm/comm_error.h"
 #include "progress.h"
 
@@ -35,6 +37,7 @@ void Work::track(std::shared_ptr<detail::Progress> progress, std::uint64_t seque
 Work Work::then(std::function<void()> finish, const std::string& note) && {
   Work out = std::move(*this);
   out.description_ += note;
+  if (!finish) return out;
   if (out.on_success_) {
     out.on_success_ = [first = std::move(out.on_success_), second = std::move(finish)]() {
       first();
@@ -91,8 +94,11 @@ void Work::wait() {
       }
     }
     if (!mismatch.empty()) throw CommError(rank_, description_, mismatch);
+    // c10::Error's what() carries a C++ backtrace of LibTorch's frames: not for users.
+    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+    std::string what = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
     throw CommError(rank_, description_,
-                    std::string("failed: ") + e.what() +
+                    "failed: " + what +
                         " — a peer may have exited or be stuck, or the ranks called different collectives "
                         "(every rank must call the same ones in the same order). Collective timeout: " +
                         timeout_text(timeout_) + " (--collective-timeout, LOCKSTEP_TIMEOUT)." + explanation);

@@ -84,7 +84,7 @@ void ReducerState::launch_ready_buckets() {
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch];
     if (timeline) timeline->begin(b.label + " allreduce", 1);
-    b.work = hook->run(*group, b.buffer);
+    b.work = hook->run(*group, b.buffer).then({}, " of DDP's " + b.label);  // errors name the bucket
     if (timeline) {
       const std::string name = b.label + " allreduce";
       auto native = b.work.native();

@@ -61,6 +61,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The status lockstep's Trainer exits with after a preemption notice (train::kPreemptedExitStatus; the
+// launcher does not depend on train, so the number is repeated here: EX_TEMPFAIL).
+constexpr int kPreemptedStatus = 75;
 // After the last worker is reaped, how long to wait for the pipes to reach EOF.
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // poll() never sleeps longer than this, so a lost wake-up cannot stall the loop.
@@ -497,6 +500,13 @@ class Attempt {
       message("cannot execute '" + config_.command.front() + "' for rank " + std::to_string(*failed_rank_) +
               ": " + detail::error_text(spawn_error_) +
               (spawn_error_ == ENOENT ? " (not found in PATH)" : ""));
+    } else if (cause_ == StopCause::kWorkerFailed && preempted_ && stall_reason_.empty() &&
+               failure_->shell_status() == kPreemptedStatus) {
+      // The workers were asked to leave (SIGUSR1) and did so with the status lockstep's Trainer uses
+      // after writing its checkpoint: a preemption, not a failure.
+      message("preempted: rank " + std::to_string(*failed_rank_) + " exited with status " +
+              std::to_string(kPreemptedStatus) + " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
+              "requeue the job and resume it with --resume last (or auto)");
     } else if (cause_ == StopCause::kWorkerFailed) {
       const Worker* failed = nullptr;
       for (const Worker& w : workers_) {

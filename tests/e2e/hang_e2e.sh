@@ -7,6 +7,8 @@
 #          the same, and the error says rank 1 is alive but busy outside collectives.
 #   extra: rank 1 issues one all-reduce the others do not (a branch taken on one rank; gloo): the error
 #          names both ranks' collectives, long before the collective timeout.
+#   named: the same hang, but the ranks' own collective timeout (3 s) ends it before the launcher's (100 s):
+#          rank 0's error names the collective, its number, DDP's bucket, and rank 1 as not arrived.
 #   flags: --collective-timeout is checked (lockstep run and lockstep fit).
 set -u
 case_name=$1 lockstep=$2 python=$3
@@ -68,6 +70,19 @@ extra)
   grep -Eq "the ranks called different collectives: rank [01] called allreduce #[0-9]+ \(Float\[[0-9]+\]\) .* but rank [01] called allreduce #[0-9]+ \(Float\[[0-9]+\]\)" "$work/err" ||
     fail "the error does not name both ranks' collectives"
   grep -q "Float\[3\]" "$work/err" || fail "the error does not show rank 1's extra all-reduce (Float[3])"
+  ;;
+named)
+  start=$(date +%s.%N)
+  LOCKSTEP_TIMEOUT=100 LOCKSTEP_FAULT=1:3:hang "$lockstep" run --nproc-per-node 2 -- "$lockstep" fit \
+    --data synthetic --synthetic-size 512 --batch-size 32 --max-epochs 2 --progress off --backend gloo \
+    --collective-timeout 3 --metrics-file "$work/metrics.jsonl" >"$work/out" 2>"$work/err"
+  status=$?
+  elapsed=$("$python" -c "print(round($(date +%s.%N) - $start, 1))")
+  cat "$work/out" "$work/err"
+  [ "$status" -ne 0 ] || fail "the job exited 0 despite the hang"
+  within 25
+  grep -Eq "rank 0: allreduce #([0-9]+) \(Float\[[0-9]+\]\) avg of DDP's bucket 0 \([0-9.]+ MiB\): failed: .*Collective timeout: 3\.0+ s .*Not at collective #[0-9]+: rank 1 \(last allreduce #[0-9]+ \(Float\[[0-9]+\]\) avg, finished; its record is fresh: the process is alive but busy outside collectives" "$work/err" ||
+    fail "rank 0's error does not name the collective, the bucket and rank 1"
   ;;
 flags)
   expect_failure 2 "--collective-timeout='0' is not valid (expected a positive number of seconds)" -- \

@@ -154,6 +154,11 @@ preempt)
     grep -Eq "preempted by SIG(USR1|TERM) at step [0-9]+ .*exiting with status 75" "$dir.out" \
       || { cat "$dir.out"; fail "$kind: no preemption report"; }
     grep -q "restarting all" "$dir.out" && { cat "$dir.out"; fail "$kind: restarted after a preemption notice"; }
+    if [ "$kind" = usr1 ]; then  # the launcher calls it a preemption, not a failure
+      grep -q "lockstep run: preempted: rank [01] exited with status 75 after the SIGUSR1 notice" "$dir.out" \
+        || { cat "$dir.out"; fail "usr1: the launcher does not report a preemption"; }
+      grep -q "job failed" "$dir.out" && { cat "$dir.out"; fail "usr1: the launcher calls the preemption a failure"; }
+    fi
     step=$(grep -Eo "preempted by SIG[A-Z0-9]+ at step [0-9]+" "$dir.out" | grep -Eo "[0-9]+$")
     fit --devices 2 --ckpt-dir "$dir" --resume last --metrics-file "$dir.resumed.jsonl" >"$dir.resumed.out" 2>&1 \
       || { cat "$dir.resumed.out"; fail "$kind: resuming failed"; }

@@ -31,8 +31,8 @@ class Work {
   /// about a second) with both descriptions instead of waiting for the timeout.
   void wait();
 
-  /// The same collective with another completion step, run after this one's (comm hooks: widen a
-  /// compressed bucket back). `note` is appended to the description used in errors.
+  /// The same collective with another completion step (may be empty), run after this one's (comm hooks:
+  /// widen a compressed bucket back). `note` is appended to the description used in errors.
   Work then(std::function<void()> finish, const std::string& note) &&;
 
   /// Used by ProcessGroup: report this collective's waits to `progress` (number `sequence`); with

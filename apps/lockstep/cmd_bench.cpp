@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench_commands.h"
+#include "cli_parse.h"
 #include "commands.h"
 #include "lockstep/env/environment.h"
 
@@ -48,15 +49,8 @@ int refuse_inside_job(const std::string& command) {
 }
 
 int parse_bench_flags(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-    return -1;
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    return bench_usage_error(app.get_name(), e.what());
-  }
+  return parse_or_status(app, argc, argv,
+                         [&app](const std::string& message) { return bench_usage_error(app.get_name(), message); });
 }
 
 int bench_usage_error(const std::string& command, const std::string& message) {

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_parse.h"
 #include "commands.h"
 #include "lockstep/env/slurm.h"
 #include "lockstep/launch/launch.h"
@@ -187,22 +188,10 @@ int run_main(int argc, char** argv) {
                  "(with a warning: pass the scheduler's job id)")
       ->type_name("ID");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    return usage_error(e.what());
-  }
-
-  std::vector<std::string> command = app.remaining();
-  if (!command.empty() && command.front() == "--") {
-    command.erase(command.begin());
-  } else if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-') {
-    // CLI11 hands an unknown flag over as if it began the command; nothing sensible starts with '-'.
-    return usage_error("unknown option '" + command.front() +
-                       "' (put the worker command after the flags, or after --)");
+  if (const int status = parse_or_status(app, argc, argv, usage_error); status >= 0) return status;
+  std::vector<std::string> command;
+  if (const auto unknown = take_command(app, command)) {
+    return usage_error("unknown option '" + *unknown + "' (put the worker command after the flags, or after --)");
   }
   if (command.empty())
     return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");

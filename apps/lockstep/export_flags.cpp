@@ -1,5 +1,7 @@
 #include "export_flags.h"
 
+#include "cli_parse.h"
+
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -34,15 +36,11 @@ int parse_export_flags(int argc, char** argv, ExportFlags& flags) {
                  "Where to write the safetensors file. Default: CHECKPOINT with\n"
                  ".safetensors instead of its extension")
       ->type_name("OUT.safetensors");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "lockstep export: " << e.what() << "\nRun 'lockstep export --help' for the arguments.\n";
+  const int status = parse_or_status(app, argc, argv, [](const std::string& message) {
+    std::cerr << "lockstep export: " << message << "\nRun 'lockstep export --help' for the arguments.\n";
     return 2;
-  }
+  });
+  if (status >= 0) return status;
   if (flags.input.empty()) {
     std::cerr << "lockstep export: the checkpoint path is empty\nRun 'lockstep export --help' for the arguments.\n";
     return 2;

@@ -9,6 +9,8 @@
 // workers), and --wait=60 ends whatever is left 60 s after the first task exited.
 #include "slurm_script.h"
 
+#include "cli_parse.h"
+
 #include <iostream>
 #include <memory>
 #include <regex>
@@ -306,19 +308,10 @@ int parse_slurm_flags(int argc, char** argv, SlurmScriptOptions& options, std::s
     std::cerr << "lockstep slurm: " << message << "\nRun 'lockstep slurm --help' for the flags.\n";
     return 2;
   };
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    return usage_error(e.what());
-  }
-  std::vector<std::string> command = app.remaining();
-  if (!command.empty() && command.front() == "--") {
-    command.erase(command.begin());
-  } else if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-') {
-    return usage_error("unknown option '" + command.front() + "' (put the training command after --)");
+  if (const int status = parse_or_status(app, argc, argv, usage_error); status >= 0) return status;
+  std::vector<std::string> command;
+  if (const auto unknown = take_command(app, command)) {
+    return usage_error("unknown option '" + *unknown + "' (put the training command after --)");
   }
   options.command = command;
   if (style == "torchrun") {

@@ -1,6 +1,8 @@
 // from_env(): every source, precedence between sources and explicit options, and every error.
 
 #include <gtest/gtest.h>
+
+#include "fake_env.h"
 #include <lockstep/env/environment.h>
 
 #include <cstdlib>
@@ -11,16 +13,8 @@
 namespace lockstep::env {
 namespace {
 
-using Vars = std::map<std::string, std::string>;
-
-// A fake environment: `vars` instead of getenv.
-EnvLookup table(Vars vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using fake_env::table;
+using fake_env::Vars;
 
 // What from_env must return; starts as the single-process defaults.
 struct Expected {

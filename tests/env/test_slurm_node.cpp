@@ -1,6 +1,8 @@
 // slurm_node(): what a launcher started by srun, one per node, takes from Slurm.
 
 #include <gtest/gtest.h>
+
+#include "fake_env.h"
 #include <lockstep/env/environment.h>
 #include <lockstep/env/slurm.h>
 
@@ -10,15 +12,8 @@
 namespace lockstep::env {
 namespace {
 
-using Vars = std::map<std::string, std::string>;
-
-EnvLookup table(Vars vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using fake_env::table;
+using fake_env::Vars;
 
 // What srun sets for task `node` of `srun -N2 --ntasks-per-node=1` in job 12190, step 0.
 Vars one_task_per_node(int node) {

@@ -87,6 +87,12 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
 
 ProcessGroup::~ProcessGroup() {
   // No check-out wait here: a destructor may run while an exception unwinds, and must not block.
+  release_backend();
+  job_store_.reset();
+  root_store_.reset();
+}
+
+void ProcessGroup::release_backend() {
   if (progress_ && progress_->abandoned() && native_) {
     // A wait gave up on a collective still in flight: the backend's threads are blocked in it until its
     // own timeout, and destroying the backend would join them. Leave it to the end of the process.
@@ -94,8 +100,6 @@ ProcessGroup::~ProcessGroup() {
   }
   progress_.reset();
   native_.reset();
-  job_store_.reset();
-  root_store_.reset();
 }
 
 void ProcessGroup::check_open(const char* op) const {
@@ -230,12 +234,8 @@ void ProcessGroup::barrier() {
 void ProcessGroup::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  if (progress_) {
-    progress_->stop();
-    if (progress_->abandoned() && native_) (void)native_.release();  // see ~ProcessGroup
-    progress_.reset();
-  }
-  native_.reset();
+  if (progress_) progress_->stop();
+  release_backend();
   if (job_store_) {
     // Rank 0 serves the TCPStore: it leaves last, so no rank loses the store mid-operation.
     try {

@@ -95,6 +95,8 @@ class ProcessGroup {
   /// The handle of the collective just described, tracked in this rank's progress records.
   Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description, std::function<void()> finish = {});
   void check_open(const char* op) const;
+  /// Drops the progress records and the backend (left alive when a wait abandoned a collective in it).
+  void release_backend();
 
   c10::intrusive_ptr<c10d::ProcessGroup> native_;
   c10::intrusive_ptr<c10d::Store> root_store_;

@@ -2,8 +2,14 @@
 // synthetic data for a fixed number of steps and prints one line of key=value figures:
 //   --mode bare : the plain LibTorch loop, no process group, no DDP (the baseline)
 //   --mode ddp  : the same loop with lockstep's DistributedDataParallel (run under `lockstep run`)
+//   --mode allreduce: no compute: each step all-reduces the gradients in DDP's buckets (one flat tensor
+//                 per bucket, issued in bucket order, then all waited on), what a DDP step sends when
+//                 nothing overlaps it (run under `lockstep run`)
 //   --model mlp : the seeds' MLP 784-256-128-10 (dropout 0.2), batch 64, Adam   (workload W1)
 //   --model wide: 11 x Linear(1024, 1024) + head, 11.5M parameters (ResNet18-sized), batch 32, SGD
+//   --model resnet18: lockstep::models::ResNet18 (CIFAR form, 11.2M parameters) on 3x32x32, batch 32, SGD
+//   --bucket-cap-mb MB: DDP's bucket cap (default 25, as DdpOptions)
+//   --backend NAME: the process group's backend (default auto)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -11,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <torch/nn.h>
 #include <torch/optim.h>
@@ -18,12 +25,15 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/models/resnet18.h"
 
 namespace {
 
 torch::nn::Sequential make_model(const std::string& name) {
   torch::nn::Sequential seq;
-  if (name == "mlp") {
+  if (name == "resnet18") {
+    seq->push_back(lockstep::models::ResNet18());
+  } else if (name == "mlp") {
     seq->push_back(torch::nn::Flatten());
     seq->push_back(torch::nn::Linear(784, 256));
     seq->push_back(torch::nn::ReLU());
@@ -51,20 +61,26 @@ long peak_rss_kib() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string mode = "bare", model_name = "mlp";
+  std::string mode = "bare", model_name = "mlp", backend = "auto";
   int steps = 300, warmup = 30;
+  double bucket_cap_mb = lockstep::ddp::DdpOptions().bucket_cap_mb();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--mode") mode = argv[i + 1];
     else if (flag == "--model") model_name = argv[i + 1];
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--bucket-cap-mb") bucket_cap_mb = std::atof(argv[i + 1]);
+    else if (flag == "--backend") backend = argv[i + 1];
     else {
-      std::fprintf(stderr, "ddp_bench: unknown flag %s (expected --mode bare|ddp, --model mlp|wide, --steps N)\n",
+      std::fprintf(stderr, "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB, --backend NAME)\n",
                    flag.c_str());
       return 2;
     }
   }
-  if ((mode != "bare" && mode != "ddp") || (model_name != "mlp" && model_name != "wide") || steps < 1) {
+  if ((mode != "bare" && mode != "ddp" && mode != "allreduce") ||
+      (model_name != "mlp" && model_name != "wide" && model_name != "resnet18") || steps < 1 || warmup < 0 ||
+      !(bucket_cap_mb > 0)) {
     std::fprintf(stderr, "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d\n", mode.c_str(),
                  model_name.c_str(), steps);
     return 2;
@@ -76,23 +92,41 @@ int main(int argc, char** argv) {
     const int64_t batch = mlp ? 64 : 32;
     const int64_t features = mlp ? 784 : 1024;
     // 16 distinct in-memory batches, cycled.
-    auto xs = torch::randn({16, batch, features});
+    auto xs = model_name == "resnet18" ? torch::randn({16, batch, 3, 32, 32}) : torch::randn({16, batch, features});
     auto ys = torch::randint(0, 10, {16, batch}, torch::kLong);
 
     std::unique_ptr<lockstep::comm::ProcessGroup> group;
     std::unique_ptr<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>> ddp;
-    if (mode == "ddp") {
+    if (mode != "bare") {
       const auto env = lockstep::env::from_env();
       group = std::make_unique<lockstep::comm::ProcessGroup>(lockstep::comm::init_process_group(
-          lockstep::comm::ProcessGroupOptions::from_environment(env)));
-      ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>>(model, *group);
+          lockstep::comm::ProcessGroupOptions::from_environment(env).backend(lockstep::comm::parse_backend(backend))));
+      ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>>(
+          model, *group, lockstep::ddp::DdpOptions().bucket_cap_mb(bucket_cap_mb));
     }
     std::unique_ptr<torch::optim::Optimizer> opt;
     if (mlp) opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
     else opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
 
+    // --mode allreduce: one float tensor per bucket, as large as the bucket's gradients.
+    std::vector<at::Tensor> bucket_buffers;
+    if (mode == "allreduce") {
+      const auto params = model->parameters();
+      for (const auto& bucket : ddp->reducer().bucket_indices()) {
+        int64_t numel = 0;
+        for (size_t index : bucket) numel += params.at(index).numel();
+        bucket_buffers.push_back(torch::ones({numel}));
+      }
+    }
+
     double last_loss = 0;
     auto step = [&](int i) {
+      if (mode == "allreduce") {
+        std::vector<lockstep::comm::Work> works;
+        for (auto& buffer : bucket_buffers) works.push_back(group->all_reduce(buffer));
+        for (auto& work : works) work.wait();
+        return;
+      }
       opt->zero_grad();
       auto x = xs[i % 16];
       auto out = ddp ? ddp->forward(x) : model->forward(x);
@@ -110,10 +144,11 @@ int main(int argc, char** argv) {
     for (const auto& p : model->parameters()) grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
     const int rank = group ? group->rank() : 0;
     std::printf("mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
-                "bucket_bytes=%lld peak_rss_kib=%ld threads=%d last_loss=%.6f\n",
+                "bucket_bytes=%lld buckets=%zu peak_rss_kib=%ld threads=%d last_loss=%.6f\n",
                 mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
                 static_cast<long long>(grad_bytes),
-                static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0), peak_rss_kib(),
+                static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0),
+                ddp ? ddp->reducer().bucket_indices().size() : size_t{0}, peak_rss_kib(),
                 at::get_num_threads(), last_loss);
     ddp.reset();
     if (group) group->shutdown();

@@ -34,23 +34,7 @@ $(grep 'rank=0' "$tmp/ddp.txt" | field grad_bytes) $(grep 'rank=0' "$tmp/ddp.txt
 }
 
 # Fraction of all-reduce time that lies inside backward spans (rank 0's timeline).
-overlap() {
-  python3 - "$1" <<'PY'
-import json, sys
-ev = json.load(open(sys.argv[1]))["traceEvents"]
-spans, open_ = {}, {}
-for e in ev:
-    if e["ph"] == "B": open_[(e["name"], e["tid"])] = e["ts"]
-    elif e["ph"] == "E":
-        start = open_.pop((e["name"], e["tid"]), None)
-        if start is not None: spans.setdefault(e["name"].split(" (")[0] if e["tid"] == 1 else e["name"], []).append((start, e["ts"]))
-backward = spans.get("backward", [])
-comm = [s for k, v in spans.items() if k != "backward" for s in v]
-total = sum(b - a for a, b in comm)
-hidden = sum(max(0, min(b, d) - max(a, c)) for a, b in comm for c, d in backward)
-print(f"{hidden / total:.3f}" if total else "nan")
-PY
-}
+overlap() { python3 "$(dirname "$0")/timeline_overlap.py" "$1"; }
 
 echo "DDP benchmarks, 2 local ranks x 1 thread, Gloo over loopback, $steps timed steps"
 read -r bare ddp bare_rss ddp_rss grad bucket < <(run_pair mlp "$steps")

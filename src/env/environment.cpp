@@ -10,10 +10,17 @@ namespace {
 
 bool is_blank(const std::string& text) { return text.find_first_not_of(" \t\r\n") == std::string::npos; }
 
+// A task that srun started. sbatch's batch script (and an salloc shell) has SLURM_PROCID=0 and the job's
+// SLURM_NTASKS too, but no SLURM_STEP_ID: a program run there directly is one process, not rank 0 of
+// the job's tasks (which would wait for ranks that never come).
+bool started_by_srun(const EnvLookup& lookup) {
+  return lookup("SLURM_PROCID") && (lookup("SLURM_STEP_ID") || !lookup("SLURM_JOB_ID"));
+}
+
 // The first launcher whose selector variable is set, read; an empty Layout (one process) if none.
 detail::Layout read_selected_source(const EnvLookup& lookup) {
   if (lookup("RANK")) return detail::read_torchrun(lookup);
-  if (lookup("SLURM_PROCID")) return detail::read_slurm(lookup);
+  if (started_by_srun(lookup)) return detail::read_slurm(lookup);
   if (lookup("OMPI_COMM_WORLD_RANK")) return detail::read_openmpi(lookup);
   // TensorFlow itself treats an empty TF_CONFIG as unset.
   if (const auto tf_config = lookup("TF_CONFIG"); tf_config && !is_blank(*tf_config)) {

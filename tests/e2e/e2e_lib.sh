@@ -11,3 +11,22 @@ expect_failure() {
   [ "$status" -eq "$want" ] || fail "exit status $status, expected $want: $*"
   grep -Fq -- "$pattern" "$work/err" || fail "stderr lacks '$pattern': $*"
 }
+
+# same_final PYTHON WORLD REFERENCE METRICS: the last epoch records of two --metrics-file files agree
+# (same epoch, both with world size WORLD; train_loss, val_loss and val_acc to float tolerance).
+same_final() {
+  "$1" - "$2" "$3" "$4" <<'PY' || fail "final metrics differ from the reference"
+import json, sys
+def last(path):
+    epochs = [json.loads(l) for l in open(path) if '"batch"' not in l]
+    assert epochs, f"{path}: no epoch record"
+    return max(epochs, key=lambda r: r["epoch"])
+world, ref, got = int(sys.argv[1]), last(sys.argv[2]), last(sys.argv[3])
+assert got["epoch"] == ref["epoch"], f"last epoch {got['epoch']}, reference {ref['epoch']}"
+assert got["world_size"] == ref["world_size"] == world, (got["world_size"], ref["world_size"], world)
+for key in ("train_loss", "val_loss", "val_acc"):
+    assert abs(got[key] - ref[key]) <= 1e-5 * max(1.0, abs(ref[key])), f"{key}: {got[key]} vs reference {ref[key]}"
+print(f"same final metrics as the reference: epoch {got['epoch']}, " +
+      ", ".join(f"{k} {got[k]:.6f}" for k in ("train_loss", "val_loss", "val_acc")))
+PY
+}

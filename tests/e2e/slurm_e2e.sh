@@ -32,6 +32,7 @@ fail() {
   for f in "$work"/job_*.out; do [ -f "$f" ] && { echo "---- $f"; tail -n 40 "$f"; }; done >&2
   exit 1
 }
+. "$here/e2e_lib.sh"
 
 "$cluster" start >"$work/start.out" 2>&1
 status=$?
@@ -50,24 +51,6 @@ fit_flags=(--data synthetic --synthetic-size 1024 --batch-size 32 --model mlp --
 reference() {
   env -u SLURM_CONF "$lockstep" fit --devices 4 "${fit_flags[@]}" --max-epochs "$1" --metrics-file "$work/ref.jsonl" \
     >"$work/ref.out" 2>&1 || { cat "$work/ref.out"; fail "the reference run failed"; }
-}
-
-# same_final REFERENCE METRICS: the last epoch's train_loss, val_loss and val_acc agree (float tolerance).
-same_final() {
-  "$python" - "$@" <<'PY' || fail "final metrics differ from the reference"
-import json, sys
-def last(path):
-    epochs = [json.loads(l) for l in open(path) if '"batch"' not in l]
-    assert epochs, f"{path}: no epoch record"
-    return max(epochs, key=lambda r: r["epoch"])
-ref, got = last(sys.argv[1]), last(sys.argv[2])
-assert got["epoch"] == ref["epoch"], f"last epoch {got['epoch']}, reference {ref['epoch']}"
-assert got["world_size"] == ref["world_size"] == 4, (got["world_size"], ref["world_size"])
-for key in ("train_loss", "val_loss", "val_acc"):
-    assert abs(got[key] - ref[key]) <= 1e-5 * max(1.0, abs(ref[key])), f"{key}: {got[key]} vs reference {ref[key]}"
-print(f"same final metrics as the reference: epoch {got['epoch']}, " +
-      ", ".join(f"{k} {got[k]:.6f}" for k in ("train_loss", "val_loss", "val_acc")))
-PY
 }
 
 # script STYLE NAME FIT_ARGS...: writes $work/NAME.sbatch with `lockstep slurm`, 2 nodes x 2 ranks.
@@ -137,7 +120,7 @@ torchrun | ddp | lightning)
   id=$(submit job)
   result=$(wait_done "$id" 120)
   [ "$result" = "COMPLETED 0:0" ] || fail "job $id ended $result, expected COMPLETED 0:0"
-  same_final "$work/ref.jsonl" "$work/m.jsonl"
+  same_final "$python" 4 "$work/ref.jsonl" "$work/m.jsonl"
   if [ "$case_name" = lightning ]; then
     # Run in the batch script itself (no srun, so no SLURM_STEP_ID): Slurm's variables describe the job, not
     # this process, and lockstep fit starts its --devices ranks on this node as a job of its own.
@@ -196,7 +179,7 @@ preempt)
   grep -q "resumed from $work/ck/last.ckpt" "$out" || fail "the requeued run did not resume from last.ckpt"
   restarts=$(scontrol show job "$id" -o | grep -Eo 'Restarts=[0-9]+' | cut -d= -f2)
   [ "${restarts:-0}" -ge 1 ] || fail "job $id was not requeued (Restarts=${restarts:-?})"
-  same_final "$work/ref.jsonl" "$work/pre.jsonl"
+  same_final "$python" 4 "$work/ref.jsonl" "$work/pre.jsonl"
   ;;
 *)
   fail "unknown case (expected torchrun, ddp, lightning, fail, scancel or preempt)"

@@ -92,7 +92,9 @@ EnvLookup process_env();
 ///     are set, and WORLD_SIZE must equal GROUP_WORLD_SIZE * LOCAL_WORLD_SIZE when both are set;
 ///     LOCKSTEP_NNODES (set by hand, never by a launcher) declares nodes with different numbers of
 ///     ranks and turns both checks off.
-///  3. Slurm, selected by SLURM_PROCID: SLURM_PROCID, SLURM_NTASKS (required), SLURM_LOCALID,
+///  3. Slurm, selected by SLURM_PROCID in a task started by srun (SLURM_STEP_ID set; a batch script,
+///     which has SLURM_JOB_ID and SLURM_PROCID but no SLURM_STEP_ID, is one process, as under
+///     torchrun's rules): SLURM_PROCID, SLURM_NTASKS (required), SLURM_LOCALID,
 ///     SLURM_NODEID, SLURM_NNODES; local_world_size is this node's entry (index SLURM_NODEID) of
 ///     SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, whose sum must equal SLURM_NTASKS;
 ///     master_addr is the first host of SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST, else

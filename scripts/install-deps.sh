@@ -11,12 +11,16 @@ packages="
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   python3 python3-torch
-  openmpi-bin slurm-wlm slurm-client munge
+  openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
+  iproute2
 "
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
 # openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that
 # scripts/slurm-local-cluster.sh starts for tests/e2e/slurm_e2e.sh) for the scale-out tests.
+# libopenmpi-dev: MPI's headers and libmpi, so CMake builds lockstep_comm_mpi (--backend mpi; Debian's
+# LibTorch has no ProcessGroupMPI). Without it the build goes on and --backend mpi explains what is missing.
+# iproute2: ip netns, veth and tc for the emulated hosts of scripts/netns-hosts.sh (tests/e2e/netns_e2e.sh).
 
 missing=""
 for p in $packages; do

@@ -1,7 +1,9 @@
 // `lockstep bench allreduce`: starts --nproc local ranks of the helper program lockstep-bench-allreduce
-// (bench/allreduce_bench.cpp, which links LibTorch) through the launcher; rank 0 prints the table.
+// (bench/allreduce_bench.cpp, which links LibTorch) through the launcher, or through mpirun for
+// --backend mpi (whose ranks must be MPI's); rank 0 prints the table.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "bench_commands.h"
 #include "child_process.h"
 #include "install_paths.h"
+#include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch.h"
 
 namespace lockstep::cli {
@@ -37,7 +40,9 @@ constexpr const char* kDescription =
     "time --iters calls per path, larger ones fewer (iters * 1 MiB / size, at least 5).\n"
     "Both paths reduce the same tensor, made by ProcessGroup::new_comm_buffer as DDP's gradient\n"
     "buckets are (--buffer comm: with shm it lives in shared memory and is reduced without copies)\n"
-    "or by at::zeros (--buffer plain: shm copies it through its segment).";
+    "or by at::zeros (--buffer plain: shm copies it through its segment).\n"
+    "With --backend mpi the ranks are started by mpirun (Open MPI, found in PATH) instead of the\n"
+    "launcher, on 127.0.0.1 with a free MASTER_PORT for lockstep's store; the baseline is still Gloo.";
 
 constexpr const char* kFooter =
     "SIZE: a byte count with an optional unit B, K, M or G (powers of 1024; KiB, MiB, GiB and KB,\n"
@@ -49,9 +54,49 @@ constexpr const char* kFooter =
     "Examples:\n"
     "  lockstep bench allreduce\n"
     "  lockstep bench allreduce --nproc 4 --backend shm --max-size 16M --json allreduce.jsonl\n"
+    "  lockstep bench allreduce --backend mpi --min-size 40M --max-size 40M --iters 20\n"
     "  lockstep bench allreduce --min-size 1M --max-size 64M --factor 2 --iters 20\n"
     "Exit status: 0 on success, 1 when a rank fails (its error is printed with its rank), 2 for bad\n"
     "flags.";
+
+// The first executable `name` in PATH, or "".
+std::string find_in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+// MPI's ranks must be started by mpirun: the launcher's processes would each be an MPI world of one.
+// lockstep's store still needs a rendezvous address, which mpirun does not give: 127.0.0.1 and a free port.
+int run_under_mpirun(const std::vector<std::string>& command, int nproc) {
+  const std::string mpirun = find_in_path("mpirun");
+  if (mpirun.empty()) {
+    std::cerr << kName
+              << ": --backend mpi starts its ranks with mpirun, which is not in PATH (Debian: "
+                 "apt-get install openmpi-bin)\n";
+    return 127;
+  }
+  try {
+    std::vector<std::string> argv{mpirun, "-np", std::to_string(nproc)};
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");  // Open MPI refuses root otherwise
+    if (nproc > launch::detail::online_cpu_count()) argv.push_back("--oversubscribe");
+    argv.insert(argv.end(), {"-x", "MASTER_ADDR=127.0.0.1", "-x",
+                             "MASTER_PORT=" + std::to_string(launch::detail::find_free_port())});
+    argv.insert(argv.end(), command.begin(), command.end());
+    return run_child(argv);
+  } catch (const std::exception& e) {
+    std::cerr << kName << ": " << e.what() << '\n';
+    return 1;
+  }
+}
 
 }  // namespace
 
@@ -73,9 +118,9 @@ int bench_allreduce_main(int argc, char** argv) {
                  "lockstep::comm::parse_backend accepts; auto: the\n"
                  "one lockstep picks for this job (the table's\n"
                  "first line names it). The messages are CPU\n"
-                 "tensors, so not nccl. The baseline is always raw\n"
-                 "c10d Gloo")
-      ->type_name("auto|gloo|shm|...")
+                 "tensors, so not nccl. mpi: ranks started by mpirun.\n"
+                 "The baseline is always raw c10d Gloo")
+      ->type_name("auto|gloo|shm|hier|mpi")
       ->capture_default_str();
   app.add_option("--min-size", min_size, "Smallest message")->type_name("SIZE")->capture_default_str();
   app.add_option("--max-size", max_size, "Largest message")->type_name("SIZE")->capture_default_str();
@@ -135,6 +180,7 @@ int bench_allreduce_main(int argc, char** argv) {
 
   std::vector<std::string> command{program};
   command.insert(command.end(), flags.begin(), flags.end());
+  if (backend == "mpi") return run_under_mpirun(command, nproc);
   try {
     launch::LaunchOptions options(command);
     options.nproc_per_node(nproc).standalone(true).direct_stdout_local_rank(0);

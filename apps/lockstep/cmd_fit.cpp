@@ -115,6 +115,15 @@ int fit_main(int argc, char** argv) {
               << " --node-rank R --master-addr HOST ... -- lockstep fit ...` on each node, or use srun\n";
     return 2;
   }
+  if (config.backend == "mpi" && config.devices.value_or(1) > 1) {
+    // Ranks started here would each be an MPI world of one (they fail in init_process_group otherwise).
+    std::cerr
+        << "lockstep fit: --backend mpi needs its ranks started by mpirun: run `mpirun -np "
+        << *config.devices
+        << " lockstep fit --backend mpi ...` without --devices (as root add --allow-run-as-root), or keep "
+           "--devices and use another --backend (auto, shm, gloo)\n";
+    return 2;
+  }
   launch::LaunchOptions options(command);
   options.nproc_per_node(config.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);
   return launch_ranks(options, config);

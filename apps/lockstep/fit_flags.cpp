@@ -102,8 +102,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("N");
   app.add_option("--backend", config.backend,
                  "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
-                 "nodes) for multi-node jobs")
-      ->type_name("auto|shm|hier|gloo")->capture_default_str();
+                 "nodes) for multi-node jobs; mpi needs ranks started by mpirun (docs/mpi.md)")
+      ->type_name("auto|shm|hier|gloo|mpi")->capture_default_str();
   app.add_option("--threads", config.threads, "Intra-op threads per rank; 0 = cores / local ranks")
       ->capture_default_str();
   app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();
@@ -145,6 +145,10 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--gradient-clip-val", config.gradient_clip_val, "Clip the gradients' global L2 norm; 0 = off")
       ->capture_default_str();
+  app.add_option("--bucket-cap-mb,--bucket_cap_mb", config.bucket_cap_mb,
+                 "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)); smaller\n"
+                 "buckets hide more of the all-reduce behind backward on a slow link (docs/multinode.md)")
+      ->type_name("MB")->capture_default_str();
   app.add_option("--limit-train-batches", limit_train, "Train batches per epoch: a count or a fraction")
       ->type_name("N|F")->capture_default_str();
   app.add_option("--limit-val-batches", limit_val, "Validation batches per epoch and rank: a count or a fraction")

@@ -1,4 +1,5 @@
 // Stubs for backends this LibTorch was built without: a clear error that says what to use instead.
+// (MPI's stub is backend_mpi_unavailable.cpp, chosen by CMake.)
 #include <torch/version.h>
 
 #include "backend.h"
@@ -13,16 +14,6 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::
                   "backend 'nccl' needs LibTorch built with CUDA and NCCL, and lockstep was built against "
                   "LibTorch " TORCH_VERSION
                   " without CUDA. Use --backend gloo (or auto), or rebuild lockstep against a CUDA LibTorch.");
-}
-#endif
-
-#ifndef LOCKSTEP_WITH_MPI
-c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>&,
-                                                const ProcessGroupOptions& options) {
-  throw CommError(options.rank(), "init_process_group",
-                  "backend 'mpi' needs LibTorch built with MPI (USE_MPI), and this LibTorch " TORCH_VERSION
-                  " was not. Use --backend gloo; ranks started by mpirun still work with it (lockstep "
-                  "reads OMPI_COMM_WORLD_*).");
 }
 #endif
 

@@ -210,6 +210,7 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
       .limit_val_batches(config.limit_val_batches)
       .accumulate_grad_batches(config.accumulate_grad_batches)
       .gradient_clip_val(config.gradient_clip_val)
+      .bucket_cap_mb(config.bucket_cap_mb)
       .precision(config.precision)
       .seed(config.seed)
       .ckpt_dir(config.ckpt_dir)

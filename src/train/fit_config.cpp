@@ -201,12 +201,14 @@ void FitConfig::validate() const {
   check_member("--lr-schedule", lr_schedule, {"cosine", "constant", "step"});
   check_member("--lr-scaling", lr_scaling, {"none", "linear", "sqrt"});
   check_member("--progress", progress, {"auto", "on", "off"});
-  if (backend == "mpi" || backend == "nccl") {
-    throw std::invalid_argument("--backend " + backend +
-                                " is not available in this build yet (use --backend auto, shm, hier or gloo; "
-                                "nccl needs a LibTorch built with CUDA)");
+  if (backend == "nccl") {
+    // lockstep fit trains on the CPU; NCCL moves GPU tensors only.
+    throw std::invalid_argument(
+        "--backend nccl is not available to lockstep fit, which trains on the CPU (use "
+        "--backend auto, shm, hier, gloo or mpi)");
   }
-  check_member("--backend", backend, {"auto", "shm", "hier", "gloo"});
+  // mpi: whether this build has it, and whether mpirun started the ranks, is checked where the group is made.
+  check_member("--backend", backend, {"auto", "shm", "hier", "gloo", "mpi"});
   check_member("--precision", precision, {"32", "bf16-mixed", "16-mixed"});
   if (precision == "16-mixed") {
     // lockstep fit trains on the CPU, where autocast has no float16 (and the Trainer would refuse it too).
@@ -240,6 +242,10 @@ void FitConfig::validate() const {
   }
   if (!(warmup_epochs >= 0.0 && warmup_epochs <= static_cast<double>(max_epochs))) {
     throw std::invalid_argument("--warmup-epochs must be in [0, --max-epochs], got " + text(warmup_epochs));
+  }
+  if (!(bucket_cap_mb > 0.0 && std::isfinite(bucket_cap_mb))) {
+    throw std::invalid_argument("--bucket-cap-mb must be a number of MiB > 0 (default 25), got " +
+                                text(bucket_cap_mb));
   }
   if (!(gradient_clip_val >= 0.0 && std::isfinite(gradient_clip_val))) {
     throw std::invalid_argument("--gradient-clip-val must be >= 0 (0 = off), got " + text(gradient_clip_val));

@@ -243,6 +243,9 @@ void TrainerOptions::validate() const {
   at_least("ckpt_every_n_steps", ckpt_every_n_steps_, 0);
   at_least("log_every_n_steps", log_every_n_steps_, 0);
   at_least("threads", threads_, 0);
+  if (!(bucket_cap_mb_ > 0) || !std::isfinite(bucket_cap_mb_)) {
+    throw std::invalid_argument("bucket_cap_mb " + std::to_string(bucket_cap_mb_) + " is not a number of MiB > 0");
+  }
   if (!(gradient_clip_val_ >= 0) || !std::isfinite(gradient_clip_val_)) {
     throw std::invalid_argument("gradient_clip_val " + std::to_string(gradient_clip_val_) +
                                 " is not a finite number >= 0 (0 turns clipping off)");
@@ -432,7 +435,8 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
 
   // ---- the model across ranks, then the optimizer ----
   // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
-  run.ddp = std::make_unique<Ddp>(module, group, ddp::DdpOptions().gradient_as_bucket_view(true));
+  run.ddp = std::make_unique<Ddp>(
+      module, group, ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options_.bucket_cap_mb()));
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options_.process_group()) torch::manual_seed(options_.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));

@@ -304,6 +304,20 @@ TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
   }
 }
 
+TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
+  EXPECT_DOUBLE_EQ(parse({}).config.bucket_cap_mb, 25.0);  // PyTorch's and Lightning's default
+  const Parsed p = parse({"--bucket-cap-mb", "4"});
+  ASSERT_EQ(p.status, -1) << p.error;
+  EXPECT_DOUBLE_EQ(p.config.bucket_cap_mb, 4.0);
+  for (const char* value : {"0", "-1", "nan"}) {
+    const Parsed bad = parse({"--bucket-cap-mb", value});
+    EXPECT_EQ(bad.status, 2) << value;
+    EXPECT_NE(bad.error.find(std::string("--bucket-cap-mb must be a number of MiB > 0 (default 25), got ") + value),
+              std::string::npos)
+        << bad.error;
+  }
+}
+
 TEST(FitHelpTest, ListsTheConfigAndLrFlags) {
   const Parsed p = parse({"--help"});
   EXPECT_EQ(p.status, 0);

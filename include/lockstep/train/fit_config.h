@@ -79,7 +79,7 @@ struct FitConfig {
   // Where (ranks).
   std::optional<int> devices;    ///< local ranks; unset: 1, or what the surrounding launcher started
   std::optional<int> num_nodes;  ///< nodes; must match the launcher's when set
-  std::string backend = "auto";  ///< auto (shm on one host, hier across nodes) | shm | hier | gloo (mpi, nccl: later)
+  std::string backend = "auto";  ///< auto (shm on one host, hier across nodes) | shm | hier | gloo | mpi (under mpirun)
   int threads = 0;               ///< intra-op threads per rank; 0 = cores / local ranks
 
   // How.
@@ -101,6 +101,7 @@ struct FitConfig {
   std::string precision = "32";        ///< 32 (bf16-mixed, 16-mixed: trainer issue)
   int64_t accumulate_grad_batches = 1;
   double gradient_clip_val = 0.0;      ///< max global L2 norm of the gradients; 0 = off
+  double bucket_cap_mb = 25.0;         ///< DDP's bucket size cap, MiB (> 0)
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
   std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only

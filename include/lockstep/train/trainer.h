@@ -47,6 +47,8 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, int64_t, accumulate_grad_batches)
   /// Max global L2 norm of the gradients before each step; 0 = off.
   LOCKSTEP_OPTION(TrainerOptions, double, gradient_clip_val)
+  /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0).
+  LOCKSTEP_OPTION(TrainerOptions, double, bucket_cap_mb)
   /// "32" | "bf16-mixed" | "16-mixed" (see precision.h).
   LOCKSTEP_OPTION(TrainerOptions, std::string, precision)
   /// Seeds the sampler's shuffle and each rank's generator (dropout): seed + 1000003 x (rank + 1).
@@ -103,6 +105,7 @@ class TrainerOptions {
   BatchLimit limit_val_batches_;
   int64_t accumulate_grad_batches_ = 1;
   double gradient_clip_val_ = 0.0;
+  double bucket_cap_mb_ = 25.0;
   std::string precision_ = "32";
   uint64_t seed_ = 0;
   std::string ckpt_dir_;

@@ -11,11 +11,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/jit_type.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "../queued_work.h"
 #include "shm_channel.h"
 #include "shm_reduce.h"
 
@@ -37,27 +35,10 @@
 namespace lockstep::comm {
 namespace detail {
 
-class ShmWork final : public c10d::Work {
+class ShmWork final : public QueuedWork {
  public:
   ShmWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds backstop)
-      : c10d::Work(rank, type),
-        outputs_(std::move(outputs)),
-        backstop_(backstop),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  void complete(std::exception_ptr error) {
-    // As ProcessGroupGloo's work does: the future carries the outputs, or the error. Marked first, so
-    // its callbacks (they run inside markCompleted) are done by the time wait() returns.
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-    finish(std::move(error));
-  }
-
-  // Comm hooks and tracing (e.g. LOCKSTEP_TIMELINE) chain callbacks on it.
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+      : QueuedWork(rank, type, std::move(outputs)), backstop_(backstop) {}
 
   // Every wait inside a collective is bounded by the collective timeout, so a collective always ends;
   // `backstop` (the timeout times the collectives queued ahead of this one, plus a margin) only guards
@@ -66,18 +47,15 @@ class ShmWork final : public c10d::Work {
     return c10d::Work::wait(std::max(timeout, backstop_));
   }
 
-  std::vector<at::Tensor> result() override { return outputs_; }
-
  private:
-  std::vector<at::Tensor> outputs_;
   std::chrono::milliseconds backstop_;
-  c10::intrusive_ptr<at::ivalue::Future> future_;
 };
 
 }  // namespace detail
 
 namespace {
 
+using detail::Contiguous;
 using detail::ShmChannel;
 using detail::ShmOpContext;
 using detail::ShmReduceOp;
@@ -142,16 +120,6 @@ void check_reducible(const at::Tensor& t, const char* op) {
   TORCH_CHECK(detail::shm_reducible(t.scalar_type()), "shm ", op, " cannot reduce ", t.scalar_type(),
               " tensors (it reduces float32, float64, bfloat16, float16, int32, int64, uint8, int8)");
 }
-
-// A contiguous tensor to work on, and the copy back into the caller's tensor when it was not.
-struct Contiguous {
-  explicit Contiguous(const at::Tensor& t) : original(t), work(t.contiguous()) {}
-  void write_back() {
-    if (!work.is_same(original)) original.copy_(work);
-  }
-  at::Tensor original;
-  at::Tensor work;
-};
 
 char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 

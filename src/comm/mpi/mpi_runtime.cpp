@@ -1,0 +1,196 @@
+#include "mpi_runtime.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+namespace lockstep::comm::detail {
+namespace {
+
+// A std::timed_mutex so that the exit handler can give up on a worker stuck inside a collective.
+std::timed_mutex& call_mutex() {
+  static std::timed_mutex mutex;
+  return mutex;
+}
+
+// Guarded by call_mutex(); read at exit.
+bool finalized_by_us = false;
+std::atomic<int> calls_in_flight{0};
+
+struct HalfOps {
+  MPI_Datatype half = MPI_DATATYPE_NULL;
+  MPI_Datatype bfloat16 = MPI_DATATYPE_NULL;
+  MPI_Op half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, product, min, max
+  MPI_Op bfloat16_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+HalfOps half_ops;
+
+// MPI has no 16-bit floats: lockstep reduces them as c10 does, through float, one element at a time (each
+// result rounded back to 16 bits after every step, as Gloo's and the shm backend's kernels do).
+template <typename T, int kOp>
+void reduce_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = static_cast<float>(a[i]);
+    const float y = static_cast<float>(b[i]);
+    float r;
+    if constexpr (kOp == 0)
+      r = x + y;
+    else if constexpr (kOp == 1)
+      r = x * y;
+    else if constexpr (kOp == 2)
+      r = x < y ? x : y;
+    else
+      r = x > y ? x : y;
+    b[i] = static_cast<T>(r);
+  }
+}
+
+template <typename T>
+void create_16bit(MPI_Datatype& type, MPI_Op (&ops)[4]) {
+  mpi_check(MPI_Type_contiguous(2, MPI_BYTE, &type), "MPI_Type_contiguous");
+  mpi_check(MPI_Type_commit(&type), "MPI_Type_commit");
+  mpi_check(MPI_Op_create(&reduce_16bit<T, 0>, /*commute=*/1, &ops[0]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&reduce_16bit<T, 1>, /*commute=*/1, &ops[1]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&reduce_16bit<T, 2>, /*commute=*/1, &ops[2]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&reduce_16bit<T, 3>, /*commute=*/1, &ops[3]), "MPI_Op_create");
+}
+
+// At exit, unless a collective is still running: then MPI_Finalize would wait for it (and for the ranks
+// that never joined it) forever, so the process leaves without it and mpirun reports that.
+void finalize_at_exit() {
+  auto& mutex = call_mutex();
+  if (calls_in_flight.load() > 0 || !mutex.try_lock_for(std::chrono::seconds(2))) {
+    std::fprintf(stderr,
+                 "lockstep mpi: a collective is still in flight at exit; leaving without MPI_Finalize "
+                 "(mpirun will report this rank as not finalised)\n");
+    return;
+  }
+  std::lock_guard<std::timed_mutex> lock(mutex, std::adopt_lock);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  finalized_by_us = true;
+}
+
+void initialize_once() {
+  int initialized = 0;
+  mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+  int finalized = 0;
+  mpi_check(MPI_Finalized(&finalized), "MPI_Finalized");
+  if (finalized) throw std::runtime_error("MPI was finalised already in this process; it cannot start again");
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    std::atexit(finalize_at_exit);
+  } else {
+    mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread");
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw std::runtime_error(
+        "MPI offers thread level " + std::to_string(provided) +
+        ", below MPI_THREAD_SERIALIZED, which lockstep's MPI backend needs (it calls MPI from a worker "
+        "thread). If the program calls MPI_Init itself, call MPI_Init_thread with MPI_THREAD_SERIALIZED.");
+  }
+  create_16bit<c10::Half>(half_ops.half, half_ops.half_ops);
+  create_16bit<c10::BFloat16>(half_ops.bfloat16, half_ops.bfloat16_ops);
+}
+
+}  // namespace
+
+void mpi_ensure_initialized() {
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    std::lock_guard<std::timed_mutex> lock(call_mutex());
+    try {
+      initialize_once();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  if (!failure.empty()) throw std::runtime_error(failure);
+}
+
+MpiCallScope::MpiCallScope(const std::string& what) : lock_(call_mutex()) {
+  if (finalized_by_us) {
+    throw std::runtime_error(what + ": MPI was already finalised (the process is exiting)");
+  }
+  ++calls_in_flight;
+}
+
+MpiCallScope::~MpiCallScope() {
+  --calls_in_flight;
+}
+
+void mpi_check(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+    throw std::runtime_error(what + " failed with MPI error code " + std::to_string(code));
+  }
+  throw std::runtime_error(what + " failed: " + std::string(text, static_cast<std::size_t>(length)));
+}
+
+MPI_Datatype mpi_reduce_datatype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    case at::kChar:
+      return MPI_INT8_T;
+    case at::kHalf:
+      return half_ops.half;
+    case at::kBFloat16:
+      return half_ops.bfloat16;
+    default:
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_reduce_op(c10d::ReduceOp::RedOpType op, at::ScalarType type) {
+  int index = -1;
+  MPI_Op native = MPI_OP_NULL;
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::AVG:
+      index = 0;
+      native = MPI_SUM;
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      index = 1;
+      native = MPI_PROD;
+      break;
+    case c10d::ReduceOp::MIN:
+      index = 2;
+      native = MPI_MIN;
+      break;
+    case c10d::ReduceOp::MAX:
+      index = 3;
+      native = MPI_MAX;
+      break;
+    default:
+      throw std::invalid_argument(
+          "the mpi backend supports the reduce ops sum, avg, product, min and max, got " +
+          std::to_string(static_cast<int>(op)));
+  }
+  if (type == at::kHalf) return half_ops.half_ops[index];
+  if (type == at::kBFloat16) return half_ops.bfloat16_ops[index];
+  return native;
+}
+
+}  // namespace lockstep::comm::detail

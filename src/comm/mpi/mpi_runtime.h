@@ -1,0 +1,46 @@
+#pragma once
+
+// The process-wide side of the MPI backend: MPI is initialised once per process and finalised once at its
+// exit, and (at MPI_THREAD_SERIALIZED) no two threads may be inside MPI at the same time, whichever group
+// they serve. Private to src/comm/mpi.
+
+#include <mpi.h>
+
+#include <mutex>
+#include <string>
+
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+namespace lockstep::comm::detail {
+
+/// Initialises MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the program did already, on the first
+/// call only; registers MPI_Finalize at exit when lockstep initialised it. Thread-safe. Throws
+/// std::runtime_error when MPI cannot start, was finalised already, or offers less than SERIALIZED.
+void mpi_ensure_initialized();
+
+/// Held around every MPI call. Throws std::runtime_error naming `what` when MPI was finalised already
+/// (a group used after the process began to exit).
+class MpiCallScope {
+ public:
+  explicit MpiCallScope(const std::string& what);
+  ~MpiCallScope();
+  MpiCallScope(const MpiCallScope&) = delete;
+  MpiCallScope& operator=(const MpiCallScope&) = delete;
+
+ private:
+  std::unique_lock<std::timed_mutex> lock_;
+};
+
+/// Throws std::runtime_error "<what>: <MPI's text for code>" unless code is MPI_SUCCESS.
+void mpi_check(int code, const std::string& what);
+
+/// The MPI datatype that reduces `type` element-wise (float16 and bfloat16: lockstep's own 2-byte types),
+/// or MPI_DATATYPE_NULL when MPI cannot reduce it. Call with MPI initialised.
+MPI_Datatype mpi_reduce_datatype(at::ScalarType type);
+
+/// The MPI_Op for `op` on `type` (float16 and bfloat16: lockstep's own commutative ops). AVG maps to sum
+/// (the caller divides). Throws std::invalid_argument for other ops. Call with MPI initialised.
+MPI_Op mpi_reduce_op(c10d::ReduceOp::RedOpType op, at::ScalarType type);
+
+}  // namespace lockstep::comm::detail

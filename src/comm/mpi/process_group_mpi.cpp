@@ -1,0 +1,419 @@
+#include "lockstep/comm/process_group_mpi.h"
+
+#include <algorithm>
+#include <climits>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "../average.h"
+#include "../queued_work.h"
+#include "mpi_runtime.h"
+
+// Each group owns a duplicate of MPI_COMM_WORLD (so its messages never meet another group's) and one
+// worker thread that runs its collectives in issue order with MPI's blocking calls (Open MPI's tuned
+// algorithms; the non-blocking ones progress only while polled). MPI cannot cancel a collective, so the
+// timeout bounds the caller's wait, not the call: a collective whose peer never arrives keeps the worker
+// inside MPI, the group then stays behind at destruction, and MPI_Finalize is skipped at exit
+// (mpi_runtime.cpp).
+
+namespace lockstep::comm {
+namespace detail {
+
+class MpiWork final : public QueuedWork {
+ public:
+  MpiWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+          std::string what)
+      : QueuedWork(rank, type, std::move(outputs)), rank_(rank), timeout_(timeout), what_(std::move(what)) {}
+
+  // kNoTimeout (0) and kUnsetTimeout (-1) mean the group's: no wait on an MPI collective is unbounded.
+  bool wait(std::chrono::milliseconds timeout) override {
+    const auto bound = timeout.count() <= 0 ? timeout_ : timeout;
+    try {
+      return c10d::Work::wait(bound);
+    } catch (const c10::Error&) {
+      if (isCompleted()) throw;  // the collective's own error
+      throw std::runtime_error("rank " + std::to_string(rank_) + ": mpi " + what_ +
+                               " did not complete within " + std::to_string(bound.count()) +
+                               " ms: a rank has not joined it (it exited, is stuck, or called a different "
+                               "collective). MPI cannot cancel it; it may still complete.");
+    }
+  }
+
+ private:
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  std::string what_;
+};
+
+struct MpiTask {
+  c10::intrusive_ptr<MpiWork> work;
+  std::string what;  // "allreduce #3", for errors
+  std::function<void(MPI_Comm)> run;
+};
+
+struct MpiGroupState {
+  int rank = 0;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<MpiTask>> queue;
+  std::uint64_t next_sequence = 0;
+  bool stopping = false;
+  bool exited = false;  // the worker returned
+};
+
+namespace {
+
+void execute(MpiGroupState& state, MpiTask& task) {
+  try {
+    task.run(state.comm);
+    task.work->complete(nullptr);
+  } catch (const std::exception& e) {
+    task.work->complete(std::make_exception_ptr(
+        std::runtime_error("rank " + std::to_string(state.rank) + ": mpi " + task.what + ": " + e.what())));
+  }
+}
+
+void worker_loop(const std::shared_ptr<MpiGroupState>& state) {
+  for (;;) {
+    std::unique_ptr<MpiTask> task;
+    {
+      std::unique_lock<std::mutex> lock(state->mutex);
+      state->cv.wait(lock, [&] { return state->stopping || !state->queue.empty(); });
+      if (state->queue.empty()) break;
+      task = std::move(state->queue.front());
+      state->queue.pop_front();
+    }
+    execute(*state, *task);
+  }
+  std::lock_guard<std::mutex> lock(state->mutex);
+  state->exited = true;
+  state->cv.notify_all();
+}
+
+}  // namespace
+}  // namespace detail
+
+namespace {
+
+using detail::Contiguous;
+using detail::mpi_check;
+using detail::MpiCallScope;
+
+// MPI counts are ints: larger messages go in pieces of this many elements.
+constexpr int64_t kMaxCount = int64_t{1} << 30;
+
+// All-reduces go in pieces of at most this many bytes. Open MPI 4.1 all-reduces a large message (2 ranks:
+// Rabenseifner's algorithm) through a temporary buffer of the message's size that it mallocs per call; from
+// 32 MiB (glibc's largest mmap threshold) that is a fresh mmap whose every page faults, and on the CI VMs
+// a 40 MiB all-reduce took 126-152 ms instead of ~15 ms (docs/mpi.md). 4 MiB pieces measured best here:
+// 1-4 MiB messages ran at 5-7 GB/s, 16 MiB at 3.7 GB/s.
+constexpr int64_t kAllreducePieceBytes = int64_t{4} << 20;
+
+void check_tensor(const at::Tensor& t, const char* op, const char* what) {
+  TORCH_CHECK(t.defined(), "mpi ", op, ": ", what, " is an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "mpi ", op, ": ", what, " (", t.scalar_type(), "[", t.numel(), "]) is on ",
+              t.device(),
+              "; lockstep's MPI backend moves CPU tensors only: use --backend nccl (or gloo) for GPU "
+              "tensors, or copy the tensor to the CPU first");
+  TORCH_CHECK(t.layout() == at::kStrided, "mpi ", op, ": ", what, " is a ", t.layout(),
+              " tensor; the mpi backend moves dense (strided) tensors only");
+}
+
+void check_single(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "mpi ", op, " takes one tensor per rank, got ", tensors.size(),
+              " (flatten them into one, or call once per tensor)");
+  check_tensor(tensors[0], op, "the tensor");
+}
+
+MPI_Datatype reduce_datatype(const at::Tensor& t, const char* op) {
+  const MPI_Datatype type = detail::mpi_reduce_datatype(t.scalar_type());
+  TORCH_CHECK(type != MPI_DATATYPE_NULL, "mpi ", op, " cannot reduce ", t.scalar_type(),
+              " tensors (it reduces float32, float64, float16, bfloat16, int32, int64, uint8, int8)");
+  return type;
+}
+
+int to_count(int64_t count, const char* op) {
+  TORCH_CHECK(
+      count <= INT_MAX, "mpi ", op, ": ", count,
+      " elements (bytes, where nothing is reduced) per rank exceed MPI's int count; split the tensor");
+  return static_cast<int>(count);
+}
+
+// Queues `run` on the group's worker; the Work completes when it returns (or fails with its error).
+c10::intrusive_ptr<c10d::Work> enqueue(detail::MpiGroupState& state, std::chrono::milliseconds timeout,
+                                       c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
+                                       std::function<void(MPI_Comm)> run) {
+  std::unique_lock<std::mutex> lock(state.mutex);
+  TORCH_CHECK(!state.stopping, "mpi ", op, ": the process group is shutting down");
+  std::string what = std::string(op) + " #" + std::to_string(++state.next_sequence);
+  auto work = c10::make_intrusive<detail::MpiWork>(state.rank, type, std::move(outputs), timeout, what);
+  state.queue.push_back(
+      std::make_unique<detail::MpiTask>(detail::MpiTask{work, std::move(what), std::move(run)}));
+  lock.unlock();
+  state.cv.notify_all();
+  return work;
+}
+
+void divide_if_average(at::Tensor& t, c10d::ReduceOp::RedOpType op, int size) {
+  if (op == c10d::ReduceOp::AVG && size > 1) detail::divide_for_average(t, size);
+}
+
+}  // namespace
+
+void MpiOptions::validate() const {
+  if (timeout_.count() <= 0) {
+    throw std::invalid_argument("mpi timeout must be > 0 ms, got " + std::to_string(timeout_.count()));
+  }
+}
+
+ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
+    : c10d::ProcessGroup(rank, size), options_(std::move(options)) {
+  options_.validate();
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mpi: rank ", rank, " is not in [0, ", size, ")");
+  detail::mpi_ensure_initialized();
+  state_ = std::make_shared<detail::MpiGroupState>();
+  state_->rank = rank;
+  int mpi_rank = -1;
+  int mpi_size = -1;
+  {
+    MpiCallScope scope("MPI_Comm_rank");
+    mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &mpi_size), "MPI_Comm_size");
+  }
+  if (mpi_rank != rank || mpi_size != size) {
+    throw std::runtime_error(
+        "this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
+        " for lockstep but rank " + std::to_string(mpi_rank) + " of " + std::to_string(mpi_size) +
+        " for MPI. The mpi backend needs its ranks started by mpirun, one process per rank: `mpirun -np " +
+        std::to_string(size) +
+        " lockstep fit --backend mpi ...` (as root add --allow-run-as-root), not by "
+        "`lockstep run`, `lockstep fit --devices` or srun without MPI wiring (each such process is an MPI "
+        "world of "
+        "its own); or use --backend gloo with those launchers.");
+  }
+  {
+    // Every rank dups in the same order (group creation is a collective); errors come back as codes, so
+    // a failing collective becomes an exception naming it instead of aborting the whole job.
+    MpiCallScope scope("MPI_Comm_dup");
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), "MPI_Comm_dup");
+    mpi_check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  }
+  init();
+  std::thread([state = state_] { detail::worker_loop(state); }).detach();
+}
+
+ProcessGroupMpi::~ProcessGroupMpi() {
+  std::deque<std::unique_ptr<detail::MpiTask>> abandoned;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
+    abandoned.swap(state_->queue);
+  }
+  state_->cv.notify_all();
+  for (auto& task : abandoned) {
+    task->work->complete(std::make_exception_ptr(
+        std::runtime_error("rank " + std::to_string(getRank()) + ": mpi " + task->what +
+                           " never ran: its process group was destroyed")));
+  }
+  // The worker is detached and owns the state with us: a collective that never returns leaves it behind.
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  if (!state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->exited; })) return;
+  lock.unlock();
+  try {
+    MpiCallScope scope("MPI_Comm_free");
+    MPI_Comm_free(&state_->comm);
+  } catch (const std::exception&) {
+    // MPI was finalised already (a group destroyed after exit began): it freed the communicator.
+  }
+}
+
+std::string ProcessGroupMpi::library_version() {
+  detail::mpi_ensure_initialized();
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string version(text, static_cast<std::size_t>(length));
+  const auto end = version.find_first_of("\n,");
+  return end == std::string::npos ? version : version.substr(0, end);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  check_single(tensors, "allreduce");
+  const MPI_Datatype type = reduce_datatype(tensors[0], "allreduce");
+  const auto op = opts.reduceOp.op_;
+  const MPI_Op mpi_op = detail::mpi_reduce_op(op, tensors[0].scalar_type());
+  auto tensor = std::make_shared<Contiguous>(tensors[0]);
+  const int size = getSize();
+  return enqueue(
+      *state_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
+      [tensor, type, mpi_op, op, size](MPI_Comm comm) {
+        at::Tensor& t = tensor->work;
+        auto* data = static_cast<char*>(t.data_ptr());
+        const int64_t numel = t.numel();
+        const int64_t piece =
+            std::max<int64_t>(1, kAllreducePieceBytes / static_cast<int64_t>(t.element_size()));
+        {
+          MpiCallScope scope("MPI_Allreduce");
+          int64_t off = 0;
+          do {
+            const int count = static_cast<int>(std::min(piece, numel - off));
+            mpi_check(MPI_Allreduce(MPI_IN_PLACE, data + off * t.element_size(), count, type, mpi_op, comm),
+                      "MPI_Allreduce");
+            off += count;
+          } while (off < numel);
+        }
+        divide_if_average(t, op, size);
+        tensor->write_back();
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  check_single(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < getSize(), "mpi broadcast: root rank ", opts.rootRank,
+              " is not in [0, ", getSize(), ")");
+  TORCH_CHECK(opts.rootTensor == 0, "mpi broadcast: rootTensor must be 0 (one tensor per rank), got ",
+              opts.rootTensor);
+  auto tensor = std::make_shared<Contiguous>(tensors[0]);
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue(*state_, options_.timeout(), c10d::OpType::BROADCAST, "broadcast", tensors,
+                 [tensor, root](MPI_Comm comm) {
+                   at::Tensor& t = tensor->work;
+                   auto* data = static_cast<char*>(t.data_ptr());
+                   const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+                   {
+                     MpiCallScope scope("MPI_Bcast");
+                     int64_t off = 0;
+                     do {
+                       const int count = static_cast<int>(std::min(kMaxCount, bytes - off));
+                       mpi_check(MPI_Bcast(data + off, count, MPI_BYTE, root, comm), "MPI_Bcast");
+                       off += count;
+                     } while (off < bytes);
+                   }
+                   tensor->write_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& /*opts*/) {
+  check_single(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "mpi allgather takes one output list per rank, got ", outputs.size());
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(),
+              "mpi allgather needs one output tensor per rank (", getSize(), "), got ", outputs[0].size());
+  for (const auto& out : outputs[0]) {
+    check_tensor(out, "allgather", "an output");
+    TORCH_CHECK(out.numel() == inputs[0].numel() && out.scalar_type() == inputs[0].scalar_type(),
+                "mpi allgather: every output must match the input (", inputs[0].scalar_type(), "[",
+                inputs[0].numel(), "]), got ", out.scalar_type(), "[", out.numel(), "]");
+  }
+  const int count = to_count(inputs[0].numel() * static_cast<int64_t>(inputs[0].element_size()), "allgather");
+  auto input = inputs[0].contiguous();
+  auto outs = outputs[0];
+  const int size = getSize();
+  return enqueue(
+      *state_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
+      [input, outs, count, size](MPI_Comm comm) {
+        // Into one buffer (MPI needs the blocks back to back), then out into the caller's tensors.
+        at::Tensor flat = at::empty({size, input.numel()}, input.options());
+        {
+          MpiCallScope scope("MPI_Allgather");
+          mpi_check(MPI_Allgather(input.data_ptr(), count, MPI_BYTE, flat.data_ptr(), count, MPI_BYTE, comm),
+                    "MPI_Allgather");
+        }
+        for (int r = 0; r < size; ++r) {
+          at::Tensor out = outs[r];
+          out.view({-1}).copy_(flat[r]);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::AllgatherOptions& /*opts*/) {
+  check_tensor(input, "_allgather_base", "the input");
+  check_tensor(output, "_allgather_base", "the output");
+  TORCH_CHECK(output.is_contiguous() && output.numel() == input.numel() * getSize() &&
+                  output.scalar_type() == input.scalar_type(),
+              "mpi _allgather_base: the output must be a contiguous ", input.scalar_type(),
+              " tensor of world size x the input's elements (", input.numel() * getSize(), "), got ",
+              output.scalar_type(), "[", output.numel(), "]");
+  const int count = to_count(input.numel() * static_cast<int64_t>(input.element_size()), "_allgather_base");
+  auto in = input.contiguous();
+  auto out = output;
+  return enqueue(*state_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
+                 [in, out, count](MPI_Comm comm) {
+                   MpiCallScope scope("MPI_Allgather");
+                   mpi_check(
+                       MPI_Allgather(in.data_ptr(), count, MPI_BYTE, out.data_ptr(), count, MPI_BYTE, comm),
+                       "MPI_Allgather");
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts) {
+  check_single(outputs, "reduce_scatter");
+  const MPI_Datatype type = reduce_datatype(outputs[0], "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "mpi reduce_scatter needs one list of ", getSize(), " input tensors (one per rank)");
+  for (const auto& in : inputs[0]) {
+    check_tensor(in, "reduce_scatter", "an input");
+    TORCH_CHECK(in.numel() == outputs[0].numel() && in.scalar_type() == outputs[0].scalar_type(),
+                "mpi reduce_scatter: every input must match the output (", outputs[0].scalar_type(), "[",
+                outputs[0].numel(), "]), got ", in.scalar_type(), "[", in.numel(), "]");
+  }
+  const auto op = opts.reduceOp.op_;
+  const MPI_Op mpi_op = detail::mpi_reduce_op(op, outputs[0].scalar_type());
+  const int count = to_count(outputs[0].numel(), "reduce_scatter");
+  auto output = std::make_shared<Contiguous>(outputs[0]);
+  auto ins = inputs[0];
+  const int size = getSize();
+  return enqueue(*state_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+                 [output, ins, type, mpi_op, op, count, size](MPI_Comm comm) {
+                   // MPI takes the blocks back to back in one buffer.
+                   at::Tensor flat = at::empty({size, static_cast<int64_t>(count)}, output->work.options());
+                   for (int r = 0; r < size; ++r) flat[r].copy_(ins[r].reshape({-1}));
+                   {
+                     MpiCallScope scope("MPI_Reduce_scatter_block");
+                     mpi_check(MPI_Reduce_scatter_block(flat.data_ptr(), output->work.data_ptr(), count, type,
+                                                        mpi_op, comm),
+                               "MPI_Reduce_scatter_block");
+                   }
+                   divide_if_average(output->work, op, size);
+                   output->write_back();
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::ReduceScatterOptions& opts) {
+  check_tensor(input, "_reduce_scatter_base", "the input");
+  TORCH_CHECK(input.numel() == output.numel() * getSize() && input.scalar_type() == output.scalar_type(),
+              "mpi _reduce_scatter_base: the input must be a ", output.scalar_type(),
+              " tensor of world size x the output's elements (", output.numel() * getSize(), "), got ",
+              input.scalar_type(), "[", input.numel(), "]");
+  std::vector<std::vector<at::Tensor>> inputs(1);
+  auto flat = input.reshape({-1});
+  for (int r = 0; r < getSize(); ++r) inputs[0].push_back(flat.narrow(0, r * output.numel(), output.numel()));
+  std::vector<at::Tensor> outputs{output};
+  return reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::barrier(const c10d::BarrierOptions& /*opts*/) {
+  return enqueue(*state_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
+    MpiCallScope scope("MPI_Barrier");
+    mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+  });
+}
+
+}  // namespace lockstep::comm

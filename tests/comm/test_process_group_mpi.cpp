@@ -1,0 +1,312 @@
+// ProcessGroupMpi with real MPI ranks: ctest runs this binary under `mpirun -np 2` and `-np 3`
+// (tests/comm/mpirun_test.sh); alone it is one MPI singleton (world 1). Every rank runs every test, so
+// each test calls the same collectives in the same order on every rank whatever its assertions find
+// (EXPECT, never ASSERT, between collectives). Results are checked against values each rank computes
+// itself from every rank's input.
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "lockstep/comm/process_group_mpi.h"
+
+namespace lockstep::comm {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* raw = std::getenv(name);
+  return raw != nullptr && *raw != '\0' ? std::atoi(raw) : fallback;
+}
+
+// Under mpirun Open MPI tells each rank who it is; alone the process is MPI rank 0 of 1.
+int world_rank() {
+  return env_int("OMPI_COMM_WORLD_RANK", 0);
+}
+int world_size() {
+  return env_int("OMPI_COMM_WORLD_SIZE", 1);
+}
+
+c10::intrusive_ptr<ProcessGroupMpi> make_group() {
+  return c10::make_intrusive<ProcessGroupMpi>(world_rank(), world_size(),
+                                              MpiOptions().timeout(std::chrono::seconds(60)));
+}
+
+// Rank r's input: small integers, exact in every dtype and in every sum, average and product below.
+at::Tensor input_of(int rank, int64_t n, at::ScalarType type) {
+  return (at::arange(n, at::kLong).remainder(3) + (rank + 1)).to(type);
+}
+
+const std::vector<at::ScalarType> kReducible = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
+                                                at::kInt,   at::kLong,   at::kByte, at::kChar};
+
+struct Op {
+  const char* name;
+  c10d::ReduceOp::RedOpType op;
+};
+const std::vector<Op> kOps = {{"sum", c10d::ReduceOp::SUM},
+                              {"avg", c10d::ReduceOp::AVG},
+                              {"min", c10d::ReduceOp::MIN},
+                              {"max", c10d::ReduceOp::MAX},
+                              {"product", c10d::ReduceOp::PRODUCT}};
+
+// The reduction of every rank's input_of, computed here (averages divide the sum in the dtype, integers
+// truncated, as the backend documents).
+at::Tensor expected_reduction(int64_t n, at::ScalarType type, c10d::ReduceOp::RedOpType op, int world) {
+  at::Tensor acc = input_of(0, n, at::kDouble);
+  for (int r = 1; r < world; ++r) {
+    const at::Tensor x = input_of(r, n, at::kDouble);
+    switch (op) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG:
+        acc = acc + x;
+        break;
+      case c10d::ReduceOp::MIN:
+        acc = at::minimum(acc, x);
+        break;
+      case c10d::ReduceOp::MAX:
+        acc = at::maximum(acc, x);
+        break;
+      case c10d::ReduceOp::PRODUCT:
+        acc = acc * x;
+        break;
+      default:
+        ADD_FAILURE() << "unexpected op";
+    }
+  }
+  at::Tensor result = acc.to(type);
+  if (op == c10d::ReduceOp::AVG) {
+    result = at::isFloatingType(type) ? result.div(world) : result.div(world, /*rounding_mode=*/"trunc");
+  }
+  return result;
+}
+
+std::string what(at::ScalarType type, int64_t n, const char* op = "") {
+  return std::string(c10::toString(type)) + "[" + std::to_string(n) + "] " + op + " on rank " +
+         std::to_string(world_rank()) + " of " + std::to_string(world_size());
+}
+
+TEST(ProcessGroupMpiTest, ReportsMpiAndMatchesTheLaunchersWorld) {
+  auto pg = make_group();
+  EXPECT_EQ(pg->getRank(), world_rank());
+  EXPECT_EQ(pg->getSize(), world_size());
+  EXPECT_EQ(pg->getBackendName(), "mpi");
+  EXPECT_NE(ProcessGroupMpi::library_version().find("MPI"), std::string::npos)
+      << ProcessGroupMpi::library_version();
+}
+
+TEST(ProcessGroupMpiTest, AllreduceEveryOpAndDtypeMatchesTheLocalReduction) {
+  auto pg = make_group();
+  const int world = world_size();
+  for (const auto type : kReducible) {
+    for (const auto& op : kOps) {
+      for (const int64_t n : {0, 1, 1001}) {
+        std::vector<at::Tensor> t{input_of(world_rank(), n, type)};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp(op.op);
+        pg->allreduce(t, opts)->wait();
+        EXPECT_TRUE(at::equal(t[0], expected_reduction(n, type, op.op, world))) << what(type, n, op.name);
+        EXPECT_EQ(t[0].scalar_type(), type);
+      }
+    }
+  }
+}
+
+TEST(ProcessGroupMpiTest, AllreducesAbove4MiBGoInPiecesAndMatchTheLocalReduction) {
+  auto pg = make_group();
+  const int64_t n = (int64_t{1} << 21) + 3;  // float32: 8 MiB + 12 bytes, three pieces; float16: two
+  for (const auto type : {at::kFloat, at::kHalf}) {
+    for (const auto& op : {kOps[0], kOps[3]}) {
+      std::vector<at::Tensor> t{input_of(world_rank(), n, type)};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp(op.op);
+      pg->allreduce(t, opts)->wait();
+      EXPECT_TRUE(at::equal(t[0], expected_reduction(n, type, op.op, world_size())))
+          << what(type, n, op.name);
+    }
+  }
+}
+
+TEST(ProcessGroupMpiTest, AllreduceOfANonContiguousTensorWritesTheResultBack) {
+  auto pg = make_group();
+  at::Tensor base = input_of(world_rank(), 12, at::kFloat).reshape({3, 4});
+  std::vector<at::Tensor> t{base.t()};  // a transposed view: not contiguous
+  ASSERT_FALSE(t[0].is_contiguous());
+  pg->allreduce(t)->wait();
+  EXPECT_TRUE(
+      at::equal(base, expected_reduction(12, at::kFloat, c10d::ReduceOp::SUM, world_size()).reshape({3, 4})));
+}
+
+TEST(ProcessGroupMpiTest, ManyQueuedCollectivesCompleteInIssueOrderThroughTheirFutures) {
+  auto pg = make_group();
+  std::vector<at::Tensor> tensors;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int i = 0; i < 20; ++i) {
+    tensors.push_back(at::full({1000}, static_cast<double>(i + world_rank()), at::kDouble));
+    std::vector<at::Tensor> one{tensors.back()};
+    works.push_back(pg->allreduce(one));
+  }
+  // Waiting on the last one first: it completes only after every earlier one. (Its future completes
+  // just before the Work itself, so that callbacks are done when wait() returns: wait for both.)
+  works.back()->getFuture()->wait();
+  EXPECT_TRUE(works.back()->getFuture()->completed());
+  works.back()->wait();
+  for (auto& w : works) EXPECT_TRUE(w->isCompleted());
+  const int world = world_size();
+  for (int i = 0; i < 20; ++i) {
+    const double want = world * i + world * (world - 1) / 2.0;
+    EXPECT_TRUE(at::equal(tensors[i], at::full({1000}, want, at::kDouble))) << "collective " << i;
+    EXPECT_TRUE(works[i]->isSuccess());
+  }
+}
+
+TEST(ProcessGroupMpiTest, BroadcastFromEveryRootInEveryDtype) {
+  auto pg = make_group();
+  for (const auto type : {at::kFloat, at::kDouble, at::kHalf, at::kInt, at::kLong, at::kByte, at::kBool}) {
+    for (int root = 0; root < world_size(); ++root) {
+      for (const int64_t n : {0, 1, 1001}) {
+        const at::Tensor want = input_of(root, n, at::kLong).remainder(2).to(type);
+        std::vector<at::Tensor> t{world_rank() == root ? want.clone() : at::zeros({n}, type)};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        pg->broadcast(t, opts)->wait();
+        EXPECT_TRUE(at::equal(t[0], want)) << what(type, n) << " from root " << root;
+      }
+    }
+  }
+}
+
+TEST(ProcessGroupMpiTest, AllgatherAndAllgatherBaseCollectEveryRanksInput) {
+  auto pg = make_group();
+  const int world = world_size();
+  for (const auto type : {at::kFloat, at::kHalf, at::kLong, at::kByte}) {
+    for (const int64_t n : {0, 1, 1001}) {
+      std::vector<at::Tensor> inputs{input_of(world_rank(), n, type)};
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      for (int r = 0; r < world; ++r) outputs[0].push_back(at::empty({n}, type));
+      pg->allgather(outputs, inputs)->wait();
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(at::equal(outputs[0][r], input_of(r, n, type))) << what(type, n) << " from " << r;
+
+      at::Tensor flat = at::empty({world * n}, type);
+      pg->_allgather_base(flat, inputs[0])->wait();
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(at::equal(flat.narrow(0, r * n, n), input_of(r, n, type)))
+            << what(type, n) << " base, from " << r;
+      }
+    }
+  }
+}
+
+TEST(ProcessGroupMpiTest, ReduceScatterGivesEachRankItsReducedPiece) {
+  auto pg = make_group();
+  const int world = world_size();
+  const int rank = world_rank();
+  for (const auto type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong}) {
+    for (const auto& op : kOps) {
+      for (const int64_t n : {0, 1, 1001}) {
+        // Rank r's piece j is input_of(r, world * n) sliced at j: the expected piece is a slice of the
+        // reduction of the whole.
+        const at::Tensor whole = input_of(rank, world * n, type);
+        const at::Tensor want = expected_reduction(world * n, type, op.op, world).narrow(0, rank * n, n);
+        std::vector<std::vector<at::Tensor>> inputs(1);
+        for (int j = 0; j < world; ++j) inputs[0].push_back(whole.narrow(0, j * n, n).clone());
+        std::vector<at::Tensor> outputs{at::empty({n}, type)};
+        c10d::ReduceScatterOptions opts;
+        opts.reduceOp = c10d::ReduceOp(op.op);
+        pg->reduce_scatter(outputs, inputs, opts)->wait();
+        EXPECT_TRUE(at::equal(outputs[0], want)) << what(type, n, op.name);
+
+        at::Tensor base_out = at::empty({n}, type);
+        at::Tensor whole_copy = whole.clone();
+        pg->_reduce_scatter_base(base_out, whole_copy, opts)->wait();
+        EXPECT_TRUE(at::equal(base_out, want)) << what(type, n, op.name) << " base";
+      }
+    }
+  }
+}
+
+TEST(ProcessGroupMpiTest, BarrierHoldsEveryRankUntilTheLastArrives) {
+  auto pg = make_group();
+  pg->barrier()->wait();  // line up
+  const auto late = std::chrono::milliseconds(400);
+  const auto start = std::chrono::steady_clock::now();
+  if (world_rank() == world_size() - 1) std::this_thread::sleep_for(late);
+  pg->barrier()->wait();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  if (world_size() > 1) {
+    EXPECT_GE(waited, late - std::chrono::milliseconds(50)) << "rank " << world_rank();
+  }
+}
+
+TEST(ProcessGroupMpiTest, WaitWithATimeoutThrowsWhileAPeerIsLateAndSucceedsOnceItArrives) {
+  if (world_size() == 1) GTEST_SKIP() << "needs a peer that can be late (run under mpirun -np 2 or more)";
+  auto pg = make_group();
+  pg->barrier()->wait();
+  if (world_rank() == 0) {
+    auto work = pg->barrier();
+    try {
+      work->wait(std::chrono::milliseconds(100));
+      ADD_FAILURE() << "wait(100 ms) returned while rank 1 was still away";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0: mpi barrier #2 did not complete within 100 ms"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(work->isCompleted());
+    EXPECT_TRUE(work->wait(std::chrono::seconds(30)));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    pg->barrier()->wait();
+  }
+}
+
+TEST(ProcessGroupMpiTest, RefusesTensorsItCannotMoveWithTheFix) {
+  auto pg = make_group();
+  std::vector<at::Tensor> meta{at::empty({4}, at::TensorOptions().device(at::kMeta))};
+  try {
+    pg->allreduce(meta);
+    ADD_FAILURE() << "a tensor that is not on the CPU was accepted";
+  } catch (const c10::Error& e) {
+    const std::string text = e.what_without_backtrace();
+    EXPECT_NE(text.find("mpi allreduce: the tensor (Float[4]) is on meta"), std::string::npos) << text;
+    EXPECT_NE(text.find("use --backend nccl (or gloo)"), std::string::npos) << text;
+  }
+  std::vector<at::Tensor> two{at::ones({2}), at::ones({2})};
+  EXPECT_THROW(pg->allreduce(two), c10::Error);
+  std::vector<at::Tensor> flags{at::ones({2}, at::kBool)};
+  try {
+    pg->allreduce(flags);
+    ADD_FAILURE() << "bool tensors were accepted by allreduce";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("cannot reduce Bool"), std::string::npos);
+  }
+  std::vector<at::Tensor> sparse{at::ones({2}).to_sparse()};
+  EXPECT_THROW(pg->broadcast(sparse), c10::Error);
+  std::vector<at::Tensor> t{at::ones({2})};
+  c10d::AllreduceOptions band;
+  band.reduceOp = c10d::ReduceOp(c10d::ReduceOp::BAND);
+  EXPECT_THROW(pg->allreduce(t, band), std::invalid_argument);
+  // Nothing was queued: the group still works.
+  pg->allreduce(t)->wait();
+  EXPECT_TRUE(at::equal(t[0], at::full({2}, static_cast<float>(world_size()))));
+}
+
+TEST(ProcessGroupMpiTest, AWorldThatIsNotMpisIsRefusedWithHowToStartTheRanks) {
+  try {
+    ProcessGroupMpi pg(world_rank(), world_size() + 1, MpiOptions());
+    ADD_FAILURE() << "a world of " << world_size() + 1 << " was accepted by MPI's world of " << world_size();
+  } catch (const std::runtime_error& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("for MPI"), std::string::npos) << text;
+    EXPECT_NE(text.find("mpirun -np " + std::to_string(world_size() + 1)), std::string::npos) << text;
+    EXPECT_NE(text.find("--allow-run-as-root"), std::string::npos) << text;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::comm

@@ -141,6 +141,23 @@ TEST(ProcessGroupMpiTest, AllreduceOfANonContiguousTensorWritesTheResultBack) {
       at::equal(base, expected_reduction(12, at::kFloat, c10d::ReduceOp::SUM, world_size()).reshape({3, 4})));
 }
 
+TEST(ProcessGroupMpiTest, AllgatherIntoNonContiguousOutputsWritesEachRanksBlock) {
+  auto pg = make_group();
+  const int world = world_size();
+  std::vector<at::Tensor> input{at::arange(6, at::kFloat).reshape({2, 3}) + 100 * world_rank()};
+  std::vector<at::Tensor> bases, outputs;
+  for (int r = 0; r < world; ++r) {
+    bases.push_back(at::zeros({3, 2}, at::kFloat));
+    outputs.push_back(bases.back().t());  // [2, 3], transposed: not contiguous, no 1-D view
+    ASSERT_FALSE(outputs.back().is_contiguous());
+  }
+  std::vector<std::vector<at::Tensor>> out{outputs};
+  pg->allgather(out, input)->wait();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(at::equal(bases[r].t(), at::arange(6, at::kFloat).reshape({2, 3}) + 100 * r)) << "block " << r;
+  }
+}
+
 TEST(ProcessGroupMpiTest, ManyQueuedCollectivesCompleteInIssueOrderThroughTheirFutures) {
   auto pg = make_group();
   std::vector<at::Tensor> tensors;

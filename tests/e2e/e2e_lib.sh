@@ -30,3 +30,18 @@ print(f"same final metrics as the reference: epoch {got['epoch']}, " +
       ", ".join(f"{k} {got[k]:.6f}" for k in ("train_loss", "val_loss", "val_acc")))
 PY
 }
+
+# start_or_skip TEST WHAT CMD...: runs CMD, a script that starts what the test needs and exits 3 with the
+# reason on stdout where this machine cannot (not root, no CAP_NET_ADMIN, packages missing). Then the test
+# is skipped (exit 77, ctest's SKIP_RETURN_CODE) with the reason; any other failure fails it, naming WHAT.
+start_or_skip() {
+  local test=$1 what=$2
+  shift 2
+  "$@" >"$work/start.out" 2>&1
+  local status=$?
+  if [ "$status" -eq 3 ]; then
+    echo "SKIP $test: $(cat "$work/start.out")"
+    exit 77
+  fi
+  [ "$status" -eq 0 ] || { cat "$work/start.out"; fail "$what did not start"; }
+}

@@ -31,13 +31,7 @@ fail() {
 }
 . "$here/e2e_lib.sh"
 
-"$hosts" start >"$work/start.out" 2>&1
-status=$?
-if [ "$status" -eq 3 ]; then
-  echo "SKIP netns_e2e[$case_name]: $(cat "$work/start.out")"
-  exit 77
-fi
-[ "$status" -eq 0 ] || { cat "$work/start.out"; fail "the emulated hosts did not start"; }
+start_or_skip "netns_e2e[$case_name]" "the emulated hosts" "$hosts" start
 
 # Small and fast: 32 images per rank and step, 1024 training images.
 fit_flags=(--data synthetic --synthetic-size 1024 --batch-size 32 --model mlp --progress off --limit-val-batches 2

@@ -34,13 +34,7 @@ fail() {
 }
 . "$here/e2e_lib.sh"
 
-"$cluster" start >"$work/start.out" 2>&1
-status=$?
-if [ "$status" -eq 3 ]; then
-  echo "SKIP slurm_e2e[$case_name]: $(cat "$work/start.out")"
-  exit 77
-fi
-[ "$status" -eq 0 ] || { cat "$work/start.out"; fail "the local Slurm cluster did not start"; }
+start_or_skip "slurm_e2e[$case_name]" "the local Slurm cluster" "$cluster" start
 export SLURM_CONF="$LOCKSTEP_SLURM_STATE/slurm.conf"
 
 # Small and fast: 4 ranks x 32 images, 8 steps per epoch.

@@ -23,8 +23,9 @@ struct MpiGroupState;
 class MpiOptions {
  public:
   /// Bound on waiting for each collective (Work::wait never blocks longer than this, whatever timeout the
-  /// caller passes). MPI cannot cancel a collective: once one times out, the group refuses new ones and
-  /// the process skips MPI_Finalize at exit (which would wait for the missing rank forever).
+  /// caller passes). MPI cannot cancel a collective: after a timeout it stays queued (later collectives
+  /// of the group wait behind it and time out too), and while it is inside MPI the process skips
+  /// MPI_Finalize at exit (which would wait for the missing rank forever).
   LOCKSTEP_OPTION(MpiOptions, std::chrono::milliseconds, timeout)
 
   /// Throws std::invalid_argument naming the field and value when an option is out of range.

@@ -17,9 +17,10 @@ namespace lockstep::comm {
 
 /// Collective backends. kGloo works everywhere (CPU tensors, any hosts); kShm moves CPU tensors
 /// through shared memory between ranks on one host (process_group_shm.h); kNccl needs LibTorch built
-/// with CUDA; kMpi needs LibTorch built with MPI. kAuto is resolved by init_process_group: nccl when
-/// LibTorch has CUDA, else shm when every rank is on this host (checked through the store, not
-/// assumed) and /dev/shm has room for twice the segment, else gloo; multi-node jobs get gloo.
+/// with CUDA; kMpi needs lockstep built with MPI (libopenmpi-dev) and ranks started by mpirun
+/// (process_group_mpi.h). kAuto is resolved by init_process_group: nccl when LibTorch has CUDA, else
+/// shm when every rank is on this host (checked through the store, not assumed) and /dev/shm has room
+/// for twice the segment, else gloo; multi-node jobs get hier (below) or gloo.
 /// kHier: shm inside each node, Gloo between the nodes' local rank 0 (process_group_hier.h); auto picks it
 /// for multi-node CPU jobs whose nodes all run local_world_size ranks.
 enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto, kHier };

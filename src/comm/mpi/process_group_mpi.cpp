@@ -36,11 +36,12 @@ class MpiWork final : public QueuedWork {
 
   // kNoTimeout (0) and kUnsetTimeout (-1) mean the group's: no wait on an MPI collective is unbounded.
   bool wait(std::chrono::milliseconds timeout) override {
-    const auto bound = timeout.count() <= 0 ? timeout_ : timeout;
+    const auto bound = timeout.count() <= 0 ? timeout_ : std::min(timeout, timeout_);
     try {
       return c10d::Work::wait(bound);
     } catch (const c10::Error&) {
-      if (isCompleted()) throw;  // the collective's own error
+      // Completed between the timeout and here: its result (or its own error) stands.
+      if (isCompleted()) return c10d::Work::wait(bound);
       throw std::runtime_error("rank " + std::to_string(rank_) + ": mpi " + what_ +
                                " did not complete within " + std::to_string(bound.count()) +
                                " ms: a rank has not joined it (it exited, is stuck, or called a different "
@@ -334,7 +335,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allgather(std::vector<std::vecto
         }
         for (int r = 0; r < size; ++r) {
           at::Tensor out = outs[r];
-          out.view({-1}).copy_(flat[r]);
+          out.copy_(flat[r].view(out.sizes()));  // out may be non-contiguous
         }
       });
 }

@@ -44,8 +44,9 @@ class MpiOptions {
 /// flight (MPI_Finalize would wait for it forever; mpirun reports such a rank as having exited without
 /// finalising). Collectives run in issue order on one worker thread per group and return at once with a
 /// Work whose future completes, or fails, when the collective is done. MPI calls of all groups in the
-/// process are serialised by one mutex (what MPI_THREAD_SERIALIZED requires), so collectives of two groups
-/// must be issued in the same order on every rank, as with c10d's own ProcessGroupMPI.
+/// process are serialised by one mutex (what MPI_THREAD_SERIALIZED requires), held through each blocking
+/// call: with two MPI groups, finish one group's collectives before issuing on, creating or destroying
+/// the other (the same order on every rank is not enough, as each group's worker runs on its own).
 ///
 /// Supported: allreduce (sum, avg, product, min, max; float32, float64, float16, bfloat16, int32, int64,
 /// uint8, int8), broadcast, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base, barrier (any

@@ -10,12 +10,21 @@
 //   --model resnet18: lockstep::models::ResNet18 (CIFAR form, 11.2M parameters) on 3x32x32, batch 32, SGD
 //   --bucket-cap-mb MB: DDP's bucket cap (default 25, as DdpOptions)
 //   --backend NAME: the process group's backend (default auto)
+//   --bucket-view on|off: DdpOptions::gradient_as_bucket_view (default off; lockstep fit uses on)
+//   --malloc heap|glibc: heap (default) keeps step-sized blocks in glibc's heap, as lockstep-fit does
+//                 (lockstep/train/step_memory.h); glibc keeps glibc's defaults
+// Besides the step time it prints the CPU time spent per timed step: cpu_ms by this process (user +
+// system, all its threads), machine_busy_ms by the whole machine (every core, kernel softirq included,
+// from /proc/stat; the other ranks of a local job count there too), and machine_cores.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +35,7 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/models/resnet18.h"
+#include "lockstep/train/step_memory.h"
 
 namespace {
 
@@ -58,31 +68,79 @@ long peak_rss_kib() {
   return usage.ru_maxrss;
 }
 
+// User + system CPU seconds of this process so far (all threads).
+double process_cpu_s() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Busy CPU seconds of the whole machine so far, summed over cores: every field of /proc/stat's "cpu"
+// line but idle and iowait (guest time is already inside user). Kernel softirq work, which no process
+// is charged for, counts here.
+double machine_busy_s() {
+  std::ifstream stat("/proc/stat");
+  std::string line;
+  std::getline(stat, line);
+  std::istringstream fields(line);
+  std::string label;
+  fields >> label;
+  long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  fields >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  const long long busy = user + nice + system + irq + softirq + steal;
+  return static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string mode = "bare", model_name = "mlp", backend = "auto";
+  std::string mode = "bare", model_name = "mlp", backend = "auto", malloc_mode = "heap";
+  std::string bucket_view = "off";
   int steps = 300, warmup = 30;
   double bucket_cap_mb = lockstep::ddp::DdpOptions().bucket_cap_mb();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--mode") mode = argv[i + 1];
-    else if (flag == "--model") model_name = argv[i + 1];
-    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (flag == "--bucket-cap-mb") bucket_cap_mb = std::atof(argv[i + 1]);
-    else if (flag == "--backend") backend = argv[i + 1];
+    if (flag == "--mode")
+      mode = argv[i + 1];
+    else if (flag == "--model")
+      model_name = argv[i + 1];
+    else if (flag == "--steps")
+      steps = std::atoi(argv[i + 1]);
+    else if (flag == "--warmup")
+      warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--bucket-cap-mb")
+      bucket_cap_mb = std::atof(argv[i + 1]);
+    else if (flag == "--backend")
+      backend = argv[i + 1];
+    else if (flag == "--malloc")
+      malloc_mode = argv[i + 1];
+    else if (flag == "--bucket-view")
+      bucket_view = argv[i + 1];
     else {
-      std::fprintf(stderr, "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB, --backend NAME)\n",
+      std::fprintf(stderr,
+                   "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
+                   "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB, --backend NAME, --malloc "
+                   "heap|glibc, --bucket-view on|off)\n",
                    flag.c_str());
       return 2;
     }
   }
   if ((mode != "bare" && mode != "ddp" && mode != "allreduce") ||
       (model_name != "mlp" && model_name != "wide" && model_name != "resnet18") || steps < 1 || warmup < 0 ||
-      !(bucket_cap_mb > 0)) {
-    std::fprintf(stderr, "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d\n", mode.c_str(),
-                 model_name.c_str(), steps);
+      !(bucket_cap_mb > 0) || (malloc_mode != "heap" && malloc_mode != "glibc") ||
+      (bucket_view != "on" && bucket_view != "off")) {
+    std::fprintf(
+        stderr,
+        "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d / --malloc '%s' / --bucket-view '%s'\n",
+        mode.c_str(), model_name.c_str(), steps, malloc_mode.c_str(), bucket_view.c_str());
+    return 2;
+  }
+  if (malloc_mode == "heap" && !lockstep::train::keep_step_memory_in_heap()) {
+    std::fprintf(stderr,
+                 "ddp_bench: GLIBC_TUNABLES sets glibc.malloc tunables; use --malloc glibc with them\n");
     return 2;
   }
   try {
@@ -92,7 +150,8 @@ int main(int argc, char** argv) {
     const int64_t batch = mlp ? 64 : 32;
     const int64_t features = mlp ? 784 : 1024;
     // 16 distinct in-memory batches, cycled.
-    auto xs = model_name == "resnet18" ? torch::randn({16, batch, 3, 32, 32}) : torch::randn({16, batch, features});
+    auto xs =
+        model_name == "resnet18" ? torch::randn({16, batch, 3, 32, 32}) : torch::randn({16, batch, features});
     auto ys = torch::randint(0, 10, {16, batch}, torch::kLong);
 
     std::unique_ptr<lockstep::comm::ProcessGroup> group;
@@ -100,13 +159,19 @@ int main(int argc, char** argv) {
     if (mode != "bare") {
       const auto env = lockstep::env::from_env();
       group = std::make_unique<lockstep::comm::ProcessGroup>(lockstep::comm::init_process_group(
-          lockstep::comm::ProcessGroupOptions::from_environment(env).backend(lockstep::comm::parse_backend(backend))));
+          lockstep::comm::ProcessGroupOptions::from_environment(env).backend(
+              lockstep::comm::parse_backend(backend))));
       ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>>(
-          model, *group, lockstep::ddp::DdpOptions().bucket_cap_mb(bucket_cap_mb));
+          model, *group,
+          lockstep::ddp::DdpOptions()
+              .bucket_cap_mb(bucket_cap_mb)
+              .gradient_as_bucket_view(bucket_view == "on"));
     }
     std::unique_ptr<torch::optim::Optimizer> opt;
-    if (mlp) opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
-    else opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
+    if (mlp)
+      opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    else
+      opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
 
     // --mode allreduce: one float tensor per bucket, as large as the bucket's gradients.
     std::vector<at::Tensor> bucket_buffers;
@@ -136,20 +201,25 @@ int main(int argc, char** argv) {
       if (i == steps - 1) last_loss = loss.item<double>();
     };
     for (int i = 0; i < warmup; ++i) step(i);
+    const double cpu_start = process_cpu_s(), busy_start = machine_busy_s();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(i);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu_ms = 1000.0 * (process_cpu_s() - cpu_start) / steps;
+    const double busy_ms = 1000.0 * (machine_busy_s() - busy_start) / steps;
 
     int64_t grad_bytes = 0;
-    for (const auto& p : model->parameters()) grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    for (const auto& p : model->parameters())
+      grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
     const int rank = group ? group->rank() : 0;
-    std::printf("mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
-                "bucket_bytes=%lld buckets=%zu peak_rss_kib=%ld threads=%d last_loss=%.6f\n",
-                mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
-                static_cast<long long>(grad_bytes),
-                static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0),
-                ddp ? ddp->reducer().bucket_indices().size() : size_t{0}, peak_rss_kib(),
-                at::get_num_threads(), last_loss);
+    std::printf(
+        "mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
+        "bucket_bytes=%lld buckets=%zu peak_rss_kib=%ld threads=%d last_loss=%.6f cpu_ms=%.1f "
+        "machine_busy_ms=%.1f machine_cores=%ld malloc=%s bucket_view=%s\n",
+        mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
+        static_cast<long long>(grad_bytes), static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0),
+        ddp ? ddp->reducer().bucket_indices().size() : size_t{0}, peak_rss_kib(), at::get_num_threads(),
+        last_loss, cpu_ms, busy_ms, sysconf(_SC_NPROCESSORS_ONLN), malloc_mode.c_str(), bucket_view.c_str());
     ddp.reset();
     if (group) group->shutdown();
     return 0;

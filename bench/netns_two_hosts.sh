@@ -9,6 +9,14 @@
 # and the share of the all-reduce hidden behind backward: (compute + all-reduce - step) / all-reduce,
 # with rank 0's timeline (LOCKSTEP_TIMELINE) as a cross-check: the fraction of all-reduce time inside
 # backward spans.
+# The two hosts share this machine's cores, so the all-reduce's own CPU work (Gloo's threads, the kernel's
+# TCP stack for both ends of the link) competes with compute. The script measures that work (the
+# machine's busy CPU time per step while the all-reduce runs alone) and prints the best share the
+# step-time measure could show on this machine: the step needs at least
+# (compute's CPU + all-reduce's CPU) / cores, and never less than compute alone.
+# Every program uses lockstep-fit's allocator settings (ddp_bench --malloc heap; MALLOC=glibc keeps
+# glibc's defaults) and, like lockstep fit, gradients as views into the buckets (BUCKET_VIEW=off copies
+# them in and out).
 #
 #   bash bench/netns_two_hosts.sh [build-dir] [steps] [rate] [bucket-cap-mb]   (defaults: build, 20, 1gbit, 25)
 # Needs root (CAP_NET_ADMIN).
@@ -32,7 +40,8 @@ on_host() {
   shift
   ip netns exec "${LOCKSTEP_NETNS}$n" "$@"
 }
-flags=(--model resnet18 --steps "$steps" --warmup 3 --bucket-cap-mb "$bucket_mb" --backend gloo)
+flags=(--model resnet18 --steps "$steps" --warmup 3 --bucket-cap-mb "$bucket_mb" --backend gloo
+  --malloc "${MALLOC:-heap}" --bucket-view "${BUCKET_VIEW:-on}")
 
 # both MODE: one rank per host, the two at once; rank 0's output in $tmp/MODE.0, rank 1's in $tmp/MODE.1.
 both() {
@@ -61,7 +70,12 @@ allreduce=$(mean_step_ms allreduce)
 step=$(mean_step_ms ddp)
 grad=$(field grad_bytes <"$tmp/ddp.0")
 buckets=$(field buckets <"$tmp/ddp.0")
-echo "2 hosts x 1 rank, ResNet18 3x32x32, batch 32, SGD, 1 thread/rank, Gloo, link $rate, $steps timed steps"
+cores=$(field machine_cores <"$tmp/ddp.0")
+busy_bare=$(field machine_busy_ms <"$tmp/bare.0")
+busy_allreduce=$(field machine_busy_ms <"$tmp/allreduce.0")
+busy_ddp=$(field machine_busy_ms <"$tmp/ddp.0")
+echo "2 hosts x 1 rank, ResNet18 3x32x32, batch 32, SGD, 1 thread/rank, Gloo, link $rate, $steps timed steps," \
+  "malloc ${MALLOC:-heap}, bucket view ${BUCKET_VIEW:-on}, $cores cores shared by both hosts"
 echo "  gradients $grad bytes in $buckets buckets (cap $bucket_mb MiB)"
 printf '  compute alone (bare loop)    %8.1f ms/step\n' "$compute"
 printf '  all-reduce alone             %8.1f ms/step  (%.0f MB/s of gradients)\n' "$allreduce" \
@@ -72,3 +86,9 @@ printf '  all-reduce hidden behind backward: %.3f (compute + all-reduce - step) 
   "$(awk -v c="$compute" -v a="$allreduce" -v s="$step" 'BEGIN { print (c + a - s) / a }')"
 printf '  rank 0 timeline: all-reduce time inside backward spans %s\n' \
   "$(python3 "$here/timeline_overlap.py" "$tmp/timeline_ddp.rank0.json")"
+printf '  machine busy CPU per step (all cores): compute alone %.1f ms, all-reduce alone %.1f ms, DDP step %.1f ms\n' \
+  "$busy_bare" "$busy_allreduce" "$busy_ddp"
+awk -v c="$compute" -v a="$allreduce" -v bb="$busy_bare" -v ba="$busy_allreduce" -v n="$cores" 'BEGIN {
+  floor = (bb + ba) / n; if (floor < c) floor = c
+  printf "  on %d shared cores the step needs >= %.1f ms: best possible (compute + all-reduce - step) / all-reduce here %.3f\n",
+    n, floor, (c + a - floor) / a }'

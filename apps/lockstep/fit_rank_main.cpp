@@ -1,37 +1,21 @@
 // `lockstep-fit`: one rank of `lockstep fit` (started by the `lockstep` CLI, directly or through its
 // launcher). Reads who it is from the environment and trains; see lockstep/train/fit.h.
-#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 
 #include "fit_flags.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/fit.h"
+#include "lockstep/train/step_memory.h"
 #include "lockstep/train/trainer.h"
 
-namespace {
-
-// Every step allocates and frees the same large tensors (activations, gradients). Above glibc's mmap
-// threshold (128 KiB, rising to at most 32 MiB as blocks are freed) each one is a fresh mmap whose pages
-// all fault again: 40% of a ResNet18 step on this machine (docs/benchmarks.md). Keep blocks up to 32 MiB
-// (glibc's largest threshold) in the heap, and keep the freed heap instead of trimming it every step.
-// A user who set glibc's malloc tunables keeps them.
-void keep_step_memory() {
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return;
-  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-  mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  keep_step_memory();
+  // Each step allocates and frees the same large tensors: keep them in the heap (step_memory.h).
+  lockstep::train::keep_step_memory_in_heap();
   lockstep::train::FitConfig config;
   if (const int status = lockstep::cli::parse_fit_flags(argc, argv, config); status >= 0) return status;
   int rank = -1;

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   }
   if (malloc_mode == "heap" && !lockstep::train::keep_step_memory_in_heap()) {
     std::fprintf(stderr,
-                 "ddp_bench: GLIBC_TUNABLES sets glibc.malloc tunables; use --malloc glibc with them\n");
+                 "ddp_bench: the environment sets glibc malloc settings (GLIBC_TUNABLES glibc.malloc.*, MALLOC_*_THRESHOLD_); add --malloc glibc to keep them\n");
     return 2;
   }
   try {

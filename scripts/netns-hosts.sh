@@ -6,7 +6,9 @@
 #
 #   scripts/netns-hosts.sh start [--rate RATE]   create them; RATE (e.g. 1gbit) limits each direction of the
 #                                                link with a tbf qdisc on both ends (netem is not in every kernel)
-#   scripts/netns-hosts.sh stop                  delete both namespaces (and so the link)
+#   scripts/netns-hosts.sh stop                  stop every process still running in them (TERM, then KILL
+#                                                after 5 s), then delete both namespaces (and so the link)
+#   scripts/netns-hosts.sh pids                  print the processes running in them (nothing when none)
 #   scripts/netns-hosts.sh status                print the addresses, the qdiscs and the bytes sent each way
 #
 # LOCKSTEP_NETNS (default: lockstep-host) names the namespaces; use distinct names for jobs that run at
@@ -40,6 +42,8 @@ start() {
     stop >/dev/null 2>&1
     cannot "creating the veth pair failed (no veth support or no CAP_NET_ADMIN)"
   fi
+  # Any failure from here on removes both namespaces before it exits: nothing half-built stays.
+  trap 'rc=$?; [ $rc -eq 0 ] || stop >/dev/null 2>&1' EXIT
   set -e
   ip -n "$ns0" addr add "$addr0/24" dev ls0
   ip -n "$ns1" addr add "$addr1/24" dev ls1
@@ -49,7 +53,7 @@ start() {
   ip -n "$ns0" link set ls0 up
   ip -n "$ns1" link set ls1 up
   if [ -n "$rate" ]; then
-    command -v tc >/dev/null 2>&1 || { stop; echo "netns-hosts: 'tc' not found (apt-get install iproute2)" >&2; exit 1; }
+    command -v tc >/dev/null 2>&1 || { echo "netns-hosts: 'tc' not found (apt-get install iproute2)" >&2; exit 1; }
     # Token bucket: RATE sustained, a 1 MiB burst (enough for 1gbit at the kernel's timer granularity),
     # packets queue for at most 100 ms (then drop, and TCP backs off as on a real saturated link).
     ip netns exec "$ns0" tc qdisc add dev ls0 root tbf rate "$rate" burst 1mbit latency 100ms
@@ -65,7 +69,24 @@ start() {
   echo "hosts $ns0 ($addr0) and $ns1 ($addr1) up${rate:+, link limited to $rate each way}"
 }
 
+pids() {
+  for ns in "$ns0" "$ns1"; do
+    ip netns pids "$ns" 2>/dev/null
+  done
+}
+
 stop() {
+  # Deleting a namespace does not end the processes in it (they keep it alive): stop them first.
+  left=$(pids)
+  if [ -n "$left" ]; then
+    kill $left 2>/dev/null
+    for _ in $(seq 50); do
+      [ -z "$(pids)" ] && break
+      sleep 0.1
+    done
+    left=$(pids)
+    [ -z "$left" ] || kill -9 $left 2>/dev/null
+  fi
   ip netns del "$ns0" 2>/dev/null
   ip netns del "$ns1" 2>/dev/null
   return 0
@@ -86,6 +107,7 @@ cmd=${1:-}
 case $cmd in
 start) start "$@" ;;
 stop) stop ;;
+pids) pids ;;
 status) status ;;
-*) echo "usage: scripts/netns-hosts.sh start [--rate RATE] | stop | status" >&2; exit 2 ;;
+*) echo "usage: scripts/netns-hosts.sh start [--rate RATE] | stop | pids | status" >&2; exit 2 ;;
 esac

@@ -54,7 +54,9 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
       options_(std::move(options)),
       rank_(options_.rank()),
       size_(options_.world_size()),
-      native_average_(native_ && (native_->getBackendName() == "shm" || native_->getBackendName() == "hier")),
+      // Backends that average themselves (with detail::divide_for_average, on their own thread).
+      native_average_(native_ && (native_->getBackendName() == "shm" || native_->getBackendName() == "hier" ||
+                                  native_->getBackendName() == "mpi")),
       shut_down_(false) {
   if (native_) {
     progress_ = std::make_shared<detail::Progress>(job_store_, rank_, size_, options_.progress_interval(),

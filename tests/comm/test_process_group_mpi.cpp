@@ -5,6 +5,7 @@
 // itself from every rank's input.
 #include <chrono>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -154,7 +155,8 @@ TEST(ProcessGroupMpiTest, AllgatherIntoNonContiguousOutputsWritesEachRanksBlock)
   std::vector<std::vector<at::Tensor>> out{outputs};
   pg->allgather(out, input)->wait();
   for (int r = 0; r < world; ++r) {
-    EXPECT_TRUE(at::equal(bases[r].t(), at::arange(6, at::kFloat).reshape({2, 3}) + 100 * r)) << "block " << r;
+    EXPECT_TRUE(at::equal(bases[r].t(), at::arange(6, at::kFloat).reshape({2, 3}) + 100 * r))
+        << "block " << r;
   }
 }
 
@@ -270,9 +272,17 @@ TEST(ProcessGroupMpiTest, WaitWithATimeoutThrowsWhileAPeerIsLateAndSucceedsOnceI
       work->wait(std::chrono::milliseconds(100));
       ADD_FAILURE() << "wait(100 ms) returned while rank 1 was still away";
     } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find("rank 0: mpi barrier #2 did not complete within 100 ms"),
-                std::string::npos)
-          << e.what();
+      // The time since the barrier was issued: at least the 100 ms waited, less than rank 1's 800 ms away.
+      std::smatch match;
+      const std::string what = e.what();
+      const bool found = std::regex_search(
+          what, match,
+          std::regex("rank 0: mpi barrier #2 did not complete within ([0-9]+) ms of being issued"));
+      EXPECT_TRUE(found) << what;
+      if (found) {
+        EXPECT_GE(std::stoi(match[1].str()), 100) << what;
+        EXPECT_LT(std::stoi(match[1].str()), 800) << what;
+      }
     }
     EXPECT_FALSE(work->isCompleted());
     EXPECT_TRUE(work->wait(std::chrono::seconds(30)));

@@ -19,7 +19,6 @@ hosts="$here/../../scripts/netns-hosts.sh"
 export LOCKSTEP_NETNS="lsnt-$case_name"
 work=$(mktemp -d /tmp/lockstep-netns-e2e.XXXXXX)
 cleanup() {
-  pkill -f -- "--rdzv-id netns-$case_name" 2>/dev/null
   "$hosts" stop >/dev/null 2>&1
   rm -rf "$work"
 }
@@ -106,7 +105,9 @@ missing)
   cat "$work/host0.log"
   grep -Fq "rank(s) 2, 3 never arrived" "$work/host0.log" || fail "the error does not name ranks 2 and 3"
   [ $((SECONDS - start)) -le 60 ] || fail "took $((SECONDS - start)) s with a 5 s rendezvous timeout"
-  pgrep -f -- "--rdzv-id netns-$case_name" >/dev/null && fail "processes of the job are left"
+  # Every process of host 0 (launcher and workers) runs inside its namespace.
+  left=$("$hosts" pids)
+  [ -z "$left" ] || fail "processes of the job are left: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
   ;;
 *)
   echo "netns_e2e: unknown case '$case_name' (hier, gloo, missing)" >&2

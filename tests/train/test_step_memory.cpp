@@ -28,6 +28,9 @@ TEST(StepMemoryTest, UserTunablesWinAndNothingChanges) {
   ASSERT_EQ(setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=131072", 1), 0);
   EXPECT_FALSE(lockstep::train::keep_step_memory_in_heap());
   ASSERT_EQ(unsetenv("GLIBC_TUNABLES"), 0);
+  ASSERT_EQ(setenv("MALLOC_TRIM_THRESHOLD_", "1048576", 1), 0);
+  EXPECT_FALSE(lockstep::train::keep_step_memory_in_heap());
+  ASSERT_EQ(unsetenv("MALLOC_TRIM_THRESHOLD_"), 0);
 }
 
 TEST(StepMemoryTest, StepSizedBlocksComeFromTheHeap) {

@@ -12,8 +12,10 @@ namespace lockstep::train {
 /// M_TRIM_THRESHOLD to 256 MiB. It changes process-wide allocator settings, so the library never calls it
 /// by itself: a program calls it once, first thing in main (`lockstep-fit` does).
 ///
-/// Returns false and changes nothing when the user set any `glibc.malloc.*` tunable in GLIBC_TUNABLES
-/// (their settings win); true when the settings were applied. Not thread-safe against concurrent calls.
+/// Returns false and changes nothing when the user set any `glibc.malloc.*` tunable in GLIBC_TUNABLES or
+/// MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (their settings win). Returns true when both settings
+/// were applied, false if glibc refused one (the other may then be in force). Not thread-safe against
+/// concurrent calls.
 ///
 /// Example:
 ///   int main() { lockstep::train::keep_step_memory_in_heap(); ... }

@@ -118,7 +118,15 @@ void mpi_ensure_initialized() {
   if (!failure.empty()) throw std::runtime_error(failure);
 }
 
-MpiCallScope::MpiCallScope(const std::string& what) : lock_(call_mutex()) {
+MpiCallScope::MpiCallScope(const std::string& what, std::chrono::milliseconds timeout)
+    : lock_(call_mutex(), std::defer_lock) {
+  if (timeout == std::chrono::milliseconds::max()) {
+    lock_.lock();
+  } else if (!lock_.try_lock_for(timeout)) {
+    throw std::runtime_error(what + ": MPI stayed busy for " + std::to_string(timeout.count()) +
+                             " ms: a collective of another MPI group holds it (a peer of that group has "
+                             "exited or is stuck, and MPI cannot cancel the collective)");
+  }
   if (finalized_by_us) {
     throw std::runtime_error(what + ": MPI was already finalised (the process is exiting)");
   }

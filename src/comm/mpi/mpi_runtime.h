@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <mutex>
 #include <string>
 
@@ -19,11 +20,15 @@ namespace lockstep::comm::detail {
 /// std::runtime_error when MPI cannot start, was finalised already, or offers less than SERIALIZED.
 void mpi_ensure_initialized();
 
-/// Held around every MPI call. Throws std::runtime_error naming `what` when MPI was finalised already
-/// (a group used after the process began to exit).
+/// Held around every MPI call (MPI_THREAD_SERIALIZED: one call at a time in the process). Throws
+/// std::runtime_error naming `what` when MPI was finalised already (a group used after the process began
+/// to exit), or when MPI stays busy for longer than `timeout`: another group's collective holds it, and
+/// MPI cannot cancel that one. The default waits without bound: for a group's worker thread, whose
+/// callers' waits are bounded; callers on a user's thread pass the group's timeout.
 class MpiCallScope {
  public:
-  explicit MpiCallScope(const std::string& what);
+  explicit MpiCallScope(const std::string& what,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
   ~MpiCallScope();
   MpiCallScope(const MpiCallScope&) = delete;
   MpiCallScope& operator=(const MpiCallScope&) = delete;

@@ -42,10 +42,15 @@ class MpiWork final : public QueuedWork {
     } catch (const c10::Error&) {
       // Completed between the timeout and here: its result (or its own error) stands.
       if (isCompleted()) return c10d::Work::wait(bound);
-      throw std::runtime_error("rank " + std::to_string(rank_) + ": mpi " + what_ +
-                               " did not complete within " + std::to_string(bound.count()) +
-                               " ms: a rank has not joined it (it exited, is stuck, or called a different "
-                               "collective). MPI cannot cancel it; it may still complete.");
+      // Since it was issued, not this wait's bound: lockstep's Work waits in slices of the group's timeout.
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - issued_);
+      throw std::runtime_error(
+          "rank " + std::to_string(rank_) + ": mpi " + what_ + " did not complete within " +
+          std::to_string(waited.count()) +
+          " ms of being issued: a rank has not joined it or an earlier collective of this "
+          "group (it exited, is stuck, or called a different collective). MPI cannot "
+          "cancel it; it may still complete.");
     }
   }
 
@@ -53,6 +58,7 @@ class MpiWork final : public QueuedWork {
   int rank_;
   std::chrono::milliseconds timeout_;
   std::string what_;
+  std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
 };
 
 struct MpiTask {
@@ -187,7 +193,7 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   int mpi_rank = -1;
   int mpi_size = -1;
   {
-    MpiCallScope scope("MPI_Comm_rank");
+    MpiCallScope scope("rank " + std::to_string(rank) + ": MPI_Comm_rank", options_.timeout());
     mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &mpi_size), "MPI_Comm_size");
   }
@@ -205,7 +211,7 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   {
     // Every rank dups in the same order (group creation is a collective); errors come back as codes, so
     // a failing collective becomes an exception naming it instead of aborting the whole job.
-    MpiCallScope scope("MPI_Comm_dup");
+    MpiCallScope scope("rank " + std::to_string(rank) + ": MPI_Comm_dup", options_.timeout());
     mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), "MPI_Comm_dup");
     mpi_check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
@@ -231,10 +237,11 @@ ProcessGroupMpi::~ProcessGroupMpi() {
   if (!state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->exited; })) return;
   lock.unlock();
   try {
-    MpiCallScope scope("MPI_Comm_free");
+    MpiCallScope scope("rank " + std::to_string(getRank()) + ": MPI_Comm_free", options_.timeout());
     MPI_Comm_free(&state_->comm);
   } catch (const std::exception&) {
-    // MPI was finalised already (a group destroyed after exit began): it freed the communicator.
+    // MPI was finalised already (a group destroyed after exit began: it freed the communicator), or
+    // another group's stuck collective holds MPI: the communicator stays behind, as a stuck group's does.
   }
 }
 

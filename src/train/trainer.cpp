@@ -484,6 +484,13 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       }
     }
     if (saved.scaler_state.defined() && run.scaler.enabled()) run.scaler.load_state(saved.scaler_state);
+    // The rate of the last step taken: an epoch record written before the next step (a checkpoint at the
+    // last batch of an epoch, validation still to come) reports what the uninterrupted run reports.
+    if (run.optim.lr_schedule) {
+      run.lr = run.optim.lr_schedule->at(std::max<int64_t>(0, start.step - 1));
+    } else {
+      run.lr = learning_rates().at(0);
+    }
     if (saved.world_size == world) {
       set_cpu_rng_state(saved.rng_states[rank].contiguous());
       module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
@@ -661,7 +668,15 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       run.position.batch = b + 1;
       if (steps_now && fault.armed_for(rank) && !fault.nan_loss && run.position.step >= fault.step) {
         if (fault.signal_launcher != 0) {
-          if (!fault_sent) ::kill(::getppid(), fault.signal_launcher);
+          if (!fault_sent) {
+            ::kill(::getppid(), fault.signal_launcher);
+            // The launcher forwards the notice to every rank, this one too: wait (at most 10 s) for it to come
+            // back, so that the ranks agree on this very step and a test can choose where the notice lands.
+            const auto give_up = Clock::now() + std::chrono::seconds(10);
+            while (preemption.installed() && PreemptionHandlers::pending() == 0 && Clock::now() < give_up) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+          }
           fault_sent = true;
         } else if (!fault.stall.empty()) {
           if (!fault_sent && fault.stall == "stop") ::raise(SIGSTOP);

@@ -144,15 +144,20 @@ preempt)
   # ranks, which agree on a step, write last.ckpt and exit 75 (no restart, though --max-restarts allows
   # one); SIGTERM stops the job (143) after the same checkpoint. Either way `--resume last` then ends with
   # the undisturbed run's records.
-  fit --devices 2 --ckpt-dir "$work/ref" --metrics-file "$work/ref.jsonl" >/dev/null 2>&1 || fail "undisturbed run failed"
-  for notice in usr1:75 term:143; do
-    kind=${notice%%:*} want=${notice##*:} dir="$work/$kind"
-    LOCKSTEP_FAULT=1:6:$kind fit --devices 2 --ckpt-dir "$dir" --max-restarts 1 --metrics-file "$dir.jsonl" \
-      >"$dir.out" 2>&1
+  # The notice lands after step 6 (mid-epoch) and after step 8 (the last batch of epoch 0, before its
+  # validation: the resumed run validates epoch 0 first and must report what the undisturbed run did).
+  # The default cosine schedule gives every step its own rate.
+  fit --devices 2 --ckpt-dir "$work/ref" --metrics-file "$work/ref.jsonl" >/dev/null 2>&1 \
+    || fail "undisturbed run failed"
+  for notice in usr1:75:6 term:143:6 usr1:75:8 term:143:8; do
+    IFS=: read -r kind want at <<<"$notice"
+    dir="$work/${kind}_$at"
+    LOCKSTEP_FAULT=1:$at:$kind fit --devices 2 --ckpt-dir "$dir" --max-restarts 1 \
+      --metrics-file "$dir.jsonl" >"$dir.out" 2>&1
     status=$?
     [ "$status" -eq "$want" ] || { cat "$dir.out"; fail "$kind: exit status $status, expected $want"; }
-    grep -Eq "preempted by SIG(USR1|TERM) at step [0-9]+ .*exiting with status 75" "$dir.out" \
-      || { cat "$dir.out"; fail "$kind: no preemption report"; }
+    grep -Eq "preempted by SIG(USR1|TERM) at step $at .*exiting with status 75" "$dir.out" \
+      || { cat "$dir.out"; fail "$kind: no preemption report at step $at"; }
     grep -q "restarting all" "$dir.out" && { cat "$dir.out"; fail "$kind: restarted after a preemption notice"; }
     if [ "$kind" = usr1 ]; then  # the launcher calls it a preemption, not a failure
       grep -q "lockstep run: preempted: rank [01] exited with status 75 after the SIGUSR1 notice" "$dir.out" \
@@ -160,7 +165,8 @@ preempt)
       grep -q "job failed" "$dir.out" && { cat "$dir.out"; fail "usr1: the launcher calls the preemption a failure"; }
     fi
     step=$(grep -Eo "preempted by SIG[A-Z0-9]+ at step [0-9]+" "$dir.out" | grep -Eo "[0-9]+$")
-    fit --devices 2 --ckpt-dir "$dir" --resume last --metrics-file "$dir.resumed.jsonl" >"$dir.resumed.out" 2>&1 \
+    fit --devices 2 --ckpt-dir "$dir" --resume last --metrics-file "$dir.resumed.jsonl" \
+      >"$dir.resumed.out" 2>&1 \
       || { cat "$dir.resumed.out"; fail "$kind: resuming failed"; }
     same_after "$work/ref.jsonl" "$dir.resumed.jsonl" $((step + 1))
   done

@@ -1,12 +1,12 @@
 # Helpers shared by every layer's CMakeLists.
 set(LOCKSTEP_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
-# lockstep_add_layer(NAME SOURCES... [TORCH])
+# lockstep_add_layer(NAME SOURCES... [TORCH | TORCH_NN] [DEPS ...])
 #   A static library lockstep_<NAME> with the public include dir, warnings, and, for layers that use
-#   LibTorch, the shared precompiled header (compiling torch headers costs ~25 s per translation unit
-#   on the 2-core CI machines; the PCH pays that once).
+#   LibTorch, LibTorch with a shared precompiled header (see lockstep_use_torch): TORCH for tensors and
+#   process groups, TORCH_NN when the layer also uses torch::nn or torch::optim.
 function(lockstep_add_layer name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;TORCH_NN" "" "SOURCES;DEPS" ${ARGN})
   set(target lockstep_${name})
   add_library(${target} STATIC ${ARG_SOURCES})
   add_library(lockstep::${name} ALIAS ${target})
@@ -17,27 +17,44 @@ function(lockstep_add_layer name)
   target_compile_features(${target} PUBLIC cxx_std_17)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Winvalid-pch)
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} Threads::Threads)
-  if(ARG_TORCH)
+  if(ARG_TORCH_NN)
+    lockstep_use_torch(${target} NN)
+  elseif(ARG_TORCH)
     lockstep_use_torch(${target})
   endif()
   set_property(GLOBAL APPEND PROPERTY LOCKSTEP_LAYERS ${target})
 endfunction()
 
-# Link LibTorch (and c10d's Gloo) into a target, reusing one precompiled header.
+# lockstep_use_torch(TARGET [NN])
+#   Links LibTorch (and c10d's Gloo) into TARGET and reuses one of two precompiled headers: by default
+#   the core one (cmake/torch_pch.h: ATen and c10d, i.e. tensors, stores and process groups), with NN the
+#   full one (cmake/torch_nn_pch.h: also torch/nn.h and torch/optim.h). A PCH saves parsing, not
+#   instantiating: gcc instantiates again, in every translation unit, the templates that the PCH's inline
+#   functions use. Measured here (empty translation unit, gcc 12): ~3 s for the core PCH, ~11 s for the
+#   full one. Targets that need no modules or optimizers therefore take the core one.
 function(lockstep_use_torch target)
+  cmake_parse_arguments(ARG "NN" "" "" ${ARGN})
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
   target_compile_definitions(${target} PUBLIC USE_C10D_GLOO)
-  if(NOT TARGET lockstep_torch_pch)
-    # A tiny object library that owns the PCH; everyone else REUSE_FROMs it.
-    add_library(lockstep_torch_pch OBJECT ${LOCKSTEP_CMAKE_DIR}/pch_anchor.cpp)
-    target_link_libraries(lockstep_torch_pch PRIVATE ${TORCH_LIBRARIES})
-    target_include_directories(lockstep_torch_pch SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
-    target_compile_definitions(lockstep_torch_pch PRIVATE USE_C10D_GLOO)
-    target_compile_features(lockstep_torch_pch PRIVATE cxx_std_17)
-    target_precompile_headers(lockstep_torch_pch PRIVATE ${LOCKSTEP_CMAKE_DIR}/torch_pch.h)
+  if(ARG_NN)
+    set(pch lockstep_torch_nn_pch)
+    set(header torch_nn_pch.h)
+  else()
+    set(pch lockstep_torch_pch)
+    set(header torch_pch.h)
   endif()
-  target_precompile_headers(${target} REUSE_FROM lockstep_torch_pch)
+  if(NOT TARGET ${pch})
+    # A tiny object library that owns the PCH; everyone else REUSE_FROMs it.
+    add_library(${pch} OBJECT ${LOCKSTEP_CMAKE_DIR}/pch_anchor.cpp)
+    set_target_properties(${pch} PROPERTIES UNITY_BUILD OFF)
+    target_link_libraries(${pch} PRIVATE ${TORCH_LIBRARIES})
+    target_include_directories(${pch} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
+    target_compile_definitions(${pch} PRIVATE USE_C10D_GLOO)
+    target_compile_features(${pch} PRIVATE cxx_std_17)
+    target_precompile_headers(${pch} PRIVATE ${LOCKSTEP_CMAKE_DIR}/${header})
+  endif()
+  target_precompile_headers(${target} REUSE_FROM ${pch})
   get_target_property(type ${target} TYPE)
   if(type STREQUAL "EXECUTABLE")
     # The PCH is built -fPIC (it also serves the libraries); an executable's default -fPIE would make
@@ -47,17 +64,19 @@ function(lockstep_use_torch target)
   endif()
 endfunction()
 
-# lockstep_add_test(NAME SOURCES... [LIBS ...] [TORCH] [TIMEOUT S])
+# lockstep_add_test(NAME SOURCES... [LIBS ...] [TORCH | TORCH_NN] [TIMEOUT S])
 #   A GoogleTest executable registered with ctest: as one case (default), or each TEST as its own ctest
 #   case with -DLOCKSTEP_TEST_EACH_CASE=ON (TIMEOUT then applies per case; default 120 s).
 function(lockstep_add_test name)
-  cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;TORCH_NN" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   # A whole binary's cases run as one ctest (see below): its limit is that of its longest cases together.
   set(ARG_BINARY_TIMEOUT 1200)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
   target_compile_options(${name} PRIVATE -Wall -Wextra)
-  if(ARG_TORCH)
+  if(ARG_TORCH_NN)
+    lockstep_use_torch(${name} NN)
+  elseif(ARG_TORCH)
     lockstep_use_torch(${name})
   endif()
   if(NOT ARG_TIMEOUT)

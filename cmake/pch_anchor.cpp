@@ -1,1 +1,1 @@
-// Anchor translation unit for the shared LibTorch precompiled header.
+// Anchor translation unit for a shared LibTorch precompiled header (cmake/torch_pch.h, cmake/torch_nn_pch.h).

@@ -1,9 +1,8 @@
-// Precompiled header shared by every lockstep target that uses LibTorch.
-// Keep it to headers that change rarely and are included by most torch translation units.
+// The core precompiled header: tensors, stores and process groups (lockstep_use_torch without NN).
+// Keep it to headers that change rarely and are included by most torch translation units; each header
+// here costs every translation unit that uses the PCH the templates its inline functions instantiate.
 #pragma once
 #include <ATen/ATen.h>
-#include <torch/nn.h>
-#include <torch/optim.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

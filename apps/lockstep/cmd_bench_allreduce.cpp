@@ -22,11 +22,11 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr const char* kName = "lockstep bench allreduce";
+constexpr const char* kAllreduceName = "lockstep bench allreduce";
 constexpr const char* kProgram = "lockstep-bench-allreduce";
 constexpr const char* kProgramEnv = "LOCKSTEP_BENCH_ALLREDUCE_PROGRAM";
 
-constexpr const char* kDescription =
+constexpr const char* kAllreduceDescription =
     "All-reduce (sum, float32) latency and bandwidth per message size, --nproc local ranks on\n"
     "loopback. For each size it times, in the same run and in alternating rounds:\n"
     "  lockstep  lockstep::comm::ProcessGroup::all_reduce(t).wait() with --backend\n"
@@ -44,7 +44,7 @@ constexpr const char* kDescription =
     "With --backend mpi the ranks are started by mpirun (Open MPI, found in PATH) instead of the\n"
     "launcher, on 127.0.0.1 with a free MASTER_PORT for lockstep's store; the baseline is still Gloo.";
 
-constexpr const char* kFooter =
+constexpr const char* kAllreduceFooter =
     "SIZE: a byte count with an optional unit B, K, M or G (powers of 1024; KiB, MiB, GiB and KB,\n"
     "MB, GB mean the same), a multiple of 4 (float32), e.g. 4K, 64M.\n"
     "The ranks are the program lockstep-bench-allreduce (next to lockstep in the build tree,\n"
@@ -79,7 +79,7 @@ std::string find_in_path(const std::string& name) {
 int run_under_mpirun(const std::vector<std::string>& command, int nproc) {
   const std::string mpirun = find_in_path("mpirun");
   if (mpirun.empty()) {
-    std::cerr << kName
+    std::cerr << kAllreduceName
               << ": --backend mpi starts its ranks with mpirun, which is not in PATH (Debian: "
                  "apt-get install openmpi-bin)\n";
     return 127;
@@ -93,7 +93,7 @@ int run_under_mpirun(const std::vector<std::string>& command, int nproc) {
     argv.insert(argv.end(), command.begin(), command.end());
     return run_child(argv);
   } catch (const std::exception& e) {
-    std::cerr << kName << ": " << e.what() << '\n';
+    std::cerr << kAllreduceName << ": " << e.what() << '\n';
     return 1;
   }
 }
@@ -101,8 +101,8 @@ int run_under_mpirun(const std::vector<std::string>& command, int nproc) {
 }  // namespace
 
 int bench_allreduce_main(int argc, char** argv) {
-  CLI::App app(kDescription, kName);
-  app.footer(kFooter);
+  CLI::App app(kAllreduceDescription, kAllreduceName);
+  app.footer(kAllreduceFooter);
   app.get_formatter()->column_width(30);
   int nproc = 2;
   int iters = 50;
@@ -135,24 +135,24 @@ int bench_allreduce_main(int argc, char** argv) {
       ->type_name("comm|plain")
       ->capture_default_str();
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
-  if (nproc < 1) return bench_usage_error(kName, "--nproc must be >= 1, got " + std::to_string(nproc));
-  if (iters < 1) return bench_usage_error(kName, "--iters must be >= 1, got " + std::to_string(iters));
-  if (factor < 2) return bench_usage_error(kName, "--factor must be >= 2, got " + std::to_string(factor));
+  if (nproc < 1) return bench_usage_error(kAllreduceName, "--nproc must be >= 1, got " + std::to_string(nproc));
+  if (iters < 1) return bench_usage_error(kAllreduceName, "--iters must be >= 1, got " + std::to_string(iters));
+  if (factor < 2) return bench_usage_error(kAllreduceName, "--factor must be >= 2, got " + std::to_string(factor));
   if (buffer != "comm" && buffer != "plain") {
-    return bench_usage_error(kName, "--buffer must be comm or plain, got '" + buffer + "'");
+    return bench_usage_error(kAllreduceName, "--buffer must be comm or plain, got '" + buffer + "'");
   }
-  if (const int status = refuse_inside_job(kName); status != 0) return status;
+  if (const int status = refuse_inside_job(kAllreduceName); status != 0) return status;
 
   const std::string program = find_helper_program(kProgram, kProgramEnv);
   if (program.empty()) {
-    std::cerr << kName << ": cannot find the program '" << kProgram
+    std::cerr << kAllreduceName << ": cannot find the program '" << kProgram
               << "' next to this executable or in ../libexec/lockstep/ (it is built with "
                  "-DLOCKSTEP_BUILD_BENCH=ON, the default; or set "
               << kProgramEnv << " to its path)\n";
     return 127;
   }
   if (::access(program.c_str(), X_OK) != 0) {
-    std::cerr << kName << ": cannot execute '" << program << "' (" << std::strerror(errno) << ")"
+    std::cerr << kAllreduceName << ": cannot execute '" << program << "' (" << std::strerror(errno) << ")"
               << (std::getenv(kProgramEnv) != nullptr ? std::string(", from ") + kProgramEnv : std::string())
               << '\n';
     return 127;
@@ -174,7 +174,7 @@ int bench_allreduce_main(int argc, char** argv) {
   try {
     if (const int status = run_child(check); status != 0) return status;
   } catch (const std::exception& e) {
-    std::cerr << kName << ": " << e.what() << '\n';
+    std::cerr << kAllreduceName << ": " << e.what() << '\n';
     return 127;
   }
 
@@ -187,7 +187,7 @@ int bench_allreduce_main(int argc, char** argv) {
     launch::Launcher launcher(options);
     return launcher.run().exit_status;
   } catch (const launch::LaunchError& e) {
-    std::cerr << kName << ": " << e.what() << '\n';
+    std::cerr << kAllreduceName << ": " << e.what() << '\n';
     return 1;
   }
 }

@@ -25,13 +25,13 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr const char* kName = "lockstep bench peer";
+constexpr const char* kPeerName = "lockstep bench peer";
 constexpr const char* kPeerScript = "peer/ddp_peer.py";
 constexpr const char* kPeerScriptEnv = "LOCKSTEP_PEER_SCRIPT";
 constexpr const char* kPythonEnv = "LOCKSTEP_PEER_PYTHON";
 constexpr const char* kSystemPython = "/usr/bin/python3";
 
-constexpr const char* kDescription =
+constexpr const char* kPeerDescription =
     "`lockstep fit` next to the Python DDP peer, with the seeds' recipe on both sides: MLP\n"
     "784-256-128-10 (dropout 0.2), Adam lr 1e-3 constant, batch 64 per rank, Fashion-MNIST, --nproc\n"
     "ranks, --threads intra-op threads per rank. The peer (ddp_peer.py: PyTorch's\n"
@@ -42,7 +42,7 @@ constexpr const char* kDescription =
     "median peer epoch_s / median lockstep epoch_s (above 1: lockstep is faster) and the\n"
     "difference of the final accuracies.";
 
-constexpr const char* kFooter =
+constexpr const char* kPeerFooter =
     "Needs Debian's python3-torch for /usr/bin/python3 (the python3 in PATH is not used).\n"
     "The peer script is share/lockstep/peer/ddp_peer.py next to lockstep (build tree) or under the\n"
     "install prefix. Environment: LOCKSTEP_PEER_SCRIPT overrides the script's path,\n"
@@ -53,11 +53,6 @@ constexpr const char* kFooter =
     "  lockstep bench peer --epochs 3 --limit-train-batches 200\n"
     "Exit status: 0 on success, 1 when a run fails or python3 cannot import torch, 2 for bad\n"
     "flags.";
-
-const char* nonempty_env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : nullptr;
-}
 
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
@@ -77,7 +72,7 @@ void print_file(const std::string& path, std::ostream& out) {
 bool run_logged(const std::vector<std::string>& command, const std::string& out) {
   const int status = run_child(command, {out, ""});
   if (status == 0) return true;
-  std::cerr << kName << ": `" << shell_line(command) << "` failed with exit status " << status
+  std::cerr << kPeerName << ": `" << shell_line(command) << "` failed with exit status " << status
             << "; its output:\n";
   print_file(out, std::cerr);
   return false;
@@ -91,8 +86,8 @@ int bench_peer_main(int argc, char** argv) {
   int threads = 1;
   int limit = 0;
   std::string data_dir;
-  CLI::App app(kDescription, kName);
-  app.footer(kFooter);
+  CLI::App app(kPeerDescription, kPeerName);
+  app.footer(kPeerFooter);
   app.get_formatter()->column_width(34);
   app.add_option("--nproc", nproc, "Ranks (processes) on each side")->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs on each side")->capture_default_str();
@@ -104,23 +99,23 @@ int bench_peer_main(int argc, char** argv) {
                  "Fashion-MNIST's IDX files. Default: both sides'\n/usr/share/datasets/fashion-mnist")
       ->type_name("DIR");
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
-  if (nproc < 1) return bench_usage_error(kName, "--nproc must be >= 1, got " + std::to_string(nproc));
-  if (epochs < 1) return bench_usage_error(kName, "--epochs must be >= 1, got " + std::to_string(epochs));
-  if (threads < 1) return bench_usage_error(kName, "--threads must be >= 1, got " + std::to_string(threads));
+  if (nproc < 1) return bench_usage_error(kPeerName, "--nproc must be >= 1, got " + std::to_string(nproc));
+  if (epochs < 1) return bench_usage_error(kPeerName, "--epochs must be >= 1, got " + std::to_string(epochs));
+  if (threads < 1) return bench_usage_error(kPeerName, "--threads must be >= 1, got " + std::to_string(threads));
   if (limit < 0)
-    return bench_usage_error(kName, "--limit-train-batches must be >= 0, got " + std::to_string(limit));
-  if (const int status = refuse_inside_job(kName); status != 0) return status;
+    return bench_usage_error(kPeerName, "--limit-train-batches must be >= 0, got " + std::to_string(limit));
+  if (const int status = refuse_inside_job(kPeerName); status != 0) return status;
 
   const std::string self = self_executable();
   const std::string script = find_data_file(kPeerScript, kPeerScriptEnv);
   if (const char* forced = nonempty_env(kPeerScriptEnv); forced != nullptr && ::access(forced, R_OK) != 0) {
-    std::cerr << kName << ": " << kPeerScriptEnv << "=" << forced << ": cannot read it ("
+    std::cerr << kPeerName << ": " << kPeerScriptEnv << "=" << forced << ": cannot read it ("
               << std::strerror(errno) << "); point it at bench/peer/ddp_peer.py of lockstep's sources\n";
     return 1;
   }
   if (script.empty()) {
     std::cerr
-        << kName << ": cannot find the Python peer share/lockstep/" << kPeerScript
+        << kPeerName << ": cannot find the Python peer share/lockstep/" << kPeerScript
         << " next to this executable or under its install prefix (it comes with -DLOCKSTEP_BUILD_BENCH=ON, "
            "the default); set "
         << kPeerScriptEnv << " to bench/peer/ddp_peer.py of lockstep's sources\n";
@@ -136,7 +131,7 @@ int bench_peer_main(int argc, char** argv) {
     const bool has_python = ::access(python.c_str(), X_OK) == 0;
     if (!has_python ||
         run_child({python, "-c", "import torch, torch.distributed"}, {"/dev/null", import_err}) != 0) {
-      std::cerr << kName << ": " << python << " cannot import torch ("
+      std::cerr << kPeerName << ": " << python << " cannot import torch ("
                 << (has_python ? last_line(import_err) : "no such program")
                 << "): install Debian's package python3-torch (apt-get install python3-torch, or "
                    "scripts/install-deps.sh)\n";
@@ -193,7 +188,7 @@ int bench_peer_main(int argc, char** argv) {
     const auto check_count = [&](const std::vector<nlohmann::json>& records, const std::string& who,
                                  const std::string& output) {
       if (static_cast<int>(records.size()) == epochs) return true;
-      std::cerr << kName << ": " << who << " reported " << records.size() << " epoch(s), expected " << epochs
+      std::cerr << kPeerName << ": " << who << " reported " << records.size() << " epoch(s), expected " << epochs
                 << "; its output:\n";
       print_file(output, std::cerr);
       return false;
@@ -223,7 +218,7 @@ int bench_peer_main(int argc, char** argv) {
                 full ? " (goal <= 0.005)" : "");
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << kName << ": " << e.what() << '\n';
+    std::cerr << kPeerName << ": " << e.what() << '\n';
     return 1;
   }
 }

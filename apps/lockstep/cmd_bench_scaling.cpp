@@ -25,9 +25,9 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr const char* kName = "lockstep bench scaling";
+constexpr const char* kScalingName = "lockstep bench scaling";
 
-constexpr const char* kDescription =
+constexpr const char* kScalingDescription =
     "Strong scaling of `lockstep fit`: the same workload (the whole training split each epoch, the\n"
     "same batch size per rank) at each rank count of --ranks, one run after the other. Prints a\n"
     "markdown table:\n"
@@ -39,7 +39,7 @@ constexpr const char* kDescription =
     "Flags after -- go to every `lockstep fit` run unchanged (e.g. --limit-train-batches 100,\n"
     "--batch-size 128, --data-dir DIR).";
 
-constexpr const char* kFooter =
+constexpr const char* kScalingFooter =
     "Each run is `lockstep fit --devices N --model M --data D --threads T --max-epochs E --progress\n"
     "off --metrics-file TMP [flags after --]`; its errors are printed as they happen. --devices,\n"
     "--num-nodes, --max-epochs, --metrics-file, --progress, --model, --data and --threads belong to\n"
@@ -130,8 +130,8 @@ int bench_scaling_main(int argc, char** argv) {
   std::string ranks_text = "1,2";
   int epochs = 3;
   int threads = 1;
-  CLI::App app(kDescription, kName);
-  app.footer(kFooter);
+  CLI::App app(kScalingDescription, kScalingName);
+  app.footer(kScalingFooter);
   app.formatter(std::make_shared<ScalingFormatter>());
   app.get_formatter()->column_width(30);
   const auto joined = [](const std::vector<std::string>& names) {
@@ -156,7 +156,7 @@ int bench_scaling_main(int argc, char** argv) {
   try {
     ranks = parse_ranks(ranks_text);
   } catch (const std::invalid_argument& e) {
-    return bench_usage_error(kName, e.what());
+    return bench_usage_error(kScalingName, e.what());
   }
   // "" when `value` is one of `names`, else the usage message.
   const auto unknown = [](const std::string& flag, const std::string& value,
@@ -167,17 +167,17 @@ int bench_scaling_main(int argc, char** argv) {
     return flag + " '" + value + "' is not known (expected one of: " + known + ")";
   };
   if (const std::string error = unknown("--model", model, train::fit_model_names()); !error.empty()) {
-    return bench_usage_error(kName, error);
+    return bench_usage_error(kScalingName, error);
   }
   if (const std::string error = unknown("--data", data, train::fit_data_names()); !error.empty()) {
-    return bench_usage_error(kName, error);
+    return bench_usage_error(kScalingName, error);
   }
-  if (epochs < 1) return bench_usage_error(kName, "--epochs must be >= 1, got " + std::to_string(epochs));
-  if (threads < 0) return bench_usage_error(kName, "--threads must be >= 0, got " + std::to_string(threads));
+  if (epochs < 1) return bench_usage_error(kScalingName, "--epochs must be >= 1, got " + std::to_string(epochs));
+  if (threads < 0) return bench_usage_error(kScalingName, "--threads must be >= 0, got " + std::to_string(threads));
   for (const std::string& arg : fit_extra) {
     const std::string flag = arg.substr(0, arg.find('='));
     if (owned_fit_flags().count(flag) != 0) {
-      return bench_usage_error(kName, "'" + arg +
+      return bench_usage_error(kScalingName, "'" + arg +
                                           "' after -- is set by this command (use its --ranks, --epochs, "
                                           "--model, --data, --threads)");
     }
@@ -186,14 +186,14 @@ int bench_scaling_main(int argc, char** argv) {
   // Every run's full `lockstep fit` command line, checked by fit's own parser before anything starts.
   const std::string self = self_executable();
   if (self.empty()) {
-    std::cerr << kName << ": cannot find this executable (/proc/self/exe) to run `lockstep fit`\n";
+    std::cerr << kScalingName << ": cannot find this executable (/proc/self/exe) to run `lockstep fit`\n";
     return 1;
   }
   std::unique_ptr<BenchTempDir> tmp;
   try {
     tmp = std::make_unique<BenchTempDir>();
   } catch (const std::exception& e) {
-    std::cerr << kName << ": " << e.what() << '\n';
+    std::cerr << kScalingName << ": " << e.what() << '\n';
     return 1;
   }
   std::vector<std::vector<std::string>> commands;
@@ -214,12 +214,12 @@ int bench_scaling_main(int argc, char** argv) {
     for (size_t i = 1; i < command.size(); ++i) fit_argv.push_back(command[i].data());
     if (const int status = parse_fit_flags(static_cast<int>(fit_argv.size()), fit_argv.data(), config);
         status >= 0) {
-      if (status != 0) std::cerr << kName << ": (the flags after -- are lockstep fit's)\n";
+      if (status != 0) std::cerr << kScalingName << ": (the flags after -- are lockstep fit's)\n";
       return status;
     }
     commands.push_back(std::move(command));
   }
-  if (const int status = refuse_inside_job(kName); status != 0) return status;
+  if (const int status = refuse_inside_job(kScalingName); status != 0) return status;
 
   std::string extra_text;
   for (const std::string& arg : fit_extra) extra_text += " " + arg;
@@ -238,7 +238,7 @@ int bench_scaling_main(int argc, char** argv) {
     try {
       const int status = run_child(commands[k], {out, ""});
       if (status != 0) {
-        std::cerr << kName << ": `" << shell_line(commands[k]) << "` failed with exit status " << status
+        std::cerr << kScalingName << ": `" << shell_line(commands[k]) << "` failed with exit status " << status
                   << "; its output:\n";
         print_file(out, std::cerr);
         return 1;
@@ -249,7 +249,7 @@ int bench_scaling_main(int argc, char** argv) {
       const double trained = median(numeric_field(records, "train_samples", metrics));
       split = training_split_size(out);
       if (split <= 0 || trained <= 0) {
-        std::cerr << kName << ": cannot find the training split's size in lockstep fit's output:\n";
+        std::cerr << kScalingName << ": cannot find the training split's size in lockstep fit's output:\n";
         print_file(out, std::cerr);
         return 1;
       }
@@ -260,7 +260,7 @@ int bench_scaling_main(int argc, char** argv) {
       std::printf("| %d | %.2f s | %.2fx | %.0f%% |\n", n, t, speedup, efficiency);
       std::fflush(stdout);
     } catch (const std::exception& e) {
-      std::cerr << kName << ": " << e.what() << '\n';
+      std::cerr << kScalingName << ": " << e.what() << '\n';
       return 1;
     }
   }

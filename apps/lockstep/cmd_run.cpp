@@ -20,7 +20,7 @@ namespace {
 
 namespace launch = lockstep::launch;
 
-constexpr const char* kDescription =
+constexpr const char* kRunDescription =
     "Start N copies of CMD on this node, each with torchrun's environment:\n"
     "  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,\n"
     "  ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,\n"
@@ -36,7 +36,7 @@ constexpr const char* kDescription =
     "step's nodelist), --master-port (10000 + SLURM_JOB_ID % 50000) and --rdzv-id (the job and\n"
     "step id) from Slurm when they are not given; MASTER_ADDR / MASTER_PORT win.";
 
-constexpr const char* kFooter =
+constexpr const char* kRunFooter =
     "Exit status:\n"
     "  0        every worker exited with status 0\n"
     "  S        the first worker that failed exited with status S (the others were stopped)\n"
@@ -132,8 +132,8 @@ int usage_error(const std::string& message) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
-  CLI::App app(kDescription, "lockstep run");
-  app.footer(kFooter);
+  CLI::App app(kRunDescription, "lockstep run");
+  app.footer(kRunFooter);
   app.prefix_command();  // the first positional and all after it are the worker command
   auto formatter = std::make_shared<RunFormatter>();
   formatter->column_width(34);

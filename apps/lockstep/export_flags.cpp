@@ -9,13 +9,13 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr const char* kDescription =
+constexpr const char* kExportDescription =
     "Write the model weights of a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or of\n"
     "its final weights (DIR/final.pt, any LibTorch module archive) as safetensors, readable from Python\n"
     "with json + numpy or the safetensors package. The model's class is not needed: the tensors are read\n"
     "as stored, with the names and order of final.safetensors (PyTorch's state_dict()).";
 
-constexpr const char* kFooter =
+constexpr const char* kExportFooter =
     "Examples:\n"
     "  lockstep export ck/last.ckpt                       # -> ck/last.safetensors\n"
     "  lockstep export ck/epoch=3-val_loss=0.2514.ckpt -o best.safetensors\n"
@@ -26,8 +26,8 @@ constexpr const char* kFooter =
 }  // namespace
 
 int parse_export_flags(int argc, char** argv, ExportFlags& flags) {
-  CLI::App app(kDescription, "lockstep export");
-  app.footer(kFooter);
+  CLI::App app(kExportDescription, "lockstep export");
+  app.footer(kExportFooter);
   app.get_formatter()->column_width(30);
   app.add_option("checkpoint", flags.input, "The checkpoint (.ckpt) or final weights (.pt) to export")
       ->type_name("CHECKPOINT")

@@ -15,7 +15,7 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr const char* kDescription =
+constexpr const char* kFitDescription =
     "Train a ready model with data-parallel ranks (Lightning's flag names).\n"
     "Without a surrounding launcher, starts --devices local ranks itself (default 1). Under\n"
     "`lockstep run`, torchrun, srun or mpirun it is one rank of that job (--devices, when given,\n"
@@ -23,7 +23,7 @@ constexpr const char* kDescription =
     "Rank 0 prints one line per epoch (and a live progress bar on a terminal), appends the\n"
     "metrics to --metrics-file and saves the final weights to --ckpt-dir/final.pt and final.safetensors.";
 
-constexpr const char* kFooter =
+constexpr const char* kFitFooter =
     "Examples:\n"
     "  lockstep fit --devices 2 --model mlp --max-epochs 10\n"
     "  lockstep fit --devices 2 --model cnn --max-epochs 15 --metrics-file cnn.jsonl\n"
@@ -76,8 +76,8 @@ std::map<std::string, std::string> config_notes(const train::FitConfig& config) 
 }  // namespace
 
 int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
-  CLI::App app(kDescription, "lockstep fit");
-  app.footer(kFooter);
+  CLI::App app(kFitDescription, "lockstep fit");
+  app.footer(kFitFooter);
   app.get_formatter()->column_width(38);
   std::string limit_train = "1.0", limit_val = "1.0";
   std::optional<std::string> augment;

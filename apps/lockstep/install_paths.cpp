@@ -11,12 +11,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 const char* nonempty_env(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
-
-}  // namespace
 
 std::string self_executable() {
   std::error_code error;

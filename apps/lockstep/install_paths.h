@@ -21,6 +21,9 @@ std::string find_helper_program(const std::string& name, const char* env_var);
 ///   find_data_file("peer/ddp_peer.py", "LOCKSTEP_PEER_SCRIPT")
 std::string find_data_file(const std::string& relative, const char* env_var);
 
+/// getenv(name) when it is set and not empty, else nullptr.
+const char* nonempty_env(const char* name);
+
 /// This executable's absolute path (/proc/self/exe), or empty when it cannot be read.
 std::string self_executable();
 

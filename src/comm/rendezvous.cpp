@@ -17,6 +17,7 @@
 #include "lockstep/comm/network.h"
 #include "lockstep/comm/tcp_store.h"
 #include "lockstep/comm/tcp_store_server.h"
+#include "seconds_text.h"
 
 namespace lockstep::comm {
 namespace {
@@ -31,11 +32,7 @@ constexpr const char* kRefusedKey = "lockstep/refused";
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-std::string seconds_text(milliseconds ms) {
-  std::ostringstream out;
-  out << static_cast<double>(ms.count()) / 1000.0 << " s";
-  return out.str();
-}
+using detail::seconds_text;
 
 std::string endpoint(const ProcessGroupOptions& o) {
   return o.master_addr() + ":" + std::to_string(o.master_port());

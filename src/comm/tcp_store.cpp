@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tcp_store_protocol.h"
+#include "seconds_text.h"
 
 namespace lockstep::comm {
 namespace {
@@ -31,11 +32,7 @@ constexpr milliseconds kServerGrace{10000};
 // The largest reply a client accepts (a value can be at most the server's frame cap).
 constexpr uint32_t kMaxReplyBytes = 1u << 30;
 
-std::string seconds_text(milliseconds ms) {
-  std::ostringstream out;
-  out << static_cast<double>(ms.count()) / 1000.0 << " s";
-  return out.str();
-}
+using detail::seconds_text;
 
 std::string keys_text(const std::vector<std::string>& keys) {
   std::string out;

@@ -51,14 +51,19 @@ std::string sockaddr_text(const sockaddr_storage& addr) {
   return "?";
 }
 
+}  // namespace
+
+// Named, not anonymous: TcpStoreServerLoop (declared in the header, so of external linkage) holds them,
+// and gcc warns about that (-Wsubobject-linkage) where this file is not the main one (a unity build).
+
 // A request parked until its keys exist or its deadline passes.
-struct Waiter {
+struct StoreWaiter {
   Op op;  // kGet or kWait
   std::vector<std::string> keys;
   std::optional<Clock::time_point> deadline;  // none: forever
 };
 
-struct Connection {
+struct StoreConnection {
   int fd = -1;
   std::string peer;
   Clock::time_point accepted;
@@ -67,10 +72,8 @@ struct Connection {
   bool dead = false;           // close now
   std::string in;              // bytes received, not yet parsed
   std::string out;             // bytes to send
-  std::optional<Waiter> waiter;
+  std::optional<StoreWaiter> waiter;
 };
-
-}  // namespace
 
 class TcpStoreServerLoop {
  public:
@@ -183,7 +186,7 @@ class TcpStoreServerLoop {
     fds.reserve(connections_.size() + 2);
     fds.push_back({wake_read_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
-    std::vector<Connection*> polled;
+    std::vector<StoreConnection*> polled;
     polled.reserve(connections_.size());
     for (auto& c : connections_) {
       short events = POLLIN;
@@ -198,7 +201,7 @@ class TcpStoreServerLoop {
       }
     }
     for (size_t i = 0; i < polled.size(); ++i) {
-      Connection& c = *polled[i];
+      StoreConnection& c = *polled[i];
       const short ev = fds[i + 2].revents;
       if (ev & (POLLIN | POLLHUP | POLLERR)) receive(c);
       if (!c.dead && !c.out.empty() && (ev & (POLLOUT | POLLERR | POLLHUP))) {
@@ -239,7 +242,7 @@ class TcpStoreServerLoop {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       connections_.emplace_back();
-      Connection& c = connections_.back();
+      StoreConnection& c = connections_.back();
       c.fd = fd;
       c.peer = sockaddr_text(peer);
       c.accepted = Clock::now();
@@ -265,7 +268,7 @@ class TcpStoreServerLoop {
     return false;
   }
 
-  void receive(Connection& c) {
+  void receive(StoreConnection& c) {
     size_t taken = 0;
     char buf[kReadChunk];
     while (!c.dead && taken < kMaxReadPerTurn) {
@@ -300,11 +303,11 @@ class TcpStoreServerLoop {
     }
   }
 
-  uint32_t frame_cap(const Connection& c) const { return c.greeted ? options_.max_frame_bytes() : kMaxHelloBytes; }
+  uint32_t frame_cap(const StoreConnection& c) const { return c.greeted ? options_.max_frame_bytes() : kMaxHelloBytes; }
 
   // Handles every complete frame in c.in, unless the connection is parked or must close. Each frame
   // is taken out of the buffer before it is handled, so handlers may re-enter parse() safely.
-  void parse(Connection& c) {
+  void parse(StoreConnection& c) {
     while (!c.dead && !c.closing && !c.waiter && c.out.size() < kMaxPendingOutput) {
       if (c.in.size() < kFrameHeaderBytes) return;
       const uint32_t n = frame_length(c.in.data());
@@ -319,7 +322,7 @@ class TcpStoreServerLoop {
     }
   }
 
-  void handle(Connection& c, const char* data, size_t size) {
+  void handle(StoreConnection& c, const char* data, size_t size) {
     FrameReader r(data, size);
     uint8_t op_byte = 0;
     if (!r.u8(op_byte)) return drop(c, "sent an empty frame");
@@ -403,7 +406,7 @@ class TcpStoreServerLoop {
       }
       case Op::kGet:
       case Op::kWait: {
-        Waiter w;
+        StoreWaiter w;
         w.op = op;
         if (op == Op::kGet) {
           std::string key;
@@ -428,7 +431,7 @@ class TcpStoreServerLoop {
     drop(c, "sent unknown op " + std::to_string(op_byte));
   }
 
-  void hello(Connection& c, FrameReader& r) {
+  void hello(StoreConnection& c, FrameReader& r) {
     uint32_t magic = 0, version = 0;
     std::string run_id;
     int32_t world_size = 0, rank = 0;
@@ -504,7 +507,7 @@ class TcpStoreServerLoop {
     return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) > 0; });
   }
 
-  void answer_if_ready(Connection& c) {
+  void answer_if_ready(StoreConnection& c) {
     if (!c.waiter || !all_exist(c.waiter->keys)) return;
     FrameWriter w;
     w.u8(static_cast<uint8_t>(Status::kOk));
@@ -537,13 +540,13 @@ class TcpStoreServerLoop {
     }
   }
 
-  void reply(Connection& c, FrameWriter& w) {
+  void reply(StoreConnection& c, FrameWriter& w) {
     c.out += w.finish();
     flush(c);
   }
-  void reply(Connection& c, FrameWriter&& w) { reply(c, w); }
+  void reply(StoreConnection& c, FrameWriter&& w) { reply(c, w); }
 
-  void flush(Connection& c) {
+  void flush(StoreConnection& c) {
     while (!c.out.empty()) {
       const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -558,10 +561,10 @@ class TcpStoreServerLoop {
     if (c.closing) close_now(c);
   }
 
-  void close_now(Connection& c) { c.dead = true; }
+  void close_now(StoreConnection& c) { c.dead = true; }
 
   // Closes `c` for invalid input and counts it for the summary line.
-  void drop(Connection& c, const std::string& why) {
+  void drop(StoreConnection& c, const std::string& why) {
     if (c.dead) return;
     c.dead = true;
     note_invalid(c.peer, why);
@@ -611,7 +614,7 @@ class TcpStoreServerLoop {
   int port_ = 0;
   std::string address_;
   std::atomic<bool> stop_{false};
-  std::list<Connection> connections_;  // stable addresses: turn() keeps pointers across handlers
+  std::list<StoreConnection> connections_;  // stable addresses: turn() keeps pointers across handlers
   std::unordered_map<std::string, std::vector<uint8_t>> data_;
   std::atomic<int64_t> refused_total_{0};
   std::atomic<int64_t> invalid_total_{0};

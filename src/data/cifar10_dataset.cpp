@@ -16,7 +16,7 @@ constexpr int64_t kImageBytes = 3 * 32 * 32;
 constexpr int64_t kRecordBytes = 1 + kImageBytes;
 constexpr int64_t kClasses = 10;
 constexpr const char* kSubdir = "cifar-10-batches-bin";
-constexpr const char* kHowToGetData =
+constexpr const char* kHowToGetCifar10 =
     "download the CIFAR-10 binary version (cifar-10-binary.tar.gz from "
     "https://www.cs.toronto.edu/~kriz/cifar.html), "
     "extract it, and pass --data-dir with the directory that holds cifar-10-batches-bin";
@@ -35,7 +35,7 @@ Cifar10Dataset Cifar10Dataset::from_dir(const std::string& dir, Split split) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw DataError("Cifar10Dataset: data directory '" + dir + "' " +
-                    (fs::exists(dir, ec) ? "is not a directory" : "does not exist") + "; " + kHowToGetData);
+                    (fs::exists(dir, ec) ? "is not a directory" : "does not exist") + "; " + kHowToGetCifar10);
   }
   const std::vector<std::string> names = file_names(split);
   // The files directly in dir, or in the archive's own folder inside it.
@@ -48,7 +48,7 @@ Cifar10Dataset Cifar10Dataset::from_dir(const std::string& dir, Split split) {
     contents.push_back(
         detail::read_file_bytes(path, "Cifar10Dataset: " + std::string(to_string(split)) + " file",
                                 std::string("looked in '") + dir + "' and '" +
-                                    (fs::path(dir) / kSubdir).string() + "'; " + kHowToGetData));
+                                    (fs::path(dir) / kSubdir).string() + "'; " + kHowToGetCifar10));
     const int64_t size = contents.back().numel();
     if (size == 0 || size % kRecordBytes != 0) {
       throw DataError("Cifar10Dataset: file '" + path + "' has " + std::to_string(size) +

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kImagesMagic = 0x00000803;  // uint8, 3 dimensions
 constexpr uint32_t kLabelsMagic = 0x00000801;  // uint8, 1 dimension
 constexpr uint32_t kMaxSide = 1u << 16;        // larger images are taken as a corrupt header
-constexpr const char* kHowToGetData =
+constexpr const char* kHowToGetFashionMnist =
     "install dataset-fashion-mnist (apt-get install dataset-fashion-mnist; it puts Fashion-MNIST in "
     "/usr/share/datasets/fashion-mnist) or pass --data-dir with a directory holding the IDX files";
 
@@ -116,7 +116,7 @@ IdxDataset IdxDataset::from_dir(const std::string& dir, Split split) {
   if (!std::filesystem::is_directory(dir, ec)) {
     throw DataError("IdxDataset: data directory '" + dir + "' " +
                     (std::filesystem::exists(dir, ec) ? "is not a directory" : "does not exist") + "; " +
-                    kHowToGetData);
+                    kHowToGetFashionMnist);
   }
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images_name = prefix + "-images-idx3-ubyte";
@@ -127,7 +127,7 @@ IdxDataset IdxDataset::from_dir(const std::string& dir, Split split) {
        {std::pair{images_file, images_name}, std::pair{labels_file, labels_name}}) {
     if (file.empty()) {
       throw DataError("IdxDataset: no " + name + " or " + name + ".gz in '" + dir + "' (needed for the " +
-                      to_string(split) + " split); " + kHowToGetData);
+                      to_string(split) + " split); " + kHowToGetFashionMnist);
     }
   }
   TensorDataset loaded = load(images_file, labels_file);

@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "splitmix.h"
+
 namespace lockstep::data {
 namespace detail {
 
@@ -53,12 +55,7 @@ void LoaderTesting::set_build_hook(Loader& loader, std::function<void(int64_t ba
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using detail::mix;
 
 const std::shared_ptr<const TensorDataset>& checked(const std::shared_ptr<const TensorDataset>& dataset) {
   if (!dataset) throw std::invalid_argument("Loader: dataset must not be null");

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "splitmix.h"
+
 namespace lockstep::data {
 namespace {
 
@@ -14,13 +16,7 @@ constexpr double kNoiseStd = 48.0;  // grey levels
 constexpr int64_t kChunk = 4096;    // samples drawn per step (bounds the float32 scratch memory) ...
 constexpr int64_t kChunkBytes = int64_t{64} << 20;  // ... to 64 MiB: fewer samples per step for big images
 
-// SplitMix64's finaliser: decorrelates nearby seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using detail::mix;
 
 void check(int64_t value, int64_t min, const char* name) {
   if (value < min) {

@@ -5,10 +5,6 @@
 namespace lockstep::env::detail {
 namespace {
 
-std::string range_text(long long lo, long long hi) {
-  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-}
-
 // For values that did not pass through parse_int (EnvOptions).
 void check_range(const Field<int>& field, int lo, int hi = kIntMax) {
   if (field.has() && (field.get() < lo || field.get() > hi)) {

@@ -15,11 +15,11 @@ bool all_digits(const std::string& value) {
   return true;
 }
 
+}  // namespace
+
 std::string range_text(long long lo, long long hi) {
   return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
-
-}  // namespace
 
 std::string describe(const std::string& name, const std::string& value) {
   if (all_digits(value)) return name + "=" + value;

@@ -12,6 +12,9 @@ namespace lockstep::env::detail {
 /// RANK=4, WORLD_SIZE='two', MASTER_ADDR=''.
 std::string describe(const std::string& name, const std::string& value);
 
+/// "[lo, hi]", as error messages state a range.
+std::string range_text(long long lo, long long hi);
+
 /// The value of a string of 1 to 18 decimal digits; std::nullopt for anything else (empty, sign,
 /// spaces, other characters, or too long to be a sane count).
 std::optional<long long> try_parse_digits(const std::string& value);

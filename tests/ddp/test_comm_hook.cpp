@@ -22,7 +22,7 @@ using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 using namespace std::chrono_literals;
 
-comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+comm::ProcessGroup make_hook_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
   return comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "hook-test"));
 }
 
@@ -47,7 +47,7 @@ TEST_P(HookWorld, AllReduceHookGivesExactMean) {
   const int world = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   expect_all_ok(run_ranks(world, [&](int rank) {
-    auto pg = make_group(rank, world, store);
+    auto pg = make_hook_group(rank, world, store);
     AllReduceHook hook;
     EXPECT_STREQ(hook.name(), "allreduce");
     for (int64_t n : kSizes) {
@@ -67,7 +67,7 @@ void check_compression(at::ScalarType dtype, double rtol, int world) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::vector<at::Tensor>> results(world);
   expect_all_ok(run_ranks(world, [&](int rank) {
-    auto pg = make_group(rank, world, store);
+    auto pg = make_hook_group(rank, world, store);
     CompressionHook hook(dtype);
     for (int64_t n : kSizes) {
       auto bucket = mixed_gradient(n, rank);
@@ -101,7 +101,7 @@ TEST_P(HookWorld, CompressionReusesStagingBufferPerBucket) {
   const int world = GetParam();
   auto store = c10::make_intrusive<c10d::HashStore>();
   expect_all_ok(run_ranks(world, [&](int rank) {
-    auto pg = make_group(rank, world, store);
+    auto pg = make_hook_group(rank, world, store);
     CompressionHook hook(at::kHalf);
     auto staged_ptr = [](comm::Work& work) {
       work.wait();

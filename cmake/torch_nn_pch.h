@@ -1,0 +1,6 @@
+// The full precompiled header: the core one and the C++ frontend's modules and optimizers
+// (lockstep_use_torch(TARGET NN)), for targets that build or train models.
+#pragma once
+#include "torch_pch.h"
+#include <torch/nn.h>
+#include <torch/optim.h>

@@ -580,6 +580,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
     run.position = TrainPosition{epoch, first_batch, run.position.step};
     run.epoch = epoch;
     module->epoch_ = epoch;
+    module->step_ = run.position.step;  // also for validation_step when no batch is left (resumed at the end)
     module->train();
     for (const auto& callback : options_.callbacks()) callback->on_train_epoch_start(*this);
     if (is_main && options_.progress_bar()) bar.start(epoch, options_.max_epochs(), epoch_batches);

@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "../comm/thread_group.h"
+#include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/trainer.h"
 
 namespace lockstep::train {
@@ -273,6 +274,73 @@ TEST(Trainer, ACheckpointInsideAnAccumulationGroupIsRefused) {
   std::vector<std::string> errors;
   train_toy(1, 6, TrainerOptions().max_epochs(1).accumulate_grad_batches(2).callback(hooks), nullptr, {}, &errors);
   EXPECT_NE(errors[0].find("in the middle of an accumulation group"), std::string::npos) << errors[0];
+  std::filesystem::remove_all(dir);
+}
+
+// A Toy with a cosine schedule (every step its own rate) that records global_step() in validation_step.
+class ScheduledToy : public Toy {
+ public:
+  OptimizerConfig configure_optimizers() override {
+    return {std::make_unique<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.1)),
+            optim::LrSchedule(0.1, optim::LrShape::kCosine, plan().estimated_stepping_batches)};
+  }
+  void validation_step(const data::Batch& batch, int64_t i) override {
+    validated_at.push_back(global_step());
+    Toy::validation_step(batch, i);
+  }
+  std::vector<int64_t> validated_at;
+};
+
+// 1 rank, 48 samples of 6: 8 steps per epoch, 2 epochs; a hook may write a checkpoint after a batch.
+TrainerResult train_scheduled(const TrainerOptions& base, ScheduledToy& module, const std::shared_ptr<Hooks>& hooks) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Quiet quiet;
+  TrainerResult result;
+  auto outcomes = run_ranks(1, [&](int rank) {
+    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 1, store, "resume-test"));
+    ToyData toy(toy_data(48), 6);
+    TrainerOptions options = base;
+    if (hooks) options.callback(hooks);
+    Trainer trainer(options.process_group(&group).environment(thread_options(group, quiet.file).environment())
+                        .out(quiet.file).save_final_weights(false).max_epochs(2));
+    result = trainer.fit(std::shared_ptr<ScheduledToy>(&module, [](ScheduledToy*) {}), toy);
+    group.shutdown();
+  });
+  expect_all_ok(outcomes);
+  return result;
+}
+
+// A checkpoint written after an epoch's last batch, before its validation (where a preemption notice
+// at that step leaves one): the resumed run validates that epoch first and must report what the
+// uninterrupted run did: the same step, learning rate and loss, and global_step() inside validation_step.
+TEST(Trainer, ResumingAtAnEpochsLastBatchReportsThatEpochAsTheUninterruptedRun) {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainer-end0-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string ckpt = (dir / "end0.ckpt").string();
+  ScheduledToy full;
+  auto hooks = std::make_shared<Hooks>();
+  hooks->batch_end = [&](TrainerContext& t, const BatchEnd& b) {
+    if (t.current_epoch() == 0 && b.batch_idx == 7) t.save_checkpoint(ckpt);
+  };
+  const TrainerResult uninterrupted = train_scheduled(TrainerOptions(), full, hooks);
+  ASSERT_EQ(uninterrupted.epochs.size(), 2u);
+  ASSERT_TRUE(std::filesystem::exists(ckpt));
+
+  ScheduledToy resumed_module;
+  const TrainerResult resumed = train_scheduled(TrainerOptions().resume(ckpt), resumed_module, nullptr);
+  ASSERT_EQ(resumed.epochs.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    const EpochMetrics& want = uninterrupted.epochs[e];
+    const EpochMetrics& got = resumed.epochs[e];
+    EXPECT_EQ(got.step, want.step) << "epoch " << e;
+    EXPECT_DOUBLE_EQ(got.lr, want.lr) << "epoch " << e;
+    EXPECT_DOUBLE_EQ(got.val_loss, want.val_loss) << "epoch " << e;
+    EXPECT_DOUBLE_EQ(got.train_loss, want.train_loss) << "epoch " << e;
+  }
+  // The schedule's rate of step 8 (the last of epoch 0) is not its first: the check can fail.
+  EXPECT_NE(uninterrupted.epochs[0].lr, 0.1);
+  EXPECT_EQ(resumed_module.validated_at, full.validated_at);
+  EXPECT_EQ(full.validated_at.front(), 8);
   std::filesystem::remove_all(dir);
 }
 

@@ -456,7 +456,6 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   run.optim = module->configure_optimizers();
   if (!run.optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
   torch::optim::Optimizer& optimizer = *run.optim.optimizer;
-  run.lr = run.optim.lr_schedule ? run.optim.lr_schedule->at(0) : learning_rates().at(0);
 
   // ---- resume: every rank reads the same checkpoint ----
   TrainPosition start;
@@ -484,13 +483,6 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
       }
     }
     if (saved.scaler_state.defined() && run.scaler.enabled()) run.scaler.load_state(saved.scaler_state);
-    // The rate of the last step taken: an epoch record written before the next step (a checkpoint at the
-    // last batch of an epoch, validation still to come) reports what the uninterrupted run reports.
-    if (run.optim.lr_schedule) {
-      run.lr = run.optim.lr_schedule->at(std::max<int64_t>(0, start.step - 1));
-    } else {
-      run.lr = learning_rates().at(0);
-    }
     if (saved.world_size == world) {
       set_cpu_rng_state(saved.rng_states[rank].contiguous());
       module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
@@ -543,6 +535,11 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
                                   "written with");
     }
   }
+
+  // The rate of the last step taken (of step 0 before any): a run resumed after an epoch's last batch
+  // reports that epoch, before its next step, as the uninterrupted run did.
+  run.lr = run.optim.lr_schedule ? run.optim.lr_schedule->at(std::max<int64_t>(0, start.step - 1))
+                                 : learning_rates().at(0);
 
   const std::string last_ckpt =
       options_.ckpt_dir().empty() ? "" : (std::filesystem::path(options_.ckpt_dir()) / "last.ckpt").string();

@@ -2,9 +2,9 @@
 set(LOCKSTEP_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
 
 # lockstep_add_layer(NAME SOURCES... [TORCH | TORCH_NN] [DEPS ...])
-#   A static library lockstep_<NAME> with the public include dir, warnings, and, for layers that use
-#   LibTorch, LibTorch with a shared precompiled header (see lockstep_use_torch): TORCH for tensors and
-#   process groups, TORCH_NN when the layer also uses torch::nn or torch::optim.
+#   A static library lockstep_<NAME> with the public include dir and warnings. TORCH links LibTorch with
+#   the core precompiled header (tensors, process groups); TORCH_NN with the full one, for layers that
+#   also use torch::nn or torch::optim (see lockstep_use_torch).
 function(lockstep_add_layer name)
   cmake_parse_arguments(ARG "TORCH;TORCH_NN" "" "SOURCES;DEPS" ${ARGN})
   set(target lockstep_${name})

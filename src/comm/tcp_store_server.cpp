@@ -55,7 +55,6 @@ std::string sockaddr_text(const sockaddr_storage& addr) {
 
 // Named, not anonymous: TcpStoreServerLoop (declared in the header, so of external linkage) holds them,
 // and gcc warns about that (-Wsubobject-linkage) where this file is not the main one (a unity build).
-
 // A request parked until its keys exist or its deadline passes.
 struct StoreWaiter {
   Op op;  // kGet or kWait

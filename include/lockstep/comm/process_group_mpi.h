@@ -62,8 +62,9 @@ class ProcessGroupMpi final : public c10d::ProcessGroup {
  public:
   /// Initialises MPI when needed and checks that this process is MPI rank `rank` of `size`. Throws
   /// std::runtime_error when MPI's rank or size differ (the usual cause: the ranks were not started by
-  /// mpirun, so each is an MPI world of its own), or when MPI was initialised with less thread support
-  /// than MPI_THREAD_SERIALIZED.
+  /// mpirun, so each is an MPI world of its own), when MPI was initialised with less thread support
+  /// than MPI_THREAD_SERIALIZED, or when creation (MPI_Comm_dup, a collective of all ranks) does not
+  /// complete within the timeout because a rank has not created its group.
   ProcessGroupMpi(int rank, int size, MpiOptions options);
   /// Fails collectives still queued (their Work rethrows) and stops the worker; when a collective is
   /// still running it waits at most the timeout for it, then leaves the worker to the end of the process.

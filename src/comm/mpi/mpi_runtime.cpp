@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -104,18 +107,29 @@ void initialize_once() {
 
 }  // namespace
 
-void mpi_ensure_initialized() {
+void mpi_ensure_initialized(std::chrono::milliseconds timeout) {
   static std::once_flag once;
-  static std::string failure;
+  static std::shared_future<std::string> failure;  // "" once MPI has started
   std::call_once(once, [] {
-    std::lock_guard<std::timed_mutex> lock(call_mutex());
-    try {
-      initialize_once();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
+    auto promise = std::make_shared<std::promise<std::string>>();
+    failure = promise->get_future().share();
+    std::thread([promise] {
+      std::lock_guard<std::timed_mutex> lock(call_mutex());
+      try {
+        initialize_once();
+        promise->set_value("");
+      } catch (const std::exception& e) {
+        promise->set_value(e.what());
+      }
+    }).detach();
   });
-  if (!failure.empty()) throw std::runtime_error(failure);
+  if (timeout != std::chrono::milliseconds::max() && failure.wait_for(timeout) != std::future_status::ready) {
+    throw std::runtime_error(
+        "MPI_Init_thread did not return within " + std::to_string(timeout.count()) +
+        " ms: under mpirun it waits for every rank of the job to start MPI, and one has not (it is stuck "
+        "before creating its process group, or was not started by this mpirun)");
+  }
+  if (!failure.get().empty()) throw std::runtime_error(failure.get());
 }
 
 MpiCallScope::MpiCallScope(const std::string& what, std::chrono::milliseconds timeout)

@@ -17,8 +17,11 @@ namespace lockstep::comm::detail {
 
 /// Initialises MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the program did already, on the first
 /// call only; registers MPI_Finalize at exit when lockstep initialised it. Thread-safe. Throws
-/// std::runtime_error when MPI cannot start, was finalised already, or offers less than SERIALIZED.
-void mpi_ensure_initialized();
+/// std::runtime_error when MPI cannot start, was finalised already, or offers less than SERIALIZED, and
+/// when it has not started within `timeout`: under mpirun, MPI_Init_thread returns only once every rank
+/// of the job has called it, so it runs on a thread of its own and a rank stuck before it costs the
+/// others `timeout`, not a hang (the thread stays behind; a later call waits for it again).
+void mpi_ensure_initialized(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
 /// Held around every MPI call (MPI_THREAD_SERIALIZED: one call at a time in the process). Throws
 /// std::runtime_error naming `what` when MPI was finalised already (a group used after the process began

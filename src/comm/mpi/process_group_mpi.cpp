@@ -28,38 +28,7 @@
 namespace lockstep::comm {
 namespace detail {
 
-class MpiWork final : public QueuedWork {
- public:
-  MpiWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-          std::string what)
-      : QueuedWork(rank, type, std::move(outputs)), rank_(rank), timeout_(timeout), what_(std::move(what)) {}
-
-  // kNoTimeout (0) and kUnsetTimeout (-1) mean the group's: no wait on an MPI collective is unbounded.
-  bool wait(std::chrono::milliseconds timeout) override {
-    const auto bound = timeout.count() <= 0 ? timeout_ : std::min(timeout, timeout_);
-    try {
-      return c10d::Work::wait(bound);
-    } catch (const c10::Error&) {
-      // Completed between the timeout and here: its result (or its own error) stands.
-      if (isCompleted()) return c10d::Work::wait(bound);
-      // Since it was issued, not this wait's bound: lockstep's Work waits in slices of the group's timeout.
-      const auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - issued_);
-      throw std::runtime_error(
-          "rank " + std::to_string(rank_) + ": mpi " + what_ + " did not complete within " +
-          std::to_string(waited.count()) +
-          " ms of being issued: a rank has not joined it or an earlier collective of this "
-          "group (it exited, is stuck, or called a different collective). MPI cannot "
-          "cancel it; it may still complete.");
-    }
-  }
-
- private:
-  int rank_;
-  std::chrono::milliseconds timeout_;
-  std::string what_;
-  std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
-};
+class MpiWork;
 
 struct MpiTask {
   c10::intrusive_ptr<MpiWork> work;
@@ -75,7 +44,59 @@ struct MpiGroupState {
   std::deque<std::unique_ptr<MpiTask>> queue;
   std::uint64_t next_sequence = 0;
   bool stopping = false;
-  bool exited = false;  // the worker returned
+  bool created = false;             // the worker's MPI_Comm_dup returned (comm or create_error is set)
+  std::exception_ptr create_error;  // why it failed
+  bool exited = false;              // the worker returned
+  std::string running;              // the task inside MPI now ("allreduce #3"), empty between tasks
+};
+
+class MpiWork final : public QueuedWork {
+ public:
+  MpiWork(const std::shared_ptr<MpiGroupState>& state, c10d::OpType type, std::vector<at::Tensor> outputs,
+          std::chrono::milliseconds timeout, std::string what)
+      : QueuedWork(state->rank, type, std::move(outputs)),
+        rank_(state->rank),
+        timeout_(timeout),
+        what_(std::move(what)),
+        state_(state) {}
+
+  // kNoTimeout (0) and kUnsetTimeout (-1) mean the group's: no wait on an MPI collective is unbounded.
+  bool wait(std::chrono::milliseconds timeout) override {
+    const auto bound = timeout.count() <= 0 ? timeout_ : std::min(timeout, timeout_);
+    try {
+      return c10d::Work::wait(bound);
+    } catch (const c10::Error&) {
+      // Completed between the timeout and here: its result (or its own error) stands.
+      if (isCompleted()) return c10d::Work::wait(bound);
+      // Since it was issued, not this wait's bound: lockstep's Work waits in slices of the group's timeout.
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - issued_);
+      const std::string blocker = running_other_than_this();
+      throw std::runtime_error(
+          "rank " + std::to_string(rank_) + ": mpi " + what_ + " did not complete within " +
+          std::to_string(waited.count()) + " ms of being issued: " +
+          (blocker.empty() ? "a rank has not joined it or an earlier collective of this group"
+                           : "it is queued behind mpi " + blocker +
+                                 ", still inside MPI: a rank has not joined that one") +
+          " (it exited, is stuck, or called a different collective). MPI cannot cancel it; it may still "
+          "complete.");
+    }
+  }
+
+ private:
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  std::string what_;
+  std::weak_ptr<MpiGroupState> state_;
+  std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
+
+  // The collective this group's worker is inside now when it is not this one, else "".
+  std::string running_other_than_this() const {
+    const auto state = state_.lock();
+    if (!state) return "";
+    std::lock_guard<std::mutex> lock(state->mutex);
+    return state->running == what_ ? "" : state->running;
+  }
 };
 
 namespace {
@@ -99,8 +120,11 @@ void worker_loop(const std::shared_ptr<MpiGroupState>& state) {
       if (state->queue.empty()) break;
       task = std::move(state->queue.front());
       state->queue.pop_front();
+      state->running = task->what;
     }
     execute(*state, *task);
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->running.clear();
   }
   std::lock_guard<std::mutex> lock(state->mutex);
   state->exited = true;
@@ -157,17 +181,17 @@ int to_count(int64_t count, const char* op) {
 }
 
 // Queues `run` on the group's worker; the Work completes when it returns (or fails with its error).
-c10::intrusive_ptr<c10d::Work> enqueue(detail::MpiGroupState& state, std::chrono::milliseconds timeout,
-                                       c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-                                       std::function<void(MPI_Comm)> run) {
-  std::unique_lock<std::mutex> lock(state.mutex);
-  TORCH_CHECK(!state.stopping, "mpi ", op, ": the process group is shutting down");
-  std::string what = std::string(op) + " #" + std::to_string(++state.next_sequence);
-  auto work = c10::make_intrusive<detail::MpiWork>(state.rank, type, std::move(outputs), timeout, what);
-  state.queue.push_back(
+c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<detail::MpiGroupState>& state,
+                                       std::chrono::milliseconds timeout, c10d::OpType type, const char* op,
+                                       std::vector<at::Tensor> outputs, std::function<void(MPI_Comm)> run) {
+  std::unique_lock<std::mutex> lock(state->mutex);
+  TORCH_CHECK(!state->stopping, "mpi ", op, ": the process group is shutting down");
+  std::string what = std::string(op) + " #" + std::to_string(++state->next_sequence);
+  auto work = c10::make_intrusive<detail::MpiWork>(state, type, std::move(outputs), timeout, what);
+  state->queue.push_back(
       std::make_unique<detail::MpiTask>(detail::MpiTask{work, std::move(what), std::move(run)}));
   lock.unlock();
-  state.cv.notify_all();
+  state->cv.notify_all();
   return work;
 }
 
@@ -187,7 +211,11 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
     : c10d::ProcessGroup(rank, size), options_(std::move(options)) {
   options_.validate();
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mpi: rank ", rank, " is not in [0, ", size, ")");
-  detail::mpi_ensure_initialized();
+  try {
+    detail::mpi_ensure_initialized(options_.timeout());
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(rank) + ": mpi process group creation: " + e.what());
+  }
   state_ = std::make_shared<detail::MpiGroupState>();
   state_->rank = rank;
   int mpi_rank = -1;
@@ -208,15 +236,42 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
         "world of "
         "its own); or use --backend gloo with those launchers.");
   }
-  {
-    // Every rank dups in the same order (group creation is a collective); errors come back as codes, so
-    // a failing collective becomes an exception naming it instead of aborting the whole job.
-    MpiCallScope scope("rank " + std::to_string(rank) + ": MPI_Comm_dup", options_.timeout());
-    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), "MPI_Comm_dup");
-    mpi_check(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  }
+  // Group creation is a collective: every rank dups MPI_COMM_WORLD, in the same order. The dup runs on the
+  // group's worker thread, so that a rank which never creates its group (it exited, or is stuck before
+  // this) costs the others the group's timeout, not a hang. Errors come back as codes, so a failing
+  // collective becomes an exception naming it instead of aborting the whole job.
   init();
-  std::thread([state = state_] { detail::worker_loop(state); }).detach();
+  std::thread([state = state_, timeout = options_.timeout()] {
+    try {
+      MpiCallScope scope("rank " + std::to_string(state->rank) + ": MPI_Comm_dup", timeout);
+      mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state->comm), "MPI_Comm_dup");
+      mpi_check(MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    } catch (const std::exception&) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->create_error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->created = true;
+      if (state->create_error) state->stopping = true;
+    }
+    state->cv.notify_all();
+    detail::worker_loop(state);
+  }).detach();
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  const bool created = state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->created; });
+  if (created && !state_->create_error) return;
+  // The worker leaves when (if ever) the dup returns; nothing may be queued on this group. ~ProcessGroup
+  // does not run for a constructor that throws, so stop the worker here.
+  state_->stopping = true;
+  if (created) std::rethrow_exception(state_->create_error);
+  throw std::runtime_error(
+      "rank " + std::to_string(rank) +
+      ": mpi process group creation (MPI_Comm_dup of MPI_COMM_WORLD) did "
+      "not complete within " +
+      std::to_string(options_.timeout().count()) +
+      " ms: a rank has not created its group (it exited, is stuck before init_process_group, or creates "
+      "its groups in another order). MPI cannot cancel it; this process leaves without MPI_Finalize.");
 }
 
 ProcessGroupMpi::~ProcessGroupMpi() {
@@ -264,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allreduce(std::vector<at::Tensor
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   const int size = getSize();
   return enqueue(
-      *state_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
+      state_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
       [tensor, type, mpi_op, op, size](MPI_Comm comm) {
         at::Tensor& t = tensor->work;
         auto* data = static_cast<char*>(t.data_ptr());
@@ -295,7 +350,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::broadcast(std::vector<at::Tensor
               opts.rootTensor);
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(*state_, options_.timeout(), c10d::OpType::BROADCAST, "broadcast", tensors,
+  return enqueue(state_, options_.timeout(), c10d::OpType::BROADCAST, "broadcast", tensors,
                  [tensor, root](MPI_Comm comm) {
                    at::Tensor& t = tensor->work;
                    auto* data = static_cast<char*>(t.data_ptr());
@@ -331,7 +386,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allgather(std::vector<std::vecto
   auto outs = outputs[0];
   const int size = getSize();
   return enqueue(
-      *state_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
+      state_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
       [input, outs, count, size](MPI_Comm comm) {
         // Into one buffer (MPI needs the blocks back to back), then out into the caller's tensors.
         at::Tensor flat = at::empty({size, input.numel()}, input.options());
@@ -359,7 +414,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& outp
   const int count = to_count(input.numel() * static_cast<int64_t>(input.element_size()), "_allgather_base");
   auto in = input.contiguous();
   auto out = output;
-  return enqueue(*state_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
+  return enqueue(state_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
                  [in, out, count](MPI_Comm comm) {
                    MpiCallScope scope("MPI_Allgather");
                    mpi_check(
@@ -387,7 +442,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::reduce_scatter(std::vector<at::T
   auto output = std::make_shared<Contiguous>(outputs[0]);
   auto ins = inputs[0];
   const int size = getSize();
-  return enqueue(*state_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+  return enqueue(state_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
                  [output, ins, type, mpi_op, op, count, size](MPI_Comm comm) {
                    // MPI takes the blocks back to back in one buffer.
                    at::Tensor flat = at::empty({size, static_cast<int64_t>(count)}, output->work.options());
@@ -418,7 +473,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_reduce_scatter_base(at::Tensor&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return enqueue(*state_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
+  return enqueue(state_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
     MpiCallScope scope("MPI_Barrier");
     mpi_check(MPI_Barrier(comm), "MPI_Barrier");
   });

@@ -11,11 +11,12 @@ trap 'rm -rf "$work"' EXIT
 # Split the page: $work/cmd_N holds block N's command line, $work/block_N the block itself.
 awk -v dir="$work" '
   /^<!-- written by: lockstep slurm .* -->$/ { cmd = $0; sub(/^<!-- written by: lockstep /, "", cmd); sub(/ -->$/, "", cmd); next }
-  /^```bash$/ { n++; inside = 1; print (cmd == "" ? "MISSING" : cmd) > (dir "/cmd_" n); cmd = ""; next }
+  /^```bash$/ { n++; inside = 1; print (cmd == "" ? "MISSING" : cmd) > (dir "/cmd_" n)
+                printf "" > (dir "/block_" n); cmd = ""; next }
   /^```/ { inside = 0; next }
   inside { print > (dir "/block_" n) }
 ' "$doc"
-blocks=$(ls "$work" | grep -c '^block_')
+blocks=$(ls "$work" | grep -c '^cmd_')
 if [ "$blocks" -eq 0 ]; then
   echo "slurm_doc_test: no \`\`\`bash block in $doc" >&2
   exit 1
@@ -28,7 +29,7 @@ for ((n = 1; n <= blocks; n++)); do
     status=1
     continue
   fi
-  # The command line is split as the shell would (no quoting is used on the page).
+  # Split at whitespace only (no quotes, globs or variables): the page's command lines use none.
   read -r -a args <<<"$cmd"
   if ! "$lockstep" "${args[@]}" >"$work/out_$n" 2>"$work/err_$n"; then
     echo "slurm_doc_test: block $n: lockstep $cmd failed:" >&2

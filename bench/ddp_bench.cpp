@@ -8,7 +8,8 @@
 //   --model mlp : the seeds' MLP 784-256-128-10 (dropout 0.2), batch 64, Adam   (workload W1)
 //   --model wide: 11 x Linear(1024, 1024) + head, 11.5M parameters (ResNet18-sized), batch 32, SGD
 //   --model resnet18: lockstep::models::ResNet18 (CIFAR form, 11.2M parameters) on 3x32x32, batch 32, SGD
-//   --bucket-cap-mb MB: DDP's bucket cap (default 25, as DdpOptions)
+//   --bucket-cap-mb MB|auto: DDP's bucket cap (default auto, as DdpOptions: a 16th of the gradients
+//                 within [1, 25] MiB)
 //   --backend NAME: the process group's backend (default auto)
 //   --bucket-view on|off: DdpOptions::gradient_as_bucket_view (default off; lockstep fit uses on)
 //   --malloc heap|glibc: heap (default) keeps step-sized blocks in glibc's heap, as lockstep-fit does
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   std::string mode = "bare", model_name = "mlp", backend = "auto", malloc_mode = "heap";
   std::string bucket_view = "off";
   int steps = 300, warmup = 30;
-  double bucket_cap_mb = lockstep::ddp::DdpOptions().bucket_cap_mb();
+  std::optional<double> bucket_cap_mb;  // unset: DdpOptions' default
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--mode")
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
     else if (flag == "--warmup")
       warmup = std::atoi(argv[i + 1]);
     else if (flag == "--bucket-cap-mb")
-      bucket_cap_mb = std::atof(argv[i + 1]);
+      bucket_cap_mb = std::strcmp(argv[i + 1], "auto") == 0 ? std::nullopt : std::optional<double>(std::atof(argv[i + 1]));
     else if (flag == "--backend")
       backend = argv[i + 1];
     else if (flag == "--malloc")
@@ -122,7 +124,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
-                   "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB, --backend NAME, --malloc "
+                   "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB|auto, --backend NAME, --malloc "
                    "heap|glibc, --bucket-view on|off)\n",
                    flag.c_str());
       return 2;
@@ -130,12 +132,13 @@ int main(int argc, char** argv) {
   }
   if ((mode != "bare" && mode != "ddp" && mode != "allreduce") ||
       (model_name != "mlp" && model_name != "wide" && model_name != "resnet18") || steps < 1 || warmup < 0 ||
-      !(bucket_cap_mb > 0) || (malloc_mode != "heap" && malloc_mode != "glibc") ||
+      (bucket_cap_mb && !(*bucket_cap_mb > 0)) || (malloc_mode != "heap" && malloc_mode != "glibc") ||
       (bucket_view != "on" && bucket_view != "off")) {
     std::fprintf(
         stderr,
-        "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d / --malloc '%s' / --bucket-view '%s'\n",
-        mode.c_str(), model_name.c_str(), steps, malloc_mode.c_str(), bucket_view.c_str());
+        "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d / --malloc '%s' / --bucket-view '%s' / "
+        "--bucket-cap-mb %g (MiB > 0 or auto)\n",
+        mode.c_str(), model_name.c_str(), steps, malloc_mode.c_str(), bucket_view.c_str(), bucket_cap_mb.value_or(0));
     return 2;
   }
   if (malloc_mode == "heap" && !lockstep::train::keep_step_memory_in_heap()) {

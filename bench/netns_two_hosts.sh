@@ -18,13 +18,13 @@
 # glibc's defaults) and, like lockstep fit, gradients as views into the buckets (BUCKET_VIEW=off copies
 # them in and out).
 #
-#   bash bench/netns_two_hosts.sh [build-dir] [steps] [rate] [bucket-cap-mb]   (defaults: build, 20, 1gbit, 25)
+#   bash bench/netns_two_hosts.sh [build-dir] [steps] [rate] [bucket-cap-mb|auto]   (defaults: build, 20, 1gbit, auto)
 # Needs root (CAP_NET_ADMIN).
 set -euo pipefail
 build=${1:-build}
 steps=${2:-20}
 rate=${3:-1gbit}
-bucket_mb=${4:-25}
+bucket_mb=${4:-auto}
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(realpath "$build/bench/ddp_bench")
 lockstep=$(realpath "$build/lockstep")
@@ -76,7 +76,7 @@ busy_allreduce=$(field machine_busy_ms <"$tmp/allreduce.0")
 busy_ddp=$(field machine_busy_ms <"$tmp/ddp.0")
 echo "2 hosts x 1 rank, ResNet18 3x32x32, batch 32, SGD, 1 thread/rank, Gloo, link $rate, $steps timed steps," \
   "malloc ${MALLOC:-heap}, bucket view ${BUCKET_VIEW:-on}, $cores cores shared by both hosts"
-echo "  gradients $grad bytes in $buckets buckets (cap $bucket_mb MiB)"
+echo "  gradients $grad bytes in $buckets buckets (--bucket-cap-mb $bucket_mb)"
 printf '  compute alone (bare loop)    %8.1f ms/step\n' "$compute"
 printf '  all-reduce alone             %8.1f ms/step  (%.0f MB/s of gradients)\n' "$allreduce" \
   "$(awk -v g="$grad" -v t="$allreduce" 'BEGIN { print g / t / 1000 }')"

@@ -1,6 +1,7 @@
 #include "fit_flags.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -82,6 +83,7 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   std::string limit_train = "1.0", limit_val = "1.0";
   std::optional<std::string> augment;
   std::string num_workers = "auto";
+  std::string bucket_cap = "auto";
   std::optional<std::string> synthetic_shape;
 
   app.add_option("--model", config.model, "Model to train")->type_name(joined(train::fit_model_names()))
@@ -145,10 +147,11 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--gradient-clip-val", config.gradient_clip_val, "Clip the gradients' global L2 norm; 0 = off")
       ->capture_default_str();
-  app.add_option("--bucket-cap-mb,--bucket_cap_mb", config.bucket_cap_mb,
-                 "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)); smaller\n"
-                 "buckets hide more of the all-reduce behind backward on a slow link (docs/multinode.md)")
-      ->type_name("MB")->capture_default_str();
+  app.add_option("--bucket-cap-mb,--bucket_cap_mb", bucket_cap,
+                 "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"
+                 "a 16th of the model's gradients within [1, 25] MiB, so that most of the all-reduce\n"
+                 "overlaps backward even on a slow link (docs/multinode.md); Lightning's default is 25")
+      ->type_name("MB|auto")->capture_default_str();
   app.add_option("--limit-train-batches", limit_train, "Train batches per epoch: a count or a fraction")
       ->type_name("N|F")->capture_default_str();
   app.add_option("--limit-val-batches", limit_val, "Validation batches per epoch and rank: a count or a fraction")
@@ -268,6 +271,15 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
                                     "' is not a number of loader threads (expected 0, 1, 2, ... or auto)");
       }
       config.num_workers = std::stoll(num_workers);
+    }
+    if (bucket_cap != "auto") {
+      char* end = nullptr;
+      const double mb = std::strtod(bucket_cap.c_str(), &end);
+      if (bucket_cap.empty() || end != bucket_cap.c_str() + bucket_cap.size()) {
+        throw std::invalid_argument("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " +
+                                    bucket_cap);
+      }
+      config.bucket_cap_mb = mb;  // the range is checked by config.validate()
     }
     if (augment) {
       if (*augment != "on" && *augment != "off") {

@@ -1,10 +1,15 @@
 #include "lockstep/ddp/bucket.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
 
 namespace lockstep::ddp {
+
+size_t auto_bucket_cap_bytes(size_t gradient_bytes) {
+  return std::clamp(gradient_bytes / kAutoBuckets, kAutoBucketCapMinBytes, kAutoBucketCapMaxBytes);
+}
 
 // The algorithm is described once, in bucket.h. In short: walk parameters from last to first, keep one
 // open bucket per dtype, close it before a parameter would push it over its cap.

@@ -6,8 +6,9 @@
 namespace lockstep::ddp {
 
 void DdpOptions::validate() const {
-  if (!(bucket_cap_mb_ > 0)) {
-    throw std::invalid_argument("DdpOptions::bucket_cap_mb must be > 0 (MiB), got " + std::to_string(bucket_cap_mb_));
+  if (bucket_cap_mb_ && !(*bucket_cap_mb_ > 0)) {
+    throw std::invalid_argument("DdpOptions::bucket_cap_mb must be > 0 (MiB) or unset (auto), got " +
+                                std::to_string(*bucket_cap_mb_));
   }
   if (!(first_bucket_cap_mb_ > 0)) {
     throw std::invalid_argument("DdpOptions::first_bucket_cap_mb must be > 0 (MiB), got " +

@@ -207,17 +207,20 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
 
   std::vector<int64_t> numels;
   std::vector<c10::ScalarType> dtypes;
+  size_t gradient_bytes = 0;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const auto& p = s.params[i];
     TORCH_CHECK(p.requires_grad(), "Reducer: parameter '", s.names[i], "' does not require grad");
     TORCH_CHECK(p.is_leaf(), "Reducer: parameter '", s.names[i], "' is not a leaf tensor");
     numels.push_back(p.numel());
     dtypes.push_back(p.scalar_type());
+    gradient_bytes += p.nbytes();
   }
   // At least one byte, so that a tiny cap means "every parameter its own bucket".
   const auto mib = [](double m) { return std::max<size_t>(1, static_cast<size_t>(m * 1024.0 * 1024.0)); };
-  const auto assignment =
-      assign_buckets(numels, dtypes, mib(options.first_bucket_cap_mb()), mib(options.bucket_cap_mb()));
+  const size_t cap_bytes =
+      options.bucket_cap_mb() ? mib(*options.bucket_cap_mb()) : auto_bucket_cap_bytes(gradient_bytes);
+  const auto assignment = assign_buckets(numels, dtypes, mib(options.first_bucket_cap_mb()), cap_bytes);
 
   s.locate.resize(s.params.size());
   for (size_t b = 0; b < assignment.buckets.size(); ++b) {

@@ -243,9 +243,9 @@ void FitConfig::validate() const {
   if (!(warmup_epochs >= 0.0 && warmup_epochs <= static_cast<double>(max_epochs))) {
     throw std::invalid_argument("--warmup-epochs must be in [0, --max-epochs], got " + text(warmup_epochs));
   }
-  if (!(bucket_cap_mb > 0.0 && std::isfinite(bucket_cap_mb))) {
-    throw std::invalid_argument("--bucket-cap-mb must be a number of MiB > 0 (default 25), got " +
-                                text(bucket_cap_mb));
+  if (bucket_cap_mb && !(*bucket_cap_mb > 0.0 && std::isfinite(*bucket_cap_mb))) {
+    throw std::invalid_argument("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " +
+                                text(*bucket_cap_mb));
   }
   if (!(gradient_clip_val >= 0.0 && std::isfinite(gradient_clip_val))) {
     throw std::invalid_argument("--gradient-clip-val must be >= 0 (0 = off), got " + text(gradient_clip_val));

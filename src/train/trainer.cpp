@@ -243,8 +243,9 @@ void TrainerOptions::validate() const {
   at_least("ckpt_every_n_steps", ckpt_every_n_steps_, 0);
   at_least("log_every_n_steps", log_every_n_steps_, 0);
   at_least("threads", threads_, 0);
-  if (!(bucket_cap_mb_ > 0) || !std::isfinite(bucket_cap_mb_)) {
-    throw std::invalid_argument("bucket_cap_mb " + std::to_string(bucket_cap_mb_) + " is not a number of MiB > 0");
+  if (bucket_cap_mb_ && (!(*bucket_cap_mb_ > 0) || !std::isfinite(*bucket_cap_mb_))) {
+    throw std::invalid_argument("bucket_cap_mb " + std::to_string(*bucket_cap_mb_) +
+                                " is not a number of MiB > 0 (leave it unset for DDP's default)");
   }
   if (!(gradient_clip_val_ >= 0) || !std::isfinite(gradient_clip_val_)) {
     throw std::invalid_argument("gradient_clip_val " + std::to_string(gradient_clip_val_) +

@@ -1,5 +1,5 @@
 // Bucket assignment (bucket.h): reverse registration order, one dtype per bucket, a small first bucket
-// per dtype then large ones, oversize parameters alone, empty parameters still placed.
+// per dtype then large ones, oversize parameters alone, empty parameters still placed; the default cap.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -70,6 +70,17 @@ INSTANTIATE_TEST_SUITE_P(
              1 << 20,
              {{4, 3, 2, 1, 0}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(AutoBucketCap, IsASixteenthOfTheGradientsWithin1And25MiB) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(auto_bucket_cap_bytes(0), kMiB);
+  EXPECT_EQ(auto_bucket_cap_bytes(kMiB), kMiB);       // a small MLP: one 1 MiB cap
+  EXPECT_EQ(auto_bucket_cap_bytes(16 * kMiB), kMiB);  // the lower bound reached exactly
+  EXPECT_EQ(auto_bucket_cap_bytes(80 * kMiB), 5 * kMiB);
+  EXPECT_EQ(auto_bucket_cap_bytes(44695848), 44695848 / 16);  // ResNet18's float gradients: ~2.7 MiB
+  EXPECT_EQ(auto_bucket_cap_bytes(400 * kMiB), 25 * kMiB);    // the upper bound reached exactly
+  EXPECT_EQ(auto_bucket_cap_bytes(size_t{8} << 30), 25 * kMiB);  // an 8 GiB model: PyTorch's 25 MiB
+}
 
 TEST(AssignBucketsErrors, ZeroCapsAndSizeMismatchNameTheValue) {
   try {

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "../comm/thread_group.h"
+#include "lockstep/ddp/bucket.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 
 namespace lockstep::ddp {
@@ -205,6 +206,35 @@ TEST(Ddp, BucketsFollowTheCapsInReverseOrder) {
     DistributedDataParallel<Net> one(net, pg);
     EXPECT_EQ(one.reducer().bucket_indices().size(), 1u);
     EXPECT_EQ(one.reducer().bucket_bytes(), (20 * 16 + 16 + 16 * 8 + 8 + 8 * 4 + 4) * sizeof(double));
+  }));
+}
+
+TEST(Ddp, DefaultCapIsASixteenthOfTheGradientsWithinBounds) {
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto pg = make_group(rank, 1, store);
+    // 32 layers of 1 MiB (+ 2 KiB bias) of float gradients: the default cap is 2 MiB + 4 KiB, so the
+    // buckets after the first hold two layers each; an explicit 25 MiB (PyTorch's default) makes three,
+    // the last (the first 4 layers, whose gradients are ready last) 8 MiB.
+    torch::nn::Sequential net;
+    for (int i = 0; i < 32; ++i) net->push_back(torch::nn::Linear(512, 512));
+    size_t gradient_bytes = 0;
+    for (const auto& p : net->parameters()) gradient_bytes += p.nbytes();
+    const size_t cap = auto_bucket_cap_bytes(gradient_bytes);
+    ASSERT_EQ(cap, gradient_bytes / kAutoBuckets);
+    const auto bytes_of = [&](const std::vector<size_t>& bucket) {
+      size_t bytes = 0;
+      for (size_t i : bucket) bytes += net->parameters()[i].nbytes();
+      return bytes;
+    };
+    DistributedDataParallel<torch::nn::Sequential> automatic(net, pg);
+    const auto buckets = automatic.reducer().bucket_indices();
+    EXPECT_EQ(buckets.size(), 17u);  // the last bias alone (first cap 1 MiB), then 16 pairs of layers
+    for (size_t b = 1; b < buckets.size(); ++b) EXPECT_LE(bytes_of(buckets[b]), cap) << "bucket " << b;
+    DistributedDataParallel<torch::nn::Sequential> fixed(net, pg, DdpOptions().bucket_cap_mb(25));
+    const auto big = fixed.reducer().bucket_indices();
+    EXPECT_EQ(big.size(), 3u);
+    EXPECT_GT(bytes_of(big.back()), size_t{6} << 20);
   }));
 }
 

@@ -305,14 +305,19 @@ TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
 }
 
 TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
-  EXPECT_DOUBLE_EQ(parse({}).config.bucket_cap_mb, 25.0);  // PyTorch's and Lightning's default
+  EXPECT_FALSE(parse({}).config.bucket_cap_mb.has_value());  // auto: DdpOptions' default
+  const Parsed automatic = parse({"--bucket-cap-mb", "auto"});
+  ASSERT_EQ(automatic.status, -1) << automatic.error;
+  EXPECT_FALSE(automatic.config.bucket_cap_mb.has_value());
   const Parsed p = parse({"--bucket-cap-mb", "4"});
   ASSERT_EQ(p.status, -1) << p.error;
-  EXPECT_DOUBLE_EQ(p.config.bucket_cap_mb, 4.0);
-  for (const char* value : {"0", "-1", "nan"}) {
+  ASSERT_TRUE(p.config.bucket_cap_mb.has_value());
+  EXPECT_DOUBLE_EQ(*p.config.bucket_cap_mb, 4.0);
+  for (const char* value : {"0", "-1", "nan", "inf", "4MB", "", "Auto"}) {
     const Parsed bad = parse({"--bucket-cap-mb", value});
     EXPECT_EQ(bad.status, 2) << value;
-    EXPECT_NE(bad.error.find(std::string("--bucket-cap-mb must be a number of MiB > 0 (default 25), got ") + value),
+    EXPECT_NE(bad.error.find(std::string("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got ") +
+                             value),
               std::string::npos)
         << bad.error;
   }

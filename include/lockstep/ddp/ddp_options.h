@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "lockstep/ddp/comm_hook.h"
 
@@ -16,8 +17,10 @@ namespace lockstep::ddp {
 class DdpOptions {
  public:
 
-  /// Size cap of every bucket but the first, in MiB (> 0).
-  LOCKSTEP_OPTION(DdpOptions, double, bucket_cap_mb)
+  /// Size cap of every bucket but the first, in MiB (> 0). Unset (the default): a 16th of the model's
+  /// gradients, kept within [1, 25] MiB (auto_bucket_cap_bytes in bucket.h says why); PyTorch's fixed
+  /// default is 25.
+  LOCKSTEP_OPTION(DdpOptions, std::optional<double>, bucket_cap_mb)
   /// Size cap of the first bucket (the last layers' gradients, ready first), in MiB (> 0).
   LOCKSTEP_OPTION(DdpOptions, double, first_bucket_cap_mb)
   /// Re-broadcast buffers (e.g. BatchNorm running stats) from rank 0 before each forward.
@@ -35,7 +38,7 @@ class DdpOptions {
   void validate() const;
 
  private:
-  double bucket_cap_mb_ = 25.0;
+  std::optional<double> bucket_cap_mb_;
   double first_bucket_cap_mb_ = 1.0;
   bool broadcast_buffers_ = true;
   bool find_unused_parameters_ = false;

@@ -48,7 +48,7 @@ class AcceleratorOptions {
   LOCKSTEP_OPTION(AcceleratorOptions, uint64_t, seed)
   /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`).
   LOCKSTEP_OPTION(AcceleratorOptions, bool, cpu)
-  /// How prepare(model) wraps the model. Default: PyTorch's DDP defaults with gradient_as_bucket_view on
+  /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
   /// (no second copy of the gradients).
   LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
   /// The loss scaler used with fp16 (ignored otherwise).

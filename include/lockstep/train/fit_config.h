@@ -101,7 +101,7 @@ struct FitConfig {
   std::string precision = "32";        ///< 32 (bf16-mixed, 16-mixed: trainer issue)
   int64_t accumulate_grad_batches = 1;
   double gradient_clip_val = 0.0;      ///< max global L2 norm of the gradients; 0 = off
-  double bucket_cap_mb = 25.0;         ///< DDP's bucket size cap, MiB (> 0)
+  std::optional<double> bucket_cap_mb; ///< DDP's bucket size cap, MiB (> 0); unset: auto (DdpOptions)
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
   std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only

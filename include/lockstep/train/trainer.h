@@ -47,8 +47,9 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, int64_t, accumulate_grad_batches)
   /// Max global L2 norm of the gradients before each step; 0 = off.
   LOCKSTEP_OPTION(TrainerOptions, double, gradient_clip_val)
-  /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0).
-  LOCKSTEP_OPTION(TrainerOptions, double, bucket_cap_mb)
+  /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0). Unset: DDP's default,
+  /// a 16th of the model's gradients within [1, 25] MiB.
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<double>, bucket_cap_mb)
   /// "32" | "bf16-mixed" | "16-mixed" (see precision.h).
   LOCKSTEP_OPTION(TrainerOptions, std::string, precision)
   /// Seeds the sampler's shuffle and each rank's generator (dropout): seed + 1000003 x (rank + 1).
@@ -105,7 +106,7 @@ class TrainerOptions {
   BatchLimit limit_val_batches_;
   int64_t accumulate_grad_batches_ = 1;
   double gradient_clip_val_ = 0.0;
-  double bucket_cap_mb_ = 25.0;
+  std::optional<double> bucket_cap_mb_;
   std::string precision_ = "32";
   uint64_t seed_ = 0;
   std::string ckpt_dir_;

@@ -113,8 +113,10 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[i + 1]);
     else if (flag == "--warmup")
       warmup = std::atoi(argv[i + 1]);
+    else if (flag == "--bucket-cap-mb" && std::strcmp(argv[i + 1], "auto") == 0)
+      bucket_cap_mb.reset();
     else if (flag == "--bucket-cap-mb")
-      bucket_cap_mb = std::strcmp(argv[i + 1], "auto") == 0 ? std::nullopt : std::optional<double>(std::atof(argv[i + 1]));
+      bucket_cap_mb = std::atof(argv[i + 1]);
     else if (flag == "--backend")
       backend = argv[i + 1];
     else if (flag == "--malloc")
@@ -138,7 +140,8 @@ int main(int argc, char** argv) {
         stderr,
         "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d / --malloc '%s' / --bucket-view '%s' / "
         "--bucket-cap-mb %g (MiB > 0 or auto)\n",
-        mode.c_str(), model_name.c_str(), steps, malloc_mode.c_str(), bucket_view.c_str(), bucket_cap_mb.value_or(0));
+        mode.c_str(), model_name.c_str(), steps, malloc_mode.c_str(), bucket_view.c_str(),
+        bucket_cap_mb.value_or(0));
     return 2;
   }
   if (malloc_mode == "heap" && !lockstep::train::keep_step_memory_in_heap()) {

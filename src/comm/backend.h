@@ -4,22 +4,22 @@
 // files only when LibTorch was built with them, and the *_unavailable.cpp stubs otherwise.
 
 #include <c10/util/intrusive_ptr.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "lockstep/comm/c10d_compat.h"
 #include "lockstep/comm/process_group_options.h"
 
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options);
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options);
-c10::intrusive_ptr<c10d::ProcessGroup> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
-                                                const ProcessGroupOptions& options);
+c10::intrusive_ptr<NativeBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options);
+c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options);
+c10::intrusive_ptr<NativeBackend> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
+                                           const ProcessGroupOptions& options);
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_hier(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options);
+c10::intrusive_ptr<NativeBackend> make_hier(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options);
 /// Ranks per node for the hierarchical backend: options.local_world_size(), or world / nodes when unset.
 int hier_local_world_size(const ProcessGroupOptions& options);
 
@@ -27,7 +27,7 @@ int hier_local_world_size(const ProcessGroupOptions& options);
 /// are (every rank must call it: it exchanges host identities through `store`).
 Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options);
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>& store,
-                                                const ProcessGroupOptions& options);
+c10::intrusive_ptr<NativeBackend> make_mpi(const c10::intrusive_ptr<c10d::Store>& store,
+                                           const ProcessGroupOptions& options);
 
 }  // namespace lockstep::comm::detail

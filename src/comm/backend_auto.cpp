@@ -1,5 +1,7 @@
-// Backend::kAuto: what a torchrun user would pick by hand. nccl when LibTorch has CUDA; multi-node CPU
-// jobs with the same ranks on every node: hier; for single-node CPU ranks,
+// Backend::kAuto: what a torchrun user would pick by hand for CPU tensors (lockstep's DDP, loader and
+// Trainer keep tensors on the CPU until the GPU issue lands, so auto never picks nccl: a CUDA build of
+// LibTorch, such as PyPI's torch, must train on a machine without a GPU). Multi-node
+// jobs with the same ranks on every node: hier; for single-node ranks,
 // shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store and
 // rank 0 compares them: an assumption from the environment could be wrong under containers) and
 // /dev/shm has room for the segment, else gloo.
@@ -42,19 +44,17 @@ bool shm_has_room(int world) {
 
 Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options) {
   if (options.backend() != Backend::kAuto) return options.backend();
-#ifdef LOCKSTEP_WITH_NCCL
-  return Backend::kNccl;
-#else
   if (options.num_nodes() > 1) {
     // Uniform nodes (every rank computes the same answer from the same validated numbers), and room in
     // every node's /dev/shm: each rank reports its own, rank 0 decides for everyone.
     const int local = hier_local_world_size(options);
     if (local * options.num_nodes() != options.world_size()) return Backend::kGloo;
-    store->set("shm_room/" + std::to_string(options.rank()), {static_cast<uint8_t>(shm_has_room(local) ? '1' : '0')});
+    store->set("shm_room/" + std::to_string(options.rank()),
+               std::vector<uint8_t>{static_cast<uint8_t>(shm_has_room(local) ? '1' : '0')});
     if (options.rank() == 0) {
       bool room = true;
       for (int r = 0; r < options.world_size() && room; ++r) room = store->get("shm_room/" + std::to_string(r)).at(0) == '1';
-      store->set("auto_backend", {static_cast<uint8_t>(room ? 'h' : 'g')});
+      store->set("auto_backend", std::vector<uint8_t>{static_cast<uint8_t>(room ? 'h' : 'g')});
     }
     return store->get("auto_backend").at(0) == 'h' ? Backend::kHier : Backend::kGloo;
   }
@@ -68,10 +68,9 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
       shm = std::string(theirs.begin(), theirs.end()) == mine;
     }
     shm = shm && shm_has_room(options.world_size());
-    store->set("auto_backend", {static_cast<uint8_t>(shm ? 's' : 'g')});
+    store->set("auto_backend", std::vector<uint8_t>{static_cast<uint8_t>(shm ? 's' : 'g')});
   }
   return store->get("auto_backend").at(0) == 's' ? Backend::kShm : Backend::kGloo;
-#endif
 }
 
 }  // namespace lockstep::comm::detail

@@ -12,8 +12,8 @@
 
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options) {
   // The options' timeout bounds the full-mesh connect in the constructor, so it is the rendezvous
   // timeout; every collective passes the collective timeout itself (process_group.cpp).
   auto gloo = c10d::ProcessGroupGloo::Options::create(options.rendezvous_timeout());

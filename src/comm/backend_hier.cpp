@@ -17,8 +17,8 @@ int hier_local_world_size(const ProcessGroupOptions& options) {
                                         : options.world_size() / std::max(1, options.num_nodes());
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_hier(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_hier(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options) {
   const int world = options.world_size();
   const int nodes = options.num_nodes();
   const int local_size = hier_local_world_size(options);
@@ -30,7 +30,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_hier(const c10::intrusive_ptr<c10d::
   }
   const int node = options.rank() / local_size;
   const int local_rank = options.rank() % local_size;
-  c10::intrusive_ptr<c10d::ProcessGroup> local;
+  c10::intrusive_ptr<NativeBackend> local;
   try {
     local = c10::make_intrusive<ProcessGroupShm>(
         c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node), store), local_rank, local_size,
@@ -39,7 +39,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_hier(const c10::intrusive_ptr<c10d::
     throw CommError(options.rank(), "init_process_group",
                     "hier backend: the shared-memory group of node " + std::to_string(node) + ": " + e.what());
   }
-  c10::intrusive_ptr<c10d::ProcessGroup> leaders;
+  c10::intrusive_ptr<NativeBackend> leaders;
   if (local_rank == 0) {
     ProcessGroupOptions leader_options = options;
     leader_options.rank(node).world_size(nodes);

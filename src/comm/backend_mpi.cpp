@@ -7,8 +7,8 @@
 
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>& /*store*/,
-                                                const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_mpi(const c10::intrusive_ptr<c10d::Store>& /*store*/,
+                                           const ProcessGroupOptions& options) {
   // MPI wires its ranks itself (mpirun); lockstep's store still serves rendezvous and progress records.
   try {
     return c10::make_intrusive<ProcessGroupMpi>(options.rank(), options.world_size(),

@@ -4,8 +4,8 @@
 
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_mpi(const c10::intrusive_ptr<c10d::Store>&,
-                                                const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_mpi(const c10::intrusive_ptr<c10d::Store>&,
+                                           const ProcessGroupOptions& options) {
   throw CommError(
       options.rank(), "init_process_group",
       "backend 'mpi' needs lockstep built with MPI, and CMake found no MPI when this lockstep was "

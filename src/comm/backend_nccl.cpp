@@ -1,19 +1,23 @@
-// NCCL: the GPU backend, compiled only when LibTorch was built with CUDA (src/comm/CMakeLists.txt).
-// NOT YET RUN ON A GPU: no GPU machine has been lent to this project so far; see docs/architecture.md.
+// NCCL: the GPU backend, compiled only when LibTorch was built with CUDA and nccl.h was found
+// (src/comm/CMakeLists.txt). Compiled against LibTorch 1.13 and 2.x (a c10d backend on both, c10d_compat.h).
+// NOT YET RUN ON A GPU: the GPU issue proves it; on a machine without one it refuses with the reason.
+#include <string>
+
+#include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#include <torch/version.h>
 
 #include "backend.h"
 #include "lockstep/comm/comm_error.h"
 
-#if TORCH_VERSION_MAJOR >= 2
-#error "backend_nccl.cpp targets the LibTorch 1.x c10d API; LibTorch 2.x wraps ProcessGroupNCCL as a c10d::Backend"
-#endif
-
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const ProcessGroupOptions& options) {
+  if (at::getNumGPUs() == 0) {
+    throw CommError(options.rank(), "init_process_group",
+                    "backend 'nccl' needs a CUDA device, and this process sees none (check nvidia-smi and "
+                    "CUDA_VISIBLE_DEVICES); use --backend gloo or shm (or auto) on CPU");
+  }
   auto nccl = c10d::ProcessGroupNCCL::Options::create();
   nccl->timeout = options.collective_timeout();
   try {

@@ -7,8 +7,8 @@
 
 namespace lockstep::comm::detail {
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
-                                                const ProcessGroupOptions& options) {
+c10::intrusive_ptr<NativeBackend> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
+                                           const ProcessGroupOptions& options) {
   try {
     return c10::make_intrusive<ProcessGroupShm>(
         store, options.rank(), options.world_size(),

@@ -49,6 +49,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
                            c10::intrusive_ptr<c10d::Store> root_store,
                            c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options)
     : native_(std::move(native)),
+      backend_(detail::backend_of(native_)),
       root_store_(std::move(root_store)),
       job_store_(std::move(job_store)),
       options_(std::move(options)),
@@ -72,6 +73,7 @@ ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept { *this = std::move(ot
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
   if (this != &other) {
     native_ = std::move(other.native_);
+    backend_ = std::move(other.backend_);
     root_store_ = std::move(other.root_store_);
     job_store_ = std::move(other.job_store_);
     options_ = other.options_;
@@ -99,9 +101,11 @@ void ProcessGroup::release_backend() {
     // A wait gave up on a collective still in flight: the backend's threads are blocked in it until its
     // own timeout, and destroying the backend would join them. Leave it to the end of the process.
     (void)native_.release();
+    (void)backend_.release();
   }
   progress_.reset();
   native_.reset();
+  backend_.reset();
 }
 
 void ProcessGroup::check_open(const char* op) const {
@@ -145,13 +149,18 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
       for (auto& t : tensors) detail::divide_for_average(t, size);
     };
   }
-  return tracked(native_->allreduce(tensors, opts), std::move(description), std::move(finish));
+  return tracked(backend_->allreduce(tensors, opts), std::move(description), std::move(finish));
+}
+
+bool ProcessGroup::can_reduce(at::ScalarType dtype) const {
+  const bool gloo_inside = backend() == Backend::kGloo || backend() == Backend::kHier;
+  return !gloo_inside || detail::gloo_can_reduce(dtype);
 }
 
 at::Tensor ProcessGroup::new_comm_buffer(int64_t numel, const at::TensorOptions& options) {
   check_open("new_comm_buffer");
   if (options.device().is_cpu()) {
-    c10d::ProcessGroup* group = native_.get();
+    NativeBackend* group = backend_.get();
     if (auto* hier = dynamic_cast<ProcessGroupHier*>(group)) group = hier->local().get();
     if (auto* shm = dynamic_cast<ProcessGroupShm*>(group)) {
       return shm->new_shared_tensor(numel, c10::typeMetaToScalarType(options.dtype()));
@@ -169,7 +178,7 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   opts.rootTensor = 0;
   opts.timeout = options_.collective_timeout();
   auto description = describe("broadcast", tensors) + " from rank " + std::to_string(root);
-  return tracked(native_->broadcast(tensors, opts), std::move(description));
+  return tracked(backend_->broadcast(tensors, opts), std::move(description));
 }
 
 at::Tensor ProcessGroup::all_gather_stacked(const at::Tensor& input) {
@@ -217,12 +226,12 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
     c10d::BarrierOptions barrier;
     barrier.timeout = options_.collective_timeout();
     auto description = describe("allgather", in) + " (empty: barrier)";
-      return tracked(native_->barrier(barrier), std::move(description));
+    return tracked(backend_->barrier(barrier), std::move(description));
   }
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);
-  return tracked(native_->allgather(out, in, opts), std::move(description));
+  return tracked(backend_->allgather(out, in, opts), std::move(description));
 }
 
 void ProcessGroup::barrier() {
@@ -230,7 +239,7 @@ void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("barrier", {});
-  tracked(native_->barrier(opts), std::move(description)).wait();
+  tracked(backend_->barrier(opts), std::move(description)).wait();
 }
 
 void ProcessGroup::shutdown() {
@@ -241,7 +250,8 @@ void ProcessGroup::shutdown() {
   if (job_store_) {
     // Rank 0 serves the TCPStore: it leaves last, so no rank loses the store mid-operation.
     try {
-      if (job_store_->add("checked_out", 1) == size_) job_store_->set("all_checked_out", {'1'});
+      if (job_store_->add("checked_out", 1) == size_)
+        job_store_->set("all_checked_out", std::vector<uint8_t>{'1'});
       if (rank_ == 0) job_store_->wait({"all_checked_out"}, options_.rendezvous_timeout());
     } catch (const std::exception& e) {
       job_store_.reset();
@@ -259,7 +269,7 @@ ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", rdzv.job_store);
   ProcessGroupOptions resolved = options;
   resolved.backend(detail::resolve_backend(pg_store, options));
-  c10::intrusive_ptr<c10d::ProcessGroup> native;
+  c10::intrusive_ptr<NativeBackend> native;
   switch (resolved.backend()) {
     case Backend::kGloo: native = detail::make_gloo(pg_store, resolved); break;
     case Backend::kShm: native = detail::make_shm(pg_store, resolved); break;
@@ -268,7 +278,8 @@ ProcessGroup init_process_group(const ProcessGroupOptions& options) {
     case Backend::kMpi: native = detail::make_mpi(pg_store, resolved); break;
     case Backend::kAuto: TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
   }
-  return ProcessGroup(std::move(native), std::move(rdzv.root_store), std::move(rdzv.job_store), resolved);
+  return ProcessGroup(detail::as_process_group(native, pg_store), std::move(rdzv.root_store),
+                      std::move(rdzv.job_store), resolved);
 }
 
 }  // namespace lockstep::comm

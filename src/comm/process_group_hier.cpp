@@ -36,10 +36,10 @@ class DoneWork final : public c10d::Work {
 
 }  // namespace
 
-ProcessGroupHier::ProcessGroupHier(int rank, int size, c10::intrusive_ptr<c10d::ProcessGroup> local,
-                                   c10::intrusive_ptr<c10d::ProcessGroup> leaders,
-                                   c10::intrusive_ptr<c10d::ProcessGroup> flat, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size),
+ProcessGroupHier::ProcessGroupHier(int rank, int size, c10::intrusive_ptr<NativeBackend> local,
+                                   c10::intrusive_ptr<NativeBackend> leaders,
+                                   c10::intrusive_ptr<NativeBackend> flat, std::chrono::milliseconds timeout)
+    : NativeBackend(rank, size),
       local_(std::move(local)),
       leaders_(std::move(leaders)),
       flat_(std::move(flat)),

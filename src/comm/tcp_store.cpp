@@ -127,6 +127,14 @@ TcpStore::~TcpStore() {
 
 void TcpStore::keep_server(std::shared_ptr<TcpStoreServer> server) { server_ = std::move(server); }
 
+c10::intrusive_ptr<c10d::Store> TcpStore::clone() {
+  TcpStoreOptions options = options_;
+  options.timeout(getTimeout());
+  auto copy = c10::make_intrusive<TcpStore>(std::move(options));
+  copy->keep_server(server_);
+  return copy;
+}
+
 std::string TcpStore::endpoint() const { return options_.host() + ":" + std::to_string(options_.port()); }
 
 void TcpStore::connect(Clock::time_point deadline) {

@@ -4,7 +4,6 @@
 #include <string>
 
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 namespace lockstep::ddp {
 
@@ -37,10 +36,10 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
 
   const std::string shape = " (" + std::string(c10::toString(dtype_)) + "[" + std::to_string(bucket.numel()) +
                             "]) of a " + c10::toString(bucket.scalar_type()) + " bucket";
-#if TORCH_VERSION_MAJOR < 2
-  if (dtype_ == at::kBFloat16) {
-    // Gloo in LibTorch 1.x has no BFloat16 reduction ("Invalid scalar type"): gather the 16-bit words
-    // (carried as Half, which it can move: an all-gather copies bytes and never does arithmetic on them) and sum them locally in the bucket's own precision.
+  if (!group.can_reduce(dtype_)) {
+    // E.g. Gloo in LibTorch 1.x has no BFloat16 reduction ("Invalid scalar type"): gather the 16-bit words
+    // (carried as Half, which it can move: an all-gather copies bytes and never does arithmetic on them) and
+    // sum them locally in the bucket's own precision.
     std::vector<at::Tensor>* received = nullptr;
     for (auto& [ptr, tensors] : gathered_) {
       if (ptr == bucket.data_ptr()) received = &tensors;
@@ -53,14 +52,14 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
     }
     at::Tensor words = staging->view(at::kHalf);  // a carrier Gloo can move; all-gather copies bytes only
     comm::Work gather = group.all_gather(*received, words);
-    std::function<void()> finish = [bucket, parts = *received, world = group.size()]() mutable {
+    std::function<void()> finish = [bucket, parts = *received, world = group.size(),
+                                    dtype = dtype_]() mutable {
       bucket.zero_();
-      for (auto& part : parts) bucket.add_(part.view(at::kBFloat16));
+      for (auto& part : parts) bucket.add_(part.view(dtype));
       if (world > 1) bucket.div_(world);
     };
     return std::move(gather).then(std::move(finish), std::string(" for ") + name() + shape);
   }
-#endif
   comm::Work reduce = group.all_reduce(*staging, comm::ReduceOp::kSum);
   // Divide after widening back into the bucket: one rounding fewer than dividing in 16 bits.
   std::function<void()> finish = [bucket, staged = *staging, world = group.size()]() mutable {

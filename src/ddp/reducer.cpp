@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include "lockstep/ddp/bucket.h"
 #include "lockstep/ddp/timeline.h"
@@ -35,7 +36,10 @@ struct ReducerState {
   std::shared_ptr<CommHook> hook;
   std::vector<Bucket> buckets;
   std::vector<std::pair<size_t, size_t>> locate;  // param -> (bucket, slot)
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // Held, or backward makes fresh AccumulateGrad nodes without our hooks (a tensor keeps only a weak
+  // reference). The pointer type is LibTorch's: std::shared_ptr before 2.x's c10::intrusive_ptr.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))>
+      accumulators;
   std::vector<uintptr_t> hook_keys;
 
   std::mutex mutex;
@@ -282,7 +286,7 @@ size_t Reducer::refresh_hooks() {
   size_t moved = 0;
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto current = torch::autograd::impl::grad_accumulator(s.params[i]);
-    if (current == nullptr || current == s.accumulators[i]) continue;
+    if (!current || current == s.accumulators[i]) continue;
     s.accumulators[i]->del_post_hook(s.hook_keys[i]);
     s.hook_keys[i] = current->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i));
     s.accumulators[i] = std::move(current);

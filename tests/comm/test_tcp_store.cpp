@@ -100,7 +100,7 @@ TEST(TcpStore, EveryOperationFollowsC10dSemantics) {
   EXPECT_EQ(text(store->get("a")), "1");
   store->set("a", bytes("two"));
   EXPECT_EQ(text(store->get("a")), "two");
-  store->set("empty", {});
+  store->set("empty", std::vector<uint8_t>{});
   EXPECT_TRUE(store->get("empty").empty());
 
   EXPECT_TRUE(store->check({"a", "empty"}));
@@ -160,7 +160,7 @@ TEST(TcpStore, WaitAndGetWakeOnSetAddAndCompareSet) {
         error = e.what();
       }
     });
-    writer->set("always-there", {});
+    writer->set("always-there", std::vector<uint8_t>{});
     std::this_thread::sleep_for(100ms);  // small and bounded: let the waiter park in the server first
     EXPECT_FALSE(woke.load()) << name << ": wait returned before its key existed";
     mutate(key);

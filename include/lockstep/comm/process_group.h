@@ -11,6 +11,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "lockstep/comm/c10d_compat.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/comm/work.h"
@@ -24,8 +25,9 @@ class Progress;
 /// Reductions. kAvg is a sum divided by the world size (Gloo has no native average).
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
 
-/// A process group: lockstep's small interface over a c10d::ProcessGroup (Gloo/NCCL/MPI), so that the
-/// layers above never touch c10d directly (LibTorch 2.x changed those classes; only comm/ follows).
+/// A process group: lockstep's small interface over a c10d backend (Gloo, NCCL, or lockstep's shm, hier
+/// and MPI), so that the layers above never touch c10d directly (LibTorch 2.x changed those classes; only
+/// comm/ follows, see c10d_compat.h).
 ///
 /// Collectives must be called in the same order on every rank. Each one is numbered (its sequence
 /// number appears in errors) and bounded by the collective timeout.
@@ -85,8 +87,14 @@ class ProcessGroup {
   /// backend is released. Idempotent.
   void shutdown();
 
-  /// The c10d process group, for code that needs the raw LibTorch API (e.g. a custom comm hook).
+  /// The c10d process group, for code that needs the raw LibTorch API (e.g. a custom comm hook). Its
+  /// getBackendName() is the backend's ("gloo", "shm", ...) on every LibTorch.
   const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }
+
+  /// Whether all_reduce can reduce `dtype` with this group's backend. Gloo in LibTorch 1.x cannot
+  /// reduce bfloat16 ("Invalid scalar type"; it can still move it: all_gather and broadcast copy bytes);
+  /// every other backend lockstep builds reduces the dtypes their headers list.
+  bool can_reduce(at::ScalarType dtype) const;
   /// The job's namespace in the rendezvous store ("lockstep/<run_id>/...").
   const c10::intrusive_ptr<c10d::Store>& store() const { return job_store_; }
 
@@ -98,7 +106,8 @@ class ProcessGroup {
   /// Drops the progress records and the backend (left alive when a wait abandoned a collective in it).
   void release_backend();
 
-  c10::intrusive_ptr<c10d::ProcessGroup> native_;
+  c10::intrusive_ptr<c10d::ProcessGroup> native_;  // the front (c10d_compat.h); in 1.x, backend_ itself
+  c10::intrusive_ptr<NativeBackend> backend_;      // what every collective calls
   c10::intrusive_ptr<c10d::Store> root_store_;
   c10::intrusive_ptr<c10d::Store> job_store_;
   ProcessGroupOptions options_{0, 1};

@@ -3,7 +3,8 @@
 #include <chrono>
 
 #include <c10/util/intrusive_ptr.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "lockstep/comm/c10d_compat.h"
 
 namespace lockstep::comm {
 
@@ -19,11 +20,11 @@ namespace lockstep::comm {
 /// All-reduce runs on the caller's thread, its three steps one after the other, and returns a completed
 /// Work (a failure is stored in it and rethrown by wait()); it does not overlap with the caller.
 /// Sum, avg, min, max and product: avg is a sum divided by the world size at the end.
-class ProcessGroupHier final : public c10d::ProcessGroup {
+class ProcessGroupHier final : public NativeBackend {
  public:
   /// `timeout` bounds each step of an all-reduce whose options leave the timeout unset.
-  ProcessGroupHier(int rank, int size, c10::intrusive_ptr<c10d::ProcessGroup> local,
-                   c10::intrusive_ptr<c10d::ProcessGroup> leaders, c10::intrusive_ptr<c10d::ProcessGroup> flat,
+  ProcessGroupHier(int rank, int size, c10::intrusive_ptr<NativeBackend> local,
+                   c10::intrusive_ptr<NativeBackend> leaders, c10::intrusive_ptr<NativeBackend> flat,
                    std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "hier"; }
@@ -40,13 +41,13 @@ class ProcessGroupHier final : public c10d::ProcessGroup {
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
-  const c10::intrusive_ptr<c10d::ProcessGroup>& local() const { return local_; }
-  const c10::intrusive_ptr<c10d::ProcessGroup>& leaders() const { return leaders_; }
+  const c10::intrusive_ptr<NativeBackend>& local() const { return local_; }
+  const c10::intrusive_ptr<NativeBackend>& leaders() const { return leaders_; }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroup> local_;
-  c10::intrusive_ptr<c10d::ProcessGroup> leaders_;
-  c10::intrusive_ptr<c10d::ProcessGroup> flat_;
+  c10::intrusive_ptr<NativeBackend> local_;
+  c10::intrusive_ptr<NativeBackend> leaders_;
+  c10::intrusive_ptr<NativeBackend> flat_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -6,7 +6,8 @@
 #include <vector>
 
 #include <c10/util/intrusive_ptr.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "lockstep/comm/c10d_compat.h"
 
 #include "lockstep/detail/option.h"
 
@@ -35,9 +36,9 @@ class MpiOptions {
   std::chrono::milliseconds timeout_{std::chrono::minutes(30)};
 };
 
-/// A c10d::ProcessGroup over MPI's MPI_COMM_WORLD (a duplicate of it per group), for processes started by
-/// `mpirun -np N` (Open MPI; as root also `--allow-run-as-root`). lockstep's own: Debian's LibTorch is
-/// built without c10d's ProcessGroupMPI.
+/// A c10d backend (NativeBackend: c10d_compat.h) over MPI's MPI_COMM_WORLD (a duplicate of it per group), for
+/// processes started by `mpirun -np N` (Open MPI; as root also `--allow-run-as-root`). lockstep's own:
+/// Debian's LibTorch is built without c10d's ProcessGroupMPI.
 ///
 /// The first group of a process initialises MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the
 /// program did already; lockstep then finalises it at process exit, except when a collective was left in
@@ -58,7 +59,7 @@ class MpiOptions {
 ///   auto pg = c10::make_intrusive<ProcessGroupMpi>(rank, world, MpiOptions());
 ///   std::vector<at::Tensor> t{at::ones({4})};
 ///   pg->allreduce(t)->wait();  // t[0] == world everywhere
-class ProcessGroupMpi final : public c10d::ProcessGroup {
+class ProcessGroupMpi final : public NativeBackend {
  public:
   /// Initialises MPI when needed and checks that this process is MPI rank `rank` of `size`. Throws
   /// std::runtime_error when MPI's rank or size differ (the usual cause: the ranks were not started by

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include <c10/util/intrusive_ptr.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "lockstep/comm/c10d_compat.h"
 #include "lockstep/detail/option.h"
 
 namespace lockstep::comm {
@@ -57,8 +57,8 @@ class ShmOptions {
   bool inline_when_idle_ = true;
 };
 
-/// A c10d::ProcessGroup for ranks on one host: collectives move through a POSIX shared-memory
-/// segment (shm_open + mmap, mode 0600) instead of sockets, at memory speed.
+/// A c10d backend (NativeBackend: c10d_compat.h) for ranks on one host: collectives move through a POSIX
+/// shared-memory segment (shm_open + mmap, mode 0600) instead of sockets, at memory speed.
 ///
 /// Rank 0 creates the segment and publishes its name in `store`; every rank maps it; once all have,
 /// rank 0 unlinks the name, so nothing is left in /dev/shm even if a rank is later killed with -9.
@@ -72,14 +72,15 @@ class ShmOptions {
 /// Supported: allreduce (sum, avg, min, max, product; float32, float64, bfloat16, float16, int32,
 /// int64, uint8, int8), broadcast, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base,
 /// barrier; CPU tensors only, one tensor per rank per call. Collectives run in issue order, on the
-/// calling thread when nothing else is queued (ShmOptions::inline_when_idle), else on the worker. A rank that dies, times out or calls a
-/// different collective makes every rank fail with an error naming it (never a hang).
+/// calling thread when nothing else is queued (ShmOptions::inline_when_idle), else on the worker. A rank that
+/// dies, times out or calls a different collective makes every rank fail with an error naming it (never a
+/// hang).
 ///
 /// Example (normally through lockstep::comm::init_process_group with Backend::kShm):
 ///   auto pg = c10::make_intrusive<ProcessGroupShm>(store, rank, world, ShmOptions().run_id("job"));
 ///   std::vector<at::Tensor> t{at::ones({4})};
 ///   pg->allreduce(t)->wait();  // t[0] == world everywhere
-class ProcessGroupShm final : public c10d::ProcessGroup {
+class ProcessGroupShm final : public NativeBackend {
  public:
   /// Sets up the segment over `store` (blocks until every rank has mapped it, at most the store's
   /// timeout). Throws std::runtime_error naming the segment and the cause when it cannot.

@@ -116,6 +116,10 @@ class TcpStore : public c10d::Store {
   /// Waits up to `timeout` (kNoTimeout: forever) for all keys.
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
+  /// A second client of the same server (its own connection, this one's options and current timeout),
+  /// sharing the server kept by keep_server. It overrides c10d::Store::clone() where LibTorch has it
+  /// (pure virtual since 2.8; c10d_compat.h), and is an ordinary method before.
+  c10::intrusive_ptr<c10d::Store> clone();
 
  private:
   void connect(std::chrono::steady_clock::time_point deadline);

@@ -26,10 +26,11 @@ class AllReduceHook : public CommHook {
 
 /// Compression: the bucket is cast to `dtype` (at::kBFloat16 or at::kHalf), reduced, divided by the
 /// world size, and cast back into the bucket — at reduced precision, with fewer bytes on the wire.
-/// fp16: an all-reduce in fp16 (half the bytes of fp32). bf16: LibTorch 1.x's Gloo cannot all-reduce
-/// BFloat16, so there the bf16 payloads are all-gathered (as 16-bit words) and summed locally in the
-/// bucket's dtype; that moves N/4 of an fp32 ring all-reduce's bytes for N ranks (half for 2 ranks, the
-/// same at 4, more beyond: prefer fp16 for large jobs on 1.x). On LibTorch 2.x bf16 is all-reduced.
+/// An all-reduce in the 16-bit dtype (half the bytes of fp32), except where the group cannot reduce it
+/// (comm::ProcessGroup::can_reduce: bf16 over LibTorch 1.x's Gloo, also inside hier): there the payloads
+/// are all-gathered (as 16-bit words) and summed locally in the bucket's dtype, which moves N/4 of an fp32
+/// ring all-reduce's bytes for N ranks (half for 2 ranks, the same at 4, more beyond: prefer fp16 for
+/// large jobs on 1.x with Gloo). On LibTorch 2.x, and over shm or MPI, bf16 is all-reduced.
 /// Staging buffers are kept between steps (no per-step allocation once sizes are seen).
 class CompressionHook : public CommHook {
  public:

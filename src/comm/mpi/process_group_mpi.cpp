@@ -208,7 +208,7 @@ void MpiOptions::validate() const {
 }
 
 ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
-    : c10d::ProcessGroup(rank, size), options_(std::move(options)) {
+    : NativeBackend(rank, size), options_(std::move(options)) {
   options_.validate();
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mpi: rank ", rank, " is not in [0, ", size, ")");
   try {

@@ -334,7 +334,7 @@ struct ProcessGroupShm::Task {
 
 ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                  ShmOptions options)
-    : c10d::ProcessGroup(rank, size), options_(std::move(options)) {
+    : NativeBackend(rank, size), options_(std::move(options)) {
   options_.validate();
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "shm: rank ", rank, " is not in [0, ", size, ")");
   const std::size_t bytes = ShmChannel::segment_bytes(size, options_.slot_bytes());
@@ -359,7 +359,7 @@ ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, i
     channel_ = std::make_unique<ShmChannel>(detail::ShmSegment::open(segment_name_, bytes), rank, size,
                                             options_.slot_bytes(), /*initialise=*/false);
   }
-  if (store->add("shm/attached", 1) == size) store->set("shm/all_attached", {'1'});
+  if (store->add("shm/attached", 1) == size) store->set("shm/all_attached", std::vector<uint8_t>{'1'});
   if (rank == 0) {
     store->wait({"shm/all_attached"});
     channel_->segment().unlink();  // every rank has it mapped: nothing can be left behind from now on

@@ -3,17 +3,24 @@
 // The update of one element, in torch's order (torch/csrc/api/src/optim/adam.cpp and adamw.cpp with
 // ATen's vectorised CPU kernels; every scalar is rounded to float first, as ATen does):
 //   AdamW only:  p = p * (1 - lr * wd)                           p.mul_(1 - lr * wd)
-//   Adam only:   g = fma(p, wd, g)                               grad.add(p, wd)      (when wd != 0)
-//                m = fma(g, 1 - beta1, m * beta1)                exp_avg.mul_(beta1).add_(grad, 1 - beta1)
-//                v = v * beta2 + ((1 - beta2) * g) * g           exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-//                d = sqrt(v) / sqrt(bias_correction2) + eps      (exp_avg_sq.sqrt() / sqrt(bc2)).add_(eps)
-//                p = p + ((-lr / bias_correction1) * m) / d      p.addcdiv_(exp_avg, denom, -step_size)
+//   Adam only:   g = g + p * wd                                  grad.add(p, wd)      (when wd != 0)
+//                m = m * beta1 + g * (1 - beta1)                 exp_avg.mul_(beta1).add_(grad, 1 - beta1)
+//                v = v * beta2 + ((1 - beta2) * g) * g           exp_avg_sq.mul_(beta2).addcmul_(grad, grad,
+//                1 - beta2) d = sqrt(v) / sqrt(bias_correction2) + eps      (exp_avg_sq.sqrt() /
+//                sqrt(bc2)).add_(eps) p = p + ((-lr / bias_correction1) * m) / d      p.addcdiv_(exp_avg,
+//                denom, -step_size)
+// How ATen rounds `add` and `addcmul` (fused multiply-add or not) and `sqrt` (exact, or MKL's) depends on
+// the LibTorch build: aten_arithmetic.h finds out once, and the kernel below follows. Where ATen's sqrt is
+// not the exact one, the step runs in two passes with at::sqrt_out between them (moments, then the update).
 #include "lockstep/optim/fused_adam.h"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "aten_arithmetic.h"
+#include "param_state_key.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -34,47 +41,95 @@ struct AdamScalars {
   float sqrt_bias_correction2 = 1.0f;
   float eps = 0.0f;
   float neg_step_size = 0.0f;
+  bool add_fma = true;  // detail::AtenArithmetic
+  bool addcmul_fma = false;
 };
 
 #if defined(__x86_64__)
-// Eight elements: the update above with ATen's vector instructions.
-__attribute__((target("avx2,fma"))) inline void update8(float* p, const float* g, float* m, float* v,
-                                                        const AdamScalars& s) {
-  __m256 P = _mm256_loadu_ps(p);
-  __m256 G = _mm256_loadu_ps(g);
-  if (s.decoupled) P = _mm256_mul_ps(P, _mm256_set1_ps(s.decay));
-  if (s.l2_on) G = _mm256_fmadd_ps(P, _mm256_set1_ps(s.l2), G);
-  const __m256 M = _mm256_fmadd_ps(G, _mm256_set1_ps(s.one_minus_beta1),
-                                   _mm256_mul_ps(_mm256_loadu_ps(m), _mm256_set1_ps(s.beta1)));
-  const __m256 V = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v), _mm256_set1_ps(s.beta2)),
-                                 _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(s.one_minus_beta2), G), G));
-  const __m256 D = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(V), _mm256_set1_ps(s.sqrt_bias_correction2)),
-                                 _mm256_set1_ps(s.eps));
-  P = _mm256_add_ps(P, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(s.neg_step_size), M), D));
-  _mm256_storeu_ps(m, M);
-  _mm256_storeu_ps(v, V);
-  _mm256_storeu_ps(p, P);
+// a + b * c, rounded as ATen's kernel is (fused, or a multiply then an add).
+__attribute__((target("avx2,fma"))) inline __m256 multiply_add(__m256 b, __m256 c, __m256 a, bool fused) {
+  return fused ? _mm256_fmadd_ps(b, c, a) : _mm256_add_ps(a, _mm256_mul_ps(b, c));
 }
 
-// The tail goes through the same vector code on a padded copy, so every element sees the same
-// instructions whatever the tensor's length.
-__attribute__((target("avx2,fma"))) void update_avx2(float* p, const float* g, float* m, float* v, int64_t n,
-                                                     const AdamScalars& s) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) update8(p + i, g + i, m + i, v + i, s);
-  if (i < n) {
-    const auto rest = static_cast<std::size_t>(n - i);
-    // Padding lanes hold v = 1 so that no lane divides by zero (their results are discarded).
-    float tp[8] = {0}, tg[8] = {0}, tm[8] = {0}, tv[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    std::memcpy(tp, p + i, rest * sizeof(float));
-    std::memcpy(tg, g + i, rest * sizeof(float));
-    std::memcpy(tm, m + i, rest * sizeof(float));
-    std::memcpy(tv, v + i, rest * sizeof(float));
-    update8(tp, tg, tm, tv, s);
-    std::memcpy(p + i, tp, rest * sizeof(float));
-    std::memcpy(m + i, tm, rest * sizeof(float));
-    std::memcpy(v + i, tv, rest * sizeof(float));
+// Eight elements, first half: weight decay and both moments (p is written back only for AdamW's decay).
+__attribute__((target("avx2,fma"))) inline void moments8(float* p, const float* g, float* m, float* v,
+                                                         const AdamScalars& s) {
+  __m256 P = _mm256_loadu_ps(p);
+  __m256 G = _mm256_loadu_ps(g);
+  if (s.decoupled) {
+    P = _mm256_mul_ps(P, _mm256_set1_ps(s.decay));
+    _mm256_storeu_ps(p, P);
   }
+  if (s.l2_on) G = multiply_add(P, _mm256_set1_ps(s.l2), G, s.add_fma);
+  const __m256 M = multiply_add(G, _mm256_set1_ps(s.one_minus_beta1),
+                                _mm256_mul_ps(_mm256_loadu_ps(m), _mm256_set1_ps(s.beta1)), s.add_fma);
+  const __m256 V = multiply_add(_mm256_mul_ps(_mm256_set1_ps(s.one_minus_beta2), G), G,
+                                _mm256_mul_ps(_mm256_loadu_ps(v), _mm256_set1_ps(s.beta2)), s.addcmul_fma);
+  _mm256_storeu_ps(m, M);
+  _mm256_storeu_ps(v, V);
+}
+
+// Eight elements, second half: the step from m and sqrt(v).
+__attribute__((target("avx2,fma"))) inline void apply8(float* p, const float* m, __m256 sqrt_v,
+                                                       const AdamScalars& s) {
+  const __m256 D =
+      _mm256_add_ps(_mm256_div_ps(sqrt_v, _mm256_set1_ps(s.sqrt_bias_correction2)), _mm256_set1_ps(s.eps));
+  const __m256 P = _mm256_loadu_ps(p);
+  _mm256_storeu_ps(
+      p,
+      _mm256_add_ps(P, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(s.neg_step_size), _mm256_loadu_ps(m)), D)));
+}
+
+// The passes over a parameter: the whole update (with the exact sqrt), or its two halves around ATen's sqrt.
+enum class Pass { kWhole, kMoments, kApply };
+
+template <Pass kPass>
+__attribute__((target("avx2,fma"))) inline void run8(float* p, const float* g, float* m, float* v,
+                                                     const float* sqrt_v, const AdamScalars& s) {
+  if (kPass != Pass::kApply) moments8(p, g, m, v, s);
+  if (kPass == Pass::kWhole) apply8(p, m, _mm256_sqrt_ps(_mm256_loadu_ps(v)), s);
+  if (kPass == Pass::kApply) apply8(p, m, _mm256_loadu_ps(sqrt_v), s);
+}
+
+// One pass over n elements, 8 at a time; the tail goes through the same vector code on a padded copy, so
+// every element sees the same instructions whatever the tensor's length. Padding lanes hold v = sqrt_v = 1
+// so that no lane divides by zero (their results are discarded).
+template <Pass kPass>
+__attribute__((target("avx2,fma"))) void pass_avx2(float* p, const float* g, float* m, float* v,
+                                                   const float* sqrt_v, int64_t n, const AdamScalars& s) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) run8<kPass>(p + i, g + i, m + i, v + i, sqrt_v + i, s);
+  if (i == n) return;
+  const auto rest = static_cast<std::size_t>(n - i);
+  float tp[8] = {0}, tg[8] = {0}, tm[8] = {0}, tv[8] = {1, 1, 1, 1, 1, 1, 1, 1},
+        ts[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  std::memcpy(tp, p + i, rest * sizeof(float));
+  std::memcpy(tm, m + i, rest * sizeof(float));
+  std::memcpy(tv, v + i, rest * sizeof(float));
+  if (kPass != Pass::kApply) std::memcpy(tg, g + i, rest * sizeof(float));
+  if (kPass == Pass::kApply) std::memcpy(ts, sqrt_v + i, rest * sizeof(float));
+  run8<kPass>(tp, tg, tm, tv, ts, s);
+  std::memcpy(p + i, tp, rest * sizeof(float));
+  std::memcpy(m + i, tm, rest * sizeof(float));
+  std::memcpy(v + i, tv, rest * sizeof(float));
+}
+
+// One parameter's update. With the exact sqrt: one pass. Otherwise the moments, then ATen's own sqrt of
+// the whole exp_avg_sq (as torch's step computes it), then the update.
+void update_avx2(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                 const at::Tensor& exp_avg_sq, bool exact_sqrt, const AdamScalars& s) {
+  float* p = param.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  const int64_t n = param.numel();
+  if (exact_sqrt) {
+    pass_avx2<Pass::kWhole>(p, g, m, v, v, n, s);
+    return;
+  }
+  pass_avx2<Pass::kMoments>(p, g, m, v, v, n, s);
+  const at::Tensor sqrt_v = exp_avg_sq.sqrt();
+  pass_avx2<Pass::kApply>(p, g, m, v, sqrt_v.data_ptr<float>(), n, s);
 }
 #endif
 
@@ -95,14 +150,14 @@ bool fusable(const at::Tensor& t) {
 // Whether every parameter with a gradient (and its state, if any) can take the fused path.
 template <typename Options, typename State>
 bool all_fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups,
-                 const ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>& state) {
-  if (!cpu_has_avx2_fma()) return false;
+                 const detail::ParamStateMap& state) {
+  if (!cpu_has_avx2_fma() || !detail::aten_arithmetic().reproducible) return false;
   for (const auto& group : groups) {
     if (static_cast<const Options&>(group.options()).amsgrad()) return false;
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!fusable(p) || !fusable(p.grad()) || p.grad().numel() != p.numel()) return false;
-      auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = state.find(detail::param_state_key(p));
       if (it != state.end()) {
         const auto& s = static_cast<const State&>(*it->second);
         if (!fusable(s.exp_avg()) || !fusable(s.exp_avg_sq()) || s.exp_avg().numel() != p.numel() ||
@@ -117,8 +172,7 @@ bool all_fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups,
 
 // One optimizer step over every group, fused. `decoupled` selects AdamW's weight decay.
 template <typename Options, typename State>
-void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups,
-                ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>& state,
+void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, detail::ParamStateMap& state,
                 bool decoupled) {
   torch::NoGradGuard no_grad;
   for (auto& group : groups) {
@@ -127,7 +181,7 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups,
     const double beta2 = std::get<1>(options.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = detail::param_state_key(p);
       auto it = state.find(key);
       if (it == state.end()) {
         auto fresh = std::make_unique<State>();
@@ -156,11 +210,11 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups,
       k.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
       k.eps = static_cast<float>(options.eps());
       k.neg_step_size = static_cast<float>(-(options.lr() / bias_correction1));
+      const detail::AtenArithmetic& aten = detail::aten_arithmetic();
+      k.add_fma = aten.add_fma;
+      k.addcmul_fma = aten.addcmul_fma;
 #if defined(__x86_64__)
-      const at::Tensor& exp_avg = s.exp_avg();
-      const at::Tensor& exp_avg_sq = s.exp_avg_sq();
-      update_avx2(p.data_ptr<float>(), p.grad().data_ptr<float>(), exp_avg.data_ptr<float>(),
-                  exp_avg_sq.data_ptr<float>(), p.numel(), k);
+      update_avx2(p, p.grad(), s.exp_avg(), s.exp_avg_sq(), aten.exact_sqrt, k);
 #endif
     }
   }
@@ -174,7 +228,9 @@ torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
 
 }  // namespace
 
-bool fused_adam_supported() { return cpu_has_avx2_fma(); }
+bool fused_adam_supported() {
+  return cpu_has_avx2_fma() && detail::aten_arithmetic().reproducible;
+}
 
 torch::Tensor FusedAdam::step(LossClosure closure) {
   if (!all_fusable<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_)) return torch::optim::Adam::step(closure);

@@ -460,7 +460,7 @@ void Accelerator::load_state(const std::string& dir) {
   }
   const at::Tensor rng_states = read_tensor(archive, path, "rng_states");
   if (rng_states.dim() == 2 && rng_states.size(0) == num_processes()) {
-    set_cpu_rng_state(rng_states[process_index()].clone());
+    set_cpu_rng_state(rng_states[process_index()]);
   }
 }
 

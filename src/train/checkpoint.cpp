@@ -197,9 +197,12 @@ at::Tensor cpu_rng_state() {
 }
 
 void set_cpu_rng_state(const at::Tensor& state) {
+  // A copy with storage of its own: LibTorch 2.x's set_state misreads a view with a storage offset (a row
+  // of the all-gathered [world, N] states crashed every rank but 0 on resume); 1.13's read it right.
+  const at::Tensor own = state.clone(at::MemoryFormat::Contiguous);
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
+  generator.set_state(own);
 }
 
 }  // namespace lockstep::train

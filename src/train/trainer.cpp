@@ -485,7 +485,7 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
     }
     if (saved.scaler_state.defined() && run.scaler.enabled()) run.scaler.load_state(saved.scaler_state);
     if (saved.world_size == world) {
-      set_cpu_rng_state(saved.rng_states[rank].contiguous());
+      set_cpu_rng_state(saved.rng_states[rank]);
       module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
       if (saved.reshard_world != 0) {  // still inside an epoch re-sharded by the run that wrote it
         run.reshard_world = saved.reshard_world;

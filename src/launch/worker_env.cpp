@@ -35,6 +35,8 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
       {"TORCHELASTIC_RUN_ID", config.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      // What torchrun names here, the signals its agent handles: lockstep run's (launcher.h).
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGUSR1"},
       // The write end of the worker's heartbeat pipe (worker_process.cpp puts it there); lockstep's
       // process groups report their progress through it (comm/progress.h).
       {"LOCKSTEP_HEARTBEAT_FD", std::to_string(kHeartbeatFd)},
@@ -45,12 +47,14 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
 
   bool user_omp = false;
   bool user_unbuffered = false;
+  bool user_nccl_async = false;
   EnvEntries env;
   env.reserve(base.size() + vars.size() + 2);
   for (const std::string& entry : base) {
     const std::string key = key_of(entry);
     if (key == "OMP_NUM_THREADS") user_omp = true;
     if (key == "PYTHONUNBUFFERED") user_unbuffered = true;
+    if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") user_nccl_async = true;
     bool replaced = false;
     for (const auto& var : vars) replaced = replaced || var.first == key;
     if (!replaced) env.push_back(entry);
@@ -64,6 +68,8 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
   // A worker's stdout is a pipe, which Python block-buffers: without this its lines would reach the
   // launcher (and the user) kilobytes late, or be lost when it is killed.
   if (!user_unbuffered) env.push_back("PYTHONUNBUFFERED=1");
+  // As torchrun: NCCL errors and timeouts abort the communicator (and the process) instead of hanging it.
+  if (!user_nccl_async) env.push_back("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
   return env;
 }
 

@@ -49,6 +49,14 @@ TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
   EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "job7");
   EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "5");
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_EQ(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGUSR1");
+}
+
+TEST(WorkerEnvironment, KeepsTheUsersNcclErrorHandling) {
+  const auto env = as_map(worker_environment(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0,
+                                             {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));
+  EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 TEST(WorkerEnvironment, RankZeroOfNodeZero) {

@@ -17,4 +17,4 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/lockstepConfig.cmake.i
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/lockstepConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/lockstepConfig.cmake ${PROJECT_BINARY_DIR}/lockstepConfigVersion.cmake
-  DESTINATION ${lockstep_cmake_dir})
+  ${PROJECT_SOURCE_DIR}/cmake/LockstepTorch.cmake DESTINATION ${lockstep_cmake_dir})

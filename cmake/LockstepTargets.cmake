@@ -25,6 +25,17 @@ function(lockstep_add_layer name)
   set_property(GLOBAL APPEND PROPERTY LOCKSTEP_LAYERS ${target})
 endfunction()
 
+# lockstep_use_gloo_headers(TARGET PUBLIC|PRIVATE)
+#   With LOCKSTEP_WITH_GLOO (cmake/LockstepTorch.cmake), what c10d's ProcessGroupGloo.hpp needs: USE_C10D_GLOO
+#   and gloo's headers. Build-tree only: lockstep's installed headers never include ProcessGroupGloo.hpp, so
+#   a user's project needs no gloo headers.
+function(lockstep_use_gloo_headers target scope)
+  if(LOCKSTEP_WITH_GLOO)
+    target_compile_definitions(${target} ${scope} $<BUILD_INTERFACE:USE_C10D_GLOO>)
+    target_include_directories(${target} SYSTEM ${scope} $<BUILD_INTERFACE:${LOCKSTEP_GLOO_INCLUDE_DIR}>)
+  endif()
+endfunction()
+
 # lockstep_use_torch(TARGET [NN])
 #   Links LibTorch (and c10d's Gloo) into TARGET and reuses one of two precompiled headers: by default
 #   the core one (cmake/torch_pch.h: ATen and c10d, i.e. tensors, stores and process groups), with NN the
@@ -36,7 +47,7 @@ function(lockstep_use_torch target)
   cmake_parse_arguments(ARG "NN" "" "" ${ARGN})
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
-  target_compile_definitions(${target} PUBLIC USE_C10D_GLOO)
+  lockstep_use_gloo_headers(${target} PUBLIC)
   if(ARG_NN)
     set(pch lockstep_torch_nn_pch)
     set(header torch_nn_pch.h)
@@ -50,7 +61,7 @@ function(lockstep_use_torch target)
     set_target_properties(${pch} PROPERTIES UNITY_BUILD OFF)
     target_link_libraries(${pch} PRIVATE ${TORCH_LIBRARIES})
     target_include_directories(${pch} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
-    target_compile_definitions(${pch} PRIVATE USE_C10D_GLOO)
+    lockstep_use_gloo_headers(${pch} PRIVATE)
     target_compile_features(${pch} PRIVATE cxx_std_17)
     target_precompile_headers(${pch} PRIVATE ${LOCKSTEP_CMAKE_DIR}/${header})
   endif()
@@ -82,7 +93,8 @@ function(lockstep_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  # Tests find the CLI and the trees through LOCKSTEP_BIN / LOCKSTEP_SOURCE_DIR / LOCKSTEP_BUILD_DIR.
+  # Tests find the CLI and the trees through LOCKSTEP_BIN / LOCKSTEP_SOURCE_DIR / LOCKSTEP_BUILD_DIR, and
+  # the python3 with the same torch through LOCKSTEP_PYTHON (cmake/LockstepTorch.cmake).
   # (gtest_discover_tests' PROPERTIES cannot carry a list-valued ENVIRONMENT, so ctest sets them from a
   # generated include file instead.)
   if(LOCKSTEP_TEST_EACH_CASE)
@@ -97,7 +109,7 @@ function(lockstep_add_test name)
   if(NOT env_file_done)
     set_property(GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE ON)
     file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake CONTENT
-      "set(ENV{LOCKSTEP_BIN} [==[$<TARGET_FILE:lockstep_cli>]==])\nset(ENV{LOCKSTEP_SOURCE_DIR} [==[${PROJECT_SOURCE_DIR}]==])\nset(ENV{LOCKSTEP_BUILD_DIR} [==[${PROJECT_BINARY_DIR}]==])\n")
+      "set(ENV{LOCKSTEP_BIN} [==[$<TARGET_FILE:lockstep_cli>]==])\nset(ENV{LOCKSTEP_SOURCE_DIR} [==[${PROJECT_SOURCE_DIR}]==])\nset(ENV{LOCKSTEP_BUILD_DIR} [==[${PROJECT_BINARY_DIR}]==])\nset(ENV{LOCKSTEP_PYTHON} [==[${LOCKSTEP_PYTHON}]==])\n")
   endif()
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake)
 endfunction()

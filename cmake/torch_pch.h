@@ -4,7 +4,9 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#ifdef USE_C10D_GLOO  // lockstep built with gloo's headers (cmake/LockstepTorch.cmake)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

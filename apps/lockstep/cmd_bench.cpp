@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "  scaling    strong scaling of `lockstep fit`: time per epoch at each rank count, speedup and\n"
     "             efficiency, as a markdown table\n"
     "  peer       `lockstep fit` next to the Python DDP peer (PyTorch DDP + DataLoader under\n"
-    "             /usr/bin/python3, needs python3-torch), same recipe: epoch times, accuracy, ratio\n"
+    "             the python3 with lockstep's LibTorch version), same recipe: epoch times, accuracy, ratio\n"
     "\n"
     "`lockstep bench <benchmark> --help` describes each one. Run benchmarks on a quiet machine:\n"
     "they start several processes and time them.\n";

@@ -1,6 +1,7 @@
 // `lockstep bench peer`: `lockstep fit` next to the Python DDP peer (bench/peer/ddp_peer.py: PyTorch's
 // DistributedDataParallel + DataLoader, the seeds' recipe), both with --nproc ranks, one after the other.
-// The peer runs under /usr/bin/python3 (the system's PyTorch, python3-torch) through `lockstep run`.
+// The peer runs through `lockstep run` under the python3 whose torch is the LibTorch this lockstep was built
+// against (found by CMake: /usr/bin/python3 with Debian's python3-torch, or the pip torch's interpreter).
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,21 +30,24 @@ constexpr const char* kPeerName = "lockstep bench peer";
 constexpr const char* kPeerScript = "peer/ddp_peer.py";
 constexpr const char* kPeerScriptEnv = "LOCKSTEP_PEER_SCRIPT";
 constexpr const char* kPythonEnv = "LOCKSTEP_PEER_PYTHON";
-constexpr const char* kSystemPython = "/usr/bin/python3";
+constexpr const char* kDefaultPython = LOCKSTEP_PEER_PYTHON_DEFAULT;
 
 constexpr const char* kPeerDescription =
     "`lockstep fit` next to the Python DDP peer, with the seeds' recipe on both sides: MLP\n"
     "784-256-128-10 (dropout 0.2), Adam lr 1e-3 constant, batch 64 per rank, Fashion-MNIST, --nproc\n"
     "ranks, --threads intra-op threads per rank. The peer (ddp_peer.py: PyTorch's\n"
     "DistributedDataParallel, DistributedSampler and DataLoader) runs first, under\n"
-    "`lockstep run --nproc-per-node N --standalone -- /usr/bin/python3 ddp_peer.py`, then\n"
+    "`lockstep run --nproc-per-node N --standalone -- PYTHON ddp_peer.py`, then\n"
     "`lockstep fit --devices N`. Prints both per-epoch training times (epoch_s: slowest rank,\n"
     "validation excluded) and validation accuracies as a markdown table, then the speed ratio =\n"
     "median peer epoch_s / median lockstep epoch_s (above 1: lockstep is faster) and the\n"
     "difference of the final accuracies.";
 
 constexpr const char* kPeerFooter =
-    "Needs Debian's python3-torch for /usr/bin/python3 (the python3 in PATH is not used).\n"
+    "PYTHON: " LOCKSTEP_PEER_PYTHON_DEFAULT
+    ", the python3 with the torch lockstep was built\n"
+    "against (LibTorch " LOCKSTEP_TORCH_VERSION_TEXT
+    "), found when lockstep was configured.\n"
     "The peer script is share/lockstep/peer/ddp_peer.py next to lockstep (build tree) or under the\n"
     "install prefix. Environment: LOCKSTEP_PEER_SCRIPT overrides the script's path,\n"
     "LOCKSTEP_PEER_PYTHON the interpreter.\n"
@@ -122,7 +126,7 @@ int bench_peer_main(int argc, char** argv) {
     return 1;
   }
   const char* forced_python = nonempty_env(kPythonEnv);
-  const std::string python = forced_python != nullptr ? forced_python : kSystemPython;
+  const std::string python = forced_python != nullptr ? forced_python : kDefaultPython;
 
   try {
     const BenchTempDir tmp;
@@ -133,8 +137,10 @@ int bench_peer_main(int argc, char** argv) {
         run_child({python, "-c", "import torch, torch.distributed"}, {"/dev/null", import_err}) != 0) {
       std::cerr << kPeerName << ": " << python << " cannot import torch ("
                 << (has_python ? last_line(import_err) : "no such program")
-                << "): install Debian's package python3-torch (apt-get install python3-torch, or "
-                   "scripts/install-deps.sh)\n";
+                << "): install PyTorch " LOCKSTEP_TORCH_VERSION_TEXT
+                   " for it (Debian's 1.13: apt-get install python3-torch, or scripts/install-deps.sh; 2.x: "
+                   "pip install torch), or set "
+                << kPythonEnv << " to a python3 that has it\n";
       return 1;
     }
 

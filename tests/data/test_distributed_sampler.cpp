@@ -1,6 +1,6 @@
 // lockstep's DistributedSampler against PyTorch's: the same indices for the same arguments, checked
-// (a) against torch.utils.data.DistributedSampler run at test time under Debian's python3-torch, and
-// (b) against small cases written out by hand from PyTorch's algorithm (no Python needed).
+// (a) against torch.utils.data.DistributedSampler run at test time under the python3 with this build's torch,
+// and (b) against small cases written out by hand from PyTorch's algorithm (no Python needed).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -51,21 +51,18 @@ std::vector<Case> reference_cases() {
   return cases;
 }
 
-// Runs tests/data/sampler_reference.py under python3 with torch; empty when that is not possible.
-std::string python_with_torch() {
-  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
-    const std::string probe = std::string(candidate) + " -c 'import torch.utils.data' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return candidate;
-  }
-  return "";
-}
-
+// Runs tests/data/sampler_reference.py under LOCKSTEP_PYTHON: the python3 whose torch is the LibTorch this
+// build uses (CMake finds it, ctest passes it; cmake/LockstepTorch.cmake). A missing one fails the test.
 TEST(DistributedSampler, SameIndicesAsPyTorchsDistributedSampler) {
   const char* source_dir = std::getenv("LOCKSTEP_SOURCE_DIR");
-  const std::string python = python_with_torch();
-  if (source_dir == nullptr || python.empty()) {
-    GTEST_SKIP() << "needs python3 with torch (apt-get install python3-torch) and LOCKSTEP_SOURCE_DIR";
-  }
+  const char* python_env = std::getenv("LOCKSTEP_PYTHON");
+  ASSERT_TRUE(source_dir != nullptr && python_env != nullptr)
+      << "run through ctest, which sets LOCKSTEP_SOURCE_DIR and LOCKSTEP_PYTHON";
+  const std::string python = python_env;
+  ASSERT_TRUE(!python.empty() && python.find("NOTFOUND") == std::string::npos)
+      << "CMake found no python3 with this build's torch (LOCKSTEP_PYTHON=" << python
+      << "): install it (1.13: apt-get install python3-torch; 2.x: pip install torch) or configure with "
+         "-DLOCKSTEP_PYTHON=PATH";
   const auto cases = reference_cases();
   nlohmann::json input = nlohmann::json::array();
   for (const auto& c : cases) {

@@ -160,10 +160,11 @@ help)
   done
   ;;
 peer)
-  # The interpreter `lockstep bench peer` uses: /usr/bin/python3 unless LOCKSTEP_PEER_PYTHON says otherwise.
-  python=${LOCKSTEP_PEER_PYTHON:-/usr/bin/python3}
+  # The interpreter `lockstep bench peer` uses: the one CMake found with this build's torch (ctest passes it
+  # as LOCKSTEP_PYTHON) unless LOCKSTEP_PEER_PYTHON says otherwise.
+  python=${LOCKSTEP_PEER_PYTHON:-${LOCKSTEP_PYTHON:-}}
   "$python" -c 'import torch, torch.distributed' 2>/dev/null ||
-    skip "$python cannot import torch (install Debian's python3-torch)"
+    skip "'$python' cannot import torch (LOCKSTEP_PYTHON: see CMake's warning)"
   [ -d /usr/share/datasets/fashion-mnist ] || skip "no Fashion-MNIST (install dataset-fashion-mnist)"
   run_ok "$lockstep" bench peer --epochs 1 --limit-train-batches 20
   grep -Fxq '| epoch | peer epoch_s | peer val_acc | lockstep epoch_s | lockstep val_acc |' "$work/out" ||
@@ -183,7 +184,7 @@ peer_no_torch)
   # An interpreter without PyTorch: a clear error naming the Debian package, before anything starts.
   printf '#!/bin/sh\necho "ModuleNotFoundError: No module named '"'"'torch'"'"'" >&2\nexit 1\n' >"$work/python3"
   chmod +x "$work/python3"
-  LOCKSTEP_PEER_PYTHON=$work/python3 expect_failure 1 "python3-torch" -- "$lockstep" bench peer --epochs 1
+  LOCKSTEP_PEER_PYTHON=$work/python3 expect_failure 1 "pip install torch" -- "$lockstep" bench peer --epochs 1
   grep -Fq "$work/python3 cannot import torch (ModuleNotFoundError: No module named 'torch')" "$work/err" ||
     fail "the error does not name the interpreter and Python's message"
   LOCKSTEP_PEER_SCRIPT=$work/nowhere.py expect_failure 1 "LOCKSTEP_PEER_SCRIPT=$work/nowhere.py" -- \

@@ -2,7 +2,10 @@
 
 `lockstep run` must start it exactly as torchrun would (Debian's own torchrun crashes on Python 3.11).
 Checks the environment torchrun promises, then an all-reduce and a broadcast against closed forms.
+With --env-out PREFIX each rank also writes its whole environment to PREFIX.rank<R>.json, for the
+comparison of the two launchers (tests/e2e/torchrun_parity.sh).
 """
+import json
 import os
 import sys
 
@@ -11,6 +14,9 @@ import torch.distributed as dist
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--env-out":
+        with open(f"{sys.argv[2]}.rank{os.environ.get('RANK', 'unset')}.json", "w") as out:
+            json.dump(dict(os.environ), out, indent=1, sort_keys=True)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"):
         if name not in os.environ:

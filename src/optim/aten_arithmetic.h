@@ -7,8 +7,9 @@
 // Debian's 1.13 computes addcmul_ as a multiply then an add and sqrt with the CPU's exact instruction;
 // PyPI's 2.x fuses addcmul_'s multiply-add and, being built with MKL, takes sqrt from MKL's vector math
 // library, which is not correctly rounded in every lane (and may differ between CPUs). So the first fused
-// step runs each operation once through ATen on probe values (4099 of them: whole vectors and a tail,
-// magnitudes from 2^-40 to 2^20) and compares the results with each rounding FusedAdam can reproduce.
+// step runs each operation once through ATen on probe values (4099 of them, through ATen's vector code,
+// and 13, through its scalar code; magnitudes from 2^-40 to 2^20) and compares the results with each
+// rounding FusedAdam can reproduce.
 
 namespace lockstep::optim::detail {
 
@@ -17,7 +18,8 @@ struct AtenArithmetic {
   bool add_fma = true;
   /// a.addcmul(b, c, value) is fma(value * b, c, a) (else: a + (value * b) * c, each rounded).
   bool addcmul_fma = false;
-  /// a.sqrt() is the correctly rounded square root (else FusedAdam asks ATen for it: at::sqrt_out).
+  /// a.sqrt() is the correctly rounded square root on every probe and LibTorch has no MKL (else FusedAdam
+  /// asks ATen for it: at::sqrt_out).
   bool exact_sqrt = true;
   /// Every operation matched a rounding FusedAdam reproduces (mul/div/add by a scalar and addcdiv as plain
   /// float arithmetic, add and addcmul one of the two forms above). False: FusedAdam runs torch's step.

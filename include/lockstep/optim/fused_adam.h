@@ -5,15 +5,16 @@
 
 namespace lockstep::optim {
 
-/// torch::optim::Adam whose step updates each parameter in one pass over its memory.
+/// torch::optim::Adam whose step updates each parameter in one pass over its memory (two, around ATen's
+/// own sqrt, where LibTorch takes sqrt from MKL, as PyPI's builds do).
 ///
 /// LibTorch's Adam::step runs eight tensor operations per parameter (two of them allocating a
 /// temporary the size of the parameter): for the seed MLP that is ~19% of a training step on one
 /// core, mostly passes over memory and per-operation dispatch. FusedAdam reads the parameter, its
 /// gradient and both moments once and writes them once, with the same arithmetic in the same order
 /// as torch's vectorised kernels (the same roundings and fused multiply-adds), so its results equal
-/// torch::optim::Adam's bit for bit in the vectorised body of each tensor (see docs/architecture.md,
-/// "Fused optimizers", for where the last bit may differ).
+/// torch::optim::Adam's bit for bit (how ATen rounds differs between LibTorch builds: FusedAdam finds out on
+/// its first step and follows; see docs/architecture.md, "Fused optimizers").
 ///
 /// It is a torch::optim::Adam: same options, same parameter state (step, exp_avg, exp_avg_sq), so
 /// its state saves and loads like Adam's and the two can replace each other in a checkpoint. A
@@ -28,6 +29,9 @@ class FusedAdam : public torch::optim::Adam {
  public:
   using torch::optim::Adam::Adam;
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  at::Tensor sqrt_scratch_;  // ATen's sqrt of exp_avg_sq, where it is not the exact one (MKL's)
 };
 
 /// torch::optim::AdamW (decoupled weight decay) with FusedAdam's one-pass update.
@@ -35,6 +39,9 @@ class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  at::Tensor sqrt_scratch_;  // as FusedAdam's
 };
 
 /// Whether this CPU runs the fused update (AVX2 and FMA); without them the classes above fall back to

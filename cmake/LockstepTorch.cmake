@@ -9,7 +9,8 @@
 #     Debian's libtorch-dev installed and CMAKE_PREFIX_PATH naming a pip torch, c10 came from /usr/lib, and
 #     one process would load two LibTorch versions. Libraries that lie outside TORCH_INSTALL_PREFIX are
 #     replaced by the install's own (a FATAL_ERROR naming the file when it has none).
-#   - LOCKSTEP_TORCH_VERSION: MAJOR.MINOR.PATCH of the LibTorch found (Debian's 1.13.1 reports 1.13.0).
+#   - LOCKSTEP_TORCH_VERSION: MAJOR.MINOR.PATCH of the LibTorch found (Debian's 1.13.1 reports 1.13.0), and
+#     LOCKSTEP_TORCH_MAJOR / _MINOR (lockstep_use_torch passes them on, c10d_compat.h checks the headers).
 #   In an installed lockstepConfig.cmake, LOCKSTEP_BUILT_WITH_TORCH_DIR and _VERSION name the LibTorch that
 #   lockstep was built against: it is searched after CMAKE_PREFIX_PATH, and any other version is an error
 #   (its C++ ABI differs).
@@ -17,12 +18,19 @@ macro(lockstep_find_torch)
   lockstep_pin_caffe2_dir()
   find_package(Torch REQUIRED HINTS ${LOCKSTEP_BUILT_WITH_TORCH_DIR})
   set(LOCKSTEP_TORCH_VERSION "${Torch_VERSION}")
+  string(REGEX MATCH "^([0-9]+)\\.([0-9]+)" _lockstep_torch_mm "${Torch_VERSION}")
+  set(LOCKSTEP_TORCH_MAJOR "${CMAKE_MATCH_1}")
+  set(LOCKSTEP_TORCH_MINOR "${CMAKE_MATCH_2}")
   get_filename_component(_lockstep_caffe2_beside "${Torch_DIR}/../Caffe2" REALPATH)
   get_filename_component(_lockstep_caffe2_used "${Caffe2_DIR}" REALPATH)
   if(EXISTS "${_lockstep_caffe2_beside}/Caffe2Config.cmake" AND NOT _lockstep_caffe2_used STREQUAL _lockstep_caffe2_beside)
     message(FATAL_ERROR "LibTorch's TorchConfig.cmake (${Torch_DIR}) loaded the Caffe2 of another install "
       "(${Caffe2_DIR}): two LibTorch versions would be mixed. Configure with -DTorch_DIR=${Torch_DIR} "
       "-DCaffe2_DIR=${_lockstep_caffe2_beside} in a fresh build folder.")
+  endif()
+  if(NOT Torch_VERSION MATCHES "^(1\\.13|2\\.15)\\.")
+    message(WARNING "lockstep: LibTorch ${Torch_VERSION} is untested (CI builds and tests 1.13 and 2.15); "
+                    "a build error or a failing test here is worth an issue.")
   endif()
   if(LOCKSTEP_BUILT_WITH_TORCH_VERSION AND NOT Torch_VERSION VERSION_EQUAL LOCKSTEP_BUILT_WITH_TORCH_VERSION)
     message(FATAL_ERROR
@@ -97,8 +105,10 @@ macro(lockstep_use_wheel_cuda_libraries)
     set(TORCH_LIBRARIES ${_lockstep_torch_libraries})
     if(TARGET CUDA::cudart)
       get_target_property(_lockstep_cudart CUDA::cudart IMPORTED_LOCATION)
-      lockstep_wheel_copy_of("${_lockstep_cudart}" _lockstep_cudart)
-      set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION "${_lockstep_cudart}")
+      if(_lockstep_cudart MATCHES "^/")
+        lockstep_wheel_copy_of("${_lockstep_cudart}" _lockstep_cudart)
+        set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION "${_lockstep_cudart}")
+      endif()
     endif()
     string(REPLACE ";" ":" _lockstep_rpath_link "${_lockstep_wheel_dirs}")
     list(APPEND TORCH_LIBRARIES "-Wl,-rpath-link,${_lockstep_rpath_link}")
@@ -110,7 +120,9 @@ endmacro()
 function(lockstep_wheel_copy_of library out)
   set(result "${library}")
   get_filename_component(name "${library}" NAME)
-  if(library MATCHES "^/" AND NOT library MATCHES "/nvidia/" AND name MATCHES "^(lib[^.]+\\.so)")
+  string(FIND "${library}" "${_lockstep_torch_prefix}/" in_torch)
+  if(library MATCHES "^/" AND NOT library MATCHES "/nvidia/" AND NOT in_torch EQUAL 0
+     AND name MATCHES "^(lib[^.]+\\.so)")
     set(stem "${CMAKE_MATCH_1}")
     foreach(dir IN LISTS _lockstep_wheel_dirs)
       file(GLOB copies "${dir}/${stem}.[0-9]*")

@@ -1,5 +1,9 @@
 // Gloo: the CPU backend. Its TCP device binds to the interface that reaches the master (loopback when
 // the job is local), or to GLOO_SOCKET_IFNAME / the `interface` option when given.
+// With LibTorch 2.x this file is compiled against gloo headers that are not the gloo inside libtorch
+// (docs/libtorch.md): it calls only c10d's own functions (ProcessGroupGloo's constructor, Options,
+// createDeviceFor*), and must never name a gloo class (GlooStore, gloo::...) whose layout or vtable it
+// would then take from the wrong headers. gloo_ops_worker proves the result at run time.
 #include <cstdlib>
 #include <stdexcept>
 #include <string>

@@ -10,11 +10,12 @@
 //                                  and written to DIR/rank<R>.bin. Prints "rank R/W gloo_ops ok (...)" and
 //                                  exits 0 only if every check passed; else one line per failed check,
 //                                  exit 1.
-//   gloo_ops_worker --compare A B  the dumps of one rank from two builds (tests/e2e/gloo_cross_version.sh:
-//                                  lockstep on Debian's LibTorch 1.13 and on PyPI's 2.x, same world size):
-//                                  every result both produced must have the same bytes. A result only one
-//                                  could produce (1.13's Gloo reduces no bfloat16 and has no reduce_scatter)
-//                                  is listed. Exit 0 when nothing differs.
+//   gloo_ops_worker --compare A B  the dumps of one rank from two builds (tests/e2e/gloo_ops.sh: A from the
+//                                  reference build, e.g. Debian's LibTorch 1.13, B from this one, e.g. PyPI's
+//                                  2.x, same world size): every result both produced must have the same
+//                                  bytes, and B must produce every result A does. Results only B produces
+//                                  (1.13's Gloo reduces no bfloat16 and has no reduce_scatter) are listed.
+//                                  Exit 0 when nothing differs.
 //
 // What runs, for float32, float64, bfloat16, float16, int32, int64, int8, uint8 at n = 1, 1001, 65543:
 //   all_reduce sum, avg, min, max, product of small integers (exact in every dtype: every result must equal
@@ -337,6 +338,22 @@ int run_dump(const std::string& dir) {
                  report.failures(), report.checks(), TORCH_VERSION);
     return 1;
   }
+  // What this LibTorch's Gloo is known to lack; anything else refused is a failure (a refusal must not pass
+  // as a gap: 2.x's c10d::Backend refuses whatever a backend does not override).
+  const std::set<std::string> known_gaps =
+      TORCH_VERSION_MAJOR >= 2
+          ? std::set<std::string>{}
+          : std::set<std::string>{"all_gather bfloat16", "all_reduce bfloat16", "broadcast bfloat16",
+                                  "native _allgather_base", "native reduce_scatter"};
+  if (checker.unsupported() != known_gaps) {
+    std::string got, want;
+    for (const auto& s : checker.unsupported()) got += (got.empty() ? "" : ", ") + s;
+    for (const auto& s : known_gaps) want += (want.empty() ? "" : ", ") + s;
+    std::fprintf(
+        stderr, "rank %d/%d gloo_ops FAILED: this Gloo refused [%s], expected to lack only [%s] (torch %s)\n",
+        rank, world, got.c_str(), want.c_str(), TORCH_VERSION);
+    return 1;
+  }
   std::string notes;
   for (const auto& s : checker.unsupported()) notes += (notes.empty() ? "" : ", ") + s;
   std::printf("rank %d/%d gloo_ops ok (torch %s, %d checks; this Gloo lacks: %s)\n", rank, world,
@@ -415,7 +432,10 @@ int run_compare(const std::string& path_a, const std::string& path_b) {
               a.header.c_str(), b.header.c_str(), identical, differ, only_a.size(), only_b.size());
   for (const auto& name : only_a) std::printf("  only in A: %s\n", name.c_str());
   for (const auto& name : only_b) std::printf("  only in B: %s\n", name.c_str());
-  return differ == 0 && identical > 0 ? 0 : 1;
+  // B (this build) must give every result A (the reference) gives.
+  for (const auto& name : only_a)
+    std::fprintf(stderr, "FAIL %s: only the reference produced it\n", name.c_str());
+  return differ == 0 && only_a.empty() && identical > 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -25,6 +25,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+// CMake passes the version of the LibTorch it found (cmake/LockstepTorch.cmake): headers of another one
+// (Debian's in /usr/include, say, ahead of a pip torch's) would mix two versions in one program.
+#if defined(LOCKSTEP_TORCH_MAJOR) && \
+    (LOCKSTEP_TORCH_MAJOR != TORCH_VERSION_MAJOR || LOCKSTEP_TORCH_MINOR != TORCH_VERSION_MINOR)
+#error "torch/version.h is not from the LibTorch CMake found: another LibTorch's headers come first on the include path"
+#endif
+
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 /// 1 where c10d splits process groups (fronts) from backends (LibTorch 2.0+).

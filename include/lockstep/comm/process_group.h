@@ -41,6 +41,8 @@ enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
 class ProcessGroup {
  public:
   ProcessGroup() = default;
+  /// Normally made by init_process_group. `native` carries out the collectives: in LibTorch 2.x its default
+  /// backend does (c10d_compat.h: detail::as_process_group makes such a front).
   ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native, c10::intrusive_ptr<c10d::Store> root_store,
                c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options);
   ProcessGroup(ProcessGroup&&) noexcept;

@@ -27,11 +27,12 @@ endfunction()
 
 # lockstep_use_gloo_headers(TARGET PUBLIC|PRIVATE)
 #   With LOCKSTEP_WITH_GLOO (cmake/LockstepTorch.cmake), what c10d's ProcessGroupGloo.hpp needs: USE_C10D_GLOO
-#   and gloo's headers. Build-tree only: lockstep's installed headers never include ProcessGroupGloo.hpp, so
-#   a user's project needs no gloo headers.
+#   and gloo's headers, and LOCKSTEP_WITH_GLOO for the precompiled header (USE_C10D_GLOO alone is no sign of
+#   the headers: PyPI's torch defines it in its own targets). Build-tree only: lockstep's installed headers
+#   never include ProcessGroupGloo.hpp, so a user's project needs no gloo headers.
 function(lockstep_use_gloo_headers target scope)
   if(LOCKSTEP_WITH_GLOO)
-    target_compile_definitions(${target} ${scope} $<BUILD_INTERFACE:USE_C10D_GLOO>)
+    target_compile_definitions(${target} ${scope} $<BUILD_INTERFACE:USE_C10D_GLOO> $<BUILD_INTERFACE:LOCKSTEP_WITH_GLOO>)
     target_include_directories(${target} SYSTEM ${scope} $<BUILD_INTERFACE:${LOCKSTEP_GLOO_INCLUDE_DIR}>)
   endif()
 endfunction()

@@ -149,6 +149,10 @@ macro(lockstep_find_gloo_headers)
   if(LOCKSTEP_WITH_GLOO)
     find_path(LOCKSTEP_GLOO_INCLUDE_DIR gloo/algorithm.h HINTS ${TORCH_INCLUDE_DIRS}
               DOC "Folder holding gloo/algorithm.h (Debian/Ubuntu: libgloo-dev puts it in /usr/include)")
+    if(LOCKSTEP_GLOO_INCLUDE_DIR AND NOT EXISTS "${LOCKSTEP_GLOO_INCLUDE_DIR}/gloo/algorithm.h")
+      message(FATAL_ERROR "LOCKSTEP_GLOO_INCLUDE_DIR=${LOCKSTEP_GLOO_INCLUDE_DIR} holds no gloo/algorithm.h: name "
+                          "the folder that contains gloo/ (e.g. /usr/include, or a gloo checkout's root).")
+    endif()
     if(NOT LOCKSTEP_GLOO_INCLUDE_DIR)
       set(LOCKSTEP_WITH_GLOO OFF)
       message(WARNING

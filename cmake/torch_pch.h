@@ -4,7 +4,9 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#ifdef USE_C10D_GLOO  // lockstep built with gloo's headers (cmake/LockstepTorch.cmake)
+// Only where lockstep found gloo's headers (cmake/LockstepTorch.cmake); USE_C10D_GLOO alone says nothing about
+// that (PyPI's torch defines it in its CMake targets, and ships no gloo headers).
+#ifdef LOCKSTEP_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

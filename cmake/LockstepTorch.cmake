@@ -8,7 +8,8 @@
 #     Torch") with find_library(... PATHS <prefix>/lib), which searches the system's directories first: with
 #     Debian's libtorch-dev installed and CMAKE_PREFIX_PATH naming a pip torch, c10 came from /usr/lib, and
 #     one process would load two LibTorch versions. Libraries that lie outside TORCH_INSTALL_PREFIX are
-#     replaced by the install's own (a FATAL_ERROR naming the file when it has none).
+#     replaced by the install's library of the same name where it has one (others, e.g. the CUDA toolkit's,
+#     are left to lockstep_use_wheel_cuda_libraries). A Caffe2 config from another install is a FATAL_ERROR.
 #   - LOCKSTEP_TORCH_VERSION: MAJOR.MINOR.PATCH of the LibTorch found (Debian's 1.13.1 reports 1.13.0), and
 #     LOCKSTEP_TORCH_MAJOR / _MINOR (lockstep_use_torch passes them on, c10d_compat.h checks the headers).
 #   In an installed lockstepConfig.cmake, LOCKSTEP_BUILT_WITH_TORCH_DIR and _VERSION name the LibTorch that

@@ -8,8 +8,9 @@
 #     Torch") with find_library(... PATHS <prefix>/lib), which searches the system's directories first: with
 #     Debian's libtorch-dev installed and CMAKE_PREFIX_PATH naming a pip torch, c10 came from /usr/lib, and
 #     one process would load two LibTorch versions. Libraries that lie outside TORCH_INSTALL_PREFIX are
-#     replaced by the install's library of the same name where it has one (others, e.g. the CUDA toolkit's,
-#     are left to lockstep_use_wheel_cuda_libraries). A Caffe2 config from another install is a FATAL_ERROR.
+#     replaced by the install's library of the same name where it has one, else by the torch wheels' copy
+#     (the CUDA toolkit's: lockstep_use_wheel_cuda_libraries). A Caffe2 config from another install is a
+#     FATAL_ERROR.
 #   - LOCKSTEP_TORCH_VERSION: MAJOR.MINOR.PATCH of the LibTorch found (Debian's 1.13.1 reports 1.13.0), and
 #     LOCKSTEP_TORCH_MAJOR / _MINOR (lockstep_use_torch passes them on, c10d_compat.h checks the headers).
 #   In an installed lockstepConfig.cmake, LOCKSTEP_BUILT_WITH_TORCH_DIR and _VERSION name the LibTorch that
@@ -40,23 +41,48 @@ macro(lockstep_find_torch)
       "at the same LibTorch, or rebuild lockstep against this one.")
   endif()
   get_filename_component(_lockstep_torch_prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
+  get_filename_component(_lockstep_wheels "${_lockstep_torch_prefix}/../nvidia" REALPATH)
+  file(GLOB _lockstep_wheel_dirs LIST_DIRECTORIES true "${_lockstep_wheels}/*/lib")
   set(_lockstep_torch_libraries)
   foreach(_lockstep_lib IN LISTS TORCH_LIBRARIES)
-    if(_lockstep_lib MATCHES "^/" AND EXISTS "${_lockstep_lib}")
-      get_filename_component(_lockstep_real "${_lockstep_lib}" REALPATH)
-      string(FIND "${_lockstep_real}" "${_lockstep_torch_prefix}/" _lockstep_at)
-      get_filename_component(_lockstep_name "${_lockstep_lib}" NAME)
-      if(NOT _lockstep_at EQUAL 0 AND EXISTS "${_lockstep_torch_prefix}/lib/${_lockstep_name}")
-        message(STATUS "lockstep: TorchConfig picked ${_lockstep_lib} from outside ${_lockstep_torch_prefix} "
-                       "(another LibTorch is installed there); using ${_lockstep_torch_prefix}/lib/${_lockstep_name}")
-        set(_lockstep_lib "${_lockstep_torch_prefix}/lib/${_lockstep_name}")
-      endif()
-    endif()
+    lockstep_library_of_this_torch("${_lockstep_lib}" _lockstep_lib)
     list(APPEND _lockstep_torch_libraries "${_lockstep_lib}")
   endforeach()
   set(TORCH_LIBRARIES ${_lockstep_torch_libraries})
-  lockstep_use_wheel_cuda_libraries()
+  if(_lockstep_wheel_dirs)
+    lockstep_use_wheel_cuda_libraries()
+  endif()
 endmacro()
+
+# lockstep_library_of_this_torch(LIBRARY OUT): OUT = LIBRARY where it lies inside TORCH_INSTALL_PREFIX (or is no
+# file path); else the install's own library of that name (the system-directory case above), else the torch
+# wheels' lib<name>.so.<major> (lockstep_use_wheel_cuda_libraries), else LIBRARY unchanged.
+function(lockstep_library_of_this_torch library out)
+  set(result "${library}")
+  get_filename_component(name "${library}" NAME)
+  get_filename_component(real "${library}" REALPATH)
+  string(FIND "${real}" "${_lockstep_torch_prefix}/" in_torch)
+  string(FIND "${real}" "${_lockstep_wheels}/" in_wheels)
+  if(library MATCHES "^/" AND EXISTS "${library}" AND NOT in_torch EQUAL 0 AND NOT in_wheels EQUAL 0)
+    if(EXISTS "${_lockstep_torch_prefix}/lib/${name}")
+      set(result "${_lockstep_torch_prefix}/lib/${name}")
+      message(STATUS "lockstep: TorchConfig picked ${library} from outside ${_lockstep_torch_prefix} "
+                     "(another LibTorch is installed there); using ${result}")
+    elseif(name MATCHES "^(lib[^.]+\\.so)")
+      set(stem "${CMAKE_MATCH_1}")
+      foreach(dir IN LISTS _lockstep_wheel_dirs)
+        file(GLOB copies "${dir}/${stem}.[0-9]*")
+        foreach(copy IN LISTS copies)
+          if(copy MATCHES "\\.so\\.[0-9]+$")
+            message(STATUS "lockstep: linking ${copy} (the torch wheel's) instead of ${library}")
+            set(result "${copy}")
+          endif()
+        endforeach()
+      endforeach()
+    endif()
+  endif()
+  set(${out} "${result}" PARENT_SCOPE)
+endfunction()
 
 # lockstep_pin_caffe2_dir()
 #   TorchConfig.cmake loads its sibling Caffe2Config.cmake with find_dependency(Caffe2 PATHS <sibling>), and
@@ -90,53 +116,22 @@ endfunction()
 #   through libtorch_cuda's RPATH), but TorchConfig links programs against the CUDA toolkit CMake finds on the
 #   machine (e.g. /usr/local/cuda 13.0 beside a wheel built with 13.2), and ld then resolves libtorch_cuda's
 #   own dependencies from the toolkit too: an older libnccl.so.2 there fails the link with undefined nccl*
-#   symbols, and a program would load two CUDA runtimes. When TORCH_INSTALL_PREFIX sits beside such wheels,
-#   the toolkit libraries that TORCH_LIBRARIES and CUDA::cudart name are replaced by the wheels' copies of the
-#   same library, and ld searches the wheels' folders first for the libraries libtorch_cuda needs
-#   (-rpath-link). Other installs (Debian's, the pytorch.org zip) are left as they are.
+#   symbols, and a program would load two CUDA runtimes. When TORCH_INSTALL_PREFIX sits beside such wheels
+#   (lockstep_find_torch calls this only then), the toolkit libraries that TORCH_LIBRARIES (there) and
+#   CUDA::cudart (here) name are replaced by the wheels' copies of the same library, and ld searches the
+#   wheels' folders first for the libraries libtorch_cuda needs (-rpath-link). Other installs (Debian's, the
+#   pytorch.org zip) are left as they are.
 macro(lockstep_use_wheel_cuda_libraries)
-  get_filename_component(_lockstep_wheels "${_lockstep_torch_prefix}/../nvidia" REALPATH)
-  file(GLOB _lockstep_wheel_dirs LIST_DIRECTORIES true "${_lockstep_wheels}/*/lib")
-  if(_lockstep_wheel_dirs)
-    set(_lockstep_torch_libraries)
-    foreach(_lockstep_lib IN LISTS TORCH_LIBRARIES)
-      lockstep_wheel_copy_of("${_lockstep_lib}" _lockstep_lib)
-      list(APPEND _lockstep_torch_libraries "${_lockstep_lib}")
-    endforeach()
-    set(TORCH_LIBRARIES ${_lockstep_torch_libraries})
-    if(TARGET CUDA::cudart)
-      get_target_property(_lockstep_cudart CUDA::cudart IMPORTED_LOCATION)
-      if(_lockstep_cudart MATCHES "^/")
-        lockstep_wheel_copy_of("${_lockstep_cudart}" _lockstep_cudart)
-        set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION "${_lockstep_cudart}")
-      endif()
+  if(TARGET CUDA::cudart)
+    get_target_property(_lockstep_cudart CUDA::cudart IMPORTED_LOCATION)
+    if(_lockstep_cudart MATCHES "^/")
+      lockstep_library_of_this_torch("${_lockstep_cudart}" _lockstep_cudart)
+      set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION "${_lockstep_cudart}")
     endif()
-    string(REPLACE ";" ":" _lockstep_rpath_link "${_lockstep_wheel_dirs}")
-    list(APPEND TORCH_LIBRARIES "-Wl,-rpath-link,${_lockstep_rpath_link}")
   endif()
+  string(REPLACE ";" ":" _lockstep_rpath_link "${_lockstep_wheel_dirs}")
+  list(APPEND TORCH_LIBRARIES "-Wl,-rpath-link,${_lockstep_rpath_link}")
 endmacro()
-
-# lockstep_wheel_copy_of(LIBRARY OUT): OUT = the wheels' lib<name>.so.<major> for a library file
-# lib<name>.so[...] outside them, else LIBRARY unchanged.
-function(lockstep_wheel_copy_of library out)
-  set(result "${library}")
-  get_filename_component(name "${library}" NAME)
-  string(FIND "${library}" "${_lockstep_torch_prefix}/" in_torch)
-  if(library MATCHES "^/" AND NOT library MATCHES "/nvidia/" AND NOT in_torch EQUAL 0
-     AND name MATCHES "^(lib[^.]+\\.so)")
-    set(stem "${CMAKE_MATCH_1}")
-    foreach(dir IN LISTS _lockstep_wheel_dirs)
-      file(GLOB copies "${dir}/${stem}.[0-9]*")
-      foreach(copy IN LISTS copies)
-        if(copy MATCHES "\\.so\\.[0-9]+$")
-          message(STATUS "lockstep: linking ${copy} (the torch wheel's) instead of ${library}")
-          set(result "${copy}")
-        endif()
-      endforeach()
-    endforeach()
-  endif()
-  set(${out} "${result}" PARENT_SCOPE)
-endfunction()
 
 # lockstep_find_gloo_headers()
 #   c10d's ProcessGroupGloo.hpp includes gloo's headers (<gloo/algorithm.h>, ...). Debian's LibTorch relies on
@@ -185,9 +180,8 @@ function(lockstep_find_python_torch)
     set(env_python "${env_root}/bin/python3")
   endif()
   find_program(LOCKSTEP_PATH_PYTHON3 python3)
-  set(path_python3 "${LOCKSTEP_PATH_PYTHON3}")
   set(found "LOCKSTEP_PYTHON-NOTFOUND")
-  foreach(candidate "${env_python}" /usr/bin/python3 "${path_python3}")
+  foreach(candidate "${env_python}" /usr/bin/python3 "${LOCKSTEP_PATH_PYTHON3}")
     if(NOT candidate OR NOT EXISTS "${candidate}")
       continue()
     endif()

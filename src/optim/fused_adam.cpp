@@ -134,7 +134,7 @@ void update_avx2(const at::Tensor& param, const at::Tensor& grad, const at::Tens
   float* v = exp_avg_sq.data_ptr<float>();
   const int64_t n = param.numel();
   if (exact_sqrt) {
-    pass_avx2<Pass::kWhole>(p, g, m, v, v, n, s);
+    pass_avx2<Pass::kWhole>(p, g, m, v, nullptr, n, s);
     return;
   }
   if (scratch.numel() < kSqrtBlock) scratch = at::empty({kSqrtBlock}, exp_avg_sq.options());

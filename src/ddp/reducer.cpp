@@ -46,6 +46,14 @@ struct ReducerState {
   bool sync = true;
   bool in_backward = false;  // a finalize callback is queued
   std::vector<char> ready;
+  // Unused parameters (find_unused_parameters): which parameters got a gradient on this rank since the
+  // last synchronised backward (no_sync passes included), summed over the ranks into used_map.
+  std::vector<char> locally_used;
+  at::Tensor used_host;               // kInt, one entry per parameter, on the CPU
+  at::Tensor used_map;                // the same on the parameters' device (used_host itself on the CPU)
+  std::vector<char> used;             // after the reduction: used on some rank
+  std::vector<at::Tensor> kept_grad;  // view mode: an unused .grad's value, restored if unused everywhere
+  std::vector<char> kept;             // kept_grad[i] holds this iteration's value
   size_t next_launch = 0;
   int64_t iterations = 0;
   std::shared_ptr<Timeline> timeline;  // null unless LOCKSTEP_TIMELINE is set
@@ -55,6 +63,10 @@ struct ReducerState {
   void finalize();
   void reset_iteration();
   void copy_into_bucket(size_t index);
+  void mark_unused_ready(const std::vector<size_t>& missing);
+  comm::Work launch_used_map(bool contribute);
+  void read_used_map(comm::Work& used_work);
+  void write_back(size_t index, bool used_somewhere);
 };
 
 void ReducerState::reset_iteration() {
@@ -66,6 +78,8 @@ void ReducerState::reset_iteration() {
   }
   next_launch = 0;
   in_backward = false;
+  std::fill(locally_used.begin(), locally_used.end(), 0);
+  std::fill(kept.begin(), kept.end(), 0);
 }
 
 void ReducerState::copy_into_bucket(size_t index) {
@@ -73,14 +87,14 @@ void ReducerState::copy_into_bucket(size_t index) {
   at::Tensor& view = buckets[bucket].views[slot];
   at::Tensor& param = params[index];
   const at::Tensor& grad = param.grad();
-  const bool as_view = options.gradient_as_bucket_view();
-  if (as_view && grad.defined() && grad.data_ptr() == view.data_ptr()) return;  // already in place
-  if (grad.defined()) {
-    view.copy_(grad);
-  } else {
-    view.zero_();
+  if (!grad.defined()) {
+    view.zero_();  // contributes zeros; .grad stays undefined unless some rank used the parameter
+    return;
   }
-  // In view mode .grad was replaced (e.g. set to none): point it back at its bucket slot.
+  const bool as_view = options.gradient_as_bucket_view();
+  if (as_view && grad.data_ptr() == view.data_ptr()) return;  // already in place
+  view.copy_(grad);
+  // In view mode .grad was replaced (e.g. set to none, then accumulated afresh): point it back at its slot.
   if (as_view) param.mutable_grad() = view;
 }
 
@@ -104,6 +118,9 @@ void ReducerState::launch_ready_buckets() {
 
 void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>& self) {
   std::lock_guard<std::mutex> lock(mutex);
+  // Used on this rank since the last reduction, whether or not this backward synchronises (PyTorch's
+  // local_used_map): a gradient accumulated under no_sync is reduced by the next synchronised backward.
+  if (params[index].grad().defined()) locally_used[index] = 1;
   if (!sync) return;
   if (!in_backward) {
     in_backward = true;
@@ -122,6 +139,62 @@ void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>
   if (--b.pending == 0) {
     if (timeline) timeline->instant(b.label + " ready", 0);
     launch_ready_buckets();
+  }
+}
+
+void ReducerState::mark_unused_ready(const std::vector<size_t>& missing) {
+  for (size_t i : missing) {
+    // Contributes its current .grad (zeros if none): what no_sync accumulated, or what the user left.
+    // In view mode .grad is the bucket slot the all-reduce overwrites: keep its value, in case no rank
+    // used the parameter and .grad must stay as it was.
+    const at::Tensor& grad = params[i].grad();
+    const auto [bucket, slot] = locate[i];
+    if (options.gradient_as_bucket_view() && grad.defined() &&
+        grad.data_ptr() == buckets[bucket].views[slot].data_ptr()) {
+      if (!kept_grad[i].defined()) kept_grad[i] = at::empty_like(grad);  // once per parameter
+      kept_grad[i].copy_(grad);
+      kept[i] = 1;
+    }
+    copy_into_bucket(i);
+    ready[i] = 1;
+    --buckets[bucket].pending;
+  }
+}
+
+comm::Work ReducerState::launch_used_map(bool contribute) {
+  if (!options.find_unused_parameters()) return comm::Work();
+  int32_t* flags = used_host.data_ptr<int32_t>();
+  for (size_t i = 0; i < locally_used.size(); ++i) flags[i] = contribute ? locally_used[i] : 0;
+  if (!used_map.is_same(used_host)) used_map.copy_(used_host);
+  return group->all_reduce(used_map).then({}, " of DDP's used-parameter map");
+}
+
+void ReducerState::read_used_map(comm::Work& used_work) {
+  if (!options.find_unused_parameters()) {
+    std::fill(used.begin(), used.end(), 1);  // every parameter had a gradient on every rank
+    return;
+  }
+  used_work.wait();
+  if (!used_map.is_same(used_host)) used_host.copy_(used_map);
+  const int32_t* counts = used_host.data_ptr<int32_t>();
+  for (size_t i = 0; i < used.size(); ++i) used[i] = counts[i] > 0 ? 1 : 0;
+}
+
+void ReducerState::write_back(size_t index, bool used_somewhere) {
+  const auto [bucket, slot] = locate[index];
+  at::Tensor& view = buckets[bucket].views[slot];
+  at::Tensor& param = params[index];
+  if (!used_somewhere) {
+    // No rank used it: .grad stays untouched (undefined stays undefined, an old value stays as it was).
+    if (kept[index]) param.mutable_grad().copy_(kept_grad[index]);
+    return;
+  }
+  if (options.gradient_as_bucket_view()) {
+    if (!param.grad().defined()) param.mutable_grad() = view;  // used elsewhere only
+  } else if (param.grad().defined()) {
+    param.mutable_grad().copy_(view);
+  } else {
+    param.mutable_grad() = view.clone();
   }
 }
 
@@ -149,30 +222,15 @@ void ReducerState::finalize() {
     TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(), "): these parameters received no gradient in this ",
                 "backward pass: ", names_list.str(),
                 ". Every parameter must take part in the loss on every rank, or construct DDP with "
-                "DdpOptions().find_unused_parameters(true) to reduce them as zeros.");
+                "DdpOptions().find_unused_parameters(true) to let a parameter go unused.");
   }
-  for (size_t i : missing) {
-    // Unused this iteration: contribute zeros (its slice is zero-filled; .grad is left as it was).
-    ready[i] = 1;
-    const auto [bucket, slot] = locate[i];
-    buckets[bucket].views[slot].zero_();
-    --buckets[bucket].pending;
-  }
+  mark_unused_ready(missing);
   launch_ready_buckets();
   TORCH_INTERNAL_ASSERT(next_launch == buckets.size(), "reducer: not every bucket was launched");
+  comm::Work used_work = launch_used_map(/*contribute=*/true);  // after the buckets, on every rank
   for (auto& b : buckets) b.work.wait();
-  if (!options.gradient_as_bucket_view()) {
-    for (auto& b : buckets) {
-      for (size_t j = 0; j < b.params.size(); ++j) {
-        at::Tensor& param = params[b.params[j]];
-        if (param.grad().defined()) {
-          param.mutable_grad().copy_(b.views[j]);
-        } else {
-          param.mutable_grad() = b.views[j].clone();
-        }
-      }
-    }
-  }
+  read_used_map(used_work);
+  for (size_t i = 0; i < params.size(); ++i) write_back(i, used[i] != 0);
   ++iterations;
   reset_iteration();
 }
@@ -254,14 +312,27 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
     s.buckets.push_back(std::move(bucket));
   }
   if (options.gradient_as_bucket_view()) {
+    // Only gradients that exist become views: an undefined .grad stays undefined, as in one process
+    // (SGD's weight decay and Adam skip a parameter without a gradient).
     for (size_t i = 0; i < s.params.size(); ++i) {
+      if (!s.params[i].grad().defined()) continue;
       const auto [b, j] = s.locate[i];
       auto& view = s.buckets[b].views[j];
-      if (s.params[i].grad().defined()) view.copy_(s.params[i].grad());
+      view.copy_(s.params[i].grad());
       s.params[i].mutable_grad() = view;
     }
   }
   s.ready.assign(s.params.size(), 0);
+  s.locally_used.assign(s.params.size(), 0);
+  s.used.assign(s.params.size(), 1);
+  s.kept_grad.resize(s.params.size());
+  s.kept.assign(s.params.size(), 0);
+  if (options.find_unused_parameters() && !s.params.empty()) {
+    const auto count = static_cast<int64_t>(s.params.size());
+    s.used_host = at::zeros({count}, at::TensorOptions().dtype(at::kInt));
+    const auto device = s.params.front().device();
+    s.used_map = device.is_cpu() ? s.used_host : at::zeros({count}, at::TensorOptions().dtype(at::kInt).device(device));
+  }
   s.reset_iteration();
 
   // Hooks last: nothing can fire before the buckets exist.
@@ -327,6 +398,7 @@ void Reducer::reduce_zeros() {
     b.buffer.zero_();
     s.hook->run(*s.group, b.buffer).wait();
   }
+  if (s.options.find_unused_parameters()) s.launch_used_map(/*contribute=*/false).wait();  // used by none here
   // The result (the others' mean) is discarded: a joined rank does not step. With
   // gradient_as_bucket_view the buffers are .grad, so clear them again.
   for (auto& b : s.buckets) b.buffer.zero_();

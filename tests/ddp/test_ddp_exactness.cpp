@@ -272,7 +272,7 @@ TEST(Ddp, NoSyncAccumulationEqualsTheLargeBatch) {
   }));
 }
 
-TEST(Ddp, UnusedParametersAreReducedAsZerosWhenAsked) {
+TEST(Ddp, UnusedParametersWhenAskedMatchOneProcess) {
   const auto data = make_data(24);
   const auto want = reference_params(data, Opt::kSgd, 3, /*with_unused=*/true);
   auto store = new_store();

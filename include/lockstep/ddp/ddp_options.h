@@ -25,7 +25,8 @@ class DdpOptions {
   LOCKSTEP_OPTION(DdpOptions, double, first_bucket_cap_mb)
   /// Re-broadcast buffers (e.g. BatchNorm running stats) from rank 0 before each forward.
   LOCKSTEP_OPTION(DdpOptions, bool, broadcast_buffers)
-  /// Reduce parameters that got no gradient in an iteration as zeros (instead of failing).
+  /// Let parameters go without a gradient in an iteration (instead of failing), as PyTorch does: one
+  /// used on some rank is averaged, one used on none keeps its .grad untouched (reducer.h).
   LOCKSTEP_OPTION(DdpOptions, bool, find_unused_parameters)
   /// Make each .grad a view into its bucket: no copy in or out, no extra gradient memory.
   LOCKSTEP_OPTION(DdpOptions, bool, gradient_as_bucket_view)

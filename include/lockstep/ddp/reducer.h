@@ -26,9 +26,17 @@ struct ReducerState;
  * the bucket down; a bucket whose last gradient arrived is handed to the comm hook — an asynchronous
  * all-reduce — while backward goes on computing earlier layers. Buckets go out strictly in bucket order
  * on every rank. The first hook of a backward also queues an engine callback, which runs when the
- * backward is over, before backward() returns: it zero-fills (find_unused_parameters) or reports the
- * parameters that got no gradient, launches what is left, waits for every bucket in order, and writes
- * the averaged gradients back into .grad. The user calls nothing extra.
+ * backward is over, before backward() returns: it reports the parameters that got no gradient, or with
+ * find_unused_parameters marks them ready with their current .grad (zeros if none); launches what is
+ * left, waits for every bucket in order, and writes the averaged gradients back into .grad. The user
+ * calls nothing extra.
+ *
+ * Unused parameters follow PyTorch's reducer. Each rank records which parameters got a gradient since
+ * the last reduction (no_sync passes included); with find_unused_parameters that map is summed over the
+ * ranks after the last bucket. A parameter used on some rank gets the average like any other (ranks
+ * that did not use it contribute zeros, or what their .grad held); a parameter no rank used keeps its
+ * .grad untouched — undefined stays undefined, an old value stays as it was — so weight decay, momentum
+ * and Adam leave it exactly as one process would.
  *
  * Inside a no_sync() scope the hooks do nothing: gradients accumulate locally in .grad, and the next
  * synchronised backward reduces the accumulated sum.

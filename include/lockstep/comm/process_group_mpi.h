@@ -15,6 +15,7 @@ namespace lockstep::comm {
 
 namespace detail {
 struct MpiGroupState;
+class SerialExecutor;
 }  // namespace detail
 
 /// Options of the MPI backend.
@@ -98,8 +99,9 @@ class ProcessGroupMpi final : public NativeBackend {
 
  private:
   MpiOptions options_;
-  // Shared with the worker thread, which outlives the group when a collective never returns.
+  // Shared with the executor's thread, which outlives the group when a collective never returns.
   std::shared_ptr<detail::MpiGroupState> state_;
+  std::shared_ptr<detail::SerialExecutor> executor_;  // its Works ask it what runs now
 };
 
 }  // namespace lockstep::comm

@@ -21,6 +21,7 @@
 namespace lockstep::comm {
 
 namespace detail {
+class SerialExecutor;
 class ShmChannel;
 class ShmWork;
 }  // namespace detail
@@ -127,27 +128,19 @@ class ProcessGroupShm final : public NativeBackend {
   const std::string& segment_name() const { return segment_name_; }
 
  private:
-  struct Task;
   struct SharedBuffer;
   // The shared buffer `t` lies in (its own region: base + rank * stride), and t's byte offset in it.
   std::pair<const SharedBuffer*, std::size_t> find_shared(const at::Tensor& t) const;
+  /// Runs `run` (given the collective's number) on the executor, after every collective issued before.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void(std::uint64_t sequence)> run);
-  void worker_loop();
-  void execute(Task& task);
 
   ShmOptions options_;
   std::string segment_name_;
   std::unique_ptr<detail::ShmChannel> channel_;
-  // Touched only by the collective running (on the worker or inline; busy_ orders them).
+  // Touched only by the collective running (the executor runs one at a time).
   std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  std::uint64_t next_sequence_ = 0;
-  bool stopping_ = false;
-  bool busy_ = false;  // a collective is running (on the worker or inline)
-  std::thread worker_;
+  std::unique_ptr<detail::SerialExecutor> executor_;  // last: stopped first
 };
 
 }  // namespace lockstep::comm

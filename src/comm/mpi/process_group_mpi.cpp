@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -16,6 +15,7 @@
 
 #include "../average.h"
 #include "../queued_work.h"
+#include "../serial_executor.h"
 #include "mpi_runtime.h"
 
 // Each group owns a duplicate of MPI_COMM_WORLD (so its messages never meet another group's) and one
@@ -28,37 +28,26 @@
 namespace lockstep::comm {
 namespace detail {
 
-class MpiWork;
-
-struct MpiTask {
-  c10::intrusive_ptr<MpiWork> work;
-  std::string what;  // "allreduce #3", for errors
-  std::function<void(MPI_Comm)> run;
-};
-
+// What the group's collectives share with the executor's thread, which outlives the group when a
+// collective never returns.
 struct MpiGroupState {
   int rank = 0;
   MPI_Comm comm = MPI_COMM_NULL;
   std::mutex mutex;
   std::condition_variable cv;
-  std::deque<std::unique_ptr<MpiTask>> queue;
-  std::uint64_t next_sequence = 0;
-  bool stopping = false;
-  bool created = false;             // the worker's MPI_Comm_dup returned (comm or create_error is set)
+  bool created = false;             // the MPI_Comm_dup returned (comm or create_error is set)
   std::exception_ptr create_error;  // why it failed
-  bool exited = false;              // the worker returned
-  std::string running;              // the task inside MPI now ("allreduce #3"), empty between tasks
 };
 
 class MpiWork final : public QueuedWork {
  public:
-  MpiWork(const std::shared_ptr<MpiGroupState>& state, c10d::OpType type, std::vector<at::Tensor> outputs,
-          std::chrono::milliseconds timeout, std::string what)
-      : QueuedWork(state->rank, type, std::move(outputs)),
-        rank_(state->rank),
+  MpiWork(int rank, const std::shared_ptr<SerialExecutor>& executor, c10d::OpType type,
+          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout, std::string what)
+      : QueuedWork(rank, type, std::move(outputs)),
+        rank_(rank),
         timeout_(timeout),
         what_(std::move(what)),
-        state_(state) {}
+        executor_(executor) {}
 
   // kNoTimeout (0) and kUnsetTimeout (-1) mean the group's: no wait on an MPI collective is unbounded.
   bool wait(std::chrono::milliseconds timeout) override {
@@ -87,51 +76,18 @@ class MpiWork final : public QueuedWork {
   int rank_;
   std::chrono::milliseconds timeout_;
   std::string what_;
-  std::weak_ptr<MpiGroupState> state_;
+  std::weak_ptr<SerialExecutor> executor_;
   std::chrono::steady_clock::time_point issued_ = std::chrono::steady_clock::now();
 
   // The collective this group's worker is inside now when it is not this one, else "".
   std::string running_other_than_this() const {
-    const auto state = state_.lock();
-    if (!state) return "";
-    std::lock_guard<std::mutex> lock(state->mutex);
-    return state->running == what_ ? "" : state->running;
+    const auto executor = executor_.lock();
+    if (!executor) return "";
+    const std::string running = executor->running();
+    return running == what_ ? "" : running;
   }
 };
 
-namespace {
-
-void execute(MpiGroupState& state, MpiTask& task) {
-  try {
-    task.run(state.comm);
-    task.work->complete(nullptr);
-  } catch (const std::exception& e) {
-    task.work->complete(std::make_exception_ptr(
-        std::runtime_error("rank " + std::to_string(state.rank) + ": mpi " + task.what + ": " + e.what())));
-  }
-}
-
-void worker_loop(const std::shared_ptr<MpiGroupState>& state) {
-  for (;;) {
-    std::unique_ptr<MpiTask> task;
-    {
-      std::unique_lock<std::mutex> lock(state->mutex);
-      state->cv.wait(lock, [&] { return state->stopping || !state->queue.empty(); });
-      if (state->queue.empty()) break;
-      task = std::move(state->queue.front());
-      state->queue.pop_front();
-      state->running = task->what;
-    }
-    execute(*state, *task);
-    std::lock_guard<std::mutex> lock(state->mutex);
-    state->running.clear();
-  }
-  std::lock_guard<std::mutex> lock(state->mutex);
-  state->exited = true;
-  state->cv.notify_all();
-}
-
-}  // namespace
 }  // namespace detail
 
 namespace {
@@ -180,18 +136,32 @@ int to_count(int64_t count, const char* op) {
   return static_cast<int>(count);
 }
 
-// Queues `run` on the group's worker; the Work completes when it returns (or fails with its error).
+// Queues `run` on the group's executor; the Work completes when it returns (or fails with its error).
 c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<detail::MpiGroupState>& state,
+                                       const std::shared_ptr<detail::SerialExecutor>& executor,
                                        std::chrono::milliseconds timeout, c10d::OpType type, const char* op,
                                        std::vector<at::Tensor> outputs, std::function<void(MPI_Comm)> run) {
-  std::unique_lock<std::mutex> lock(state->mutex);
-  TORCH_CHECK(!state->stopping, "mpi ", op, ": the process group is shutting down");
-  std::string what = std::string(op) + " #" + std::to_string(++state->next_sequence);
-  auto work = c10::make_intrusive<detail::MpiWork>(state, type, std::move(outputs), timeout, what);
-  state->queue.push_back(
-      std::make_unique<detail::MpiTask>(detail::MpiTask{work, std::move(what), std::move(run)}));
-  lock.unlock();
-  state->cv.notify_all();
+  c10::intrusive_ptr<detail::MpiWork> work;
+  executor->submit([&](std::uint64_t sequence, std::size_t /*queued_ahead*/) {
+    const std::string what = std::string(op) + " #" + std::to_string(sequence);
+    work = c10::make_intrusive<detail::MpiWork>(state->rank, executor, type, std::move(outputs), timeout, what);
+    detail::SerialExecutor::Entry entry;
+    entry.label = what;
+    entry.job = [state, work, what, run = std::move(run)] {
+      try {
+        run(state->comm);
+        work->complete(nullptr);
+      } catch (const std::exception& e) {
+        work->complete(std::make_exception_ptr(
+            std::runtime_error("rank " + std::to_string(state->rank) + ": mpi " + what + ": " + e.what())));
+      }
+    };
+    entry.abandon = [state, work, what] {
+      work->complete(std::make_exception_ptr(std::runtime_error(
+          "rank " + std::to_string(state->rank) + ": mpi " + what + " never ran: its process group was destroyed")));
+    };
+    return entry;
+  });
   return work;
 }
 
@@ -241,7 +211,8 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   // this) costs the others the group's timeout, not a hang. Errors come back as codes, so a failing
   // collective becomes an exception naming it instead of aborting the whole job.
   init();
-  std::thread([state = state_, timeout = options_.timeout()] {
+  executor_ = std::make_shared<detail::SerialExecutor>("mpi");
+  executor_->start([state = state_, timeout = options_.timeout()] {
     try {
       MpiCallScope scope("rank " + std::to_string(state->rank) + ": MPI_Comm_dup", timeout);
       mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state->comm), "MPI_Comm_dup");
@@ -253,17 +224,16 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
     {
       std::lock_guard<std::mutex> lock(state->mutex);
       state->created = true;
-      if (state->create_error) state->stopping = true;
     }
     state->cv.notify_all();
-    detail::worker_loop(state);
-  }).detach();
+  });
   std::unique_lock<std::mutex> lock(state_->mutex);
   const bool created = state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->created; });
   if (created && !state_->create_error) return;
-  // The worker leaves when (if ever) the dup returns; nothing may be queued on this group. ~ProcessGroup
-  // does not run for a constructor that throws, so stop the worker here.
-  state_->stopping = true;
+  // The executor's thread leaves when (if ever) the dup returns; nothing may be queued on this group.
+  // ~ProcessGroup does not run for a constructor that throws, so stop it here.
+  lock.unlock();
+  executor_->stop(std::chrono::milliseconds(0));
   if (created) std::rethrow_exception(state_->create_error);
   throw std::runtime_error(
       "rank " + std::to_string(rank) +
@@ -275,22 +245,9 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
 }
 
 ProcessGroupMpi::~ProcessGroupMpi() {
-  std::deque<std::unique_ptr<detail::MpiTask>> abandoned;
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->stopping = true;
-    abandoned.swap(state_->queue);
-  }
-  state_->cv.notify_all();
-  for (auto& task : abandoned) {
-    task->work->complete(std::make_exception_ptr(
-        std::runtime_error("rank " + std::to_string(getRank()) + ": mpi " + task->what +
-                           " never ran: its process group was destroyed")));
-  }
-  // The worker is detached and owns the state with us: a collective that never returns leaves it behind.
-  std::unique_lock<std::mutex> lock(state_->mutex);
-  if (!state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->exited; })) return;
-  lock.unlock();
+  // Queued collectives fail; a collective that never returns leaves the executor's thread behind (it
+  // owns the state with us), and the communicator with it.
+  if (!executor_->stop(options_.timeout())) return;
   try {
     MpiCallScope scope("rank " + std::to_string(getRank()) + ": MPI_Comm_free", options_.timeout());
     MPI_Comm_free(&state_->comm);
@@ -319,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allreduce(std::vector<at::Tensor
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   const int size = getSize();
   return enqueue(
-      state_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
+      state_, executor_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
       [tensor, type, mpi_op, op, size](MPI_Comm comm) {
         at::Tensor& t = tensor->work;
         auto* data = static_cast<char*>(t.data_ptr());
@@ -350,7 +307,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::broadcast(std::vector<at::Tensor
               opts.rootTensor);
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(state_, options_.timeout(), c10d::OpType::BROADCAST, "broadcast", tensors,
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::BROADCAST, "broadcast", tensors,
                  [tensor, root](MPI_Comm comm) {
                    at::Tensor& t = tensor->work;
                    auto* data = static_cast<char*>(t.data_ptr());
@@ -386,7 +343,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allgather(std::vector<std::vecto
   auto outs = outputs[0];
   const int size = getSize();
   return enqueue(
-      state_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
+      state_, executor_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
       [input, outs, count, size](MPI_Comm comm) {
         // Into one buffer (MPI needs the blocks back to back), then out into the caller's tensors.
         at::Tensor flat = at::empty({size, input.numel()}, input.options());
@@ -414,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& outp
   const int count = to_count(input.numel() * static_cast<int64_t>(input.element_size()), "_allgather_base");
   auto in = input.contiguous();
   auto out = output;
-  return enqueue(state_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
                  [in, out, count](MPI_Comm comm) {
                    MpiCallScope scope("MPI_Allgather");
                    mpi_check(
@@ -442,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::reduce_scatter(std::vector<at::T
   auto output = std::make_shared<Contiguous>(outputs[0]);
   auto ins = inputs[0];
   const int size = getSize();
-  return enqueue(state_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
                  [output, ins, type, mpi_op, op, count, size](MPI_Comm comm) {
                    // MPI takes the blocks back to back in one buffer.
                    at::Tensor flat = at::empty({size, static_cast<int64_t>(count)}, output->work.options());
@@ -473,7 +430,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_reduce_scatter_base(at::Tensor&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return enqueue(state_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
     MpiCallScope scope("MPI_Barrier");
     mpi_check(MPI_Barrier(comm), "MPI_Barrier");
   });

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "../queued_work.h"
+#include "../serial_executor.h"
 #include "shm_channel.h"
 #include "shm_reduce.h"
 
@@ -326,12 +327,6 @@ struct ProcessGroupShm::SharedBuffer {
   std::size_t stride = 0;
 };
 
-struct ProcessGroupShm::Task {
-  c10::intrusive_ptr<detail::ShmWork> work;
-  std::function<void(std::uint64_t)> run;
-  std::uint64_t sequence;
-};
-
 ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                  ShmOptions options)
     : NativeBackend(rank, size), options_(std::move(options)) {
@@ -365,78 +360,37 @@ ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, i
     channel_->segment().unlink();  // every rank has it mapped: nothing can be left behind from now on
   }
   init();
-  worker_ = std::thread([this] { worker_loop(); });
+  executor_ = std::make_unique<detail::SerialExecutor>("shm", options_.inline_when_idle());
+  executor_->start();
 }
 
-ProcessGroupShm::~ProcessGroupShm() {
-  std::deque<std::unique_ptr<Task>> abandoned;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    abandoned.swap(queue_);
-  }
-  cv_.notify_all();
-  for (auto& task : abandoned) {
-    task->work->complete(std::make_exception_ptr(std::runtime_error(
-        "shm collective #" + std::to_string(task->sequence) + " never ran: its process group was destroyed")));
-  }
-  if (worker_.joinable()) worker_.join();
-}
+// Every collective ends within its timeout: the executor's running one is waited for, queued ones fail.
+ProcessGroupShm::~ProcessGroupShm() { executor_->stop(std::chrono::milliseconds::max()); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                         std::function<void(std::uint64_t)> run) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  TORCH_CHECK(!stopping_, "shm process group is shutting down");
-  const auto backstop = options_.timeout() * static_cast<int64_t>(queue_.size() + 1) + std::chrono::seconds(10);
-  auto work = c10::make_intrusive<detail::ShmWork>(getRank(), type, std::move(outputs), backstop);
-  auto task = std::make_unique<Task>(Task{work, std::move(run), ++next_sequence_});
-  if (options_.inline_when_idle() && queue_.empty() && !busy_) {
-    busy_ = true;  // nothing ahead of it: run it here, in order
-    lock.unlock();
-    execute(*task);
-    lock.lock();
-    busy_ = false;
-    // The worker is the only waiter: wake it only for work queued meanwhile. An unconditional notify
-    // costs it two context switches per collective, tens of microseconds on a busy core.
-    const bool queued = !queue_.empty();
-    lock.unlock();
-    if (queued) cv_.notify_all();
-    return work;
-  }
-  queue_.push_back(std::move(task));
-  lock.unlock();
-  cv_.notify_all();
+  c10::intrusive_ptr<detail::ShmWork> work;
+  executor_->submit([&](std::uint64_t sequence, std::size_t queued_ahead) {
+    const auto backstop = options_.timeout() * static_cast<int64_t>(queued_ahead + 1) + std::chrono::seconds(10);
+    work = c10::make_intrusive<detail::ShmWork>(getRank(), type, std::move(outputs), backstop);
+    detail::SerialExecutor::Entry entry;
+    entry.label = "shm collective #" + std::to_string(sequence);
+    entry.job = [this, work, run = std::move(run), sequence] {
+      try {
+        run(sequence);
+        work->complete(nullptr);
+      } catch (const std::exception& e) {
+        channel_->record_failure(e.what());  // no-op when another rank failed first
+        work->complete(std::current_exception());
+      }
+    };
+    entry.abandon = [work, sequence] {
+      work->complete(std::make_exception_ptr(std::runtime_error(
+          "shm collective #" + std::to_string(sequence) + " never ran: its process group was destroyed")));
+    };
+    return entry;
+  });
   return work;
-}
-
-void ProcessGroupShm::execute(Task& task) {
-  try {
-    task.run(task.sequence);
-    task.work->complete(nullptr);
-  } catch (const std::exception& e) {
-    channel_->record_failure(e.what());  // no-op when another rank failed first
-    task.work->complete(std::current_exception());
-  }
-}
-
-void ProcessGroupShm::worker_loop() {
-  for (;;) {
-    std::unique_ptr<Task> task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || (!queue_.empty() && !busy_); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    execute(*task);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      busy_ = false;
-    }
-    cv_.notify_all();
-  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor>& tensors,

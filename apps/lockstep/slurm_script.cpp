@@ -10,6 +10,7 @@
 #include "slurm_script.h"
 
 #include "cli_parse.h"
+#include "lockstep/detail/worker_contract.h"
 
 #include <iostream>
 #include <memory>
@@ -22,7 +23,7 @@
 namespace lockstep::cli {
 namespace {
 
-constexpr int kPreemptedExitStatus = 75;  // lockstep::train::kPreemptedExitStatus (train/trainer.h)
+using lockstep::detail::kPreemptedExitStatus;  // lockstep/detail/worker_contract.h
 
 [[noreturn]] void bad(const std::string& message) {
   throw std::invalid_argument(message);

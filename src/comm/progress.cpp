@@ -1,5 +1,7 @@
 #include "progress.h"
 
+#include "lockstep/detail/worker_contract.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,7 +21,6 @@ namespace {
 
 constexpr std::size_t kRecent = 8;          // descriptions kept in a record
 constexpr std::size_t kMaxListed = 16;      // ranks named in one message
-constexpr std::size_t kMaxHeartbeat = 400;  // bytes of one heartbeat line (atomic in a pipe: < PIPE_BUF)
 
 std::int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -150,7 +151,7 @@ Progress::~Progress() {
 }
 
 int Progress::heartbeat_fd_from_env() {
-  const char* raw = std::getenv(kHeartbeatFdVariable);
+  const char* raw = std::getenv(lockstep::detail::kHeartbeatFdVariable);
   if (raw == nullptr || *raw == '\0') return -1;
   char* end = nullptr;
   const long fd = std::strtol(raw, &end, 10);
@@ -220,14 +221,12 @@ void Progress::publish() {
     }
   }
   if (heartbeat_fd_ >= 0) {
-    std::string line = std::to_string(record.issued) + " " + std::to_string(record.finished) + " " +
-                       (record.waiting ? "1 " : "0 ") +
-                       (record.recent.empty() ? std::string("-") : record.recent.back().second);
-    if (line.size() > kMaxHeartbeat) line.resize(kMaxHeartbeat);
-    for (char& c : line) {
-      if (c == '\n') c = ' ';
-    }
-    line += '\n';
+    lockstep::detail::Heartbeat beat;
+    beat.issued = record.issued;
+    beat.finished = record.finished;
+    beat.waiting = record.waiting;
+    if (!record.recent.empty()) beat.last_op = record.recent.back().second;
+    const std::string line = format_heartbeat(beat);
     // Non-blocking: a launcher that reads slowly loses a beat (EAGAIN), never stalls this thread.
     if (::write(heartbeat_fd_, line.data(), line.size()) < 0 && errno == EPIPE) heartbeat_fd_ = -1;
   }
@@ -245,7 +244,10 @@ void Progress::stop() {
   if (thread_.joinable()) thread_.join();
   publish();
   if (heartbeat_fd_ >= 0) {
-    (void)!::write(heartbeat_fd_, "bye\n", 4);
+    lockstep::detail::Heartbeat bye;
+    bye.bye = true;
+    const std::string line = format_heartbeat(bye);
+    (void)!::write(heartbeat_fd_, line.data(), line.size());
     heartbeat_fd_ = -1;
   }
 }

@@ -35,9 +35,6 @@
 
 namespace lockstep::comm::detail {
 
-/// The environment variable through which a launcher passes the write end of a heartbeat pipe.
-inline constexpr const char* kHeartbeatFdVariable = "LOCKSTEP_HEARTBEAT_FD";
-
 /// One rank's record as read back from the store.
 struct ProgressRecord {
   std::int64_t unix_ms = 0;     // when it was written (the writer's clock)

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "lockstep/detail/shm_names.h"
+#include "lockstep/detail/worker_contract.h"
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
@@ -61,9 +63,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The status lockstep's Trainer exits with after a preemption notice (train::kPreemptedExitStatus; the
-// launcher does not depend on train, so the number is repeated here: EX_TEMPFAIL).
-constexpr int kPreemptedStatus = 75;
 // After the last worker is reaped, how long to wait for the pipes to reach EOF.
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // poll() never sleeps longer than this, so a lost wake-up cannot stall the loop.
@@ -79,7 +78,7 @@ struct Heartbeat {
   Clock::time_point last_beat;
   Clock::time_point last_progress;  // when issued/finished last changed
   Clock::time_point last_active;    // the same, or the last beat that said "waiting"
-  std::string progress;           // "<issued> <finished>"
+  std::pair<std::uint64_t, std::uint64_t> progress;  // (issued, finished)
   bool waiting = false;
   bool last_finished = false;     // the last collective issued has finished
   std::string last_op;
@@ -192,7 +191,7 @@ class Attempt {
     detail::SpawnSettings settings;
     settings.null_stdin = ::isatty(STDIN_FILENO) == 1;
     settings.default_sigpipe = !relay_.sigpipe_was_ignored();
-    settings.heartbeat_fd = kHeartbeatFd;
+    settings.heartbeat_fd = lockstep::detail::kHeartbeatFd;
     const EnvEntries base = current_environment();
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
@@ -321,17 +320,15 @@ class Attempt {
     const auto now = Clock::now();
     std::size_t start = 0;
     for (std::size_t end; (end = beat.partial.find('\n', start)) != std::string::npos; start = end + 1) {
-      const std::string line = beat.partial.substr(start, end - start);
-      if (line == "bye") {
+      const std::optional<lockstep::detail::Heartbeat> line =
+          lockstep::detail::parse_heartbeat(beat.partial.substr(start, end - start));
+      if (!line) continue;
+      if (line->bye) {
         beat.ended = true;
         continue;
       }
-      // "<issued> <finished> <waiting> <last collective>"
-      const auto first = line.find(' ');
-      const auto second = first == std::string::npos ? first : line.find(' ', first + 1);
-      if (second == std::string::npos || second + 2 > line.size()) continue;
-      const std::string progress = line.substr(0, second);
-      beat.waiting = line[second + 1] == '1';
+      const std::pair<std::uint64_t, std::uint64_t> progress{line->issued, line->finished};
+      beat.waiting = line->waiting;
       // Progress: a collective issued or finished, or still waiting in one (a wait that ends with an
       // error leaves the numbers as they were, and the rank must get the time to report it).
       if (!beat.started || progress != beat.progress) beat.last_progress = now;
@@ -339,8 +336,8 @@ class Attempt {
       beat.started = true;
       beat.ended = false;
       beat.progress = progress;
-      beat.last_finished = progress.substr(0, first) == progress.substr(first + 1);
-      beat.last_op = second + 3 <= line.size() ? line.substr(second + 3) : "";
+      beat.last_finished = line->issued == line->finished;
+      beat.last_op = line->last_op;
       beat.last_beat = now;
     }
     beat.partial.erase(0, start);
@@ -356,7 +353,7 @@ class Attempt {
     for (Worker& w : workers_) {
       const Heartbeat& beat = w.heartbeat;
       if (w.exit || !beat.started || beat.ended) continue;
-      const std::string last = beat.last_op.empty() || beat.last_op == "-" ? std::string("none yet") : beat.last_op;
+      const std::string last = beat.last_op.empty() ? std::string("none yet") : beat.last_op;
       if (now - beat.last_beat > timeout) {
         stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) +
                      " (collective timeout " + seconds_text(timeout) + "): the process is stopped (SIGSTOP, a "
@@ -501,11 +498,11 @@ class Attempt {
               ": " + detail::error_text(spawn_error_) +
               (spawn_error_ == ENOENT ? " (not found in PATH)" : ""));
     } else if (cause_ == StopCause::kWorkerFailed && preempted_ && stall_reason_.empty() &&
-               failure_->shell_status() == kPreemptedStatus) {
+               failure_->shell_status() == lockstep::detail::kPreemptedExitStatus) {
       // The workers were asked to leave (SIGUSR1) and did so with the status lockstep's Trainer uses
       // after writing its checkpoint: a preemption, not a failure.
       message("preempted: rank " + std::to_string(*failed_rank_) + " exited with status " +
-              std::to_string(kPreemptedStatus) + " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
+              std::to_string(lockstep::detail::kPreemptedExitStatus) + " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
               "requeue the job and resume it with --resume last (or auto)");
     } else if (cause_ == StopCause::kWorkerFailed) {
       const Worker* failed = nullptr;

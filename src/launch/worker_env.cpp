@@ -1,10 +1,10 @@
 #include "lockstep/launch/worker_env.h"
 
+#include <unistd.h>  // environ (glibc declares it with _GNU_SOURCE, which g++ defines)
+
 #include <string>
 #include <utility>
 #include <vector>
-
-extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere else
 
 namespace lockstep::launch {
 namespace {
@@ -39,7 +39,7 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGUSR1"},
       // The write end of the worker's heartbeat pipe (worker_process.cpp puts it there); lockstep's
       // process groups report their progress through it (comm/progress.h).
-      {"LOCKSTEP_HEARTBEAT_FD", std::to_string(kHeartbeatFd)},
+      {lockstep::detail::kHeartbeatFdVariable, std::to_string(lockstep::detail::kHeartbeatFd)},
   };
   if (config.collective_timeout_given) {
     vars.emplace_back("LOCKSTEP_TIMEOUT", std::to_string(config.collective_timeout.count() / 1000.0));

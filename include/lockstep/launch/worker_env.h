@@ -3,12 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/detail/worker_contract.h"
 #include "lockstep/launch/launch_config.h"
 
 namespace lockstep::launch {
-
-/// The descriptor number at which each worker finds the write end of its heartbeat pipe.
-inline constexpr int kHeartbeatFd = 3;
 
 /// Environment entries ("KEY=VALUE"), as execve takes them.
 using EnvEntries = std::vector<std::string>;
@@ -26,7 +24,8 @@ using EnvEntries = std::vector<std::string>;
 ///   TORCHELASTIC_RESTART_COUNT  restart_count   TORCHELASTIC_MAX_RESTARTS   max_restarts
 ///   TORCHELASTIC_RUN_ID         run_id          TORCHELASTIC_USE_AGENT_STORE False
 ///                      (rank 0 hosts the TCPStore itself; lockstep's launcher runs no store)
-///   LOCKSTEP_HEARTBEAT_FD  kHeartbeatFd: where lockstep's process groups write their heartbeats
+///   LOCKSTEP_HEARTBEAT_FD  detail::kHeartbeatFd: where lockstep's process groups write their heartbeats
+///                      (lockstep/detail/worker_contract.h)
 ///   LOCKSTEP_TIMEOUT   config.collective_timeout in seconds, only when it came from --collective-timeout
 ///   OMP_NUM_THREADS    config.omp_num_threads, only when `base` does not set it
 ///   PYTHONUNBUFFERED   1, only when `base` does not set it (to any value): workers' stdout is a pipe,

@@ -1,0 +1,72 @@
+// The worker contract (lockstep/detail/worker_contract.h): the heartbeat line comm writes and the launcher
+// reads, through the same two functions, and the numbers both sides share.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lockstep/detail/worker_contract.h"
+#include "lockstep/launch/worker_env.h"
+
+namespace lockstep::detail {
+namespace {
+
+TEST(WorkerContract, AHeartbeatSurvivesTheLine) {
+  Heartbeat beat;
+  beat.issued = 18446744073709551615ull;
+  beat.finished = 41;
+  beat.waiting = true;
+  beat.last_op = "allreduce #42 (Float[1024]) sum of DDP's bucket 0 (4.00 KiB)";
+  const std::string line = format_heartbeat(beat);
+  ASSERT_EQ(line.back(), '\n');
+  const auto back = parse_heartbeat(line.substr(0, line.size() - 1));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_FALSE(back->bye);
+  EXPECT_EQ(back->issued, beat.issued);
+  EXPECT_EQ(back->finished, 41u);
+  EXPECT_TRUE(back->waiting);
+  EXPECT_EQ(back->last_op, beat.last_op);
+}
+
+TEST(WorkerContract, NoCollectiveYetAndByeAreLinesToo) {
+  const std::string none = format_heartbeat(Heartbeat{});
+  EXPECT_EQ(none, "0 0 0 -\n");
+  const auto back = parse_heartbeat("0 0 0 -");
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->last_op, "");
+  Heartbeat bye;
+  bye.bye = true;
+  EXPECT_EQ(format_heartbeat(bye), "bye\n");
+  ASSERT_TRUE(parse_heartbeat("bye").has_value());
+  EXPECT_TRUE(parse_heartbeat("bye")->bye);
+}
+
+TEST(WorkerContract, ALineIsOneAtomicWriteWithOneNewline) {
+  Heartbeat beat;
+  beat.last_op = std::string(1000, 'x') + "\nsecond line";
+  const std::string line = format_heartbeat(beat);
+  EXPECT_LE(line.size(), kMaxHeartbeatLine);
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  Heartbeat newline;
+  newline.last_op = "a\nb";
+  EXPECT_EQ(format_heartbeat(newline), "0 0 0 a b\n");
+}
+
+TEST(WorkerContract, WhatIsNotAHeartbeatIsSkipped) {
+  for (const char* text : {"", "hello", "1 2", "1 2 x op", "a 2 0 op", "1 b 1 op", "1 2 0x"}) {
+    EXPECT_FALSE(parse_heartbeat(text).has_value()) << "'" << text << "'";
+  }
+}
+
+TEST(WorkerContract, TheLaunchersWorkersFindThePipeWhereCommLooks) {
+  launch::LaunchConfig config;
+  const auto env = launch::worker_environment(config, 0, 0, {});
+  bool found = false;
+  for (const auto& entry : env) {
+    if (entry == std::string(kHeartbeatFdVariable) + "=" + std::to_string(kHeartbeatFd)) found = true;
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(kPreemptedExitStatus, 75);  // EX_TEMPFAIL, which Slurm scripts and schedulers test for
+}
+
+}  // namespace
+}  // namespace lockstep::detail

@@ -71,7 +71,8 @@ under_run)
   check_metrics "$work/m.jsonl" 1 2 512 128 0.3
   ;;
 devices_mismatch)
-  expect_failure 1 "--devices 3 contradicts the environment" -- \
+  # The CLI refuses before it becomes the rank (launch::plan_rank_start): a usage error, exit 2.
+  expect_failure 2 "devices 3 contradicts the environment" -- \
     "$lockstep" run --nproc-per-node 2 --standalone -- "$lockstep" fit --devices 3 --data synthetic --max-epochs 1
   ;;
 bad_flags)

@@ -196,8 +196,10 @@ TEST(Launcher, WorkersGetDefaultSigpipeAndAnEmptySignalMask) {
   sigaddset(&block, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   Captured io;
-  // SigBlk and SigIgn of the worker shell itself: nothing blocked, SIGPIPE (bit 13) not ignored.
-  Launcher(sh("grep -E '^Sig(Blk|Ign)' /proc/$$/status"), io.streams()).run();
+  // SigBlk and SigIgn of the worker (the shell execs grep, which inherits them): nothing blocked, SIGPIPE
+  // (bit 13) not ignored. Not /proc/$$ of a shell that forks grep: dash blocks every signal around its
+  // fork, and a read of its status in that window sees them all blocked.
+  Launcher(sh("exec grep -E '^Sig(Blk|Ign)' /proc/self/status"), io.streams()).run();
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   const std::string out = io.out.str();
   EXPECT_NE(out.find("SigBlk:\t0000000000000000"), std::string::npos) << out;

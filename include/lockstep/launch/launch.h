@@ -8,5 +8,6 @@
 #include "lockstep/launch/launch_result.h"
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/nproc_per_node.h"
+#include "lockstep/launch/rank_start.h"
 #include "lockstep/launch/worker_env.h"
 #include "lockstep/launch/worker_exit.h"

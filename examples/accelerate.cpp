@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     const Args args = parse_args(argc, argv);
     // Initialise the accelerator (reads the launcher's environment, joins the process group).
     Accelerator accelerator(AcceleratorOptions()
-                                .mixed_precision(args.mixed_precision)
+                                .mixed_precision(lockstep::train::parse_precision(args.mixed_precision))
                                 .gradient_accumulation_steps(args.gradient_accumulation_steps)
                                 .seed(42));
 

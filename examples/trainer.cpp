@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
       } else if (flag == "--limit-val-batches") {
         options.limit_val_batches(lockstep::train::BatchLimit::parse(flag, value));
       } else if (flag == "--precision") {
-        options.precision(value);
+        options.precision(lockstep::train::parse_precision(value));
       } else if (flag == "--ckpt-dir") {
         ckpt_dir = value;
       } else if (flag == "--data-dir") {

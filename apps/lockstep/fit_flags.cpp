@@ -1,5 +1,6 @@
 #include "fit_flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -307,6 +308,32 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
     return 0;
   }
   return -1;
+}
+
+std::string in_flag_words(const std::string& message) {
+  // The options whose names have more than one word, as the Trainer's errors spell them.
+  static const char* const kOptions[] = {"on_nan", "gradient_clip_val", "ckpt_dir", "num_nodes", "max_steps",
+                                         "max_epochs", "accumulate_grad_batches", "limit_train_batches",
+                                         "limit_val_batches", "bucket_cap_mb", "ckpt_every_n_steps",
+                                         "log_every_n_steps", "collective_timeout", "metrics_file",
+                                         "max_restarts"};
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  std::string out = message;
+  for (const std::string name : kOptions) {
+    std::string flag = "--" + name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
+      const bool whole = (at == 0 || !is_word(out[at - 1])) &&
+                         (at + name.size() == out.size() || !is_word(out[at + name.size()]));
+      if (!whole) {
+        at += name.size();
+        continue;
+      }
+      out.replace(at, name.size(), flag);
+      at += flag.size();
+    }
+  }
+  return out;
 }
 
 }  // namespace lockstep::cli

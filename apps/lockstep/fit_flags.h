@@ -15,4 +15,9 @@ namespace lockstep::cli {
 /// stdout), 2 after a usage error (printed to stderr, naming the flag and the fix).
 int parse_fit_flags(int argc, char** argv, train::FitConfig& config);
 
+/// A library error in the words of `lockstep fit`: the Trainer's option names (on_nan,
+/// gradient_clip_val, ...) become the flags that set them (--on-nan, --gradient-clip-val). Only apps/
+/// speaks of flags; the library names its options.
+std::string in_flag_words(const std::string& message);
+
 }  // namespace lockstep::cli

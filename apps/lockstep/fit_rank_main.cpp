@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
+#include <vector>
 
+#include "fault_injection.h"
 #include "fit_flags.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/env/environment.h"
@@ -24,7 +27,9 @@ int main(int argc, char** argv) {
     rank = environment.rank;
     lockstep::train::FitOutput output;
     output.progress_bar = config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
-    const lockstep::train::FitResult result = lockstep::train::fit(config, environment, output);
+    std::vector<std::shared_ptr<lockstep::train::Callback>> callbacks;
+    if (auto fault = lockstep::cli::fault_injection_from_env(environment)) callbacks.push_back(fault);
+    const lockstep::train::FitResult result = lockstep::train::fit(config, environment, output, callbacks);
     return result.preempted ? lockstep::train::kPreemptedExitStatus : 0;
   } catch (const lockstep::comm::CommError& e) {
     // The message names this rank already. Leave at once: the backend may still be inside a collective
@@ -34,10 +39,11 @@ int main(int argc, char** argv) {
     std::fflush(nullptr);
     std::_Exit(1);
   } catch (const std::exception& e) {
+    const std::string message = lockstep::cli::in_flag_words(e.what());
     if (rank >= 0) {
-      std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, e.what());
+      std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, message.c_str());
     } else {
-      std::fprintf(stderr, "lockstep fit: %s\n", e.what());
+      std::fprintf(stderr, "lockstep fit: %s\n", message.c_str());
     }
     // fit() has unwound (its destructors ran). Skip the exit handlers: with the MPI backend, MPI_Finalize
     // would wait for the other ranks, which wait in a collective for this one until their timeout.

@@ -112,16 +112,6 @@ void AcceleratorOptions::validate() const {
     throw std::invalid_argument("AcceleratorOptions::gradient_accumulation_steps must be >= 1, got " +
                                 std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
-  try {
-    parse_precision(mixed_precision_);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("AcceleratorOptions::mixed_precision: ") + e.what());
-  }
-  try {
-    comm::parse_backend(backend_);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("AcceleratorOptions::backend: ") + e.what());
-  }
   ddp_.validate();
 }
 
@@ -186,7 +176,7 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   init(environment.local_rank);
   owned_group_ = std::make_unique<comm::ProcessGroup>(
       comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
-                                   .backend(comm::parse_backend(options_.backend()))));
+                                   .backend(options_.backend())));
   group_ = owned_group_.get();
 }
 
@@ -204,7 +194,7 @@ Accelerator::~Accelerator() = default;
 
 void Accelerator::init(int local_rank) {
   local_process_index_ = local_rank;
-  precision_ = parse_precision(options_.mixed_precision());
+  precision_ = options_.mixed_precision();
   if (!options_.cpu() && torch::cuda::is_available()) {
     // One GPU per local rank, as torchrun's LOCAL_RANK convention expects.
     device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(

@@ -202,7 +202,7 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
       .callbacks(fit_callbacks(config))
       .devices(config.devices)
       .num_nodes(config.num_nodes)
-      .backend(config.backend)
+      .backend(comm::parse_backend(config.backend))
       .threads(config.threads)
       .max_epochs(config.max_epochs)
       .max_steps(config.max_steps)
@@ -211,14 +211,14 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
       .accumulate_grad_batches(config.accumulate_grad_batches)
       .gradient_clip_val(config.gradient_clip_val)
       .bucket_cap_mb(config.bucket_cap_mb)
-      .precision(config.precision)
+      .precision(parse_precision(config.precision))
       .seed(config.seed)
       .ckpt_dir(config.ckpt_dir)
       .ckpt_every_n_steps(config.ckpt_every_n_steps)
       .resume(config.resolved_resume())
       .metrics_file(config.metrics_file)
       .log_every_n_steps(config.log_every_n_steps)
-      .on_nan(config.on_nan)
+      .on_nan(parse_on_nan(config.on_nan))
       .collective_timeout(config.collective_timeout_duration())
       .progress_bar(output.progress_bar)
       .out(output.out)
@@ -229,7 +229,8 @@ TrainerOptions trainer_options(const FitConfig& config, const env::Environment& 
 
 }  // namespace
 
-FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output) {
+FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output,
+              const std::vector<std::shared_ptr<Callback>>& callbacks) {
   config.validate();
   const auto started = Clock::now();
   const int threads = threads_per_rank(config.threads, environment);
@@ -253,7 +254,9 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   };
   auto module = std::make_shared<FitModule>(config, model, banner);
 
-  Trainer trainer(trainer_options(config, environment, output).threads(threads));
+  TrainerOptions options = trainer_options(config, environment, output).threads(threads);
+  for (const auto& callback : callbacks) options.callback(callback);
+  Trainer trainer(options);
   const TrainerResult trained = trainer.fit(module, data);
 
   FitResult result;

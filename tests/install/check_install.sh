@@ -16,7 +16,7 @@ grep -F "lockstep:" "$scratch/configure.log" || true
 cmake --build "$scratch/build" -j2 >"$scratch/build.log" 2>&1 || { tail -40 "$scratch/build.log"; exit 1; }
 out=$("$scratch/build/consumer")
 echo "$out"
-[ "$out" = "consumer: rank 1 of 3" ]
+[ "$out" = "consumer: rank 1 of 3, precision bf16-mixed, find_unused_parameters 1" ]
 for n in 1 2 3; do
   LOCKSTEP_RDZV_TIMEOUT=30 "$scratch/prefix/bin/lockstep" run --nproc-per-node "$n" --standalone -- \
     "$scratch/build/ddp_consumer" adam >"$scratch/run.out" 2>&1 || { cat "$scratch/run.out"; exit 1; }

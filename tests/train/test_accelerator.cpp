@@ -261,7 +261,7 @@ TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group = make_group(rank, world, store);
     Accelerator accelerator(group,
-                            AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(2));
+                            AcceleratorOptions().mixed_precision(parse_precision("bf16")).gradient_accumulation_steps(2));
     EXPECT_EQ(accelerator.mixed_precision(), Precision::kBf16Mixed);
     auto net = make_net(5);
     auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.02),
@@ -337,11 +337,10 @@ TEST(Accelerator, BadOptionsAreRejectedBeforeConnecting) {
   auto message = error_of<std::invalid_argument>(
       [] { Accelerator(AcceleratorOptions().gradient_accumulation_steps(0)); });
   EXPECT_NE(message.find("gradient_accumulation_steps must be >= 1, got 0"), std::string::npos) << message;
-  message = error_of<std::invalid_argument>([] { Accelerator(AcceleratorOptions().mixed_precision("fp8")); });
-  EXPECT_NE(message.find("mixed_precision"), std::string::npos) << message;
+  // Precision and backend are enums: a bad spelling fails in its parse function, naming it.
+  message = error_of<std::invalid_argument>([] { parse_precision("fp8"); });
   EXPECT_NE(message.find("'fp8'"), std::string::npos) << message;
-  message = error_of<std::invalid_argument>([] { Accelerator(AcceleratorOptions().backend("bogus")); });
-  EXPECT_NE(message.find("backend"), std::string::npos) << message;
+  message = error_of<std::invalid_argument>([] { comm::parse_backend("bogus"); });
   EXPECT_NE(message.find("bogus"), std::string::npos) << message;
 }
 
@@ -351,7 +350,7 @@ TEST(Accelerator, MisuseIsAClearError) {
     auto group = make_group(rank, 1, store);
     if (!torch::cuda::is_available()) {
       auto message = error_of<std::invalid_argument>(
-          [&] { Accelerator(group, AcceleratorOptions().mixed_precision("fp16")); });
+          [&] { Accelerator(group, AcceleratorOptions().mixed_precision(Precision::k16Mixed)); });
       EXPECT_NE(message.find("fp16"), std::string::npos) << message;
       EXPECT_NE(message.find("\"cpu\""), std::string::npos) << message;
       EXPECT_NE(message.find("bf16"), std::string::npos) << message;

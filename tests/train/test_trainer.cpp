@@ -249,7 +249,7 @@ TEST(Trainer, AnInfiniteLossStopsNamingTheStepAndTheFix) {
   EXPECT_NE(errors[0].find("non-finite training loss inf at step 1 (epoch 0, batch 0) on rank 0"), std::string::npos)
       << errors[0];
   EXPECT_NE(errors[0].find("lower the learning rate"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].find("--on-nan skip"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("(on_nan skip)"), std::string::npos) << errors[0];
 }
 
 TEST(Trainer, CheckpointsOfDifferentPathsOnRanksAreAnError) {
@@ -346,7 +346,9 @@ TEST(Trainer, ResumingAtAnEpochsLastBatchReportsThatEpochAsTheUninterruptedRun) 
 
 TEST(TrainerOptions, BadValuesNameTheOption) {
   EXPECT_THROW(TrainerOptions().accumulate_grad_batches(0).validate(), std::invalid_argument);
-  EXPECT_THROW(TrainerOptions().precision("fp8").validate(), std::invalid_argument);
+  EXPECT_THROW(parse_precision("fp8"), std::invalid_argument);
+  EXPECT_THROW(parse_on_nan("ignore"), std::invalid_argument);
+  EXPECT_EQ(parse_on_nan("skip"), OnNan::kSkip);
   EXPECT_THROW(TrainerOptions().resume("last").validate(), std::invalid_argument);
   try {
     TrainerOptions().max_steps(0).validate();

@@ -33,17 +33,18 @@ namespace lockstep::train {
 /// Options of an Accelerator; Hugging Face Accelerate's names and defaults.
 ///
 /// Example:
-///   Accelerator accelerator(AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(4));
+///   Accelerator accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
 class AcceleratorOptions {
  public:
-  /// "no" (float32), "bf16" or "fp16" (CUDA only); Lightning's "32", "bf16-mixed", "16-mixed" work too.
-  LOCKSTEP_OPTION(AcceleratorOptions, std::string, mixed_precision)
+  /// Precision::k32 (Accelerate's "no"), kBf16Mixed ("bf16") or k16Mixed ("fp16", CUDA only);
+  /// parse_precision reads Accelerate's and Lightning's spellings.
+  LOCKSTEP_OPTION(AcceleratorOptions, Precision, mixed_precision)
   /// Micro-batches whose gradients are summed before each optimizer step, >= 1. Each rank's effective
   /// batch is batch_size * gradient_accumulation_steps; the job's is that times num_processes().
   LOCKSTEP_OPTION(AcceleratorOptions, int64_t, gradient_accumulation_steps)
-  /// Collective backend: "auto" (the default), "gloo", "shm", "hier", "nccl", "mpi" (comm::parse_backend).
-  /// Ignored by the constructor that takes an existing process group.
-  LOCKSTEP_OPTION(AcceleratorOptions, std::string, backend)
+  /// Collective backend (comm::Backend; comm::parse_backend reads "auto", "gloo", "shm", ...). Ignored by
+  /// the constructor that takes an existing process group.
+  LOCKSTEP_OPTION(AcceleratorOptions, comm::Backend, backend)
   /// Seeds the shuffle of every prepared data loader (DistributedSampler: seed + epoch).
   LOCKSTEP_OPTION(AcceleratorOptions, uint64_t, seed)
   /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`).
@@ -58,9 +59,9 @@ class AcceleratorOptions {
   void validate() const;
 
  private:
-  std::string mixed_precision_ = "no";
+  Precision mixed_precision_ = Precision::k32;
   int64_t gradient_accumulation_steps_ = 1;
-  std::string backend_ = "auto";
+  comm::Backend backend_ = comm::Backend::kAuto;
   uint64_t seed_ = 0;
   bool cpu_ = false;
   ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
@@ -302,7 +303,7 @@ class AccumulateGuard {
 /// Not thread-safe; one per process (or per thread-rank in tests). Prepared objects must not outlive it.
 ///
 /// Example:
-///   Accelerator accelerator(AcceleratorOptions().mixed_precision("bf16").gradient_accumulation_steps(4));
+///   Accelerator accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
 ///   Net net;
 ///   auto [model, optimizer, loader] = accelerator.prepare(
 ///       net, torch::optim::Adam(net->parameters(), 1e-3), DataLoaderSpec(dataset, data::LoaderOptions(64)));

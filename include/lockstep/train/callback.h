@@ -5,6 +5,13 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class Tensor;
+}
+namespace lockstep::comm {
+class ProcessGroup;
+}
+
 namespace lockstep::train {
 
 /// What a callback sees of the Trainer running it (Lightning passes `trainer`). The Trainer implements it;
@@ -48,8 +55,11 @@ class TrainerContext {
   /// Appends one record {"epoch", "step", name: value...} to the metrics file (rank 0; a no-op without
   /// a metrics file or on other ranks).
   virtual void log_metrics(const std::map<std::string, double>& values) = 0;
-  /// The directory for checkpoints when a callback is given none (`--ckpt-dir`; "" when unset).
+  /// The directory for checkpoints when a callback is given none (ckpt_dir; "" when unset).
   virtual std::string default_ckpt_dir() const = 0;
+  /// The group the run trains in (Lightning's trainer.strategy); nullptr outside a run. A callback that
+  /// runs a collective must run it on every rank, in the same hook.
+  virtual comm::ProcessGroup* process_group() { return nullptr; }
 };
 
 /// What on_train_batch_end learns about the batch that just ended.
@@ -71,6 +81,13 @@ class Callback {
 
   virtual void on_fit_start(TrainerContext& /*trainer*/) {}
   virtual void on_train_epoch_start(TrainerContext& /*trainer*/) {}
+  /// After training_step, before the Trainer checks the loss and runs backward (Lightning's hook of the
+  /// same name). `loss` may be replaced.
+  virtual void on_before_backward(TrainerContext& /*trainer*/, at::Tensor& /*loss*/) {}
+  /// At the end of an accumulation group, after the optimizer step (or the step skipped: `batch.stepped`
+  /// false) and before the Trainer's step-time work: the checkpoint every ckpt_every_n_steps, the
+  /// preemption vote. global_step() counts the step just taken.
+  virtual void on_train_step_end(TrainerContext& /*trainer*/, const BatchEnd& /*batch*/) {}
   virtual void on_train_batch_end(TrainerContext& /*trainer*/, const BatchEnd& /*batch*/) {}
   /// After validation: callback_metrics() hold the epoch's training and validation values. Lightning's
   /// ModelCheckpoint and EarlyStopping act here. Runs also when there is no validation data.

@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lockstep/env/environment.h"
+#include "lockstep/train/callback.h"
 #include "lockstep/train/epoch_metrics.h"
 #include "lockstep/train/fit_config.h"
 
@@ -42,6 +44,9 @@ struct FitResult {
 ///   config.model = "cnn";
 ///   config.max_epochs = 15;
 ///   FitResult result = fit(config, lockstep::env::from_env());
-FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output = {});
+///
+/// `callbacks` run after the ones the config asks for (lockstep-fit adds its fault injection there).
+FitResult fit(const FitConfig& config, const env::Environment& environment, const FitOutput& output = {},
+              const std::vector<std::shared_ptr<Callback>>& callbacks = {});
 
 }  // namespace lockstep::train

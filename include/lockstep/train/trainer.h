@@ -9,11 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/process_group_options.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/detail/worker_contract.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/epoch_metrics.h"
 #include "lockstep/train/fit_config.h"
+#include "lockstep/train/precision.h"
 #include "lockstep/train/train_module.h"
 
 namespace lockstep::comm {
@@ -22,10 +25,19 @@ class ProcessGroup;
 
 namespace lockstep::train {
 
+/// What the Trainer does with a non-finite loss from training_step.
+enum class OnNan {
+  kStop,  ///< throw std::runtime_error naming the step, the rank and the value (the launcher stops the rest)
+  kSkip,  ///< every rank skips that optimizer step and drops what the step logged (one 8-byte all-reduce per step)
+};
+/// "stop" | "skip"; throws std::invalid_argument naming the text and the accepted values.
+OnNan parse_on_nan(const std::string& text);
+const char* to_string(OnNan on_nan);
+
 /// How a Trainer trains (Lightning's Trainer arguments, same names and defaults where they exist).
 ///
 /// Example:
-///   Trainer trainer(TrainerOptions().devices(2).max_epochs(10).precision("bf16-mixed"));
+///   Trainer trainer(TrainerOptions().devices(2).max_epochs(10).precision(Precision::kBf16Mixed));
 class TrainerOptions {
  public:
   /// Ranks on this node. Unset: what the launcher started (1 without one). Set to N > 1 in a program
@@ -33,8 +45,8 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, devices)
   /// Nodes; must agree with the launcher's when set.
   LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, num_nodes)
-  /// comm backend: auto | shm | hier | gloo.
-  LOCKSTEP_OPTION(TrainerOptions, std::string, backend)
+  /// The comm backend (comm::Backend; kAuto picks one for the machine).
+  LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
   LOCKSTEP_OPTION(TrainerOptions, int, threads)
   LOCKSTEP_OPTION(TrainerOptions, int64_t, max_epochs)
@@ -50,8 +62,8 @@ class TrainerOptions {
   /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0). Unset: DDP's default,
   /// a 16th of the model's gradients within [1, 25] MiB.
   LOCKSTEP_OPTION(TrainerOptions, std::optional<double>, bucket_cap_mb)
-  /// "32" | "bf16-mixed" | "16-mixed" (see precision.h).
-  LOCKSTEP_OPTION(TrainerOptions, std::string, precision)
+  /// Precision::k32, kBf16Mixed or k16Mixed (see precision.h).
+  LOCKSTEP_OPTION(TrainerOptions, Precision, precision)
   /// Seeds the sampler's shuffle and each rank's generator (dropout): seed + 1000003 x (rank + 1).
   LOCKSTEP_OPTION(TrainerOptions, uint64_t, seed)
   /// last.ckpt at every epoch end (and every ckpt_every_n_steps) and the final weights go here; also the
@@ -78,10 +90,8 @@ class TrainerOptions {
   /// A process group to train in (tests, programs that made their own); unset: fit() makes one from the
   /// environment and shuts it down at the end. Not owned.
   LOCKSTEP_OPTION(TrainerOptions, comm::ProcessGroup*, process_group)
-  /// A non-finite loss from training_step: "stop" (throws std::runtime_error naming the step, the rank
-  /// and the value; the launcher then stops the other ranks) or "skip" (every rank skips that optimizer
-  /// step and drops what the step logged; agreed by one 8-byte all-reduce per step).
-  LOCKSTEP_OPTION(TrainerOptions, std::string, on_nan)
+  /// A non-finite loss from training_step (OnNan).
+  LOCKSTEP_OPTION(TrainerOptions, OnNan, on_nan)
   /// Written into checkpoints, for people reading them later.
   LOCKSTEP_OPTION(TrainerOptions, std::string, description)
   /// The "producer" of final.safetensors' metadata.
@@ -98,7 +108,7 @@ class TrainerOptions {
  private:
   std::optional<int> devices_;
   std::optional<int> num_nodes_;
-  std::string backend_ = "auto";
+  comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;
   int64_t max_steps_ = -1;
@@ -107,7 +117,7 @@ class TrainerOptions {
   int64_t accumulate_grad_batches_ = 1;
   double gradient_clip_val_ = 0.0;
   std::optional<double> bucket_cap_mb_;
-  std::string precision_ = "32";
+  Precision precision_ = Precision::k32;
   uint64_t seed_ = 0;
   std::string ckpt_dir_;
   int64_t ckpt_every_n_steps_ = 0;
@@ -121,15 +131,15 @@ class TrainerOptions {
   std::optional<env::Environment> environment_;
   std::optional<std::chrono::milliseconds> collective_timeout_;
   comm::ProcessGroup* process_group_ = nullptr;
-  std::string on_nan_ = "stop";
+  OnNan on_nan_ = OnNan::kStop;
   std::string description_;
   std::string producer_ = "lockstep Trainer";
 };
 
 /// The exit status lockstep's programs use after a preemption notice (SIGUSR1 or SIGTERM while training
 /// with a ckpt_dir): last.ckpt holds the position, and the job should be requeued with `--resume last`
-/// (EX_TEMPFAIL: "try again later").
-inline constexpr int kPreemptedExitStatus = 75;
+/// (EX_TEMPFAIL; the launcher's side of it: lockstep/detail/worker_contract.h).
+inline constexpr int kPreemptedExitStatus = lockstep::detail::kPreemptedExitStatus;
 
 /// Intra-op threads per rank: `requested` when > 0, else the host's cores shared by this node's ranks.
 int threads_per_rank(int requested, const env::Environment& environment);
@@ -195,6 +205,7 @@ class Trainer : public TrainerContext {
   void remove_checkpoint(const std::string& path) override;
   void log_metrics(const std::map<std::string, double>& values) override;
   std::string default_ckpt_dir() const override { return options_.ckpt_dir(); }
+  comm::ProcessGroup* process_group() override;
 
  private:
   struct Run;

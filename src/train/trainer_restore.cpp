@@ -1,0 +1,94 @@
+// The restore phase of Trainer::fit (trainer_run.h): resume from a checkpoint, re-sharding the rest of
+// its epoch when the world size changed.
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "lockstep/train/checkpoint.h"
+#include "trainer_run.h"
+#include "trainer_shards.h"
+
+namespace lockstep::train {
+
+// options.resume() ("last" is ckpt_dir/last.ckpt), or, in a run restarted by the launcher after a failure
+// (torchrun's TORCHELASTIC_RESTART_COUNT), last.ckpt when there is one: go on from it rather than from
+// scratch. Every rank sees the same file: rank 0 wrote it before the failure, and the launcher stopped
+// every rank before restarting any.
+std::string Trainer::Run::resume_path() const {
+  const auto last = std::filesystem::path(options.ckpt_dir()) / "last.ckpt";
+  if (options.resume() == "last") return last.string();
+  if (!options.resume().empty()) return options.resume();
+  if (environment.restart_count > 0 && !options.ckpt_dir().empty() && std::filesystem::is_regular_file(last)) {
+    print_line("restart " + std::to_string(environment.restart_count) + ": resuming from " + last.string());
+    return last.string();
+  }
+  return "";
+}
+
+void Trainer::Run::restore() {
+  const std::string path = resume_path();
+  if (path.empty()) return;
+  resumed_ = true;
+  const int world = group->size();
+  const int rank = group->rank();
+  const CheckpointState saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
+  start_ = saved.position;
+  for (const auto& callback : options.callbacks()) {
+    if (auto it = saved.callback_states.find(callback->state_key()); it != saved.callback_states.end()) {
+      callback->load_state_dict(it->second);
+    }
+  }
+  if (saved.scaler_state.defined() && scaler.enabled()) scaler.load_state(saved.scaler_state);
+  if (saved.world_size == world) {
+    set_cpu_rng_state(saved.rng_states[rank]);
+    module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
+    if (saved.reshard_world != 0) {  // still inside an epoch re-sharded by the run that wrote it
+      reshard_world = saved.reshard_world;
+      reshard_batch = saved.reshard_batch;
+      resharded_ = detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.reshard_world,
+                                        saved.reshard_batch, batch_size_, options.limit_train_batches(), world, rank);
+    }
+  } else if (start_.batch != 0) {
+    reshard_after(saved, path);
+  }
+  print_line("resumed from " + path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
+             std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) + " (written by " +
+             std::to_string(saved.world_size) + " rank(s)" +
+             (reshard_world != 0 && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") + ")");
+  if (reshard_world == 0 && start_.batch > train_batches_) {
+    throw std::invalid_argument("checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
+                                std::to_string(start_.batch) + ") is beyond this run's " +
+                                std::to_string(train_batches_) +
+                                " batches per epoch: resume with the batch size and limit_train_batches it was "
+                                "written with");
+  }
+}
+
+// Mid-epoch on another world size: the old ranks' logged sums go to rank 0 (sync_dist sums stay exact over
+// all ranks; rank-local values become rank 0's view), and the rest of the epoch is dealt anew.
+void Trainer::Run::reshard_after(const CheckpointState& saved, const std::string& path) {
+  if (saved.reshard_world != 0) {
+    throw std::invalid_argument("checkpoint '" + path + "' lies in an epoch already re-sharded from " +
+                                std::to_string(saved.reshard_world) + " to " + std::to_string(saved.world_size) +
+                                " rank(s): resume it with " + std::to_string(saved.world_size) +
+                                " ranks, or from an epoch-end checkpoint");
+  }
+  reshard_world = saved.world_size;
+  reshard_batch = start_.batch;
+  resharded_ = detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.world_size, start_.batch,
+                                    batch_size_, options.limit_train_batches(), group->size(), group->rank());
+  if (group->rank() == 0) {
+    LoggedMetrics merged = LoggedMetrics::from_json(saved.logged_states.at(0));
+    for (std::size_t r = 1; r < saved.logged_states.size(); ++r) {
+      const LoggedMetrics other = LoggedMetrics::from_json(saved.logged_states[r]);
+      merged.samples += other.samples;
+      for (const auto& [name, entry] : other.entries()) {
+        if (entry.sync_dist) merged.add(name, entry.mean(), entry.weight, true, entry.prog_bar);
+      }
+    }
+    module->logged_ = std::move(merged);
+  }
+  start_.batch = 0;  // counts batches of the re-sharded rest from here on
+}
+
+}  // namespace lockstep::train

@@ -1,0 +1,439 @@
+// One Trainer::fit() in phases: see trainer_run.h. Resuming is in trainer_restore.cpp.
+#include "trainer_run.h"
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <ATen/Parallel.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/output-archive.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "epoch_reduce.h"
+#include "lockstep/train/atomic_file.h"
+#include "lockstep/train/safetensors.h"
+#include "trainer_shards.h"
+
+namespace lockstep::train {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+// A rank killed while writing a checkpoint leaves its temporary file (".last.ckpt.tmp.<pid>", see
+// write_atomically); the checkpoint itself is whole. Remove those of processes that no longer exist.
+void remove_orphaned_temporaries(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto mark = name.rfind(".tmp.");
+    if (name.empty() || name[0] != '.' || mark == std::string::npos) continue;
+    const std::string pid_text = name.substr(mark + 5);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
+// ---- set-up ----
+
+Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModule> module_, DataModule& data,
+                  const env::Environment& environment_)
+    : trainer(trainer_),
+      options(trainer_.options_),
+      environment(environment_),
+      module(std::move(module_)),
+      precision_(options.precision()),
+      bar_(options.out()) {
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = precision_ == Precision::k16Mixed;  // bfloat16 has float32's range: no scaling
+  scaler = GradScaler(scaler_options);
+  if (!options.process_group()) at::set_num_threads(threads_per_rank(options.threads(), environment));
+  // With a process group of the caller's (threads in tests), who is who comes from the group.
+  is_main_ = (options.process_group() ? options.process_group()->rank() : environment.rank) == 0;
+  local_rank_ =
+      options.process_group() && !options.environment() ? options.process_group()->rank() : environment.local_rank;
+  if (is_main_ && !options.ckpt_dir().empty()) {
+    ensure_writable_dir(options.ckpt_dir());
+    remove_orphaned_temporaries(options.ckpt_dir());
+  }
+  if (is_main_ && !options.metrics_file().empty()) metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
+  connect();
+  setup_data(data);
+  setup_model();
+}
+
+Trainer::Run::~Run() = default;
+
+void Trainer::Run::connect() {
+  if (options.process_group()) {
+    group = options.process_group();
+  } else {
+    auto group_options = comm::ProcessGroupOptions::from_environment(environment).backend(options.backend());
+    if (options.collective_timeout()) group_options.collective_timeout(*options.collective_timeout());
+    owned_group.emplace(comm::init_process_group(group_options));
+    group = &*owned_group;
+  }
+  trainer.rank_ = group->rank();
+  trainer.world_size_ = group->size();
+}
+
+// Prepared once per node, then loaded everywhere.
+void Trainer::Run::setup_data(DataModule& data) {
+  if (local_rank_ == 0) data.prepare_data();
+  group->barrier();
+  data.setup();
+  train_set_ = data.train_dataset();
+  val_set_ = data.val_dataset();
+  if (!train_set_ || train_set_->size() == 0) {
+    throw std::invalid_argument("the DataModule's train_dataset() is empty: nothing to train on");
+  }
+  const data::LoaderOptions train_options = data.train_loader_options();
+  batch_size_ = train_options.batch_size();
+  train_loader_.emplace(train_set_, train_options);
+  if (val_set_ && val_set_->size() > 0) val_loader_.emplace(val_set_, data.val_loader_options());
+  train_sampler_.emplace(train_set_->size(), data::DistributedSamplerOptions(group->size(), group->rank())
+                                                 .shuffle(true)
+                                                 .seed(options.seed()));
+}
+
+// The model across ranks, the module's plan, then the optimizer.
+void Trainer::Run::setup_model() {
+  const int world = group->size();
+  const int rank = group->rank();
+  // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
+  ddp = std::make_unique<Ddp>(module, *group,
+                              ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb()));
+  // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
+  // generator: leave it to the test that made it).
+  if (!options.process_group()) torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
+  const int64_t accumulate = options.accumulate_grad_batches();
+  train_batches_ = options.limit_train_batches().apply(detail::ceil_div(train_sampler_->num_samples(), batch_size_));
+  TrainingPlan& plan = module->plan_;
+  plan.world_size = world;
+  plan.rank = rank;
+  plan.max_epochs = options.max_epochs();
+  plan.batches_per_epoch = train_batches_;
+  plan.steps_per_epoch = detail::ceil_div(train_batches_, accumulate);
+  plan.accumulate_grad_batches = accumulate;
+  plan.batch_size = batch_size_;
+  plan.estimated_stepping_batches = std::max<int64_t>(1, plan.steps_per_epoch * options.max_epochs());
+  if (options.max_steps() > 0) {
+    plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
+  }
+  optim = module->configure_optimizers();
+  if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
+}
+
+// ---- the epochs ----
+
+TrainerResult Trainer::Run::fit() {
+  // The rate of the last step taken (of step 0 before any): a run resumed after an epoch's last batch
+  // reports that epoch, before its next step, as the uninterrupted run did.
+  lr = optim.lr_schedule ? optim.lr_schedule->at(std::max<int64_t>(0, start_.step - 1)) : trainer.learning_rates().at(0);
+  last_ckpt_ = options.ckpt_dir().empty() ? "" : (std::filesystem::path(options.ckpt_dir()) / "last.ckpt").string();
+  // A preemption notice becomes a checkpoint at the next step, agreed by all ranks; only where there is
+  // somewhere to write it.
+  preemption_ = std::make_unique<PreemptionHandlers>(!last_ckpt_.empty());
+  for (const auto& callback : options.callbacks()) callback->on_fit_start(trainer);
+  position = start_;
+  for (int64_t e = start_.epoch; e < options.max_epochs() && !max_steps_reached_ && !stop_requested; ++e) {
+    const EpochTraining training = train_epoch(e);
+    if (report_cut_short(e, training)) break;
+    const Validation validation = validate(e);
+    end_epoch(e, reduce_epoch(e, training, validation));
+  }
+  if (max_steps_reached_) {
+    result_.stopped_early = true;
+    result_.stop_reason = "max_steps";
+  }
+  return finish();
+}
+
+Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
+  const bool resumed_epoch = e == start_.epoch;
+  const int64_t first_batch = resumed_epoch ? start_.batch : 0;
+  EpochTraining training;
+  training.planned = train_batches_;
+  train_sampler_->set_epoch(e);
+  if (resumed_epoch && reshard_world != 0) {
+    training.planned = detail::ceil_div(static_cast<int64_t>(resharded_.size()), batch_size_);
+    train_loader_->start_epoch(resharded_, e, first_batch);
+  } else {
+    train_loader_->start_epoch(train_sampler_->indices(), e, first_batch);
+  }
+  if (!resumed_epoch || !resumed_) module->logged_.clear();  // else: the checkpoint's sums
+  position = TrainPosition{e, first_batch, position.step};
+  epoch = e;
+  module->epoch_ = e;
+  module->step_ = position.step;  // also for validation_step when no batch is left (resumed at the end)
+  module->train();
+  for (const auto& callback : options.callbacks()) callback->on_train_epoch_start(trainer);
+  if (is_main_ && options.progress_bar()) bar_.start(e, options.max_epochs(), training.planned);
+  const auto start = Clock::now();
+  training.batches = first_batch;
+  const int64_t accumulate = options.accumulate_grad_batches();
+  for (int64_t b = first_batch; b < training.planned && !max_steps_reached_ && preempted_by_ == 0; ++b) {
+    std::optional<data::Batch> batch = train_loader_->next();
+    TORCH_INTERNAL_ASSERT(batch.has_value(), "loader ended after ", b, " of ", training.planned, " batches");
+    const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == training.planned;
+    const double batch_loss = train_batch(*batch, b, steps_now);
+    training.samples += batch->target.size(0);
+    module->logged_.samples += batch->target.size(0);
+    training.batches = b + 1;
+    mid_accumulation = !steps_now;
+    bool stepped = false;
+    if (steps_now) stepped = step(b);
+    position.batch = b + 1;
+    if (steps_now) step_boundary(b, stepped, batch_loss);
+    for (const auto& callback : options.callbacks()) callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
+    if (is_main_ && options.progress_bar()) bar_.update(b + 1, training.samples * group->size(), batch_loss);
+  }
+  training.seconds = seconds_since(start);
+  if (is_main_ && options.progress_bar()) bar_.finish();
+  return training;
+}
+
+double Trainer::Run::train_batch(const data::Batch& batch, int64_t b, bool steps_now) {
+  module->batch_size_ = batch.target.size(0);
+  module->step_ = position.step;
+  const bool skip_nan = options.on_nan() == OnNan::kSkip;
+  if (skip_nan) logged_before_ = module->logged_;
+  // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
+  std::optional<ddp::NoSyncGuard> no_sync;
+  if (!steps_now) no_sync.emplace(ddp->no_sync());
+  ddp->before_forward();
+  at::Tensor loss;
+  {
+    AutocastScope autocast(precision_, c10::DeviceType::CPU);
+    loss = module->training_step(batch, b);
+  }
+  if (!loss.defined() || loss.numel() != 1) {
+    throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor (batch " +
+                                std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
+  }
+  for (const auto& callback : options.callbacks()) callback->on_before_backward(trainer, loss);
+  const double value = loss.item<double>();
+  if (!std::isfinite(value)) {
+    if (!skip_nan) {
+      throw std::runtime_error("non-finite training loss " + std::to_string(value) + " at step " +
+                               std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) + ", batch " +
+                               std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
+                               ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
+                               "skip such steps on every rank (on_nan skip)");
+    }
+    group_has_nan_ = true;
+    module->logged_ = logged_before_;  // what this batch logged is dropped with the step
+  }
+  const int64_t accumulate = options.accumulate_grad_batches();
+  scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+  return value;
+}
+
+bool Trainer::Run::step(int64_t b) {
+  torch::optim::Optimizer& optimizer = *optim.optimizer;
+  if (options.on_nan() == OnNan::kSkip) {
+    // Every rank must skip the same steps: a NaN on one rank only still skips it everywhere.
+    const bool skip = detail::any_rank(*group, group_has_nan_);
+    group_has_nan_ = false;
+    if (skip) {
+      optimizer.zero_grad();
+      ++result_.skipped_steps;
+      print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) +
+                 ", batch " + std::to_string(b) + "): non-finite loss on a rank");
+      return false;
+    }
+  }
+  if (options.gradient_clip_val() > 0) {
+    scaler.unscale(optimizer);
+    torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
+  }
+  if (optim.lr_schedule) {
+    lr = optim.lr_schedule->at(position.step);
+    set_lr(optimizer, lr);
+  } else {
+    lr = trainer.learning_rates().at(0);
+  }
+  scaler.step(optimizer);
+  scaler.update();
+  optimizer.zero_grad();
+  ++position.step;
+  module->step_ = position.step;
+  return true;
+}
+
+void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
+  for (const auto& callback : options.callbacks()) callback->on_train_step_end(trainer, BatchEnd{b, stepped, batch_loss});
+  const int64_t step = position.step;
+  if (metrics_writer && stepped && options.log_every_n_steps() > 0 && step % options.log_every_n_steps() == 0) {
+    metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
+  }
+  max_steps_reached_ = options.max_steps() > 0 && step >= options.max_steps();
+  const bool due = options.ckpt_every_n_steps() > 0 && step % options.ckpt_every_n_steps() == 0;
+  // One tiny all-reduce per step, only with a ckpt_dir: the ranks got the notice at different steps, and
+  // all must stop at the same one.
+  if (preemption_->installed()) preempted_by_ = static_cast<int>(detail::max_over_ranks(*group, preemption_notice()));
+  if (!last_ckpt_.empty() && (due || max_steps_reached_ || preempted_by_ != 0)) trainer.save_checkpoint(last_ckpt_);
+  if (preempted_by_ != 0) group->barrier();  // every rank leaves after rank 0 has written it
+}
+
+bool Trainer::Run::report_cut_short(int64_t e, const EpochTraining& training) {
+  if (preempted_by_ != 0) {
+    result_.preempted = true;
+    result_.stopped_early = true;
+    result_.stop_reason = std::string("preempted by ") + (preempted_by_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
+    print_line(result_.stop_reason + " at step " + std::to_string(position.step) + " (epoch " + std::to_string(e + 1) +
+               ", batch " + std::to_string(training.batches) + "): " + last_ckpt_ +
+               " holds the position; exiting with status " + std::to_string(kPreemptedExitStatus) +
+               " (requeue with --resume last)");
+    return true;
+  }
+  if (training.batches < training.planned) {  // max_steps stopped the epoch: no validation, no epoch metrics
+    print_line("stopped at max_steps " + std::to_string(options.max_steps()) + " (epoch " + std::to_string(e + 1) +
+               ", batch " + std::to_string(training.batches) + " of " + std::to_string(training.planned) + ")" +
+               (last_ckpt_.empty() ? "" : ": " + last_ckpt_ + " holds the position"));
+    result_.stopped_early = true;
+    result_.stop_reason = "max_steps";
+    return true;
+  }
+  return false;
+}
+
+Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
+  const auto start = Clock::now();
+  Validation validation;
+  if (!val_loader_) return validation;
+  module->eval();
+  torch::NoGradGuard no_grad;
+  data::DistributedSampler sampler(val_set_->size(),
+                                   data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(false));
+  std::vector<int64_t> shard = detail::unpadded_shard(sampler);
+  const int64_t val_batch = val_loader_->options().batch_size();
+  const int64_t batches =
+      options.limit_val_batches().apply(detail::ceil_div(static_cast<int64_t>(shard.size()), val_batch));
+  shard.resize(std::min<std::size_t>(shard.size(), static_cast<std::size_t>(batches * val_batch)));
+  val_loader_->start_epoch(std::move(shard), e);
+  int64_t i = 0;
+  while (std::optional<data::Batch> batch = val_loader_->next()) {
+    module->batch_size_ = batch->target.size(0);
+    AutocastScope autocast(precision_, c10::DeviceType::CPU);
+    module->validation_step(*batch, i++);
+    validation.samples += batch->target.size(0);
+  }
+  module->train();
+  validation.seconds = seconds_since(start);
+  return validation;
+}
+
+EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training, const Validation& validation) {
+  const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds, validation.seconds};
+  const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
+  EpochMetrics m;
+  m.epoch = e;
+  m.step = position.step;
+  m.train_samples = reduced.train_samples;
+  m.val_samples = reduced.val_samples;
+  m.epoch_s = reduced.train_s;
+  m.val_s = reduced.val_s;
+  m.samples_per_s = reduced.train_s > 0 ? static_cast<double>(reduced.train_samples) / reduced.train_s : 0.0;
+  m.lr = lr;
+  m.world_size = group->size();
+  callback_metrics.clear();
+  for (const auto& metric : reduced.metrics) {
+    callback_metrics[metric.name] = metric.value;
+    m.logged.emplace_back(metric.name, metric.value);
+    if (metric.prog_bar) m.prog_bar.push_back(metric.name);
+  }
+  callback_metrics["epoch"] = static_cast<double>(e);
+  callback_metrics["step"] = static_cast<double>(position.step);
+  callback_metrics["lr"] = lr;
+  if (auto it = callback_metrics.find("train_loss"); it != callback_metrics.end()) m.train_loss = it->second;
+  if (auto it = callback_metrics.find("val_loss"); it != callback_metrics.end()) m.val_loss = it->second;
+  if (auto it = callback_metrics.find("val_acc"); it != callback_metrics.end()) m.val_acc = it->second;
+  return m;
+}
+
+void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
+  position = TrainPosition{e + 1, 0, position.step};
+  reshard_world = 0;
+  reshard_batch = 0;
+  mid_accumulation = false;
+  for (const auto& callback : options.callbacks()) callback->on_validation_end(trainer);
+  result_.epochs.push_back(m);
+  if (is_main_) {
+    std::string line = "epoch " + std::to_string(e + 1) + "/" + std::to_string(options.max_epochs());
+    char text[160];
+    for (const std::string& name : m.prog_bar) {
+      std::snprintf(text, sizeof text, "  %s %.4f", name.c_str(), callback_metrics[name]);
+      line += text;
+    }
+    std::snprintf(text, sizeof text, "  train %.2f s  val %.2f s  %.0f samples/s", m.epoch_s, m.val_s, m.samples_per_s);
+    print_line(line + text);
+    if (metrics_writer) metrics_writer->write(m);
+  }
+  for (const auto& callback : options.callbacks()) callback->on_train_epoch_end(trainer);
+  // A stop asked for on any rank stops all of them, together.
+  if (detail::any_rank(*group, stop_requested) && !stop_requested) {
+    stop_requested = true;
+    stop_reason = "another rank's callback asked to stop";
+  }
+  if (!last_ckpt_.empty()) trainer.save_checkpoint(last_ckpt_);
+  if (stop_requested) {
+    result_.stopped_early = e + 1 < options.max_epochs();
+    result_.stop_reason = stop_reason;
+    if (result_.stopped_early) print_line("stopping after epoch " + std::to_string(e + 1) + ": " + stop_reason);
+  }
+}
+
+TrainerResult Trainer::Run::finish() {
+  result_.global_step = position.step;
+  if (result_.preempted) {
+    if (owned_group) owned_group->shutdown();
+    return result_;
+  }
+  for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
+  if (!options.ckpt_dir().empty() && options.save_final_weights()) {
+    result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
+    result_.safetensors_path = (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string();
+    if (is_main_) {
+      write_atomically(result_.weights_path, [&](const std::string& tmp) {
+        torch::serialize::OutputArchive archive;
+        module->save(archive);
+        archive.save_to(tmp);
+      });
+      // The same weights for Python without lockstep or LibTorch's archive format (docs/export.md).
+      SafetensorsMetadata metadata{{"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
+      if (!result_.epochs.empty()) metadata["epochs"] = std::to_string(result_.epochs.back().epoch + 1);
+      save_module_safetensors(result_.safetensors_path, *module, metadata);
+    }
+  }
+  if (owned_group) owned_group->shutdown();
+  char summary[128];
+  std::snprintf(summary, sizeof summary, "%lld optimizer step(s), %d rank(s), %.1f s",
+                static_cast<long long>(result_.global_step), group->size(), seconds_since(started_));
+  print_line(summary);
+  return result_;
+}
+
+// Rank 0 speaks; the others are silent.
+void Trainer::Run::print_line(const std::string& line) const {
+  if (!is_main_) return;
+  std::fprintf(options.out(), "%s\n", line.c_str());
+  std::fflush(options.out());
+}
+
+}  // namespace lockstep::train

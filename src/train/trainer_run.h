@@ -1,0 +1,130 @@
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/loader.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/train/precision.h"
+#include "lockstep/train/preemption.h"
+#include "lockstep/train/progress_bar.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::train {
+
+/*
+ * One Trainer::fit(), in phases. trainer.h says what a fit does; this is how, one phase per function:
+ *
+ *   Run(...)        set-up: the process group, the data, DDP around the module, the optimizer
+ *   restore()       resume from a checkpoint; for another world size, re-shard the rest of its epoch
+ *   train_epoch()   one epoch's batches: forward under autocast, the loss checked, backward (no_sync
+ *                   inside an accumulation group), and step() at each group's end
+ *   step()          a group's end: the ranks agree on a non-finite loss (on_nan skip), then clipping,
+ *                   the learning rate and the optimizer step; step_boundary() follows: the step
+ *                   record, the checkpoint every ckpt_every_n_steps and the preemption vote
+ *   validate()      this rank's part of the validation set, each sample counted once
+ *   reduce_epoch()  the epoch's metrics over all ranks (epoch_reduce.h), the same table everywhere
+ *   end_epoch()     callbacks, the epoch line, the stop vote, last.ckpt
+ *   finish()        on_fit_end, the final weights, the summary line
+ *
+ * Every phase runs on every rank in the same order, so the collectives inside match.
+ */
+struct Trainer::Run {
+  using Clock = std::chrono::steady_clock;
+  using Ddp = ddp::DistributedDataParallel<std::shared_ptr<TrainModule>>;
+
+  Run(Trainer& trainer, std::shared_ptr<TrainModule> module, DataModule& data, const env::Environment& environment);
+  ~Run();
+
+  /// Resumes from options.resume(), or from last.ckpt after a launcher restart; nothing otherwise.
+  void restore();
+  /// The epochs from the restored position on; then finish().
+  TrainerResult fit();
+
+  // ---- the state callbacks and the TrainerContext read ----
+  Trainer& trainer;
+  const TrainerOptions& options;
+  env::Environment environment;
+  std::optional<comm::ProcessGroup> owned_group;
+  comm::ProcessGroup* group = nullptr;
+  std::shared_ptr<TrainModule> module;
+  std::unique_ptr<Ddp> ddp;
+  OptimizerConfig optim;
+  GradScaler scaler;
+  std::unique_ptr<MetricsWriter> metrics_writer;
+  TrainPosition position;         // where a checkpoint written now resumes
+  int64_t epoch = 0;              // the epoch in progress, or just finished in the epoch-end hooks
+  bool mid_accumulation = false;  // gradients of an unfinished accumulation group exist
+  int reshard_world = 0;          // see CheckpointState
+  int64_t reshard_batch = 0;
+  std::map<std::string, double> callback_metrics;
+  bool stop_requested = false;
+  std::string stop_reason;
+  double lr = 0.0;
+
+ private:
+  /// What one epoch's training part did on this rank.
+  struct EpochTraining {
+    int64_t batches = 0;   // of the epoch, done (counted from its first batch, also when resumed)
+    int64_t planned = 0;   // the epoch's batches
+    int64_t samples = 0;   // this rank's, this run
+    double seconds = 0.0;
+  };
+  /// This rank's validation.
+  struct Validation {
+    int64_t samples = 0;
+    double seconds = 0.0;
+  };
+
+  void connect();
+  void setup_data(DataModule& data);
+  void setup_model();
+  std::string resume_path() const;
+  void reshard_after(const CheckpointState& saved, const std::string& path);
+
+  EpochTraining train_epoch(int64_t epoch);
+  /// Forward and backward of batch `b`; returns its loss (non-finite only with on_nan skip).
+  double train_batch(const data::Batch& batch, int64_t b, bool steps_now);
+  /// The end of an accumulation group; returns whether the optimizer stepped.
+  bool step(int64_t b);
+  void step_boundary(int64_t b, bool stepped, double batch_loss);
+  Validation validate(int64_t epoch);
+  EpochMetrics reduce_epoch(int64_t epoch, const EpochTraining& training, const Validation& validation);
+  void end_epoch(int64_t epoch, const EpochMetrics& metrics);
+  /// The report of an epoch cut short (preemption, max_steps); false when it ran to its end.
+  bool report_cut_short(int64_t epoch, const EpochTraining& training);
+  TrainerResult finish();
+  void print_line(const std::string& line) const;
+
+  const Clock::time_point started_ = Clock::now();
+  bool is_main_ = false;
+  int local_rank_ = 0;
+  Precision precision_ = Precision::k32;
+  // data
+  std::shared_ptr<const data::TensorDataset> train_set_, val_set_;
+  std::optional<data::Loader> train_loader_, val_loader_;
+  std::optional<data::DistributedSampler> train_sampler_;
+  int64_t batch_size_ = 0;
+  int64_t train_batches_ = 0;  // per epoch, limit_train_batches applied
+  // resume
+  TrainPosition start_;
+  bool resumed_ = false;
+  std::vector<int64_t> resharded_;  // the rest of the start epoch for this rank, when it is re-sharded
+  // step-time state
+  std::string last_ckpt_;
+  std::unique_ptr<PreemptionHandlers> preemption_;
+  int preempted_by_ = 0;
+  bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
+  LoggedMetrics logged_before_;
+  bool max_steps_reached_ = false;
+  ProgressBar bar_;
+  TrainerResult result_;
+};
+
+}  // namespace lockstep::train

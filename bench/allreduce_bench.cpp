@@ -133,12 +133,13 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--json") {
       args.json = value;
     } else if (flag == "--buffer") {
-      if (value != "comm" && value != "plain") throw UsageError("--buffer must be comm or plain, got '" + value + "'");
+      if (value != "comm" && value != "plain")
+        throw UsageError("--buffer must be comm or plain, got '" + value + "'");
       args.comm_buffer = value == "comm";
     } else {
-      throw UsageError(
-          "unknown flag " + flag +
-          " (expected --backend, --min-size, --max-size, --factor, --iters, --json, --buffer, --check-flags)");
+      throw UsageError("unknown flag " + flag +
+                       " (expected --backend, --min-size, --max-size, --factor, --iters, --json, --buffer, "
+                       "--check-flags)");
     }
   }
   if (args.min_size > args.max_size) {
@@ -268,10 +269,11 @@ int run(const Args& args) {
   const std::string chosen = args.backend_name == backend_name ? "" : ", from " + args.backend_name;
   const std::string baseline_name = gloo_group ? "c10d gloo" : "c10d gloo (same group)";
   if (printer) {
-    std::printf("all_reduce sum float32, %d rank(s); lockstep: ProcessGroup (%s%s); baseline: raw %s; "
-                "message: %s\n",
-                world, backend_name, chosen.c_str(), baseline_name.c_str(),
-                args.comm_buffer ? "new_comm_buffer" : "at::zeros");
+    std::printf(
+        "all_reduce sum float32, %d rank(s); lockstep: ProcessGroup (%s%s); baseline: raw %s; "
+        "message: %s\n",
+        world, backend_name, chosen.c_str(), baseline_name.c_str(),
+        args.comm_buffer ? "new_comm_buffer" : "at::zeros");
     std::printf("| %9s | %5s | %12s | %10s | %10s | %12s | %10s | %10s | %6s |\n", "size", "iters",
                 "lockstep us", "algbw GB/s", "busbw GB/s", "baseline us", "algbw GB/s", "busbw GB/s",
                 "ratio");
@@ -285,7 +287,8 @@ int run(const Args& args) {
   for (int64_t bytes = args.min_size; bytes <= args.max_size;) {
     // Zeros stay zeros under repeated sums (no overflow to inf over the iterations).
     const int64_t numel = bytes / static_cast<int64_t>(sizeof(float));
-    auto tensor = args.comm_buffer ? group.new_comm_buffer(numel, at::kFloat) : at::zeros({numel}, at::kFloat);
+    auto tensor =
+        args.comm_buffer ? group.new_comm_buffer(numel, at::kFloat) : at::zeros({numel}, at::kFloat);
     std::vector<at::Tensor> tensors{tensor};
     const int iters =
         bytes <= (1LL << 20)
@@ -309,14 +312,15 @@ int run(const Args& args) {
                   base_algbw * bus_factor, ratio);
       std::fflush(stdout);
       if (json) {
-        std::fprintf(json.get(),
-                     "{\"bytes\": %lld, \"world_size\": %d, \"backend\": \"%s\", \"baseline\": \"%s\", "
-                     "\"iters\": %d, \"lockstep_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
-                     "\"raw_c10d_us\": %.3f, \"raw_algbw_gbps\": %.4f, \"raw_busbw_gbps\": %.4f, "
-                     "\"ratio\": %.4f, \"lockstep_p50_us\": %.3f, \"raw_c10d_p50_us\": %.3f, \"buffer\": \"%s\"}\n",
-                     static_cast<long long>(bytes), world, backend_name, baseline_name.c_str(), iters,
-                     s[0] * 1e6, algbw, algbw * bus_factor, s[1] * 1e6, base_algbw, base_algbw * bus_factor,
-                     ratio, s[2] * 1e6, s[3] * 1e6, args.comm_buffer ? "comm" : "plain");
+        std::fprintf(
+            json.get(),
+            "{\"bytes\": %lld, \"world_size\": %d, \"backend\": \"%s\", \"baseline\": \"%s\", "
+            "\"iters\": %d, \"lockstep_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+            "\"raw_c10d_us\": %.3f, \"raw_algbw_gbps\": %.4f, \"raw_busbw_gbps\": %.4f, "
+            "\"ratio\": %.4f, \"lockstep_p50_us\": %.3f, \"raw_c10d_p50_us\": %.3f, \"buffer\": \"%s\"}\n",
+            static_cast<long long>(bytes), world, backend_name, baseline_name.c_str(), iters, s[0] * 1e6,
+            algbw, algbw * bus_factor, s[1] * 1e6, base_algbw, base_algbw * bus_factor, ratio, s[2] * 1e6,
+            s[3] * 1e6, args.comm_buffer ? "comm" : "plain");
       }
     }
     if (bytes > args.max_size / args.factor) break;

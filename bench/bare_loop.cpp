@@ -43,13 +43,20 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--data-dir")) data_dir = next("--data-dir");
-    else if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(next("--epochs"));
-    else if (!std::strcmp(argv[i], "--batch-size")) batch = std::atoll(next("--batch-size"));
-    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next("--threads"));
-    else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(next("--seed"), nullptr, 10);
-    else if (!std::strcmp(argv[i], "--limit-train-batches")) limit = std::atoll(next("--limit-train-batches"));
-    else if (!std::strcmp(argv[i], "--optimizer")) optimizer_name = next("--optimizer");
+    if (!std::strcmp(argv[i], "--data-dir"))
+      data_dir = next("--data-dir");
+    else if (!std::strcmp(argv[i], "--epochs"))
+      epochs = std::atoi(next("--epochs"));
+    else if (!std::strcmp(argv[i], "--batch-size"))
+      batch = std::atoll(next("--batch-size"));
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(next("--threads"));
+    else if (!std::strcmp(argv[i], "--seed"))
+      seed = std::strtoull(next("--seed"), nullptr, 10);
+    else if (!std::strcmp(argv[i], "--limit-train-batches"))
+      limit = std::atoll(next("--limit-train-batches"));
+    else if (!std::strcmp(argv[i], "--optimizer"))
+      optimizer_name = next("--optimizer");
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -72,7 +79,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (optimizer_name == "fused") {
-    optimizer = std::make_unique<lockstep::optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    optimizer =
+        std::make_unique<lockstep::optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
   } else {
     optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
   }
@@ -99,9 +107,11 @@ int main(int argc, char** argv) {
       samples += end - begin;
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("{\"epoch\": %d, \"train_loss\": %.6f, \"epoch_s\": %.4f, \"samples_per_s\": %.1f, \"steps\": %lld}\n",
-                epoch, loss_sum / static_cast<double>(steps_per_epoch), secs, static_cast<double>(samples) / secs,
-                static_cast<long long>(steps_per_epoch));
+    std::printf(
+        "{\"epoch\": %d, \"train_loss\": %.6f, \"epoch_s\": %.4f, \"samples_per_s\": %.1f, \"steps\": "
+        "%lld}\n",
+        epoch, loss_sum / static_cast<double>(steps_per_epoch), secs, static_cast<double>(samples) / secs,
+        static_cast<long long>(steps_per_epoch));
     std::fflush(stdout);
   }
   return 0;

@@ -124,11 +124,12 @@ int main(int argc, char** argv) {
     else if (flag == "--bucket-view")
       bucket_view = argv[i + 1];
     else {
-      std::fprintf(stderr,
-                   "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
-                   "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB|auto, --backend NAME, --malloc "
-                   "heap|glibc, --bucket-view on|off)\n",
-                   flag.c_str());
+      std::fprintf(
+          stderr,
+          "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
+          "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB|auto, --backend NAME, --malloc "
+          "heap|glibc, --bucket-view on|off)\n",
+          flag.c_str());
       return 2;
     }
   }
@@ -146,7 +147,8 @@ int main(int argc, char** argv) {
   }
   if (malloc_mode == "heap" && !lockstep::train::keep_step_memory_in_heap()) {
     std::fprintf(stderr,
-                 "ddp_bench: the environment sets glibc malloc settings (GLIBC_TUNABLES glibc.malloc.*, MALLOC_*_THRESHOLD_); add --malloc glibc to keep them\n");
+                 "ddp_bench: the environment sets glibc malloc settings (GLIBC_TUNABLES glibc.malloc.*, "
+                 "MALLOC_*_THRESHOLD_); add --malloc glibc to keep them\n");
     return 2;
   }
   try {

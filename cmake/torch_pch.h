@@ -4,11 +4,11 @@
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-// Only where lockstep found gloo's headers (cmake/LockstepTorch.cmake); USE_C10D_GLOO alone says nothing about
-// that (PyPI's torch defines it in its CMake targets, and ships no gloo headers).
+// Only where lockstep found gloo's headers (cmake/LockstepTorch.cmake); USE_C10D_GLOO alone says nothing
+// about that (PyPI's torch defines it in its CMake targets, and ships no gloo headers).
 #ifdef LOCKSTEP_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>

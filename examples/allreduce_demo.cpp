@@ -29,9 +29,10 @@ int main() {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kRounds;
 
-    std::printf("rank %d of %d (local rank %d, from %s): sum of (rank + 1) = %.0f; 1 MiB all-reduce %.2f ms\n",
-                pg.rank(), pg.size(), environment.local_rank, lockstep::env::to_string(environment.source),
-                value.item<double>(), ms);
+    std::printf(
+        "rank %d of %d (local rank %d, from %s): sum of (rank + 1) = %.0f; 1 MiB all-reduce %.2f ms\n",
+        pg.rank(), pg.size(), environment.local_rank, lockstep::env::to_string(environment.source),
+        value.item<double>(), ms);
     pg.shutdown();
     return 0;
   } catch (const std::exception& e) {

@@ -40,9 +40,7 @@ class LitSimpleNet : public lockstep::train::TrainModule {
         fc2(register_module("fc2", torch::nn::Linear(256, 128))),
         fc3(register_module("fc3", torch::nn::Linear(128, 10))) {}
 
-  at::Tensor forward(const at::Tensor& x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1))))));
-  }
+  at::Tensor forward(const at::Tensor& x) { return fc3(torch::relu(fc2(torch::relu(fc1(x.flatten(1)))))); }
 
   at::Tensor training_step(const lockstep::data::Batch& batch, int64_t /*batch_idx*/) override {
     at::Tensor loss = torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
@@ -52,12 +50,15 @@ class LitSimpleNet : public lockstep::train::TrainModule {
 
   void validation_step(const lockstep::data::Batch& batch, int64_t /*batch_idx*/) override {
     const at::Tensor logits = forward(batch.data);
-    log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target), LogOptions().prog_bar(true).sync_dist(true));
-    log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kFloat).mean(), LogOptions().prog_bar(true).sync_dist(true));
+    log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target),
+        LogOptions().prog_bar(true).sync_dist(true));
+    log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kFloat).mean(),
+        LogOptions().prog_bar(true).sync_dist(true));
   }
 
   lockstep::train::OptimizerConfig configure_optimizers() override {
-    return {std::make_unique<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3)), std::nullopt};
+    return {std::make_unique<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3)),
+            std::nullopt};
   }
 
   std::string checkpoint_name() const override { return "LitSimpleNet"; }
@@ -118,16 +119,18 @@ int main(int argc, char** argv) {
       } else if (flag == "--data-dir") {
         dir = value;
       } else {
-        throw std::invalid_argument("unknown option '" + flag + "' (see the comment at the top of examples/trainer.cpp)");
+        throw std::invalid_argument("unknown option '" + flag +
+                                    "' (see the comment at the top of examples/trainer.cpp)");
       }
     }
     if (!ckpt_dir.empty()) {
       // Lightning's habit: keep the 3 best epochs by val_loss, stop when it has not improved for 2.
       options.ckpt_dir(ckpt_dir)
-          .callback(std::make_shared<lockstep::train::ModelCheckpoint>(lockstep::train::ModelCheckpointOptions()
-                                                                          .monitor("val_loss")
-                                                                          .filename("{epoch:02d}-{val_loss:.3f}")
-                                                                          .save_top_k(3)))
+          .callback(
+              std::make_shared<lockstep::train::ModelCheckpoint>(lockstep::train::ModelCheckpointOptions()
+                                                                     .monitor("val_loss")
+                                                                     .filename("{epoch:02d}-{val_loss:.3f}")
+                                                                     .save_top_k(3)))
           .callback(std::make_shared<lockstep::train::EarlyStopping>(
               lockstep::train::EarlyStoppingOptions("val_loss").patience(2)))
           .callback(std::make_shared<lockstep::train::LearningRateMonitor>());
@@ -137,7 +140,8 @@ int main(int argc, char** argv) {
     lockstep::train::Trainer trainer(options);
     const auto result = trainer.fit(std::make_shared<LitSimpleNet>(), data);
     if (trainer.rank() == 0 && !result.epochs.empty()) {
-      std::printf("trainer example: %zu epoch(s), val_acc %.4f\n", result.epochs.size(), result.epochs.back().val_acc);
+      std::printf("trainer example: %zu epoch(s), val_acc %.4f\n", result.epochs.size(),
+                  result.epochs.back().val_acc);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -5,7 +5,7 @@
 set -eu
 
 packages="
-  build-essential cmake ccache git pkg-config
+  build-essential cmake ccache git pkg-config clang-format
   libtorch-dev libgloo-dev libopenblas0-openmp
   zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
@@ -14,6 +14,7 @@ packages="
   openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
   iproute2
 "
+# clang-format: the format check (scripts/check-format.sh, ctest format_check); Debian 12's is version 14.
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
 # openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that

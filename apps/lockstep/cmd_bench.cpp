@@ -49,8 +49,9 @@ int refuse_inside_job(const std::string& command) {
 }
 
 int parse_bench_flags(CLI::App& app, int argc, char** argv) {
-  return parse_or_status(app, argc, argv,
-                         [&app](const std::string& message) { return bench_usage_error(app.get_name(), message); });
+  return parse_or_status(app, argc, argv, [&app](const std::string& message) {
+    return bench_usage_error(app.get_name(), message);
+  });
 }
 
 int bench_usage_error(const std::string& command, const std::string& message) {

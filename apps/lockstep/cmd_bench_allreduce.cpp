@@ -135,9 +135,12 @@ int bench_allreduce_main(int argc, char** argv) {
       ->type_name("comm|plain")
       ->capture_default_str();
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
-  if (nproc < 1) return bench_usage_error(kAllreduceName, "--nproc must be >= 1, got " + std::to_string(nproc));
-  if (iters < 1) return bench_usage_error(kAllreduceName, "--iters must be >= 1, got " + std::to_string(iters));
-  if (factor < 2) return bench_usage_error(kAllreduceName, "--factor must be >= 2, got " + std::to_string(factor));
+  if (nproc < 1)
+    return bench_usage_error(kAllreduceName, "--nproc must be >= 1, got " + std::to_string(nproc));
+  if (iters < 1)
+    return bench_usage_error(kAllreduceName, "--iters must be >= 1, got " + std::to_string(iters));
+  if (factor < 2)
+    return bench_usage_error(kAllreduceName, "--factor must be >= 2, got " + std::to_string(factor));
   if (buffer != "comm" && buffer != "plain") {
     return bench_usage_error(kAllreduceName, "--buffer must be comm or plain, got '" + buffer + "'");
   }

@@ -105,7 +105,8 @@ int bench_peer_main(int argc, char** argv) {
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
   if (nproc < 1) return bench_usage_error(kPeerName, "--nproc must be >= 1, got " + std::to_string(nproc));
   if (epochs < 1) return bench_usage_error(kPeerName, "--epochs must be >= 1, got " + std::to_string(epochs));
-  if (threads < 1) return bench_usage_error(kPeerName, "--threads must be >= 1, got " + std::to_string(threads));
+  if (threads < 1)
+    return bench_usage_error(kPeerName, "--threads must be >= 1, got " + std::to_string(threads));
   if (limit < 0)
     return bench_usage_error(kPeerName, "--limit-train-batches must be >= 0, got " + std::to_string(limit));
   if (const int status = refuse_inside_job(kPeerName); status != 0) return status;
@@ -194,8 +195,8 @@ int bench_peer_main(int argc, char** argv) {
     const auto check_count = [&](const std::vector<nlohmann::json>& records, const std::string& who,
                                  const std::string& output) {
       if (static_cast<int>(records.size()) == epochs) return true;
-      std::cerr << kPeerName << ": " << who << " reported " << records.size() << " epoch(s), expected " << epochs
-                << "; its output:\n";
+      std::cerr << kPeerName << ": " << who << " reported " << records.size() << " epoch(s), expected "
+                << epochs << "; its output:\n";
       print_file(output, std::cerr);
       return false;
     };

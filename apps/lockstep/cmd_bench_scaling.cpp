@@ -172,14 +172,17 @@ int bench_scaling_main(int argc, char** argv) {
   if (const std::string error = unknown("--data", data, train::fit_data_names()); !error.empty()) {
     return bench_usage_error(kScalingName, error);
   }
-  if (epochs < 1) return bench_usage_error(kScalingName, "--epochs must be >= 1, got " + std::to_string(epochs));
-  if (threads < 0) return bench_usage_error(kScalingName, "--threads must be >= 0, got " + std::to_string(threads));
+  if (epochs < 1)
+    return bench_usage_error(kScalingName, "--epochs must be >= 1, got " + std::to_string(epochs));
+  if (threads < 0)
+    return bench_usage_error(kScalingName, "--threads must be >= 0, got " + std::to_string(threads));
   for (const std::string& arg : fit_extra) {
     const std::string flag = arg.substr(0, arg.find('='));
     if (owned_fit_flags().count(flag) != 0) {
-      return bench_usage_error(kScalingName, "'" + arg +
-                                          "' after -- is set by this command (use its --ranks, --epochs, "
-                                          "--model, --data, --threads)");
+      return bench_usage_error(kScalingName,
+                               "'" + arg +
+                                   "' after -- is set by this command (use its --ranks, --epochs, "
+                                   "--model, --data, --threads)");
     }
   }
 
@@ -238,8 +241,8 @@ int bench_scaling_main(int argc, char** argv) {
     try {
       const int status = run_child(commands[k], {out, ""});
       if (status != 0) {
-        std::cerr << kScalingName << ": `" << shell_line(commands[k]) << "` failed with exit status " << status
-                  << "; its output:\n";
+        std::cerr << kScalingName << ": `" << shell_line(commands[k]) << "` failed with exit status "
+                  << status << "; its output:\n";
         print_file(out, std::cerr);
         return 1;
       }

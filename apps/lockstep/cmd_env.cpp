@@ -44,7 +44,8 @@ int env_main(int argc, char** argv) {
       std::printf("%s\n", object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf(
-          "source=%s\nrank=%d\nlocal_rank=%d\nworld_size=%d\nlocal_world_size=%d\nnode_rank=%d\nnum_nodes=%d\n"
+          "source=%s\nrank=%d\nlocal_rank=%d\nworld_size=%d\nlocal_world_size=%d\nnode_rank=%d\nnum_nodes=%"
+          "d\n"
           "master_addr=%s\nmaster_port=%d\nrestart_count=%d\nrun_id=%s\n",
           env::to_string(e.source), e.rank, e.local_rank, e.world_size, e.local_world_size, e.node_rank,
           e.num_nodes, e.master_addr.c_str(), e.master_port, e.restart_count, e.run_id.c_str());

@@ -108,15 +108,17 @@ void apply_slurm_defaults(std::optional<std::string>& nnodes, std::optional<std:
   try {
     node = env::slurm_node();
   } catch (const env::EnvError& e) {
-    throw UsageError{std::string(e.what()) + " (read because srun started this launcher; pass --nnodes, "
+    throw UsageError{std::string(e.what()) +
+                     " (read because srun started this launcher; pass --nnodes, "
                      "--node-rank, --master-addr, --master-port and --rdzv-id to ignore Slurm)"};
   }
   if (!node) return;
   if (node->tasks_on_node > 1 && !(nnodes && node_rank)) {
-    throw UsageError{"srun started " + std::to_string(node->tasks_on_node) +
-                     " tasks on this node (SLURM_STEP_TASKS_PER_NODE), so each would start its own workers: "
-                     "run one launcher per node (srun --ntasks-per-node=1 lockstep run --nproc-per-node N ...), "
-                     "or srun one task per rank and drop lockstep run"};
+    throw UsageError{
+        "srun started " + std::to_string(node->tasks_on_node) +
+        " tasks on this node (SLURM_STEP_TASKS_PER_NODE), so each would start its own workers: "
+        "run one launcher per node (srun --ntasks-per-node=1 lockstep run --nproc-per-node N ...), "
+        "or srun one task per rank and drop lockstep run"};
   }
   if (!nnodes) nnodes = std::to_string(node->num_nodes);
   if (!node_rank) node_rank = std::to_string(node->node_rank);
@@ -192,7 +194,8 @@ int run_main(int argc, char** argv) {
   if (const int status = parse_or_status(app, argc, argv, usage_error); status >= 0) return status;
   std::vector<std::string> command;
   if (const auto unknown = take_command(app, command)) {
-    return usage_error("unknown option '" + *unknown + "' (put the worker command after the flags, or after --)");
+    return usage_error("unknown option '" + *unknown +
+                       "' (put the worker command after the flags, or after --)");
   }
   if (command.empty())
     return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");
@@ -208,7 +211,8 @@ int run_main(int argc, char** argv) {
     if (master_port) options.master_port(parse_int("--master-port", *master_port, "a port in 1..65535"));
     if (max_restarts) options.max_restarts(parse_int("--max-restarts", *max_restarts, "an integer >= 0"));
     if (log_dir) options.log_dir(*log_dir);
-    if (collective_timeout) options.collective_timeout(parse_seconds("--collective-timeout", *collective_timeout));
+    if (collective_timeout)
+      options.collective_timeout(parse_seconds("--collective-timeout", *collective_timeout));
     if (run_id) options.run_id(*run_id);
     options.standalone(standalone);
     launcher.emplace(options);

@@ -4,10 +4,10 @@
 // (argv[0] is the subcommand name) and returns the process exit status.
 namespace lockstep::cli {
 
-int run_main(int argc, char** argv);    // lockstep run    (cmd_run.cpp)
-int env_main(int argc, char** argv);    // lockstep env    (cmd_env.cpp)
-int fit_main(int argc, char** argv);    // lockstep fit    (cmd_fit.cpp)
-int bench_main(int argc, char** argv);  // lockstep bench  (cmd_bench.cpp; one file per benchmark)
+int run_main(int argc, char** argv);     // lockstep run    (cmd_run.cpp)
+int env_main(int argc, char** argv);     // lockstep env    (cmd_env.cpp)
+int fit_main(int argc, char** argv);     // lockstep fit    (cmd_fit.cpp)
+int bench_main(int argc, char** argv);   // lockstep bench  (cmd_bench.cpp; one file per benchmark)
 int export_main(int argc, char** argv);  // lockstep export (cmd_export.cpp; execs lockstep-export)
 int slurm_main(int argc, char** argv);   // lockstep slurm  (cmd_slurm.cpp; the script: slurm_script.cpp)
 

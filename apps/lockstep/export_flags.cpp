@@ -42,7 +42,8 @@ int parse_export_flags(int argc, char** argv, ExportFlags& flags) {
   });
   if (status >= 0) return status;
   if (flags.input.empty()) {
-    std::cerr << "lockstep export: the checkpoint path is empty\nRun 'lockstep export --help' for the arguments.\n";
+    std::cerr
+        << "lockstep export: the checkpoint path is empty\nRun 'lockstep export --help' for the arguments.\n";
     return 2;
   }
   return -1;

@@ -34,7 +34,9 @@ class FaultInjection : public train::Callback {
 
   // "nan": the loss of every batch of optimizer step STEP + 1.
   void on_before_backward(train::TrainerContext& trainer, at::Tensor& loss) override {
-    if (fault_.kind != "nan" || done_ || trainer.rank() != fault_.rank || trainer.global_step() != fault_.step) return;
+    if (fault_.kind != "nan" || done_ || trainer.rank() != fault_.rank ||
+        trainer.global_step() != fault_.step)
+      return;
     loss = loss * std::numeric_limits<double>::quiet_NaN();
     nan_given_ = true;
   }
@@ -47,7 +49,8 @@ class FaultInjection : public train::Callback {
     }
     if (trainer.global_step() < fault_.step) return;
     if (fault_.kind == "usr1" || fault_.kind == "term") {
-      if (!done_) notify_launcher(fault_.kind == "usr1" ? SIGUSR1 : SIGTERM, !trainer.default_ckpt_dir().empty());
+      if (!done_)
+        notify_launcher(fault_.kind == "usr1" ? SIGUSR1 : SIGTERM, !trainer.default_ckpt_dir().empty());
     } else if (fault_.kind == "stop" || fault_.kind == "hang" || fault_.kind == "extra") {
       if (!done_ && fault_.kind == "stop") ::raise(SIGSTOP);
       if (!done_ && fault_.kind == "extra") {

@@ -87,9 +87,12 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   std::string bucket_cap = "auto";
   std::optional<std::string> synthetic_shape;
 
-  app.add_option("--model", config.model, "Model to train")->type_name(joined(train::fit_model_names()))
+  app.add_option("--model", config.model, "Model to train")
+      ->type_name(joined(train::fit_model_names()))
       ->capture_default_str();
-  app.add_option("--data", config.data, "Dataset")->type_name(joined(train::fit_data_names()))->capture_default_str();
+  app.add_option("--data", config.data, "Dataset")
+      ->type_name(joined(train::fit_data_names()))
+      ->capture_default_str();
   app.add_option("--data-dir,--data_dir", config.data_dir,
                  "Directory of the dataset's files. Default for fashion-mnist:\n"
                  "/usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist)")
@@ -100,18 +103,23 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
                  "Image shape of --data synthetic, channels,height,width\n"
                  "(3,32,32: CIFAR-10-sized). Default: 1,28,28 (Fashion-MNIST's)")
       ->type_name("C,H,W");
-  app.add_option("--devices", config.devices, "Local ranks (processes) to train with. Default: 1")->type_name("N");
+  app.add_option("--devices", config.devices, "Local ranks (processes) to train with. Default: 1")
+      ->type_name("N");
   app.add_option("--num-nodes,--num_nodes", config.num_nodes, "Nodes; must match the surrounding launcher")
       ->type_name("N");
-  app.add_option("--backend", config.backend,
-                 "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
-                 "nodes) for multi-node jobs; mpi needs ranks started by mpirun (docs/mpi.md)")
-      ->type_name("auto|shm|hier|gloo|mpi")->capture_default_str();
+  app.add_option(
+         "--backend", config.backend,
+         "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
+         "nodes) for multi-node jobs; mpi needs ranks started by mpirun (docs/mpi.md)")
+      ->type_name("auto|shm|hier|gloo|mpi")
+      ->capture_default_str();
   app.add_option("--threads", config.threads, "Intra-op threads per rank; 0 = cores / local ranks")
       ->capture_default_str();
   app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();
-  app.add_option("--batch-size,--batch_size", config.batch_size, "Batch size per rank")->capture_default_str();
-  app.add_option("--lr", config.lr, "Learning rate. Default: 1e-3 (adam, adamw), 0.05 (sgd)")->type_name("LR");
+  app.add_option("--batch-size,--batch_size", config.batch_size, "Batch size per rank")
+      ->capture_default_str();
+  app.add_option("--lr", config.lr, "Learning rate. Default: 1e-3 (adam, adamw), 0.05 (sgd)")
+      ->type_name("LR");
   app.add_option("--optimizer", config.optimizer,
                  "Optimizer (adam and adamw take a fused one-pass step, bit-identical to LibTorch's)")
       ->type_name("adam|adamw|sgd")
@@ -121,14 +129,16 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--lr-scaling", config.lr_scaling,
                  "Scale --lr by global batch / --lr-reference-batch (global = batch-size x\n"
                  "ranks x accumulate-grad-batches): linear x ratio, sqrt x its square root")
-      ->type_name("none|linear|sqrt")->capture_default_str();
+      ->type_name("none|linear|sqrt")
+      ->capture_default_str();
   app.add_option("--lr-reference-batch", config.lr_reference_batch,
                  "The batch size --lr is meant for. Default: --batch-size (one rank)")
       ->type_name("N");
   app.add_option("--lr-schedule", config.lr_schedule,
                  "Learning rate over the run (per optimizer step, after the warmup): cosine\n"
                  "decay to 0, constant, or step (x --lr-gamma every --lr-step-epochs)")
-      ->type_name("cosine|constant|step")->capture_default_str();
+      ->type_name("cosine|constant|step")
+      ->capture_default_str();
   app.add_option("--lr-step-epochs", config.lr_step_epochs,
                  "Epochs between two decays of --lr-schedule step, counted after the\n"
                  "warmup. Default: max(1, max-epochs / 3)")
@@ -137,26 +147,33 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       ->capture_default_str();
-  app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")->capture_default_str();
-  app.add_option("--precision", config.precision,
-                 "Numeric precision: 32, or bf16-mixed (forward under bfloat16 autocast, float32 weights and\n"
-                 "optimizer); 16-mixed needs a CUDA device")
+  app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")
+      ->capture_default_str();
+  app.add_option(
+         "--precision", config.precision,
+         "Numeric precision: 32, or bf16-mixed (forward under bfloat16 autocast, float32 weights and\n"
+         "optimizer); 16-mixed needs a CUDA device")
       ->type_name("32|bf16-mixed|16-mixed")
       ->capture_default_str();
   app.add_option("--accumulate-grad-batches", config.accumulate_grad_batches,
                  "Batches per optimizer step (gradients all-reduced once per step)")
       ->capture_default_str();
-  app.add_option("--gradient-clip-val", config.gradient_clip_val, "Clip the gradients' global L2 norm; 0 = off")
+  app.add_option("--gradient-clip-val", config.gradient_clip_val,
+                 "Clip the gradients' global L2 norm; 0 = off")
       ->capture_default_str();
   app.add_option("--bucket-cap-mb,--bucket_cap_mb", bucket_cap,
                  "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"
                  "a 16th of the model's gradients within [1, 25] MiB, so that most of the all-reduce\n"
                  "overlaps backward even on a slow link (docs/multinode.md); Lightning's default is 25")
-      ->type_name("MB|auto")->capture_default_str();
+      ->type_name("MB|auto")
+      ->capture_default_str();
   app.add_option("--limit-train-batches", limit_train, "Train batches per epoch: a count or a fraction")
-      ->type_name("N|F")->capture_default_str();
-  app.add_option("--limit-val-batches", limit_val, "Validation batches per epoch and rank: a count or a fraction")
-      ->type_name("N|F")->capture_default_str();
+      ->type_name("N|F")
+      ->capture_default_str();
+  app.add_option("--limit-val-batches", limit_val,
+                 "Validation batches per epoch and rank: a count or a fraction")
+      ->type_name("N|F")
+      ->capture_default_str();
   app.add_option("--dropout", config.dropout, "Dropout probability of mlp and cnn. Default: the model's, 0.2")
       ->type_name("P");
   app.add_option("--augment", augment, "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
@@ -185,8 +202,9 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--max-steps,--max_steps", config.max_steps,
                  "Stop after N optimizer steps in all (last.ckpt is written there); -1 = no limit")
       ->capture_default_str();
-  app.add_option("--log-every-n-steps", config.log_every_n_steps,
-                 "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
+  app.add_option(
+         "--log-every-n-steps", config.log_every_n_steps,
+         "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
       ->capture_default_str();
   app.add_option("--on-nan", config.on_nan,
                  "A NaN or infinite training loss: stop (naming the step and the rank), or skip that\n"
@@ -207,13 +225,17 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   app.add_option("--monitor", config.monitor,
                  "Epoch metric that --save-top-k and --early-stopping-patience rank by\n"
                  "(train_loss, val_loss, val_acc, ...)")
-      ->type_name("NAME")->capture_default_str();
-  app.add_option("--monitor-mode", config.monitor_mode, "Whether a lower (min) or higher (max) --monitor is better")
-      ->type_name("min|max")->capture_default_str();
+      ->type_name("NAME")
+      ->capture_default_str();
+  app.add_option("--monitor-mode", config.monitor_mode,
+                 "Whether a lower (min) or higher (max) --monitor is better")
+      ->type_name("min|max")
+      ->capture_default_str();
   app.add_option("--save-top-k", config.save_top_k,
                  "Keep the K best checkpoints by --monitor in --ckpt-dir besides last.ckpt;\n"
                  "0 = none, -1 = every epoch's")
-      ->type_name("K")->capture_default_str();
+      ->type_name("K")
+      ->capture_default_str();
   app.add_option("--checkpoint-filename", config.checkpoint_filename,
                  "Name of the --save-top-k files, without .ckpt: {epoch}, {step} and metrics,\n"
                  "with an optional format: '{epoch}-{val_loss:.4f}' -> epoch=3-val_loss=0.2514.ckpt.\n"
@@ -221,14 +243,18 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("PATTERN");
   app.add_option("--early-stopping-patience", config.early_stopping_patience,
                  "Stop after N epochs in a row without --monitor improving; 0 = off")
-      ->type_name("N")->capture_default_str();
+      ->type_name("N")
+      ->capture_default_str();
   app.add_option("--early-stopping-min-delta", config.early_stopping_min_delta,
                  "The least change of --monitor that counts as an improvement")
-      ->type_name("D")->capture_default_str();
+      ->type_name("D")
+      ->capture_default_str();
   app.add_option("--metrics-file,--metrics_file", config.metrics_file,
-                 "Append one JSON object per epoch (rank 0)")->type_name("FILE.jsonl");
+                 "Append one JSON object per epoch (rank 0)")
+      ->type_name("FILE.jsonl");
   app.add_option("--progress", config.progress, "Live progress bar: auto = when stdout is a terminal")
-      ->type_name("auto|on|off")->capture_default_str();
+      ->type_name("auto|on|off")
+      ->capture_default_str();
 
   bool print_config = false;
   CLI::Option* config_file =
@@ -247,7 +273,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       const std::string flag = "--" + key;
       for (std::size_t at = message.find(flag); at != std::string::npos; at = message.find(flag, at + 1)) {
         const std::size_t end = at + flag.size();
-        if (end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-')) {
+        if (end == message.size() ||
+            !(std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-')) {
           return " (" + key + " is set in --config " + yaml->file_name() + ")";
         }
       }
@@ -277,8 +304,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       char* end = nullptr;
       const double mb = std::strtod(bucket_cap.c_str(), &end);
       if (bucket_cap.empty() || end != bucket_cap.c_str() + bucket_cap.size()) {
-        throw std::invalid_argument("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " +
-                                    bucket_cap);
+        throw std::invalid_argument(
+            "--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " + bucket_cap);
       }
       config.bucket_cap_mb = mb;  // the range is checked by config.validate()
     }
@@ -312,19 +339,34 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
 
 std::string in_flag_words(const std::string& message) {
   // The options whose names have more than one word, as the Trainer's errors spell them.
-  static const char* const kOptions[] = {"on_nan", "gradient_clip_val", "ckpt_dir", "num_nodes", "max_steps",
-                                         "max_epochs", "accumulate_grad_batches", "limit_train_batches",
-                                         "limit_val_batches", "bucket_cap_mb", "ckpt_every_n_steps",
-                                         "log_every_n_steps", "collective_timeout", "metrics_file",
+  static const char* const kOptions[] = {"on_nan",
+                                         "gradient_clip_val",
+                                         "ckpt_dir",
+                                         "num_nodes",
+                                         "max_steps",
+                                         "max_epochs",
+                                         "accumulate_grad_batches",
+                                         "limit_train_batches",
+                                         "limit_val_batches",
+                                         "bucket_cap_mb",
+                                         "ckpt_every_n_steps",
+                                         "log_every_n_steps",
+                                         "collective_timeout",
+                                         "metrics_file",
                                          "max_restarts"};
-  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  // A name stands alone: after a space, '(' or a quote, before a space, punctuation or a quote (not
+  // inside a path such as /runs/ckpt_dir/last.ckpt).
+  const auto opens = [](char c) { return c == ' ' || c == '(' || c == '\'' || c == '`'; };
+  const auto closes = [](char c) {
+    return c == ' ' || c == ')' || c == ',' || c == ':' || c == ';' || c == '\'' || c == '`';
+  };
   std::string out = message;
   for (const std::string name : kOptions) {
     std::string flag = "--" + name;
     std::replace(flag.begin(), flag.end(), '_', '-');
     for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
-      const bool whole = (at == 0 || !is_word(out[at - 1])) &&
-                         (at + name.size() == out.size() || !is_word(out[at + name.size()]));
+      const bool whole = (at == 0 || opens(out[at - 1])) &&
+                         (at + name.size() == out.size() || closes(out[at + name.size()]));
       if (!whole) {
         at += name.size();
         continue;

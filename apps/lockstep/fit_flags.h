@@ -11,8 +11,8 @@ namespace lockstep::cli {
 /// CLI (which checks them before starting any rank) and the rank program `lockstep-fit`, so both read
 /// the same flags the same way.
 ///
-/// Returns -1 with `config` filled and validated, or the exit status to return at once: 0 after --help (printed to
-/// stdout), 2 after a usage error (printed to stderr, naming the flag and the fix).
+/// Returns -1 with `config` filled and validated, or the exit status to return at once: 0 after --help
+/// (printed to stdout), 2 after a usage error (printed to stderr, naming the flag and the fix).
 int parse_fit_flags(int argc, char** argv, train::FitConfig& config);
 
 /// A library error in the words of `lockstep fit`: the Trainer's option names (on_nan,

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     const lockstep::env::Environment environment = lockstep::env::from_env();
     rank = environment.rank;
     lockstep::train::FitOutput output;
-    output.progress_bar = config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
+    output.progress_bar =
+        config.progress == "on" || (config.progress == "auto" && ::isatty(STDOUT_FILENO) == 1);
     std::vector<std::shared_ptr<lockstep::train::Callback>> callbacks;
     if (auto fault = lockstep::cli::fault_injection_from_env(environment)) callbacks.push_back(fault);
     const lockstep::train::FitResult result = lockstep::train::fit(config, environment, output, callbacks);

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
   if (command == "export") return lockstep::cli::export_main(argc - 1, argv + 1);
   if (command == "slurm") return lockstep::cli::slurm_main(argc - 1, argv + 1);
-  std::fprintf(stderr, "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm)\n\n%s",
+  std::fprintf(stderr,
+               "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm)\n\n%s",
                command.c_str(), kUsage);
   return 2;
 }

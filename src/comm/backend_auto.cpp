@@ -37,7 +37,8 @@ std::string host_identity() {
 // Room in this host's /dev/shm for a `world`-rank segment twice over (containers often give /dev/shm
 // only 64 MiB).
 bool shm_has_room(int world) {
-  return ProcessGroupShm::dev_shm_has_room(2 * ProcessGroupShm::segment_bytes(world, ShmOptions().slot_bytes()));
+  return ProcessGroupShm::dev_shm_has_room(2 *
+                                           ProcessGroupShm::segment_bytes(world, ShmOptions().slot_bytes()));
 }
 
 }  // namespace
@@ -53,7 +54,8 @@ Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const Proc
                std::vector<uint8_t>{static_cast<uint8_t>(shm_has_room(local) ? '1' : '0')});
     if (options.rank() == 0) {
       bool room = true;
-      for (int r = 0; r < options.world_size() && room; ++r) room = store->get("shm_room/" + std::to_string(r)).at(0) == '1';
+      for (int r = 0; r < options.world_size() && room; ++r)
+        room = store->get("shm_room/" + std::to_string(r)).at(0) == '1';
       store->set("auto_backend", std::vector<uint8_t>{static_cast<uint8_t>(room ? 'h' : 'g')});
     }
     return store->get("auto_backend").at(0) == 'h' ? Backend::kHier : Backend::kGloo;

@@ -33,11 +33,12 @@ c10::intrusive_ptr<NativeBackend> make_hier(const c10::intrusive_ptr<c10d::Store
   c10::intrusive_ptr<NativeBackend> local;
   try {
     local = c10::make_intrusive<ProcessGroupShm>(
-        c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node), store), local_rank, local_size,
-        ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()));
+        c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node), store), local_rank,
+        local_size, ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()));
   } catch (const std::exception& e) {
-    throw CommError(options.rank(), "init_process_group",
-                    "hier backend: the shared-memory group of node " + std::to_string(node) + ": " + e.what());
+    throw CommError(
+        options.rank(), "init_process_group",
+        "hier backend: the shared-memory group of node " + std::to_string(node) + ": " + e.what());
   }
   c10::intrusive_ptr<NativeBackend> leaders;
   if (local_rank == 0) {

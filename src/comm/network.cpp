@@ -76,8 +76,7 @@ std::string local_address_for(const std::string& host) {
     return address_to_string(local);
   }
   ::freeaddrinfo(found);
-  throw std::runtime_error("no network route from this host to master address '" + host +
-                           "': " + last_error);
+  throw std::runtime_error("no network route from this host to master address '" + host + "': " + last_error);
 }
 
 bool is_loopback_address(const std::string& address) {

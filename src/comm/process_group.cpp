@@ -25,20 +25,28 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:  // summed, then divided on completion
       return c10d::ReduceOp::SUM;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct:
+      return c10d::ReduceOp::PRODUCT;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
 
 const char* name_of(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "?";
 }
@@ -68,7 +76,9 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
   }
 }
 
-ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept { *this = std::move(other); }
+ProcessGroup::ProcessGroup(ProcessGroup&& other) noexcept {
+  *this = std::move(other);
+}
 
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
   if (this != &other) {
@@ -127,7 +137,8 @@ std::string ProcessGroup::describe(const char* op, const std::vector<at::Tensor>
 Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
                            std::function<void()> finish) {
   if (progress_) progress_->issued(sequence_, description);
-  Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(), std::move(finish));
+  Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(),
+            std::move(finish));
   work.track(progress_, sequence_, diagnose_);
   return work;
 }
@@ -271,12 +282,23 @@ ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   resolved.backend(detail::resolve_backend(pg_store, options));
   c10::intrusive_ptr<NativeBackend> native;
   switch (resolved.backend()) {
-    case Backend::kGloo: native = detail::make_gloo(pg_store, resolved); break;
-    case Backend::kShm: native = detail::make_shm(pg_store, resolved); break;
-    case Backend::kHier: native = detail::make_hier(pg_store, resolved); break;
-    case Backend::kNccl: native = detail::make_nccl(pg_store, resolved); break;
-    case Backend::kMpi: native = detail::make_mpi(pg_store, resolved); break;
-    case Backend::kAuto: TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
+    case Backend::kGloo:
+      native = detail::make_gloo(pg_store, resolved);
+      break;
+    case Backend::kShm:
+      native = detail::make_shm(pg_store, resolved);
+      break;
+    case Backend::kHier:
+      native = detail::make_hier(pg_store, resolved);
+      break;
+    case Backend::kNccl:
+      native = detail::make_nccl(pg_store, resolved);
+      break;
+    case Backend::kMpi:
+      native = detail::make_mpi(pg_store, resolved);
+      break;
+    case Backend::kAuto:
+      TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
   }
   return ProcessGroup(detail::as_process_group(native, pg_store), std::move(rdzv.root_store),
                       std::move(rdzv.job_store), resolved);

@@ -30,12 +30,18 @@ std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::millis
 
 const char* to_string(Backend backend) {
   switch (backend) {
-    case Backend::kGloo: return "gloo";
-    case Backend::kNccl: return "nccl";
-    case Backend::kMpi: return "mpi";
-    case Backend::kShm: return "shm";
-    case Backend::kAuto: return "auto";
-    case Backend::kHier: return "hier";
+    case Backend::kGloo:
+      return "gloo";
+    case Backend::kNccl:
+      return "nccl";
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kShm:
+      return "shm";
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kHier:
+      return "hier";
   }
   return "?";
 }
@@ -47,7 +53,8 @@ Backend parse_backend(const std::string& name) {
   if (name == "shm") return Backend::kShm;
   if (name == "auto") return Backend::kAuto;
   if (name == "hier") return Backend::kHier;
-  throw std::invalid_argument("unknown backend '" + name + "': expected one of auto, gloo, shm, hier, nccl, mpi");
+  throw std::invalid_argument("unknown backend '" + name +
+                              "': expected one of auto, gloo, shm, hier, nccl, mpi");
 }
 
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
@@ -71,8 +78,9 @@ void ProcessGroupOptions::validate() const {
     throw std::invalid_argument("world_size must be >= 1, got " + std::to_string(world_size_));
   }
   if (rank_ < 0 || rank_ >= world_size_) {
-    throw std::invalid_argument("rank must be in [0, " + std::to_string(world_size_ - 1) + "] for world_size " +
-                                std::to_string(world_size_) + ", got " + std::to_string(rank_));
+    throw std::invalid_argument("rank must be in [0, " + std::to_string(world_size_ - 1) +
+                                "] for world_size " + std::to_string(world_size_) + ", got " +
+                                std::to_string(rank_));
   }
   if (!store_ && (master_port_ < 1 || master_port_ > 65535)) {
     throw std::invalid_argument("master_port must be in [1, 65535], got " + std::to_string(master_port_));
@@ -92,8 +100,8 @@ void ProcessGroupOptions::validate() const {
                                 std::to_string(collective_timeout_.count()));
   }
   if (num_nodes_ < 1 || num_nodes_ > world_size_) {
-    throw std::invalid_argument("num_nodes must be in [1, world_size=" + std::to_string(world_size_) + "], got " +
-                                std::to_string(num_nodes_));
+    throw std::invalid_argument("num_nodes must be in [1, world_size=" + std::to_string(world_size_) +
+                                "], got " + std::to_string(num_nodes_));
   }
   if (local_world_size_ < 0 || local_world_size_ > world_size_) {
     throw std::invalid_argument("local_world_size must be in [0, world_size=" + std::to_string(world_size_) +

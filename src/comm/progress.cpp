@@ -19,11 +19,12 @@
 namespace lockstep::comm::detail {
 namespace {
 
-constexpr std::size_t kRecent = 8;          // descriptions kept in a record
-constexpr std::size_t kMaxListed = 16;      // ranks named in one message
+constexpr std::size_t kRecent = 8;      // descriptions kept in a record
+constexpr std::size_t kMaxListed = 16;  // ranks named in one message
 
 std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -34,7 +35,9 @@ std::string seconds_text(double seconds) {
   return out.str();
 }
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
 
 // The live Progress objects of this process, for the terminate handler below.
 std::mutex& registry_mutex() {
@@ -232,7 +235,9 @@ void Progress::publish() {
   }
 }
 
-void Progress::publish_now() { publish(); }
+void Progress::publish_now() {
+  publish();
+}
 
 void Progress::stop() {
   {
@@ -281,10 +286,11 @@ std::string Progress::find_mismatch() {
     for (const auto& [sequence, description] : mine.recent) {
       const std::string other = theirs.description_of(sequence);
       if (other.empty() || other == description) continue;
-      return "the ranks called different collectives: rank " + std::to_string(rank_) + " called " + description +
-             " but rank " + std::to_string(r) + " called " + other +
+      return "the ranks called different collectives: rank " + std::to_string(rank_) + " called " +
+             description + " but rank " + std::to_string(r) + " called " + other +
              ". Every rank must issue the same collectives in the same order: check for a model that differs "
-             "between ranks, or a branch (an extra all-reduce, a skipped step, a log call) taken on some ranks "
+             "between ranks, or a branch (an extra all-reduce, a skipped step, a log call) taken on some "
+             "ranks "
              "only.";
     }
   }
@@ -313,17 +319,21 @@ std::string Progress::explain_missing(std::uint64_t sequence) {
     std::string last = theirs.issued == 0 ? std::string("no collective yet")
                                           : (theirs.waiting ? "waiting in " : "last ") +
                                                 theirs.description_of(theirs.issued) +
-                                                (theirs.waiting ? "" : theirs.finished >= theirs.issued ? ", finished"
-                                                                                                       : ", in flight");
-    std::string state = age > stale_after
-                            ? "its record stopped " + seconds_text(age) +
-                                  " ago: the process is stopped (SIGSTOP, a debugger), hung in the kernel, or dead"
-                            : std::string("its record is fresh: the process is alive but busy outside "
-                                          "collectives (data loading? user code? a branch only it takes?)");
+                                                (theirs.waiting                     ? ""
+                                                 : theirs.finished >= theirs.issued ? ", finished"
+                                                                                    : ", in flight");
+    std::string state =
+        age > stale_after
+            ? "its record stopped " + seconds_text(age) +
+                  " ago: the process is stopped (SIGSTOP, a debugger), hung in the kernel, or dead"
+            : std::string(
+                  "its record is fresh: the process is alive but busy outside "
+                  "collectives (data loading? user code? a branch only it takes?)");
     missing.push_back("rank " + std::to_string(r) + " (" + last + "; " + state + ")");
   }
   if (store_lost) {
-    return " The other ranks' progress records cannot be read: the store (served by rank 0) is gone, so rank 0 "
+    return " The other ranks' progress records cannot be read: the store (served by rank 0) is gone, so rank "
+           "0 "
            "has probably exited.";
   }
   if (missing.empty()) {

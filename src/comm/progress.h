@@ -37,10 +37,10 @@ namespace lockstep::comm::detail {
 
 /// One rank's record as read back from the store.
 struct ProgressRecord {
-  std::int64_t unix_ms = 0;     // when it was written (the writer's clock)
-  std::uint64_t issued = 0;     // number of the last collective issued (0: none yet)
-  std::uint64_t finished = 0;   // number of the last collective whose wait returned
-  bool waiting = false;         // blocked in a wait when written
+  std::int64_t unix_ms = 0;    // when it was written (the writer's clock)
+  std::uint64_t issued = 0;    // number of the last collective issued (0: none yet)
+  std::uint64_t finished = 0;  // number of the last collective whose wait returned
+  bool waiting = false;        // blocked in a wait when written
   std::deque<std::pair<std::uint64_t, std::string>> recent;  // (number, description), oldest first
 
   /// The description of collective `sequence`, or "" when it is not among the recent ones.
@@ -53,8 +53,8 @@ struct ProgressRecord {
 class Progress {
  public:
   /// `store`: the job's namespace (may be null: then only heartbeats). `heartbeat_fd` < 0: none.
-  Progress(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, std::chrono::milliseconds interval,
-           int heartbeat_fd);
+  Progress(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+           std::chrono::milliseconds interval, int heartbeat_fd);
   /// Stops the thread (without the "bye" of stop()).
   ~Progress();
   Progress(const Progress&) = delete;

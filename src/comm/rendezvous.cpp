@@ -29,8 +29,12 @@ constexpr const char* kOp = "rendezvous";
 constexpr const char* kJobKey = "lockstep/job";
 constexpr const char* kRefusedKey = "lockstep/refused";
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 using detail::seconds_text;
 
@@ -39,7 +43,9 @@ std::string endpoint(const ProcessGroupOptions& o) {
 }
 
 // What a rank publishes / expects as the job's identity: "<run_id>\n<world_size>".
-std::string job_token(const ProcessGroupOptions& o) { return o.run_id() + "\n" + std::to_string(o.world_size()); }
+std::string job_token(const ProcessGroupOptions& o) {
+  return o.run_id() + "\n" + std::to_string(o.world_size());
+}
 
 // A value unique to this process, so a second claim of the same rank can be told apart.
 std::string process_nonce() {
@@ -147,8 +153,8 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
     if (current != mine) {
       throw CommError(0, kOp,
                       "the store at " + endpoint(o) + " already belongs to another job (run id '" +
-                          current.substr(0, current.find('\n')) + "'); this job's run id is '" +
-                          o.run_id() + "'. Use another --master-port.");
+                          current.substr(0, current.find('\n')) + "'); this job's run id is '" + o.run_id() +
+                          "'. Use another --master-port.");
     }
     return;
   }
@@ -178,8 +184,9 @@ std::string refused_strangers(c10d::Store& root) {
     const auto n = root.add(kRefusedKey, 0);
     if (n <= 0) return "";
     const std::string first = text(root.get(std::string(kRefusedKey) + "/1"));
-    return " Meanwhile " + std::to_string(n) + " process(es) of another job were refused at this port (first: " +
-           first + "): is a second job pointed at this MASTER_PORT?";
+    return " Meanwhile " + std::to_string(n) +
+           " process(es) of another job were refused at this port (first: " + first +
+           "): is a second job pointed at this MASTER_PORT?";
   } catch (const std::exception&) {
     return "";
   }
@@ -211,13 +218,15 @@ void check_in(c10d::Store& root, c10d::Store& job, const ProcessGroupOptions& o,
       }
     }
     std::string list;
-    for (size_t i = 0; i < missing.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+    for (size_t i = 0; i < missing.size() && i < 16; ++i)
+      list += (i ? ", " : "") + std::to_string(missing[i]);
     if (missing.size() > 16) list += ", ... (" + std::to_string(missing.size()) + " in all)";
     std::string msg = "timed out after " + seconds_text(o.rendezvous_timeout()) + " waiting for all " +
                       std::to_string(o.world_size()) + " ranks at " + endpoint(o) + ": ";
     msg += missing.empty() ? std::string("lost the rendezvous store (") + e.what() + ")"
-                           : "rank(s) " + list + " never arrived. Check that they were started with the same "
-                                                 "MASTER_ADDR/MASTER_PORT and WORLD_SIZE=" +
+                           : "rank(s) " + list +
+                                 " never arrived. Check that they were started with the same "
+                                 "MASTER_ADDR/MASTER_PORT and WORLD_SIZE=" +
                                  std::to_string(o.world_size()) + ".";
     msg += refused_strangers(root);
     throw CommError(o.rank(), kOp, msg);
@@ -237,7 +246,8 @@ RendezvousResult rendezvous(const ProcessGroupOptions& options) {
   result.root_store = options.store() ? options.store() : connect_tcp_store(options);
   result.root_store->setTimeout(options.rendezvous_timeout());
   check_token(*result.root_store, options, deadline);
-  result.job_store = c10::make_intrusive<c10d::PrefixStore>("lockstep/" + options.run_id(), result.root_store);
+  result.job_store =
+      c10::make_intrusive<c10d::PrefixStore>("lockstep/" + options.run_id(), result.root_store);
   check_in(*result.root_store, *result.job_store, options, deadline);
   return result;
 }

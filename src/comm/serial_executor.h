@@ -4,9 +4,9 @@
 // torch-free: each backend is its own target, and the unit test needs no process group).
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -24,10 +24,10 @@ namespace lockstep::comm::detail {
  *
  * Jobs are numbered 1, 2, ... in submission order (the order every rank runs them in); the backend builds
  * each from its number, under the executor's lock, with a label ("allreduce #3", for errors) and what to
- * do when it will never run (the executor stopped first). With run_inline_when_idle, a job submitted while nothing is queued or running
- * runs on the caller's thread instead: handing it to the thread costs two context switches, tens of
- * microseconds on a busy core (the shm backend's small all-reduces). Order holds, because the executor
- * counts as busy meanwhile.
+ * do when it will never run (the executor stopped first). With run_inline_when_idle, a job submitted while
+ * nothing is queued or running runs on the caller's thread instead: handing it to the thread costs two
+ * context switches, tens of microseconds on a busy core (the shm backend's small all-reduces). Order holds,
+ * because the executor counts as busy meanwhile.
  *
  * The thread shares the executor's state, so it may outlive the executor's owner: MPI cannot cancel a
  * collective, and a group whose collective never returns must still be destroyable. stop() abandons the
@@ -44,7 +44,8 @@ class SerialExecutor {
   };
 
   /// `name` ("shm", "mpi") names the group in errors.
-  explicit SerialExecutor(std::string name, bool run_inline_when_idle = false) : state_(std::make_shared<State>()) {
+  explicit SerialExecutor(std::string name, bool run_inline_when_idle = false)
+      : state_(std::make_shared<State>()) {
     state_->name = std::move(name);
     state_->run_inline_when_idle = run_inline_when_idle;
   }

@@ -14,18 +14,18 @@
 #include <sstream>
 #include <thread>
 
-#include "tcp_store_protocol.h"
 #include "seconds_text.h"
+#include "tcp_store_protocol.h"
 
 namespace lockstep::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 using detail::FrameReader;
 using detail::FrameWriter;
 using detail::Op;
 using detail::Status;
+using std::chrono::milliseconds;
 
 // How long past a get/wait's own timeout the client waits for the server's kTimeout answer.
 constexpr milliseconds kServerGrace{10000};
@@ -125,7 +125,9 @@ TcpStore::~TcpStore() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void TcpStore::keep_server(std::shared_ptr<TcpStoreServer> server) { server_ = std::move(server); }
+void TcpStore::keep_server(std::shared_ptr<TcpStoreServer> server) {
+  server_ = std::move(server);
+}
 
 c10::intrusive_ptr<c10d::Store> TcpStore::clone() {
   TcpStoreOptions options = options_;
@@ -135,7 +137,9 @@ c10::intrusive_ptr<c10d::Store> TcpStore::clone() {
   return copy;
 }
 
-std::string TcpStore::endpoint() const { return options_.host() + ":" + std::to_string(options_.port()); }
+std::string TcpStore::endpoint() const {
+  return options_.host() + ":" + std::to_string(options_.port());
+}
 
 void TcpStore::connect(Clock::time_point deadline) {
   std::string last_error = "nothing listened there";
@@ -202,8 +206,9 @@ void TcpStore::connect(Clock::time_point deadline) {
                               ", but this process has run id '" + options_.run_id() + "' and world size " +
                               std::to_string(options_.world_size());
         if (version != detail::kStoreVersion) {
-          message += " (and the server speaks protocol version " + std::to_string(version) + ", this process " +
-                     std::to_string(detail::kStoreVersion) + ": use the same lockstep on every rank)";
+          message += " (and the server speaks protocol version " + std::to_string(version) +
+                     ", this process " + std::to_string(detail::kStoreVersion) +
+                     ": use the same lockstep on every rank)";
         }
         throw StoreRefusedError(message, their_run, their_world);
       } catch (const IoError& e) {
@@ -271,8 +276,9 @@ milliseconds with_grace(milliseconds timeout) {
 
 void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string reply = call(FrameWriter().u8(static_cast<uint8_t>(Op::kSet)).str(key).str(value).finish(),
-                                 with_grace(timeout_), "set");
+  const std::string reply =
+      call(FrameWriter().u8(static_cast<uint8_t>(Op::kSet)).str(key).str(value).finish(),
+           with_grace(timeout_), "set");
   FrameReader r(reply.data(), reply.size());
   expect_status(r, false, "set('" + key + "')");
 }
@@ -280,9 +286,9 @@ void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 std::vector<uint8_t> TcpStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                           const std::vector<uint8_t>& desired) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string reply =
-      call(FrameWriter().u8(static_cast<uint8_t>(Op::kCompareSet)).str(key).str(expected).str(desired).finish(),
-           with_grace(timeout_), "compareSet");
+  const std::string reply = call(
+      FrameWriter().u8(static_cast<uint8_t>(Op::kCompareSet)).str(key).str(expected).str(desired).finish(),
+      with_grace(timeout_), "compareSet");
   FrameReader r(reply.data(), reply.size());
   expect_status(r, false, "compareSet('" + key + "')");
   std::vector<uint8_t> now;
@@ -293,9 +299,9 @@ std::vector<uint8_t> TcpStore::compareSet(const std::string& key, const std::vec
 std::vector<uint8_t> TcpStore::get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   const milliseconds timeout = timeout_;
-  const std::string reply =
-      call(FrameWriter().u8(static_cast<uint8_t>(Op::kGet)).str(key).i64(wire_timeout(timeout).count()).finish(),
-           with_grace(timeout), "get");
+  const std::string reply = call(
+      FrameWriter().u8(static_cast<uint8_t>(Op::kGet)).str(key).i64(wire_timeout(timeout).count()).finish(),
+      with_grace(timeout), "get");
   FrameReader r(reply.data(), reply.size());
   if (expect_status(r, true, "get('" + key + "')") == Status::kTimeout) {
     throw StoreError("timed out after " + seconds_text(timeout) + " waiting for key '" + key +
@@ -309,8 +315,9 @@ std::vector<uint8_t> TcpStore::get(const std::string& key) {
 
 int64_t TcpStore::add(const std::string& key, int64_t value) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string reply = call(FrameWriter().u8(static_cast<uint8_t>(Op::kAdd)).str(key).i64(value).finish(),
-                                 with_grace(timeout_), "add");
+  const std::string reply =
+      call(FrameWriter().u8(static_cast<uint8_t>(Op::kAdd)).str(key).i64(value).finish(),
+           with_grace(timeout_), "add");
   FrameReader r(reply.data(), reply.size());
   expect_status(r, false, "add('" + key + "')");
   int64_t sum = 0;
@@ -320,8 +327,8 @@ int64_t TcpStore::add(const std::string& key, int64_t value) {
 
 bool TcpStore::deleteKey(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string reply =
-      call(FrameWriter().u8(static_cast<uint8_t>(Op::kDelete)).str(key).finish(), with_grace(timeout_), "deleteKey");
+  const std::string reply = call(FrameWriter().u8(static_cast<uint8_t>(Op::kDelete)).str(key).finish(),
+                                 with_grace(timeout_), "deleteKey");
   FrameReader r(reply.data(), reply.size());
   expect_status(r, false, "deleteKey('" + key + "')");
   uint8_t existed = 0;
@@ -371,9 +378,10 @@ void TcpStore::wait(const std::vector<std::string>& keys, const milliseconds& ti
   const std::string reply = call(w.finish(), with_grace(timeout), "wait");
   FrameReader r(reply.data(), reply.size());
   if (expect_status(r, true, "wait(" + keys_text(keys) + ")") == Status::kTimeout) {
-    throw StoreError("timed out after " + seconds_text(timeout) + " waiting for key(s) " + keys_text(keys) +
-                     " in the rendezvous store at " + endpoint() +
-                     ": the rank that sets them may have failed or be slow (raise the timeout if it is slow)");
+    throw StoreError(
+        "timed out after " + seconds_text(timeout) + " waiting for key(s) " + keys_text(keys) +
+        " in the rendezvous store at " + endpoint() +
+        ": the rank that sets them may have failed or be slow (raise the timeout if it is slow)");
   }
 }
 

@@ -67,10 +67,10 @@ struct StoreConnection {
   std::string peer;
   Clock::time_point accepted;
   bool greeted = false;
-  bool closing = false;        // close once `out` is flushed
-  bool dead = false;           // close now
-  std::string in;              // bytes received, not yet parsed
-  std::string out;             // bytes to send
+  bool closing = false;  // close once `out` is flushed
+  bool dead = false;     // close now
+  std::string in;        // bytes received, not yet parsed
+  std::string out;       // bytes to send
   std::optional<StoreWaiter> waiter;
 };
 
@@ -122,17 +122,18 @@ class TcpStoreServerLoop {
     addrinfo* found = nullptr;
     const std::string port_text = std::to_string(port);
     const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &found);
-    const std::string where = (host.empty() ? std::string("all interfaces") : "'" + host + "'") + ", port " +
-                              port_text;
+    const std::string where =
+        (host.empty() ? std::string("all interfaces") : "'" + host + "'") + ", port " + port_text;
     if (rc != 0) {
-      throw StoreBindError(EADDRNOTAVAIL, "rendezvous store: cannot resolve the address to listen on, " + where +
-                                              ": " + ::gai_strerror(rc));
+      throw StoreBindError(EADDRNOTAVAIL, "rendezvous store: cannot resolve the address to listen on, " +
+                                              where + ": " + ::gai_strerror(rc));
     }
     // With no host, prefer the IPv4 wildcard (what MASTER_ADDR usually names).
     std::vector<addrinfo*> candidates;
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) candidates.push_back(ai);
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](addrinfo* a, addrinfo* b) { return a->ai_family == AF_INET && b->ai_family != AF_INET; });
+    std::stable_sort(candidates.begin(), candidates.end(), [](addrinfo* a, addrinfo* b) {
+      return a->ai_family == AF_INET && b->ai_family != AF_INET;
+    });
     int last_errno = EADDRNOTAVAIL;
     std::string last_call = "bind";
     for (addrinfo* ai : candidates) {
@@ -170,11 +171,12 @@ class TcpStoreServerLoop {
       return;
     }
     ::freeaddrinfo(found);
-    std::string hint = last_errno == EADDRINUSE
-                           ? "the port is already in use (choose another one with --master-port / MASTER_PORT)"
-                           : last_errno == EADDRNOTAVAIL
-                                 ? "the address is not one of this host's (MASTER_ADDR must name rank 0's host)"
-                                 : "check the address and the port";
+    std::string hint =
+        last_errno == EADDRINUSE
+            ? "the port is already in use (choose another one with --master-port / MASTER_PORT)"
+        : last_errno == EADDRNOTAVAIL
+            ? "the address is not one of this host's (MASTER_ADDR must name rank 0's host)"
+            : "check the address and the port";
     throw StoreBindError(last_errno, "rendezvous store: cannot listen on " + where + ": " + last_call + ": " +
                                          std::strerror(last_errno) + "; " + hint);
   }
@@ -221,7 +223,8 @@ class TcpStoreServerLoop {
       if (!c.greeted) next = std::min(next, c.accepted + options_.hello_timeout());
       if (c.waiter && c.waiter->deadline) next = std::min(next, *c.waiter->deadline);
     }
-    if (invalid_pending_ + refused_pending_ > 0) next = std::min(next, first_pending_ + options_.report_interval());
+    if (invalid_pending_ + refused_pending_ > 0)
+      next = std::min(next, first_pending_ + options_.report_interval());
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
     return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
   }
@@ -230,12 +233,13 @@ class TcpStoreServerLoop {
     for (;;) {
       sockaddr_storage peer{};
       socklen_t len = sizeof(peer);
-      const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const int fd =
+          ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE, ECONNABORTED): try at the next turn
       if (static_cast<int>(live_connections()) >= options_.max_connections() && !evict_one_unknown()) {
         ::close(fd);
-        note_invalid(sockaddr_text(peer), "over the connection limit of " +
-                                              std::to_string(options_.max_connections()));
+        note_invalid(sockaddr_text(peer),
+                     "over the connection limit of " + std::to_string(options_.max_connections()));
         continue;
       }
       const int one = 1;
@@ -259,8 +263,8 @@ class TcpStoreServerLoop {
   bool evict_one_unknown() {
     for (auto& c : connections_) {
       if (!c.dead && !c.greeted) {
-        drop(c, "evicted before its handshake (connection limit " + std::to_string(options_.max_connections()) +
-                    " reached)");
+        drop(c, "evicted before its handshake (connection limit " +
+                    std::to_string(options_.max_connections()) + " reached)");
         return true;
       }
     }
@@ -302,7 +306,9 @@ class TcpStoreServerLoop {
     }
   }
 
-  uint32_t frame_cap(const StoreConnection& c) const { return c.greeted ? options_.max_frame_bytes() : kMaxHelloBytes; }
+  uint32_t frame_cap(const StoreConnection& c) const {
+    return c.greeted ? options_.max_frame_bytes() : kMaxHelloBytes;
+  }
 
   // Handles every complete frame in c.in, unless the connection is parked or must close. Each frame
   // is taken out of the buffer before it is handled, so handlers may re-enter parse() safely.
@@ -311,7 +317,8 @@ class TcpStoreServerLoop {
       if (c.in.size() < kFrameHeaderBytes) return;
       const uint32_t n = frame_length(c.in.data());
       if (n > frame_cap(c)) {
-        drop(c, "announced a frame of " + std::to_string(n) + " bytes (limit " + std::to_string(frame_cap(c)) + ")");
+        drop(c, "announced a frame of " + std::to_string(n) + " bytes (limit " +
+                    std::to_string(frame_cap(c)) + ")");
         return;
       }
       if (c.in.size() - kFrameHeaderBytes < n) return;
@@ -378,7 +385,8 @@ class TcpStoreServerLoop {
         if (it != data_.end()) {
           std::optional<int64_t> current = parse_integer(it->second);
           if (!current || __builtin_add_overflow(*current, delta, &sum)) {
-            return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kError))
+            return reply(c, FrameWriter()
+                                .u8(static_cast<uint8_t>(Status::kError))
                                 .str("add(" + std::to_string(delta) + ") on key '" + key +
                                      "': its value is not a 64-bit integer that can take it"));
           }
@@ -401,7 +409,8 @@ class TcpStoreServerLoop {
       }
       case Op::kNumKeys: {
         if (!r.done()) return drop(c, "sent a malformed getNumKeys");
-        return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).i64(static_cast<int64_t>(data_.size())));
+        return reply(
+            c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).i64(static_cast<int64_t>(data_.size())));
       }
       case Op::kGet:
       case Op::kWait: {
@@ -444,8 +453,8 @@ class TcpStoreServerLoop {
     }
     c.closing = true;  // after the answer below is sent
     std::ostringstream who;
-    who << "run id '" << printable(run_id) << "' (this job: '" << printable(options_.run_id()) << "'), world size "
-        << world_size << " (this job: " << options_.world_size() << "), rank " << rank;
+    who << "run id '" << printable(run_id) << "' (this job: '" << printable(options_.run_id())
+        << "'), world size " << world_size << " (this job: " << options_.world_size() << "), rank " << rank;
     if (version != kStoreVersion) {
       who << ", protocol version " << version << " (this job: " << kStoreVersion << ")";
     }
@@ -461,7 +470,8 @@ class TcpStoreServerLoop {
     if (!options_.refused_key().empty()) {
       const std::string count = std::to_string(n);
       data_[options_.refused_key()] = std::vector<uint8_t>(count.begin(), count.end());
-      const std::string record = "run id '" + printable(run_id) + "', rank " + std::to_string(rank) + ", from " + c.peer;
+      const std::string record =
+          "run id '" + printable(run_id) + "', rank " + std::to_string(rank) + ", from " + c.peer;
       data_[options_.refused_key() + "/" + count] = std::vector<uint8_t>(record.begin(), record.end());
       wake_waiters();
     }
@@ -527,8 +537,8 @@ class TcpStoreServerLoop {
     for (auto& c : connections_) {
       if (c.dead) continue;
       if (!c.greeted && !c.closing && now - c.accepted >= options_.hello_timeout()) {
-        drop(c, "sent no complete handshake within " +
-                    std::to_string(options_.hello_timeout().count()) + " ms");
+        drop(c,
+             "sent no complete handshake within " + std::to_string(options_.hello_timeout().count()) + " ms");
         continue;
       }
       if (c.waiter && c.waiter->deadline && now >= *c.waiter->deadline) {
@@ -617,8 +627,8 @@ class TcpStoreServerLoop {
   std::unordered_map<std::string, std::vector<uint8_t>> data_;
   std::atomic<int64_t> refused_total_{0};
   std::atomic<int64_t> invalid_total_{0};
-  int64_t invalid_pending_ = 0;   // invalid connections not yet in a summary line
-  int64_t refused_pending_ = 0;   // refusals beyond kMaxRefusedLines not yet in a summary line
+  int64_t invalid_pending_ = 0;  // invalid connections not yet in a summary line
+  int64_t refused_pending_ = 0;  // refusals beyond kMaxRefusedLines not yet in a summary line
   Clock::time_point first_pending_{};
   std::string last_invalid_;
 };
@@ -635,9 +645,17 @@ TcpStoreServer::~TcpStoreServer() {
   thread_.join();
 }
 
-int TcpStoreServer::port() const { return loop_->port(); }
-const std::string& TcpStoreServer::address() const { return loop_->address(); }
-int64_t TcpStoreServer::refused_clients() const { return loop_->refused(); }
-int64_t TcpStoreServer::invalid_connections() const { return loop_->invalid(); }
+int TcpStoreServer::port() const {
+  return loop_->port();
+}
+const std::string& TcpStoreServer::address() const {
+  return loop_->address();
+}
+int64_t TcpStoreServer::refused_clients() const {
+  return loop_->refused();
+}
+int64_t TcpStoreServer::invalid_connections() const {
+  return loop_->invalid();
+}
 
 }  // namespace lockstep::comm

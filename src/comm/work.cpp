@@ -108,6 +108,8 @@ void Work::wait() {
   if (on_success_) on_success_();
 }
 
-bool Work::is_completed() const { return done_ || (work_ && work_->isCompleted()); }
+bool Work::is_completed() const {
+  return done_ || (work_ && work_->isCompleted());
+}
 
 }  // namespace lockstep::comm

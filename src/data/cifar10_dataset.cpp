@@ -35,7 +35,8 @@ Cifar10Dataset Cifar10Dataset::from_dir(const std::string& dir, Split split) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw DataError("Cifar10Dataset: data directory '" + dir + "' " +
-                    (fs::exists(dir, ec) ? "is not a directory" : "does not exist") + "; " + kHowToGetCifar10);
+                    (fs::exists(dir, ec) ? "is not a directory" : "does not exist") + "; " +
+                    kHowToGetCifar10);
   }
   const std::vector<std::string> names = file_names(split);
   // The files directly in dir, or in the archive's own folder inside it.

@@ -1,7 +1,7 @@
 #include "lockstep/data/distributed_sampler.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <stdexcept>
 #include <string>
@@ -21,7 +21,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, DistributedSamplerO
     : dataset_size_(dataset_size), options_(options) {
   const int64_t replicas = options_.num_replicas();
   if (replicas < 1) {
-    throw std::invalid_argument("DistributedSampler: num_replicas must be >= 1, got " + std::to_string(replicas));
+    throw std::invalid_argument("DistributedSampler: num_replicas must be >= 1, got " +
+                                std::to_string(replicas));
   }
   if (options_.rank() < 0 || options_.rank() >= replicas) {
     throw std::invalid_argument("DistributedSampler: rank must be in [0, " + std::to_string(replicas - 1) +
@@ -69,8 +70,9 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options, int64_t epoch,
-                                       int64_t consumed, int64_t planned, int64_t num_replicas, int64_t rank) {
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options,
+                                       int64_t epoch, int64_t consumed, int64_t planned, int64_t num_replicas,
+                                       int64_t rank) {
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
     throw std::invalid_argument("reshard_remaining: rank " + std::to_string(rank) + " is not in [0, " +
                                 std::to_string(num_replicas) + ")");
@@ -95,7 +97,8 @@ std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSa
   const int64_t total = (static_cast<int64_t>(rest.size()) + num_replicas - 1) / num_replicas * num_replicas;
   for (std::size_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(rest[i]);
   std::vector<int64_t> mine;
-  for (auto i = static_cast<std::size_t>(rank); i < rest.size(); i += static_cast<std::size_t>(num_replicas)) {
+  for (auto i = static_cast<std::size_t>(rank); i < rest.size();
+       i += static_cast<std::size_t>(num_replicas)) {
     mine.push_back(rest[i]);
   }
   return mine;

@@ -13,12 +13,13 @@ size_t auto_bucket_cap_bytes(size_t gradient_bytes) {
 
 // The algorithm is described once, in bucket.h. In short: walk parameters from last to first, keep one
 // open bucket per dtype, close it before a parameter would push it over its cap.
-BucketAssignment assign_buckets(const std::vector<int64_t>& numels, const std::vector<c10::ScalarType>& dtypes,
-                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes) {
+BucketAssignment assign_buckets(const std::vector<int64_t>& numels,
+                                const std::vector<c10::ScalarType>& dtypes, size_t first_bucket_cap_bytes,
+                                size_t bucket_cap_bytes) {
   if (numels.size() != dtypes.size()) {
     throw std::invalid_argument("assign_buckets: numels and dtypes must have one entry per parameter, got " +
-                                std::to_string(numels.size()) + " numels and " + std::to_string(dtypes.size()) +
-                                " dtypes");
+                                std::to_string(numels.size()) + " numels and " +
+                                std::to_string(dtypes.size()) + " dtypes");
   }
   if (first_bucket_cap_bytes == 0) {
     throw std::invalid_argument("assign_buckets: first_bucket_cap_bytes must be > 0, got 0");

@@ -13,12 +13,15 @@ comm::Work AllReduceHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
 
 CompressionHook::CompressionHook(at::ScalarType dtype) : dtype_(dtype) {
   if (dtype != at::kBFloat16 && dtype != at::kHalf) {
-    throw std::invalid_argument(std::string("CompressionHook: dtype must be at::kBFloat16 or at::kHalf, got ") +
-                                c10::toString(dtype));
+    throw std::invalid_argument(
+        std::string("CompressionHook: dtype must be at::kBFloat16 or at::kHalf, got ") +
+        c10::toString(dtype));
   }
 }
 
-const char* CompressionHook::name() const { return dtype_ == at::kBFloat16 ? "bf16_compress" : "fp16_compress"; }
+const char* CompressionHook::name() const {
+  return dtype_ == at::kBFloat16 ? "bf16_compress" : "fp16_compress";
+}
 
 comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
   TORCH_CHECK(at::isFloatingType(bucket.scalar_type()), name(), " needs a floating-point bucket, got ",
@@ -29,7 +32,8 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
     if (ptr == bucket.data_ptr()) staging = &tensor;
   }
   if (staging == nullptr) staging = &staging_.emplace_back(bucket.data_ptr(), at::Tensor()).second;
-  if (!staging->defined() || !staging->sizes().equals(bucket.sizes()) || staging->device() != bucket.device()) {
+  if (!staging->defined() || !staging->sizes().equals(bucket.sizes()) ||
+      staging->device() != bucket.device()) {
     *staging = at::empty(bucket.sizes(), bucket.options().dtype(dtype_));
   }
   staging->copy_(bucket);
@@ -44,11 +48,13 @@ comm::Work CompressionHook::run(comm::ProcessGroup& group, at::Tensor& bucket) {
     for (auto& [ptr, tensors] : gathered_) {
       if (ptr == bucket.data_ptr()) received = &tensors;
     }
-    if (received == nullptr) received = &gathered_.emplace_back(bucket.data_ptr(), std::vector<at::Tensor>()).second;
+    if (received == nullptr)
+      received = &gathered_.emplace_back(bucket.data_ptr(), std::vector<at::Tensor>()).second;
     if (received->size() != static_cast<size_t>(group.size()) ||
         (!received->empty() && !received->front().sizes().equals(bucket.sizes()))) {
       received->clear();
-      for (int r = 0; r < group.size(); ++r) received->push_back(at::empty(bucket.sizes(), bucket.options().dtype(at::kHalf)));
+      for (int r = 0; r < group.size(); ++r)
+        received->push_back(at::empty(bucket.sizes(), bucket.options().dtype(at::kHalf)));
     }
     at::Tensor words = staging->view(at::kHalf);  // a carrier Gloo can move; all-gather copies bytes only
     comm::Work gather = group.all_gather(*received, words);

@@ -25,7 +25,8 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 // Same parameters (count, names, dtypes, shapes) on every rank, or an error naming the first difference
 // and the ranks — raised identically on every rank, so none is left waiting.
-void check_consistency(comm::ProcessGroup& group, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+void check_consistency(comm::ProcessGroup& group,
+                       const std::vector<std::pair<std::string, at::Tensor>>& params) {
   std::ostringstream signature;
   for (const auto& [name, t] : params) signature << describe(name, t) << "\n";
   const auto all = group.all_gather_strings(signature.str());
@@ -39,7 +40,8 @@ void check_consistency(comm::ProcessGroup& group, const std::vector<std::pair<st
     size_t i = 0;
     while (i < common && reference[i] == theirs[i]) ++i;
     if (i < common) {
-      msg << "parameter #" << i << " is " << reference[i] << " on rank 0 but " << theirs[i] << " on rank " << r;
+      msg << "parameter #" << i << " is " << reference[i] << " on rank 0 but " << theirs[i] << " on rank "
+          << r;
     } else {
       msg << "rank 0 has " << reference.size() << " parameters but rank " << r << " has " << theirs.size()
           << " (first extra: " << (reference.size() > theirs.size() ? reference[i] : theirs[i]) << " on rank "

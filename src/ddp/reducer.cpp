@@ -19,13 +19,13 @@ namespace lockstep::ddp {
 namespace detail {
 
 struct Bucket {
-  at::Tensor buffer;                  // flat, one dtype
-  std::vector<size_t> params;         // parameter indices
-  std::vector<at::Tensor> views;      // views[j]: buffer slice shaped like parameter params[j]
-  size_t pending = 0;                 // gradients still to arrive this iteration
+  at::Tensor buffer;              // flat, one dtype
+  std::vector<size_t> params;     // parameter indices
+  std::vector<at::Tensor> views;  // views[j]: buffer slice shaped like parameter params[j]
+  size_t pending = 0;             // gradients still to arrive this iteration
   comm::Work work;
   bool launched = false;
-  std::string label;                  // "bucket 3 (1.00 MiB)"
+  std::string label;  // "bucket 3 (1.00 MiB)"
 };
 
 struct ReducerState {
@@ -64,6 +64,8 @@ struct ReducerState {
   void reset_iteration();
   void copy_into_bucket(size_t index);
   void mark_unused_ready(const std::vector<size_t>& missing);
+  /// Whether backward passes all-reduce the used-parameter map (find_unused_parameters, with parameters).
+  bool reduces_used_map() const { return options.find_unused_parameters() && !params.empty(); }
   comm::Work launch_used_map(bool contribute);
   void read_used_map(comm::Work& used_work);
   void write_back(size_t index, bool used_somewhere);
@@ -162,7 +164,7 @@ void ReducerState::mark_unused_ready(const std::vector<size_t>& missing) {
 }
 
 comm::Work ReducerState::launch_used_map(bool contribute) {
-  if (!options.find_unused_parameters()) return comm::Work();
+  if (!reduces_used_map()) return comm::Work();
   int32_t* flags = used_host.data_ptr<int32_t>();
   for (size_t i = 0; i < locally_used.size(); ++i) flags[i] = contribute ? locally_used[i] : 0;
   if (!used_map.is_same(used_host)) used_map.copy_(used_host);
@@ -170,7 +172,7 @@ comm::Work ReducerState::launch_used_map(bool contribute) {
 }
 
 void ReducerState::read_used_map(comm::Work& used_work) {
-  if (!options.find_unused_parameters()) {
+  if (!reduces_used_map()) {
     std::fill(used.begin(), used.end(), 1);  // every parameter had a gradient on every rank
     return;
   }
@@ -219,8 +221,8 @@ void ReducerState::finalize() {
       }
     }
     reset_iteration();
-    TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(), "): these parameters received no gradient in this ",
-                "backward pass: ", names_list.str(),
+    TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(),
+                "): these parameters received no gradient in this ", "backward pass: ", names_list.str(),
                 ". Every parameter must take part in the loss on every rank, or construct DDP with "
                 "DdpOptions().find_unused_parameters(true) to let a parameter go unused.");
   }
@@ -252,13 +254,13 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace detail
 
-Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names, comm::ProcessGroup& group,
-                 DdpOptions options)
+Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+                 comm::ProcessGroup& group, DdpOptions options)
     : state_(std::make_shared<detail::ReducerState>()) {
   options.validate();
   auto& s = *state_;
-  TORCH_CHECK(parameters.size() == names.size(), "Reducer: ", parameters.size(), " parameters but ", names.size(),
-              " names");
+  TORCH_CHECK(parameters.size() == names.size(), "Reducer: ", parameters.size(), " parameters but ",
+              names.size(), " names");
   s.params = std::move(parameters);
   s.names = std::move(names);
   s.group = &group;
@@ -301,13 +303,15 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
       // (gradient_as_bucket_view) and the optimizer's zero_grad() may still detach_() it.
       at::Tensor slot = at::empty({0}, bucket.buffer.options());
       const std::vector<int64_t> strides = at::detail::defaultStrides(s.params[i].sizes());
-      slot.set_(bucket.buffer.storage(), bucket.buffer.storage_offset() + offset, s.params[i].sizes(), strides);
+      slot.set_(bucket.buffer.storage(), bucket.buffer.storage_offset() + offset, s.params[i].sizes(),
+                strides);
       bucket.views.push_back(slot);
       s.locate[i] = {b, j};
       offset += n;
     }
     std::ostringstream label;
-    label << "bucket " << b << " (" << static_cast<double>(bucket.buffer.nbytes()) / (1024.0 * 1024.0) << " MiB)";
+    label << "bucket " << b << " (" << static_cast<double>(bucket.buffer.nbytes()) / (1024.0 * 1024.0)
+          << " MiB)";
     bucket.label = label.str();
     s.buckets.push_back(std::move(bucket));
   }
@@ -327,11 +331,12 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.used.assign(s.params.size(), 1);
   s.kept_grad.resize(s.params.size());
   s.kept.assign(s.params.size(), 0);
-  if (options.find_unused_parameters() && !s.params.empty()) {
+  if (s.reduces_used_map()) {
     const auto count = static_cast<int64_t>(s.params.size());
     s.used_host = at::zeros({count}, at::TensorOptions().dtype(at::kInt));
     const auto device = s.params.front().device();
-    s.used_map = device.is_cpu() ? s.used_host : at::zeros({count}, at::TensorOptions().dtype(at::kInt).device(device));
+    s.used_map = device.is_cpu() ? s.used_host
+                                 : at::zeros({count}, at::TensorOptions().dtype(at::kInt).device(device));
   }
   s.reset_iteration();
 
@@ -359,7 +364,8 @@ size_t Reducer::refresh_hooks() {
     auto current = torch::autograd::impl::grad_accumulator(s.params[i]);
     if (!current || current == s.accumulators[i]) continue;
     s.accumulators[i]->del_post_hook(s.hook_keys[i]);
-    s.hook_keys[i] = current->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i));
+    s.hook_keys[i] =
+        current->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i));
     s.accumulators[i] = std::move(current);
     ++moved;
   }
@@ -388,7 +394,9 @@ size_t Reducer::bucket_bytes() const {
   return total;
 }
 
-int64_t Reducer::iterations() const { return state_->iterations; }
+int64_t Reducer::iterations() const {
+  return state_->iterations;
+}
 
 void Reducer::reduce_zeros() {
   auto& s = *state_;
@@ -398,7 +406,7 @@ void Reducer::reduce_zeros() {
     b.buffer.zero_();
     s.hook->run(*s.group, b.buffer).wait();
   }
-  if (s.options.find_unused_parameters()) s.launch_used_map(/*contribute=*/false).wait();  // used by none here
+  if (s.reduces_used_map()) s.launch_used_map(/*contribute=*/false).wait();  // used by none here
   // The result (the others' mean) is discarded: a joined rank does not step. With
   // gradient_as_bucket_view the buffers are .grad, so clear them again.
   for (auto& b : s.buckets) b.buffer.zero_();

@@ -75,7 +75,8 @@ std::string Timeline::path_from_env(int rank) {
   std::string path = value;
   const std::string rank_text = std::to_string(rank);
   if (path.find("%r") != std::string::npos) {
-    for (size_t pos = path.find("%r"); pos != std::string::npos; pos = path.find("%r", pos + rank_text.size())) {
+    for (size_t pos = path.find("%r"); pos != std::string::npos;
+         pos = path.find("%r", pos + rank_text.size())) {
       path.replace(pos, 2, rank_text);
     }
     return path;
@@ -87,9 +88,15 @@ std::string Timeline::path_from_env(int rank) {
   return path + ".rank" + rank_text;
 }
 
-void Timeline::begin(const std::string& name, int track) { add(name, 'B', track); }
-void Timeline::end(const std::string& name, int track) { add(name, 'E', track); }
-void Timeline::instant(const std::string& name, int track) { add(name, 'i', track); }
+void Timeline::begin(const std::string& name, int track) {
+  add(name, 'B', track);
+}
+void Timeline::end(const std::string& name, int track) {
+  add(name, 'E', track);
+}
+void Timeline::instant(const std::string& name, int track) {
+  add(name, 'i', track);
+}
 
 void Timeline::add(const std::string& name, char phase, int track) {
   if (!enabled()) return;
@@ -121,11 +128,8 @@ void Timeline::flush() {
                      {"args", {{"name", kTrackNames[track]}}}});
   }
   for (const Event& e : events) {
-    nlohmann::json event = {{"name", e.name},
-                            {"ph", std::string(1, e.phase)},
-                            {"ts", e.ts_us},
-                            {"pid", rank_},
-                            {"tid", e.track}};
+    nlohmann::json event = {
+        {"name", e.name}, {"ph", std::string(1, e.phase)}, {"ts", e.ts_us}, {"pid", rank_}, {"tid", e.track}};
     if (e.phase == 'i') event["s"] = "t";  // an instant scoped to its track
     trace.push_back(std::move(event));
   }

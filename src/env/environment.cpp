@@ -8,7 +8,9 @@
 namespace lockstep::env {
 namespace {
 
-bool is_blank(const std::string& text) { return text.find_first_not_of(" \t\r\n") == std::string::npos; }
+bool is_blank(const std::string& text) {
+  return text.find_first_not_of(" \t\r\n") == std::string::npos;
+}
 
 // A task that srun started. sbatch's batch script (and an salloc shell) has SLURM_PROCID=0 and the job's
 // SLURM_NTASKS too, but no SLURM_STEP_ID: a program run there directly is one process, not rank 0 of

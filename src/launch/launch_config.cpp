@@ -52,7 +52,8 @@ LaunchConfig resolve(const LaunchOptions& options) {
   check(options.grace_period().count() >= 0,
         "grace_period=" + std::to_string(options.grace_period().count()) + "ms is not valid (expected >= 0)");
   config.grace_period = options.grace_period();
-  if (options.direct_stdout_local_rank()) config.direct_stdout_local_rank = *options.direct_stdout_local_rank();
+  if (options.direct_stdout_local_rank())
+    config.direct_stdout_local_rank = *options.direct_stdout_local_rank();
 
   if (options.collective_timeout()) {
     check(options.collective_timeout()->count() > 0,
@@ -64,7 +65,8 @@ LaunchConfig resolve(const LaunchOptions& options) {
     char* end = nullptr;
     const double seconds = std::strtod(raw, &end);
     check(end != raw && *end == '\0' && seconds > 0 && seconds <= 1e7,
-          std::string("LOCKSTEP_TIMEOUT='") + raw + "' is not a valid timeout: give a positive number of seconds");
+          std::string("LOCKSTEP_TIMEOUT='") + raw +
+              "' is not a valid timeout: give a positive number of seconds");
     config.collective_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
   }
 

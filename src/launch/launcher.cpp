@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdint>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -76,13 +76,13 @@ struct Heartbeat {
   bool started = false;  // a lockstep process group in the worker is reporting
   bool ended = false;    // "bye", or the pipe closed
   Clock::time_point last_beat;
-  Clock::time_point last_progress;  // when issued/finished last changed
-  Clock::time_point last_active;    // the same, or the last beat that said "waiting"
+  Clock::time_point last_progress;                   // when issued/finished last changed
+  Clock::time_point last_active;                     // the same, or the last beat that said "waiting"
   std::pair<std::uint64_t, std::uint64_t> progress;  // (issued, finished)
   bool waiting = false;
-  bool last_finished = false;     // the last collective issued has finished
+  bool last_finished = false;  // the last collective issued has finished
   std::string last_op;
-  std::string partial;            // an incomplete line
+  std::string partial;  // an incomplete line
 };
 
 struct Worker {
@@ -355,12 +355,14 @@ class Attempt {
       if (w.exit || !beat.started || beat.ended) continue;
       const std::string last = beat.last_op.empty() ? std::string("none yet") : beat.last_op;
       if (now - beat.last_beat > timeout) {
-        stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) +
-                     " (collective timeout " + seconds_text(timeout) + "): the process is stopped (SIGSTOP, a "
-                     "debugger) or hung in the kernel; its last collective: " + last);
+        stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) + " (collective timeout " +
+                     seconds_text(timeout) +
+                     "): the process is stopped (SIGSTOP, a "
+                     "debugger) or hung in the kernel; its last collective: " +
+                     last);
       } else if (!beat.waiting && now - beat.last_active > timeout) {
-        stall(w, "reached no collective for " + seconds_text(now - beat.last_active) + " (collective timeout " +
-                     seconds_text(timeout) + "); its last collective: " + last +
+        stall(w, "reached no collective for " + seconds_text(now - beat.last_active) +
+                     " (collective timeout " + seconds_text(timeout) + "); its last collective: " + last +
                      (beat.last_finished ? " (finished)" : " (not finished)") +
                      ": it is stuck outside collectives (a data loader that never returns, a deadlock or an "
                      "endless loop in its own code?)");
@@ -502,16 +504,18 @@ class Attempt {
       // The workers were asked to leave (SIGUSR1) and did so with the status lockstep's Trainer uses
       // after writing its checkpoint: a preemption, not a failure.
       message("preempted: rank " + std::to_string(*failed_rank_) + " exited with status " +
-              std::to_string(lockstep::detail::kPreemptedExitStatus) + " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
+              std::to_string(lockstep::detail::kPreemptedExitStatus) +
+              " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
               "requeue the job and resume it with --resume last (or auto)");
     } else if (cause_ == StopCause::kWorkerFailed) {
       const Worker* failed = nullptr;
       for (const Worker& w : workers_) {
         if (w.rank == *failed_rank_) failed = &w;
       }
-      std::string text = "job failed: rank " + std::to_string(*failed_rank_) + " " +
-                         (stall_reason_.empty() ? failure_->describe() : "stalled and was killed: it " + stall_reason_) +
-                         " (command: " + join_command(config_.command) + ")";
+      std::string text =
+          "job failed: rank " + std::to_string(*failed_rank_) + " " +
+          (stall_reason_.empty() ? failure_->describe() : "stalled and was killed: it " + stall_reason_) +
+          " (command: " + join_command(config_.command) + ")";
       const auto& tail = failed->err->tail();
       if (tail.empty()) {
         text +=

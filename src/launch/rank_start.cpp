@@ -10,13 +10,15 @@ namespace {
 void check_against_job(const RankRequest& request, const env::Environment& environment) {
   const std::string launcher = env::to_string(environment.source);
   if (request.devices && *request.devices != environment.local_world_size) {
-    throw std::invalid_argument("devices " + std::to_string(*request.devices) + " contradicts the environment (" +
-                                launcher + " started " + std::to_string(environment.local_world_size) +
+    throw std::invalid_argument("devices " + std::to_string(*request.devices) +
+                                " contradicts the environment (" + launcher + " started " +
+                                std::to_string(environment.local_world_size) +
                                 " rank(s) on this node): drop devices, or start that many ranks per node");
   }
   if (request.num_nodes && *request.num_nodes != environment.num_nodes) {
-    throw std::invalid_argument("num_nodes " + std::to_string(*request.num_nodes) + " contradicts the environment (" +
-                                launcher + " reports " + std::to_string(environment.num_nodes) +
+    throw std::invalid_argument("num_nodes " + std::to_string(*request.num_nodes) +
+                                " contradicts the environment (" + launcher + " reports " +
+                                std::to_string(environment.num_nodes) +
                                 " node(s)): drop num_nodes, or make them agree");
   }
   if (request.max_restarts > 0) {
@@ -32,8 +34,8 @@ void check_against_job(const RankRequest& request, const env::Environment& envir
 LaunchOptions node_launch(const RankRequest& request, const std::vector<std::string>& command,
                           const env::SlurmNode& node) {
   if (request.num_nodes && *request.num_nodes != node.num_nodes) {
-    throw std::invalid_argument("num_nodes " + std::to_string(*request.num_nodes) + " does not match the Slurm job's " +
-                                std::to_string(node.num_nodes) +
+    throw std::invalid_argument("num_nodes " + std::to_string(*request.num_nodes) +
+                                " does not match the Slurm job's " + std::to_string(node.num_nodes) +
                                 " node(s) (SLURM_NNODES): make them equal, or drop num_nodes");
   }
   LaunchOptions options(command);
@@ -50,16 +52,17 @@ LaunchOptions node_launch(const RankRequest& request, const std::vector<std::str
 // A process of its own starts its local ranks.
 LaunchOptions local_launch(const RankRequest& request, const std::vector<std::string>& command) {
   if (request.num_nodes.value_or(1) > 1) {
-    throw std::invalid_argument("num_nodes " + std::to_string(*request.num_nodes) +
-                                " needs one launcher per node: run `lockstep run --nnodes " +
-                                std::to_string(*request.num_nodes) + " --node-rank R --master-addr HOST ... -- " +
-                                request.program + " ...` on each node, or use srun");
+    throw std::invalid_argument(
+        "num_nodes " + std::to_string(*request.num_nodes) +
+        " needs one launcher per node: run `lockstep run --nnodes " + std::to_string(*request.num_nodes) +
+        " --node-rank R --master-addr HOST ... -- " + request.program + " ...` on each node, or use srun");
   }
   if (request.mpi_backend && request.devices.value_or(1) > 1) {
-    throw std::invalid_argument("backend mpi needs its ranks started by mpirun: run `mpirun -np " +
-                                std::to_string(*request.devices) + " " + request.program +
-                                " --backend mpi ...` without devices (as root add --allow-run-as-root), or keep "
-                                "devices and use another backend (auto, shm, gloo)");
+    throw std::invalid_argument(
+        "backend mpi needs its ranks started by mpirun: run `mpirun -np " + std::to_string(*request.devices) +
+        " " + request.program +
+        " --backend mpi ...` without devices (as root add --allow-run-as-root), or keep "
+        "devices and use another backend (auto, shm, gloo)");
   }
   LaunchOptions options(command);
   options.nproc_per_node(request.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);

@@ -10,10 +10,10 @@ namespace lockstep::launch::detail {
 /// Turns signals into bytes on a pipe that poll() can wait on (the self-pipe trick): the handler only
 /// write()s the signal number, which is async-signal-safe, and the launcher's loop does the rest.
 ///
-/// While alive it handles SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 (all but SIGCHLD only when they were not
-/// ignored: a launcher started with `nohup` or in the background keeps ignoring them) and ignores
-/// SIGPIPE (a closed stdout must not kill the launcher and orphan its workers). The destructor restores
-/// every previous disposition. At most one relay exists per process.
+/// While alive it handles SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 (all but SIGCHLD only when they were
+/// not ignored: a launcher started with `nohup` or in the background keeps ignoring them) and ignores SIGPIPE
+/// (a closed stdout must not kill the launcher and orphan its workers). The destructor restores every
+/// previous disposition. At most one relay exists per process.
 class SignalRelay {
  public:
   /// Throws LaunchError when another relay is alive or the pipe cannot be created.

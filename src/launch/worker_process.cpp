@@ -63,7 +63,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   // posix_spawn rather than fork: glibc starts the child with clone(CLONE_VM | CLONE_VFORK), which does
   // not copy the launcher's page tables, and reports exec failures (ENOENT, EACCES) as its return value.
   SpawnAttributes spawn;
-  if (!settings.inherit_stdout) posix_spawn_file_actions_adddup2(&spawn.actions, out_write.get(), STDOUT_FILENO);
+  if (!settings.inherit_stdout)
+    posix_spawn_file_actions_adddup2(&spawn.actions, out_write.get(), STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&spawn.actions, err_write.get(), STDERR_FILENO);
   if (settings.null_stdin) {
     posix_spawn_file_actions_addopen(&spawn.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);

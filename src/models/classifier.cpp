@@ -20,7 +20,8 @@ std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputS
               "make_model: InputShape fields must be > 0, got channels=", shape.channels,
               " height=", shape.height, " width=", shape.width, " num_classes=", shape.num_classes);
   if (name == "mlp") {
-    MlpOptions options = MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes);
+    MlpOptions options =
+        MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes);
     if (dropout) options.dropout(*dropout);
     return std::make_shared<MlpImpl>(options);
   }

@@ -11,7 +11,8 @@
 //                denom, -step_size)
 // How ATen rounds `add` and `addcmul` (fused multiply-add or not) and `sqrt` (exact, or MKL's) depends on
 // the LibTorch build: aten_arithmetic.h finds out once, and the kernel below follows. Where ATen's sqrt is
-// not the exact one, the update runs block by block: moments, ATen's sqrt of the block (at::sqrt_out), update.
+// not the exact one, the update runs block by block: moments, ATen's sqrt of the block (at::sqrt_out),
+// update.
 #include "lockstep/optim/fused_adam.h"
 
 #include <algorithm>
@@ -31,9 +32,9 @@ namespace lockstep::optim {
 namespace {
 
 struct AdamScalars {
-  float decay = 1.0f;     // AdamW: 1 - lr * wd (applied when decoupled)
+  float decay = 1.0f;  // AdamW: 1 - lr * wd (applied when decoupled)
   bool decoupled = false;
-  float l2 = 0.0f;        // Adam: weight decay added to the gradient (applied when l2_on)
+  float l2 = 0.0f;  // Adam: weight decay added to the gradient (applied when l2_on)
   bool l2_on = false;
   float beta1 = 0.0f;
   float one_minus_beta1 = 0.0f;
@@ -249,16 +250,20 @@ bool fused_adam_supported() {
 }
 
 torch::Tensor FusedAdam::step(LossClosure closure) {
-  if (!all_fusable<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_)) return torch::optim::Adam::step(closure);
+  if (!all_fusable<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_))
+    return torch::optim::Adam::step(closure);
   torch::Tensor loss = run_closure(closure);
-  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, sqrt_scratch_, /*decoupled=*/false);
+  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, sqrt_scratch_,
+                                                                      /*decoupled=*/false);
   return loss;
 }
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
-  if (!all_fusable<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_)) return torch::optim::AdamW::step(closure);
+  if (!all_fusable<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_))
+    return torch::optim::AdamW::step(closure);
   torch::Tensor loss = run_closure(closure);
-  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_, sqrt_scratch_, /*decoupled=*/true);
+  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_, sqrt_scratch_,
+                                                                        /*decoupled=*/true);
   return loss;
 }
 

@@ -174,9 +174,8 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
   options_.validate();  // before any connection: a bad option fails at once, on every rank
   const env::Environment environment = env::from_env();
   init(environment.local_rank);
-  owned_group_ = std::make_unique<comm::ProcessGroup>(
-      comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
-                                   .backend(options_.backend())));
+  owned_group_ = std::make_unique<comm::ProcessGroup>(comm::init_process_group(
+      comm::ProcessGroupOptions::from_environment(environment).backend(options_.backend())));
   group_ = owned_group_.get();
 }
 

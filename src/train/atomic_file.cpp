@@ -28,7 +28,8 @@ void fsync_path(const std::string& path, int flags) {
 
 }  // namespace
 
-void write_atomically(const std::string& path, const std::function<void(const std::string& tmp_path)>& write) {
+void write_atomically(const std::string& path,
+                      const std::function<void(const std::string& tmp_path)>& write) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
   const std::string tmp =
@@ -51,7 +52,8 @@ void ensure_writable_dir(const std::string& dir) {
     throw std::runtime_error("cannot create directory '" + dir + "': " + error.message() +
                              " (choose another --ckpt-dir)");
   }
-  const std::string probe = (std::filesystem::path(dir) / (".lockstep-probe." + std::to_string(::getpid()))).string();
+  const std::string probe =
+      (std::filesystem::path(dir) / (".lockstep-probe." + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     throw std::runtime_error("cannot write into directory '" + dir + "': " + std::strerror(errno) +

@@ -9,10 +9,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
-#include <torch/utils.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <torch/utils.h>
 
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/file_checksum.h"
@@ -20,7 +20,8 @@
 namespace lockstep::train {
 namespace {
 
-c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& path, const std::string& key) {
+c10::IValue read_value(torch::serialize::InputArchive& archive, const std::string& path,
+                       const std::string& key) {
   c10::IValue value;
   if (!archive.try_read(key, value)) {
     throw std::runtime_error("checkpoint '" + path + "' has no '" + key +
@@ -29,47 +30,54 @@ c10::IValue read_value(torch::serialize::InputArchive& archive, const std::strin
   return value;
 }
 
-at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::string& path, const std::string& key) {
+at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::string& path,
+                       const std::string& key) {
   at::Tensor tensor;
   if (!archive.try_read(key, tensor, /*is_buffer=*/true)) {
-    throw std::runtime_error("checkpoint '" + path + "' has no tensor '" + key + "' (damaged, or not lockstep's)");
+    throw std::runtime_error("checkpoint '" + path + "' has no tensor '" + key +
+                             "' (damaged, or not lockstep's)");
   }
   return tensor;
 }
 
 }  // namespace
 
-void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
-                          const std::string& prefix) {
-  // Module::load would do, but copies into the existing tensors instead of replacing their storage: LibTorch's
-  // InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator, and a
-  // DistributedDataParallel wrapped around the model would lose its gradient hooks (no more all-reduce).
+void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module,
+                          const std::string& what, const std::string& prefix) {
+  // Module::load would do, but copies into the existing tensors instead of replacing their storage:
+  // LibTorch's InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator,
+  // and a DistributedDataParallel wrapped around the model would lose its gradient hooks (no more
+  // all-reduce).
   torch::NoGradGuard no_grad;
   auto copy_one = [&](const std::string& name, at::Tensor& target, bool is_buffer) {
     at::Tensor loaded;
     if (!archive.try_read(name, loaded, is_buffer)) {
-      throw std::runtime_error(what + " has no '" + prefix + name + "': it holds another model (or another layout of it)");
+      throw std::runtime_error(what + " has no '" + prefix + name +
+                               "': it holds another model (or another layout of it)");
     }
     if (!loaded.sizes().equals(target.sizes()) || loaded.scalar_type() != target.scalar_type()) {
-      throw std::runtime_error(what + " holds '" + prefix + name + "' as " + c10::str(loaded.scalar_type(), loaded.sizes()) +
-                               ", this model has " + c10::str(target.scalar_type(), target.sizes()) +
+      throw std::runtime_error(what + " holds '" + prefix + name + "' as " +
+                               c10::str(loaded.scalar_type(), loaded.sizes()) + ", this model has " +
+                               c10::str(target.scalar_type(), target.sizes()) +
                                " (another dataset or image shape?)");
     }
     target.copy_(loaded);
   };
-  for (auto& parameter : module.named_parameters(/*recurse=*/false)) copy_one(parameter.key(), parameter.value(), false);
+  for (auto& parameter : module.named_parameters(/*recurse=*/false))
+    copy_one(parameter.key(), parameter.value(), false);
   for (auto& buffer : module.named_buffers(/*recurse=*/false)) copy_one(buffer.key(), buffer.value(), true);
   for (const auto& child : module.named_children()) {
     torch::serialize::InputArchive child_archive;
     if (!archive.try_read(child.key(), child_archive)) {
-      throw std::runtime_error(what + " has no submodule '" + prefix + child.key() + "': it holds another model");
+      throw std::runtime_error(what + " has no submodule '" + prefix + child.key() +
+                               "': it holds another model");
     }
     load_module_in_place(child_archive, *child.value(), what, prefix + child.key() + ".");
   }
 }
 
-void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                     const CheckpointState& state) {
+void save_checkpoint(const std::string& path, const torch::nn::Module& model,
+                     const torch::optim::Optimizer& optimizer, const CheckpointState& state) {
   torch::serialize::OutputArchive archive;
   archive.write("lockstep_checkpoint_version", c10::IValue(kCheckpointVersion));
   archive.write("epoch", c10::IValue(state.position.epoch));
@@ -109,8 +117,8 @@ void save_checksummed_archive(torch::serialize::OutputArchive& archive, const st
   });
 }
 
-void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path, const std::string& what,
-                              const std::string& fix) {
+void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path,
+                              const std::string& what, const std::string& fix) {
   const std::string payload = read_checksummed_file(path, what, fix);
   // The checksum is right, so these bytes are the ones lockstep wrote; a failure here means the writer
   // itself was wrong (or the file was built to look like ours).
@@ -125,24 +133,26 @@ void load_checksummed_archive(torch::serialize::InputArchive& archive, const std
   }
 }
 
-CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer) {
+CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
+                                torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   if (!std::filesystem::is_regular_file(path)) {
     throw std::runtime_error("checkpoint '" + path +
                              "' does not exist: check --resume (or drop it to start from scratch)");
   }
   torch::serialize::InputArchive archive;
-  load_checksummed_archive(archive, path, "checkpoint",
-                           "resume from an older checkpoint (--resume PATH), copy the file again if it was copied, "
-                           "or start from scratch");
+  load_checksummed_archive(
+      archive, path, "checkpoint",
+      "resume from an older checkpoint (--resume PATH), copy the file again if it was copied, "
+      "or start from scratch");
   c10::IValue version;
   if (!archive.try_read("lockstep_checkpoint_version", version)) {
     throw std::runtime_error("'" + path + "' is not a lockstep checkpoint (no lockstep_checkpoint_version)");
   }
   if (!version.isInt() || version.toInt() != kCheckpointVersion) {
-    throw std::runtime_error("checkpoint '" + path + "' has format version " +
-                             (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
-                             "; this lockstep reads version " + std::to_string(kCheckpointVersion));
+    throw std::runtime_error(
+        "checkpoint '" + path + "' has format version " +
+        (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
+        "; this lockstep reads version " + std::to_string(kCheckpointVersion));
   }
   CheckpointState state;
   state.position.epoch = read_value(archive, path, "epoch").toInt();
@@ -163,8 +173,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   state.reshard_world = static_cast<int>(read_value(archive, path, "reshard_world").toInt());
   state.reshard_batch = read_value(archive, path, "reshard_batch").toInt();
   if (state.model != model_name) {
-    throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" + model_name +
-                             "': resume with --model " + state.model + " (the module it was written by), or start "
+    throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
+                             model_name + "': resume with --model " + state.model +
+                             " (the module it was written by), or start "
                              "from scratch");
   }
 
@@ -177,7 +188,8 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   try {
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
-    throw std::runtime_error("checkpoint '" + path + "' holds another optimizer's state (resume with the --optimizer " +
+    throw std::runtime_error("checkpoint '" + path +
+                             "' holds another optimizer's state (resume with the --optimizer " +
                              "it was written with): " + e.what_without_backtrace());
   }
   return state;

@@ -52,18 +52,20 @@ void check_output_dir(const std::string& output) {
   const std::string probe = (dir / (".lockstep-probe." + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    throw std::runtime_error("cannot write into the output directory '" + dir.string() + "': " +
-                             std::strerror(errno) + " (choose another output with -o PATH)");
+    throw std::runtime_error("cannot write into the output directory '" + dir.string() +
+                             "': " + std::strerror(errno) + " (choose another output with -o PATH)");
   }
   ::close(fd);
   std::remove(probe.c_str());
 }
 
 const char* kWhatIsAccepted =
-    "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or its final weights (DIR/final.pt)";
+    "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or its final weights "
+    "(DIR/final.pt)";
 
 std::runtime_error not_an_archive(const std::string& input, const std::string& why) {
-  return std::runtime_error("'" + input + "' is not a lockstep checkpoint or a LibTorch module archive (" + why +
+  return std::runtime_error("'" + input + "' is not a lockstep checkpoint or a LibTorch module archive (" +
+                            why +
                             "; truncated, damaged, or written by Python's torch.save?): " + kWhatIsAccepted);
 }
 
@@ -85,7 +87,8 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
     throw std::runtime_error("'" + input + "' is not a file: " + kWhatIsAccepted);
   }
   if (fs::equivalent(input, result.output, error)) {
-    throw std::runtime_error("the output '" + result.output + "' is the input itself: choose another with -o PATH");
+    throw std::runtime_error("the output '" + result.output +
+                             "' is the input itself: choose another with -o PATH");
   }
   check_output_dir(result.output);  // before the (slow) load: a bad -o fails at once
 
@@ -104,21 +107,25 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
     throw not_an_archive(input, e.what());
   }
 
-  SafetensorsMetadata metadata{{"format", "pt"}, {"producer", "lockstep export"},
-                               {"source", fs::path(input).filename().string()}};
+  SafetensorsMetadata metadata{
+      {"format", "pt"}, {"producer", "lockstep export"}, {"source", fs::path(input).filename().string()}};
   std::vector<NamedTensor> tensors;
   c10::IValue version;
   if (archive.try_read("lockstep_checkpoint_version", version)) {
     if (!version.isInt() || version.toInt() != kCheckpointVersion) {
-      throw std::runtime_error("checkpoint '" + input + "' has format version " +
-                               (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
-                               "; this lockstep exports version " + std::to_string(kCheckpointVersion) +
-                               " (export it with the lockstep that wrote it)");
+      throw std::runtime_error(
+          "checkpoint '" + input + "' has format version " +
+          (version.isInt() ? std::to_string(version.toInt()) : std::string("(not a number)")) +
+          "; this lockstep exports version " + std::to_string(kCheckpointVersion) +
+          " (export it with the lockstep that wrote it)");
     }
     if (!checksummed) {
-      throw std::runtime_error("checkpoint '" + input + "' does not end with lockstep's checksum trailer: it is "
-                               "truncated (a copy or a write that did not finish), or it was not written by this "
-                               "lockstep: " + fix);
+      throw std::runtime_error(
+          "checkpoint '" + input +
+          "' does not end with lockstep's checksum trailer: it is "
+          "truncated (a copy or a write that did not finish), or it was not written by this "
+          "lockstep: " +
+          fix);
     }
     result.kind = "checkpoint";
     torch::serialize::InputArchive model;

@@ -77,9 +77,10 @@ void EarlyStopping::on_validation_end(TrainerContext& trainer) {
     if (!options_.strict()) return;
     std::string keys;
     for (const auto& [key, value] : metrics) keys += (keys.empty() ? "" : ", ") + key;
-    throw std::runtime_error("EarlyStopping(monitor='" + options_.monitor() +
-                             "') cannot find its metric in the logged metrics (available: " +
-                             (keys.empty() ? "none" : keys) + "): log it from the TrainModule, or monitor one of those");
+    throw std::runtime_error(
+        "EarlyStopping(monitor='" + options_.monitor() +
+        "') cannot find its metric in the logged metrics (available: " + (keys.empty() ? "none" : keys) +
+        "): log it from the TrainModule, or monitor one of those");
   }
   const double current = found->second;
   const std::string& monitor = options_.monitor();
@@ -130,8 +131,8 @@ void EarlyStopping::load_state_dict(const std::string& text) {
     stopped_epoch_ = stopped_epoch;
     best_score_ = best_score;
   } catch (const std::exception& e) {
-    throw std::runtime_error(state_key() + ": the checkpoint's state of this callback cannot be read (" + e.what() +
-                             "): it was written by another version of lockstep, or is damaged");
+    throw std::runtime_error(state_key() + ": the checkpoint's state of this callback cannot be read (" +
+                             e.what() + "): it was written by another version of lockstep, or is damaged");
   }
 }
 

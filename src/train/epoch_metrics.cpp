@@ -42,7 +42,8 @@ std::string StepMetrics::to_json() const {
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "ae");
   if (file_ == nullptr) {
-    throw std::runtime_error("cannot open metrics file '" + path + "' for appending: " + std::strerror(errno) +
+    throw std::runtime_error("cannot open metrics file '" + path +
+                             "' for appending: " + std::strerror(errno) +
                              " (check that its directory exists, or change --metrics-file)");
   }
 }
@@ -51,9 +52,13 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsWriter::write(const EpochMetrics& metrics) { write_line(metrics.to_json()); }
+void MetricsWriter::write(const EpochMetrics& metrics) {
+  write_line(metrics.to_json());
+}
 
-void MetricsWriter::write(const StepMetrics& metrics) { write_line(metrics.to_json()); }
+void MetricsWriter::write(const StepMetrics& metrics) {
+  write_line(metrics.to_json());
+}
 
 void MetricsWriter::write_line(const std::string& json) {
   const std::string line = json + "\n";

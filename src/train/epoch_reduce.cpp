@@ -19,8 +19,8 @@ void check_same_sync_names(comm::ProcessGroup& group, const LoggedMetrics& logge
   const std::vector<std::string> all = group.all_gather_strings(names);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
-    throw std::runtime_error("epoch " + std::to_string(epoch) + ": rank 0 logged the sync_dist values {" + all[0] +
-                             "} but rank " + std::to_string(r) + " logged {" + all[r] +
+    throw std::runtime_error("epoch " + std::to_string(epoch) + ": rank 0 logged the sync_dist values {" +
+                             all[0] + "} but rank " + std::to_string(r) + " logged {" + all[r] +
                              "}: log the same names with sync_dist on every rank");
   }
 }
@@ -59,7 +59,8 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
     }
   }
   std::vector<MetricValue> table;
-  for (const std::string& name : logged.order()) table.push_back({name, means[name], logged.entries().at(name).prog_bar});
+  for (const std::string& name : logged.order())
+    table.push_back({name, means[name], logged.entries().at(name).prog_bar});
   out.metrics = broadcast_table(group, table);
   return out;
 }
@@ -88,7 +89,9 @@ std::vector<MetricValue> broadcast_table(comm::ProcessGroup& group, const std::v
   return out;
 }
 
-bool any_rank(comm::ProcessGroup& group, bool mine) { return max_over_ranks(group, mine ? 1 : 0) > 0; }
+bool any_rank(comm::ProcessGroup& group, bool mine) {
+  return max_over_ranks(group, mine ? 1 : 0) > 0;
+}
 
 int64_t max_over_ranks(comm::ProcessGroup& group, int64_t mine) {
   at::Tensor value = at::full({1}, static_cast<double>(mine), at::kDouble);  // exact below 2^53

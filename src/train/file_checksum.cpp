@@ -101,11 +101,14 @@ std::string read_checksummed_file(const std::string& path, const std::string& wh
 
 void strip_checksum_trailer(std::string& bytes, const std::string& name, const std::string& fix) {
   if (!ends_with_checksum_trailer(bytes)) {
-    throw std::runtime_error(name + " does not end with lockstep's checksum trailer (" + std::to_string(bytes.size()) +
-                             " bytes): it is truncated (a copy or a write that did not finish), or it was not "
-                             "written by this lockstep: " + fix);
+    throw std::runtime_error(
+        name + " does not end with lockstep's checksum trailer (" + std::to_string(bytes.size()) +
+        " bytes): it is truncated (a copy or a write that did not finish), or it was not "
+        "written by this lockstep: " +
+        fix);
   }
-  const auto* trailer = reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - kChecksumTrailerBytes);
+  const auto* trailer =
+      reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - kChecksumTrailerBytes);
   const uint64_t stored_length = get_le(trailer, 8);
   const auto stored_crc = static_cast<uint32_t>(get_le(trailer + 8, 4));
   const auto format = static_cast<uint32_t>(get_le(trailer + 12, 4));
@@ -125,7 +128,8 @@ void strip_checksum_trailer(std::string& bytes, const std::string& name, const s
     throw std::runtime_error(name + " is damaged: the crc32 of its " + std::to_string(length) + " bytes is " +
                              hex32(crc) + ", lockstep stored " + hex32(stored_crc) +
                              " when it wrote it (the file was changed after lockstep wrote it: disk, copy or "
-                             "transfer error): " + fix);
+                             "transfer error): " +
+                             fix);
   }
   bytes.resize(length);
 }

@@ -37,14 +37,15 @@ double seconds_since(Clock::time_point start) {
 int64_t loader_workers(const FitConfig& config, const env::Environment& environment, int threads) {
   if (config.num_workers >= 0) return config.num_workers;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int64_t>(cores) >= static_cast<int64_t>(std::max(1, environment.local_world_size)) * (threads + 1)
+  return static_cast<int64_t>(cores) >=
+                 static_cast<int64_t>(std::max(1, environment.local_world_size)) * (threads + 1)
              ? 1
              : 0;
 }
 
 // `lr`: the scaled rate (FitConfig::scaled_lr); the schedule sets each step's rate anyway.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, torch::nn::Module& model,
-                                                         double lr) {
+                                                        double lr) {
   if (config.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
         model.parameters(),
@@ -52,8 +53,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config,
   }
   // Adam and AdamW update each parameter in one pass (bit-identical to LibTorch's; see fused_adam.h).
   if (config.optimizer == "adamw") {
-    return std::make_unique<optim::FusedAdamW>(model.parameters(),
-                                               torch::optim::AdamWOptions(lr).weight_decay(config.weight_decay));
+    return std::make_unique<optim::FusedAdamW>(
+        model.parameters(), torch::optim::AdamWOptions(lr).weight_decay(config.weight_decay));
   }
   return std::make_unique<optim::FusedAdam>(model.parameters(),
                                             torch::optim::AdamOptions(lr).weight_decay(config.weight_decay));
@@ -75,11 +76,11 @@ std::string describe_lr(const FitConfig& config, int world) {
   char text[256];
   int used = std::snprintf(text, sizeof text, "%s lr %g", config.optimizer.c_str(), config.scaled_lr(world));
   if (config.lr_scaling != "none") {
-    used += std::snprintf(text + used, sizeof text - used,
-                          " (%s-scaled from %g: global batch %lld / reference %lld)", config.lr_scaling.c_str(),
-                          config.resolved_lr(),
-                          static_cast<long long>(config.global_batch_size(world)),
-                          static_cast<long long>(config.resolved_lr_reference_batch()));
+    used +=
+        std::snprintf(text + used, sizeof text - used,
+                      " (%s-scaled from %g: global batch %lld / reference %lld)", config.lr_scaling.c_str(),
+                      config.resolved_lr(), static_cast<long long>(config.global_batch_size(world)),
+                      static_cast<long long>(config.resolved_lr_reference_batch()));
   }
   used += std::snprintf(text + used, sizeof text - used, " %s", config.lr_schedule.c_str());
   if (config.lr_schedule == "step") {
@@ -92,12 +93,13 @@ std::string describe_lr(const FitConfig& config, int world) {
 // The run's configuration in a line, recorded in checkpoints for whoever reads them later.
 std::string describe_run(const FitConfig& config, int world) {
   char text[256];
-  std::snprintf(text, sizeof text,
-                "model=%s data=%s batch_size=%lld world_size=%d max_epochs=%lld seed=%llu accumulate_grad_batches=%lld "
-                "limit_train_batches=%s; ",
-                config.model.c_str(), config.data.c_str(), static_cast<long long>(config.batch_size), world,
-                static_cast<long long>(config.max_epochs), static_cast<unsigned long long>(config.seed),
-                static_cast<long long>(config.accumulate_grad_batches), config.limit_train_batches.to_string().c_str());
+  std::snprintf(
+      text, sizeof text,
+      "model=%s data=%s batch_size=%lld world_size=%d max_epochs=%lld seed=%llu accumulate_grad_batches=%lld "
+      "limit_train_batches=%s; ",
+      config.model.c_str(), config.data.c_str(), static_cast<long long>(config.batch_size), world,
+      static_cast<long long>(config.max_epochs), static_cast<unsigned long long>(config.seed),
+      static_cast<long long>(config.accumulate_grad_batches), config.limit_train_batches.to_string().c_str());
   return text + describe_lr(config, world);
 }
 
@@ -112,7 +114,8 @@ class FitModule : public TrainModule {
     for (auto& parameter : model_->named_parameters(/*recurse=*/false)) {
       register_parameter(parameter.key(), parameter.value());
     }
-    for (auto& buffer : model_->named_buffers(/*recurse=*/false)) register_buffer(buffer.key(), buffer.value());
+    for (auto& buffer : model_->named_buffers(/*recurse=*/false))
+      register_buffer(buffer.key(), buffer.value());
   }
 
   at::Tensor training_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
@@ -123,21 +126,25 @@ class FitModule : public TrainModule {
 
   void validation_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
     const at::Tensor logits = model_->forward(batch.data);
-    log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target), LogOptions().sync_dist(true).prog_bar(true));
-    log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kDouble).mean(), LogOptions().sync_dist(true).prog_bar(true));
+    log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target),
+        LogOptions().sync_dist(true).prog_bar(true));
+    log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kDouble).mean(),
+        LogOptions().sync_dist(true).prog_bar(true));
   }
 
   OptimizerConfig configure_optimizers() override {
     const TrainingPlan& p = plan();
     OptimizerConfig out;
     out.optimizer = make_optimizer(config_, *this, config_.scaled_lr(p.world_size));
-    const auto warmup_steps = static_cast<int64_t>(config_.warmup_epochs * static_cast<double>(p.steps_per_epoch));
+    const auto warmup_steps =
+        static_cast<int64_t>(config_.warmup_epochs * static_cast<double>(p.steps_per_epoch));
     const int64_t total_steps = std::max<int64_t>(1, p.steps_per_epoch * config_.max_epochs);
-    optim::LrSchedule schedule(config_.scaled_lr(p.world_size), optim::parse_lr_shape(config_.lr_schedule), total_steps,
-                               std::min(warmup_steps, total_steps - 1));
+    optim::LrSchedule schedule(config_.scaled_lr(p.world_size), optim::parse_lr_shape(config_.lr_schedule),
+                               total_steps, std::min(warmup_steps, total_steps - 1));
     if (schedule.shape() == optim::LrShape::kStep) {
-      schedule.step_decay(/*every_steps=*/std::max<int64_t>(1, config_.resolved_lr_step_epochs() * p.steps_per_epoch),
-                          config_.lr_gamma);
+      schedule.step_decay(
+          /*every_steps=*/std::max<int64_t>(1, config_.resolved_lr_step_epochs() * p.steps_per_epoch),
+          config_.lr_gamma);
     }
     out.lr_schedule = schedule;
     if (p.rank == 0) banner_(p);
@@ -197,7 +204,8 @@ std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitConfig& config) {
   return callbacks;
 }
 
-TrainerOptions trainer_options(const FitConfig& config, const env::Environment& environment, const FitOutput& output) {
+TrainerOptions trainer_options(const FitConfig& config, const env::Environment& environment,
+                               const FitOutput& output) {
   return TrainerOptions()
       .callbacks(fit_callbacks(config))
       .devices(config.devices)
@@ -242,14 +250,16 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   torch::manual_seed(config.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
   Model model = models::make_model(config.model, shape, config.dropout);
   auto banner = [&](const TrainingPlan& plan) {
-    std::fprintf(output.out,
-                 "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
-                 "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %lld loader thread(s)/rank\n",
-                 config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), loaded.name.c_str(),
-                 static_cast<long long>(loaded.train->size()), static_cast<long long>(loaded.test->size()),
-                 plan.world_size, static_cast<long long>(config.batch_size), describe_lr(config, plan.world_size).c_str(),
-                 config.precision.c_str(), static_cast<long long>(config.max_epochs), at::get_num_threads(),
-                 static_cast<long long>(data.workers()));
+    std::fprintf(
+        output.out,
+        "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
+        "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %lld loader thread(s)/rank\n",
+        config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), loaded.name.c_str(),
+        static_cast<long long>(loaded.train->size()), static_cast<long long>(loaded.test->size()),
+        plan.world_size, static_cast<long long>(config.batch_size),
+        describe_lr(config, plan.world_size).c_str(), config.precision.c_str(),
+        static_cast<long long>(config.max_epochs), at::get_num_threads(),
+        static_cast<long long>(data.workers()));
     std::fflush(output.out);
   };
   auto module = std::make_shared<FitModule>(config, model, banner);
@@ -268,11 +278,13 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   if (environment.rank == 0) {
     if (result.epochs.empty()) {  // resumed after the last epoch, or --max-steps within the first one
       std::fprintf(output.out, "no epoch completed in this run (%lld step(s) in all, %d rank(s), %.1f s)\n",
-                   static_cast<long long>(trained.global_step), environment.world_size, seconds_since(started));
+                   static_cast<long long>(trained.global_step), environment.world_size,
+                   seconds_since(started));
     } else {
       const EpochMetrics& last = result.epochs.back();
-      std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n", last.val_acc,
-                   static_cast<long long>(last.val_samples), last.world_size, seconds_since(started));
+      std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n",
+                   last.val_acc, static_cast<long long>(last.val_samples), last.world_size,
+                   seconds_since(started));
     }
     if (!result.weights_path.empty()) std::fprintf(output.out, "weights: %s\n", result.weights_path.c_str());
     if (!result.safetensors_path.empty()) {

@@ -29,8 +29,8 @@ std::string text(const T& value) {
 
 void check_member(const char* flag, const std::string& value, const std::vector<std::string>& accepted) {
   if (std::find(accepted.begin(), accepted.end(), value) == accepted.end()) {
-    throw std::invalid_argument(std::string(flag) + " '" + value + "' is not known (expected one of: " +
-                                joined(accepted) + ")");
+    throw std::invalid_argument(std::string(flag) + " '" + value +
+                                "' is not known (expected one of: " + joined(accepted) + ")");
   }
 }
 
@@ -84,8 +84,9 @@ void check_monitor_flags(const FitConfig& config) {
   }
   const bool uses_monitor = config.save_top_k != 0 || config.early_stopping_patience > 0;
   if (uses_monitor && config.monitor.empty()) {
-    throw std::invalid_argument("--monitor '' names no metric: --save-top-k and --early-stopping-patience rank "
-                                "epochs by it (e.g. --monitor val_loss, or val_acc with --monitor-mode max)");
+    throw std::invalid_argument(
+        "--monitor '' names no metric: --save-top-k and --early-stopping-patience rank "
+        "epochs by it (e.g. --monitor val_loss, or val_acc with --monitor-mode max)");
   }
   if (config.save_top_k != 0 && config.ckpt_dir.empty()) {
     throw std::invalid_argument("--save-top-k " + text(config.save_top_k) +
@@ -192,7 +193,9 @@ int64_t BatchLimit::apply(int64_t available) const {
   return std::clamp<int64_t>(n, 1, available);
 }
 
-std::string BatchLimit::to_string() const { return is_fraction ? text(fraction) : text(count); }
+std::string BatchLimit::to_string() const {
+  return is_fraction ? text(fraction) : text(count);
+}
 
 void FitConfig::validate() const {
   check_member("--model", model, fit_model_names());
@@ -213,7 +216,8 @@ void FitConfig::validate() const {
   if (precision == "16-mixed") {
     // lockstep fit trains on the CPU, where autocast has no float16 (and the Trainer would refuse it too).
     throw std::invalid_argument(
-        "--precision 16-mixed needs a CUDA device (float16 autocast with a gradient scaler); lockstep fit trains "
+        "--precision 16-mixed needs a CUDA device (float16 autocast with a gradient scaler); lockstep fit "
+        "trains "
         "on the CPU: use --precision bf16-mixed (or 32)");
   }
   if (devices) check_at_least("--devices", *devices, 1);
@@ -279,15 +283,17 @@ void FitConfig::validate() const {
     throw std::invalid_argument("--dropout must be in [0, 1), got " + text(*dropout));
   }
   if (dropout && model == "resnet18") {
-    throw std::invalid_argument("--dropout does not apply to --model resnet18 (it has no dropout layer): drop it");
+    throw std::invalid_argument(
+        "--dropout does not apply to --model resnet18 (it has no dropout layer): drop it");
   }
   check_at_least<int64_t>("--ckpt-every-n-steps", ckpt_every_n_steps, 0);
   check_at_least<int64_t>("--log-every-n-steps", log_every_n_steps, 0);
   check_at_least("--max-restarts", max_restarts, 0);
   check_member("--on-nan", on_nan, {"stop", "skip"});
   if (!(collective_timeout >= 0.0 && collective_timeout <= 1e7)) {
-    throw std::invalid_argument("--collective-timeout must be a number of seconds in (0, 1e7] (0 = the default), got " +
-                                text(collective_timeout));
+    throw std::invalid_argument(
+        "--collective-timeout must be a number of seconds in (0, 1e7] (0 = the default), got " +
+        text(collective_timeout));
   }
   if (max_steps != -1) check_at_least<int64_t>("--max-steps", max_steps, 1);
   check_monitor_flags(*this);
@@ -296,19 +302,22 @@ void FitConfig::validate() const {
                                 " needs --ckpt-dir DIR (where last.ckpt is written)");
   }
   if (resume == "last" && ckpt_dir.empty()) {
-    throw std::invalid_argument("--resume last needs --ckpt-dir DIR (it resumes from DIR/last.ckpt); or give "
-                                "--resume the checkpoint's path");
+    throw std::invalid_argument(
+        "--resume last needs --ckpt-dir DIR (it resumes from DIR/last.ckpt); or give "
+        "--resume the checkpoint's path");
   }
   if (resume == "auto" && ckpt_dir.empty()) {
-    throw std::invalid_argument("--resume auto needs --ckpt-dir DIR (it resumes from DIR/last.ckpt when that "
-                                "exists, else starts fresh); or give --resume the checkpoint's path");
+    throw std::invalid_argument(
+        "--resume auto needs --ckpt-dir DIR (it resumes from DIR/last.ckpt when that "
+        "exists, else starts fresh); or give --resume the checkpoint's path");
   }
   if (!resume.empty() && !resolved_resume_path().empty()) {
     const std::string path = resolved_resume_path();
     std::FILE* file = std::fopen(path.c_str(), "rb");
     if (file == nullptr) {
       throw std::invalid_argument("--resume " + resume + ": cannot open checkpoint '" + path + "' (" +
-                                  std::strerror(errno) + "): check the path, or drop --resume to start from scratch");
+                                  std::strerror(errno) +
+                                  "): check the path, or drop --resume to start from scratch");
     }
     std::fclose(file);
   }
@@ -327,7 +336,8 @@ std::string FitConfig::resolved_data_dir() const {
 }
 
 std::string FitConfig::resolved_resume_path() const {
-  const std::string last = (ckpt_dir.empty() || ckpt_dir.back() == '/' ? ckpt_dir : ckpt_dir + "/") + "last.ckpt";
+  const std::string last =
+      (ckpt_dir.empty() || ckpt_dir.back() == '/' ? ckpt_dir : ckpt_dir + "/") + "last.ckpt";
   if (resume == "last") return last;
   if (resume == "auto") {
     std::error_code error;

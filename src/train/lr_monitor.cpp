@@ -29,7 +29,8 @@ void LearningRateMonitor::on_train_batch_end(TrainerContext& trainer, const Batc
 void LearningRateMonitor::record(TrainerContext& trainer) {
   const std::vector<double> rates = trainer.learning_rates();
   std::map<std::string, double> values;
-  for (std::size_t group = 0; group < rates.size(); ++group) values["lr-pg" + std::to_string(group)] = rates[group];
+  for (std::size_t group = 0; group < rates.size(); ++group)
+    values["lr-pg" + std::to_string(group)] = rates[group];
   last_values_ = values;
   if (!values.empty()) trainer.log_metrics(values);
 }

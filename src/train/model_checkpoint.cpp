@@ -33,8 +33,9 @@ const std::regex& spec_syntax() {
 
 std::vector<Piece> parse_pattern(const std::string& pattern) {
   const auto bad = [&](const std::string& what) {
-    return std::invalid_argument("ModelCheckpoint filename '" + pattern + "': " + what +
-                                 " (expected text with {name} or {name:fmt} fields, e.g. '{epoch}-{val_loss:.4f}')");
+    return std::invalid_argument(
+        "ModelCheckpoint filename '" + pattern + "': " + what +
+        " (expected text with {name} or {name:fmt} fields, e.g. '{epoch}-{val_loss:.4f}')");
   };
   if (pattern.find('/') != std::string::npos) throw bad("'/' is not allowed (set dirpath for the directory)");
   std::vector<Piece> pieces;
@@ -56,7 +57,8 @@ std::vector<Piece> parse_pattern(const std::string& pattern) {
     Piece piece{true, field.substr(0, colon), colon == std::string::npos ? "" : field.substr(colon + 1)};
     if (piece.text.empty()) throw bad("a field has no name");
     if (!std::regex_match(piece.spec, spec_syntax())) {
-      throw bad("field '" + piece.text + "' has format '" + piece.spec + "', not a number format like .4f, .2e or 03d");
+      throw bad("field '" + piece.text + "' has format '" + piece.spec +
+                "', not a number format like .4f, .2e or 03d");
     }
     pieces.push_back(std::move(piece));
     at = close + 1;
@@ -117,13 +119,15 @@ void ModelCheckpointOptions::validate() const {
     throw std::invalid_argument("ModelCheckpoint mode '" + mode_ + "' is not known (expected min or max)");
   }
   if (save_top_k_ < -1) {
-    throw std::invalid_argument("ModelCheckpoint save_top_k must be -1 (all), 0 (none) or a count >= 1, got " +
-                                std::to_string(save_top_k_));
+    throw std::invalid_argument(
+        "ModelCheckpoint save_top_k must be -1 (all), 0 (none) or a count >= 1, got " +
+        std::to_string(save_top_k_));
   }
   if (monitor_.empty() && save_top_k_ > 1) {
-    throw std::invalid_argument("ModelCheckpoint save_top_k " + std::to_string(save_top_k_) +
-                                " needs a monitor to rank the checkpoints by: set monitor(\"val_loss\") (or another "
-                                "metric), or save_top_k -1 (all) or 1 (the latest)");
+    throw std::invalid_argument(
+        "ModelCheckpoint save_top_k " + std::to_string(save_top_k_) +
+        " needs a monitor to rank the checkpoints by: set monitor(\"val_loss\") (or another "
+        "metric), or save_top_k -1 (all) or 1 (the latest)");
   }
   if (every_n_train_steps_ < 0) {
     throw std::invalid_argument("ModelCheckpoint every_n_train_steps must be >= 0 (0 = off), got " +
@@ -182,8 +186,9 @@ std::map<std::string, double> ModelCheckpoint::best_k_models() const {
 std::string ModelCheckpoint::resolve_dir(const TrainerContext& trainer) {
   const std::string dir = options_.dirpath().empty() ? trainer.default_ckpt_dir() : options_.dirpath();
   if (dir.empty()) {
-    throw std::runtime_error("ModelCheckpoint has no directory for its checkpoints: set "
-                             "ModelCheckpointOptions().dirpath(DIR), or give the Trainer one (--ckpt-dir DIR)");
+    throw std::runtime_error(
+        "ModelCheckpoint has no directory for its checkpoints: set "
+        "ModelCheckpointOptions().dirpath(DIR), or give the Trainer one (--ckpt-dir DIR)");
   }
   // A state restored from a run that wrote elsewhere: its files are not ours to rank or remove (Lightning
   // keeps only best_model_path then).
@@ -271,8 +276,8 @@ void ModelCheckpoint::save_top_k(TrainerContext& trainer, const std::string& dir
   const auto& metrics = trainer.callback_metrics();
   const int64_t k = options_.save_top_k();
   const auto name = [&] {
-    return format_checkpoint_name(options_.filename(), options_.auto_insert_metric_name(), trainer.current_epoch(),
-                                  trainer.global_step(), metrics);
+    return format_checkpoint_name(options_.filename(), options_.auto_insert_metric_name(),
+                                  trainer.current_epoch(), trainer.global_step(), metrics);
   };
 
   if (options_.monitor().empty()) {  // keep the latest: all of them (-1) or one
@@ -291,8 +296,8 @@ void ModelCheckpoint::save_top_k(TrainerContext& trainer, const std::string& dir
     // Before the first validation (a step-triggered save in the first epoch) the metric cannot be there yet.
     if (!validated_) return;
     throw std::runtime_error("ModelCheckpoint(monitor='" + options_.monitor() +
-                             "') cannot find its metric in the logged metrics (available: " + keys_of(metrics) +
-                             "): log it from the TrainModule, or monitor one of those");
+                             "') cannot find its metric in the logged metrics (available: " +
+                             keys_of(metrics) + "): log it from the TrainModule, or monitor one of those");
   }
   const double current = found->second;
   if (!std::isfinite(current)) return;  // a diverged model is never a candidate

@@ -9,7 +9,9 @@ namespace lockstep::train {
 namespace {
 
 std::atomic<int> recorded_notice{0};
-extern "C" void record_preemption_notice(int signal) { recorded_notice.store(signal); }
+extern "C" void record_preemption_notice(int signal) {
+  recorded_notice.store(signal);
+}
 
 }  // namespace
 
@@ -36,6 +38,8 @@ PreemptionHandlers::~PreemptionHandlers() {
   ::sigaction(SIGTERM, &saved_->term, nullptr);
 }
 
-int preemption_notice() { return recorded_notice.load(); }
+int preemption_notice() {
+  return recorded_notice.load();
+}
 
 }  // namespace lockstep::train

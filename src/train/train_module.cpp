@@ -21,9 +21,9 @@ void LoggedMetrics::add(const std::string& name, double value, double weight, bo
   } else if (entry.sync_dist != sync_dist) {
     // A value reduced on some calls and not on others has no single meaning (and the ranks' reductions
     // would not line up).
-    throw std::invalid_argument("log('" + name + "'): logged with sync_dist=" + (entry.sync_dist ? "true" : "false") +
-                                " before and sync_dist=" + (sync_dist ? "true" : "false") +
-                                " now: log each name with one sync_dist");
+    throw std::invalid_argument(
+        "log('" + name + "'): logged with sync_dist=" + (entry.sync_dist ? "true" : "false") +
+        " before and sync_dist=" + (sync_dist ? "true" : "false") + " now: log each name with one sync_dist");
   }
   entry.prog_bar = entry.prog_bar || prog_bar;
   entry.weighted_sum += value * weight;
@@ -59,14 +59,16 @@ LoggedMetrics LoggedMetrics::from_json(const std::string& text) {
 
 void TrainModule::log(const std::string& name, double value, const LogOptions& options) {
   const int64_t weight = options.batch_size() > 0 ? options.batch_size() : batch_size_;
-  logged_.add(name, value, static_cast<double>(weight > 0 ? weight : 1), options.sync_dist(), options.prog_bar());
+  logged_.add(name, value, static_cast<double>(weight > 0 ? weight : 1), options.sync_dist(),
+              options.prog_bar());
 }
 
 void TrainModule::log(const std::string& name, const at::Tensor& value, const LogOptions& options) {
   if (!value.defined() || value.numel() != 1) {
-    throw std::invalid_argument("log('" + name + "'): expected a scalar tensor, got " +
-                                (value.defined() ? std::to_string(value.numel()) + " elements" : "an undefined tensor") +
-                                " (log a mean, or .item() of one element)");
+    throw std::invalid_argument(
+        "log('" + name + "'): expected a scalar tensor, got " +
+        (value.defined() ? std::to_string(value.numel()) + " elements" : "an undefined tensor") +
+        " (log a mean, or .item() of one element)");
   }
   log(name, value.detach().item<double>(), options);
 }

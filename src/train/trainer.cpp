@@ -1,51 +1,29 @@
 // The Trainer: see include/lockstep/train/trainer.h.
 #include "lockstep/train/trainer.h"
 
-#include <signal.h>
-#include <sys/types.h>
-
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
-#include <limits>
 #include <stdexcept>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include <ATen/Parallel.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
-#include <torch/serialize/output-archive.h>
-#include <torch/types.h>
-#include <torch/utils.h>
 
 #include "lockstep/comm/process_group.h"
-#include "lockstep/data/distributed_sampler.h"
-#include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/rank_start.h"
-#include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/precision.h"
-#include "lockstep/train/progress_bar.h"
-#include "lockstep/train/safetensors.h"
 #include "trainer_run.h"
 
 namespace lockstep::train {
 namespace {
-
-
 
 // This program's own command line, to start it again as ranks.
 std::vector<std::string> own_command_line() {
@@ -59,7 +37,8 @@ std::vector<std::string> own_command_line() {
     if (end == std::string::npos) break;
     begin = end + 1;
   }
-  if (argv.empty()) throw std::runtime_error("cannot read this program's command line from /proc/self/cmdline");
+  if (argv.empty())
+    throw std::runtime_error("cannot read this program's command line from /proc/self/cmdline");
   argv[0] = std::filesystem::read_symlink("/proc/self/exe").string();  // argv[0] may be relative to PATH
   return argv;
 }
@@ -92,7 +71,9 @@ OnNan parse_on_nan(const std::string& text) {
   throw std::invalid_argument("on_nan '" + text + "' is not known (expected stop or skip)");
 }
 
-const char* to_string(OnNan on_nan) { return on_nan == OnNan::kSkip ? "skip" : "stop"; }
+const char* to_string(OnNan on_nan) {
+  return on_nan == OnNan::kSkip ? "skip" : "stop";
+}
 
 int threads_per_rank(int requested, const env::Environment& environment) {
   if (requested > 0) return requested;
@@ -103,8 +84,8 @@ int threads_per_rank(int requested, const env::Environment& environment) {
 void TrainerOptions::validate() const {
   auto at_least = [](const char* name, int64_t value, int64_t least) {
     if (value < least) {
-      throw std::invalid_argument(std::string(name) + " " + std::to_string(value) + " is out of range: it must be >= " +
-                                  std::to_string(least));
+      throw std::invalid_argument(std::string(name) + " " + std::to_string(value) +
+                                  " is out of range: it must be >= " + std::to_string(least));
     }
   };
   if (devices_) at_least("devices", *devices_, 1);
@@ -131,10 +112,18 @@ void TrainerOptions::validate() const {
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {}
 Trainer::~Trainer() = default;
 
-int Trainer::rank() const { return rank_; }
-int Trainer::world_size() const { return world_size_; }
-int64_t Trainer::current_epoch() const { return run_ ? run_->epoch : 0; }
-int64_t Trainer::global_step() const { return run_ ? run_->position.step : 0; }
+int Trainer::rank() const {
+  return rank_;
+}
+int Trainer::world_size() const {
+  return world_size_;
+}
+int64_t Trainer::current_epoch() const {
+  return run_ ? run_->epoch : 0;
+}
+int64_t Trainer::global_step() const {
+  return run_ ? run_->position.step : 0;
+}
 
 const std::map<std::string, double>& Trainer::callback_metrics() const {
   static const std::map<std::string, double> empty;
@@ -154,7 +143,9 @@ void Trainer::request_stop(const std::string& reason) {
   run_->stop_requested = true;
 }
 
-bool Trainer::should_stop() const { return run_ && run_->stop_requested; }
+bool Trainer::should_stop() const {
+  return run_ && run_->stop_requested;
+}
 
 void Trainer::save_checkpoint(const std::string& path) {
   if (!run_) throw std::logic_error("Trainer::save_checkpoint outside fit()");
@@ -170,9 +161,9 @@ void Trainer::save_checkpoint(const std::string& path) {
   const std::vector<std::string> paths = group.all_gather_strings(path);
   for (int r = 0; r < group.size(); ++r) {
     if (paths[r] != paths[0]) {
-      throw std::runtime_error("save_checkpoint: rank 0 saves '" + paths[0] + "' but rank " + std::to_string(r) +
-                               " saves '" + paths[r] +
-                               "': callbacks must decide from callback_metrics() only (the same on every rank)");
+      throw std::runtime_error(
+          "save_checkpoint: rank 0 saves '" + paths[0] + "' but rank " + std::to_string(r) + " saves '" +
+          paths[r] + "': callbacks must decide from callback_metrics() only (the same on every rank)");
     }
   }
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
@@ -186,7 +177,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   state.config = options_.description();
   state.rng_states = rng_states;
   state.logged_states = std::move(logged);
-  for (const auto& callback : options_.callbacks()) state.callback_states[callback->state_key()] = callback->state_dict();
+  for (const auto& callback : options_.callbacks())
+    state.callback_states[callback->state_key()] = callback->state_dict();
   if (run.scaler.enabled()) state.scaler_state = run.scaler.state();
   state.reshard_world = run.reshard_world;
   state.reshard_batch = run.reshard_batch;
@@ -226,6 +218,8 @@ TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data
   return run_->fit();
 }
 
-comm::ProcessGroup* Trainer::process_group() { return run_ ? run_->group : nullptr; }
+comm::ProcessGroup* Trainer::process_group() {
+  return run_ ? run_->group : nullptr;
+}
 
 }  // namespace lockstep::train

@@ -18,7 +18,8 @@ std::string Trainer::Run::resume_path() const {
   const auto last = std::filesystem::path(options.ckpt_dir()) / "last.ckpt";
   if (options.resume() == "last") return last.string();
   if (!options.resume().empty()) return options.resume();
-  if (environment.restart_count > 0 && !options.ckpt_dir().empty() && std::filesystem::is_regular_file(last)) {
+  if (environment.restart_count > 0 && !options.ckpt_dir().empty() &&
+      std::filesystem::is_regular_file(last)) {
     print_line("restart " + std::to_string(environment.restart_count) + ": resuming from " + last.string());
     return last.string();
   }
@@ -45,22 +46,24 @@ void Trainer::Run::restore() {
     if (saved.reshard_world != 0) {  // still inside an epoch re-sharded by the run that wrote it
       reshard_world = saved.reshard_world;
       reshard_batch = saved.reshard_batch;
-      resharded_ = detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.reshard_world,
-                                        saved.reshard_batch, batch_size_, options.limit_train_batches(), world, rank);
+      resharded_ =
+          detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.reshard_world,
+                               saved.reshard_batch, batch_size_, options.limit_train_batches(), world, rank);
     }
   } else if (start_.batch != 0) {
     reshard_after(saved, path);
   }
   print_line("resumed from " + path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
-             std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) + " (written by " +
-             std::to_string(saved.world_size) + " rank(s)" +
-             (reshard_world != 0 && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") + ")");
+             std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) +
+             " (written by " + std::to_string(saved.world_size) + " rank(s)" +
+             (reshard_world != 0 && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
+             ")");
   if (reshard_world == 0 && start_.batch > train_batches_) {
-    throw std::invalid_argument("checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
-                                std::to_string(start_.batch) + ") is beyond this run's " +
-                                std::to_string(train_batches_) +
-                                " batches per epoch: resume with the batch size and limit_train_batches it was "
-                                "written with");
+    throw std::invalid_argument(
+        "checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
+        std::to_string(start_.batch) + ") is beyond this run's " + std::to_string(train_batches_) +
+        " batches per epoch: resume with the batch size and limit_train_batches it was "
+        "written with");
   }
 }
 
@@ -69,14 +72,15 @@ void Trainer::Run::restore() {
 void Trainer::Run::reshard_after(const CheckpointState& saved, const std::string& path) {
   if (saved.reshard_world != 0) {
     throw std::invalid_argument("checkpoint '" + path + "' lies in an epoch already re-sharded from " +
-                                std::to_string(saved.reshard_world) + " to " + std::to_string(saved.world_size) +
-                                " rank(s): resume it with " + std::to_string(saved.world_size) +
-                                " ranks, or from an epoch-end checkpoint");
+                                std::to_string(saved.reshard_world) + " to " +
+                                std::to_string(saved.world_size) + " rank(s): resume it with " +
+                                std::to_string(saved.world_size) + " ranks, or from an epoch-end checkpoint");
   }
   reshard_world = saved.world_size;
   reshard_batch = start_.batch;
-  resharded_ = detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.world_size, start_.batch,
-                                    batch_size_, options.limit_train_batches(), group->size(), group->rank());
+  resharded_ =
+      detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.world_size, start_.batch,
+                           batch_size_, options.limit_train_batches(), group->size(), group->rank());
   if (group->rank() == 0) {
     LoggedMetrics merged = LoggedMetrics::from_json(saved.logged_states.at(0));
     for (std::size_t r = 1; r < saved.logged_states.size(); ++r) {

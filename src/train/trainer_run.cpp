@@ -65,13 +65,14 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModule> module_, DataM
   if (!options.process_group()) at::set_num_threads(threads_per_rank(options.threads(), environment));
   // With a process group of the caller's (threads in tests), who is who comes from the group.
   is_main_ = (options.process_group() ? options.process_group()->rank() : environment.rank) == 0;
-  local_rank_ =
-      options.process_group() && !options.environment() ? options.process_group()->rank() : environment.local_rank;
+  local_rank_ = options.process_group() && !options.environment() ? options.process_group()->rank()
+                                                                  : environment.local_rank;
   if (is_main_ && !options.ckpt_dir().empty()) {
     ensure_writable_dir(options.ckpt_dir());
     remove_orphaned_temporaries(options.ckpt_dir());
   }
-  if (is_main_ && !options.metrics_file().empty()) metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
+  if (is_main_ && !options.metrics_file().empty())
+    metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
   connect();
   setup_data(data);
   setup_model();
@@ -106,9 +107,9 @@ void Trainer::Run::setup_data(DataModule& data) {
   batch_size_ = train_options.batch_size();
   train_loader_.emplace(train_set_, train_options);
   if (val_set_ && val_set_->size() > 0) val_loader_.emplace(val_set_, data.val_loader_options());
-  train_sampler_.emplace(train_set_->size(), data::DistributedSamplerOptions(group->size(), group->rank())
-                                                 .shuffle(true)
-                                                 .seed(options.seed()));
+  train_sampler_.emplace(
+      train_set_->size(),
+      data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(true).seed(options.seed()));
 }
 
 // The model across ranks, the module's plan, then the optimizer.
@@ -116,13 +117,15 @@ void Trainer::Run::setup_model() {
   const int world = group->size();
   const int rank = group->rank();
   // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
-  ddp = std::make_unique<Ddp>(module, *group,
-                              ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb()));
+  ddp = std::make_unique<Ddp>(
+      module, *group, ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb()));
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
-  if (!options.process_group()) torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
+  if (!options.process_group())
+    torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
   const int64_t accumulate = options.accumulate_grad_batches();
-  train_batches_ = options.limit_train_batches().apply(detail::ceil_div(train_sampler_->num_samples(), batch_size_));
+  train_batches_ =
+      options.limit_train_batches().apply(detail::ceil_div(train_sampler_->num_samples(), batch_size_));
   TrainingPlan& plan = module->plan_;
   plan.world_size = world;
   plan.rank = rank;
@@ -144,8 +147,10 @@ void Trainer::Run::setup_model() {
 TrainerResult Trainer::Run::fit() {
   // The rate of the last step taken (of step 0 before any): a run resumed after an epoch's last batch
   // reports that epoch, before its next step, as the uninterrupted run did.
-  lr = optim.lr_schedule ? optim.lr_schedule->at(std::max<int64_t>(0, start_.step - 1)) : trainer.learning_rates().at(0);
-  last_ckpt_ = options.ckpt_dir().empty() ? "" : (std::filesystem::path(options.ckpt_dir()) / "last.ckpt").string();
+  lr = optim.lr_schedule ? optim.lr_schedule->at(std::max<int64_t>(0, start_.step - 1))
+                         : trainer.learning_rates().at(0);
+  last_ckpt_ =
+      options.ckpt_dir().empty() ? "" : (std::filesystem::path(options.ckpt_dir()) / "last.ckpt").string();
   // A preemption notice becomes a checkpoint at the next step, agreed by all ranks; only where there is
   // somewhere to write it.
   preemption_ = std::make_unique<PreemptionHandlers>(!last_ckpt_.empty());
@@ -200,7 +205,8 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     if (steps_now) stepped = step(b);
     position.batch = b + 1;
     if (steps_now) step_boundary(b, stepped, batch_loss);
-    for (const auto& callback : options.callbacks()) callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
+    for (const auto& callback : options.callbacks())
+      callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
     if (is_main_ && options.progress_bar()) bar_.update(b + 1, training.samples * group->size(), batch_loss);
   }
   training.seconds = seconds_since(start);
@@ -230,11 +236,12 @@ double Trainer::Run::train_batch(const data::Batch& batch, int64_t b, bool steps
   const double value = loss.item<double>();
   if (!std::isfinite(value)) {
     if (!skip_nan) {
-      throw std::runtime_error("non-finite training loss " + std::to_string(value) + " at step " +
-                               std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) + ", batch " +
-                               std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
-                               ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
-                               "skip such steps on every rank (on_nan skip)");
+      throw std::runtime_error(
+          "non-finite training loss " + std::to_string(value) + " at step " +
+          std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) + ", batch " +
+          std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
+          ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
+          "skip such steps on every rank (on_nan skip)");
     }
     group_has_nan_ = true;
     module->logged_ = logged_before_;  // what this batch logged is dropped with the step
@@ -253,8 +260,8 @@ bool Trainer::Run::step(int64_t b) {
     if (skip) {
       optimizer.zero_grad();
       ++result_.skipped_steps;
-      print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) +
-                 ", batch " + std::to_string(b) + "): non-finite loss on a rank");
+      print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " +
+                 std::to_string(epoch) + ", batch " + std::to_string(b) + "): non-finite loss on a rank");
       return false;
     }
   }
@@ -277,17 +284,21 @@ bool Trainer::Run::step(int64_t b) {
 }
 
 void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
-  for (const auto& callback : options.callbacks()) callback->on_train_step_end(trainer, BatchEnd{b, stepped, batch_loss});
+  for (const auto& callback : options.callbacks())
+    callback->on_train_step_end(trainer, BatchEnd{b, stepped, batch_loss});
   const int64_t step = position.step;
-  if (metrics_writer && stepped && options.log_every_n_steps() > 0 && step % options.log_every_n_steps() == 0) {
+  if (metrics_writer && stepped && options.log_every_n_steps() > 0 &&
+      step % options.log_every_n_steps() == 0) {
     metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
   }
   max_steps_reached_ = options.max_steps() > 0 && step >= options.max_steps();
   const bool due = options.ckpt_every_n_steps() > 0 && step % options.ckpt_every_n_steps() == 0;
   // One tiny all-reduce per step, only with a ckpt_dir: the ranks got the notice at different steps, and
   // all must stop at the same one.
-  if (preemption_->installed()) preempted_by_ = static_cast<int>(detail::max_over_ranks(*group, preemption_notice()));
-  if (!last_ckpt_.empty() && (due || max_steps_reached_ || preempted_by_ != 0)) trainer.save_checkpoint(last_ckpt_);
+  if (preemption_->installed())
+    preempted_by_ = static_cast<int>(detail::max_over_ranks(*group, preemption_notice()));
+  if (!last_ckpt_.empty() && (due || max_steps_reached_ || preempted_by_ != 0))
+    trainer.save_checkpoint(last_ckpt_);
   if (preempted_by_ != 0) group->barrier();  // every rank leaves after rank 0 has written it
 }
 
@@ -296,15 +307,16 @@ bool Trainer::Run::report_cut_short(int64_t e, const EpochTraining& training) {
     result_.preempted = true;
     result_.stopped_early = true;
     result_.stop_reason = std::string("preempted by ") + (preempted_by_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
-    print_line(result_.stop_reason + " at step " + std::to_string(position.step) + " (epoch " + std::to_string(e + 1) +
-               ", batch " + std::to_string(training.batches) + "): " + last_ckpt_ +
+    print_line(result_.stop_reason + " at step " + std::to_string(position.step) + " (epoch " +
+               std::to_string(e + 1) + ", batch " + std::to_string(training.batches) + "): " + last_ckpt_ +
                " holds the position; exiting with status " + std::to_string(kPreemptedExitStatus) +
                " (requeue with --resume last)");
     return true;
   }
   if (training.batches < training.planned) {  // max_steps stopped the epoch: no validation, no epoch metrics
-    print_line("stopped at max_steps " + std::to_string(options.max_steps()) + " (epoch " + std::to_string(e + 1) +
-               ", batch " + std::to_string(training.batches) + " of " + std::to_string(training.planned) + ")" +
+    print_line("stopped at max_steps " + std::to_string(options.max_steps()) + " (epoch " +
+               std::to_string(e + 1) + ", batch " + std::to_string(training.batches) + " of " +
+               std::to_string(training.planned) + ")" +
                (last_ckpt_.empty() ? "" : ": " + last_ckpt_ + " holds the position"));
     result_.stopped_early = true;
     result_.stop_reason = "max_steps";
@@ -319,8 +331,8 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  data::DistributedSampler sampler(val_set_->size(),
-                                   data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(false));
+  data::DistributedSampler sampler(
+      val_set_->size(), data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(false));
   std::vector<int64_t> shard = detail::unpadded_shard(sampler);
   const int64_t val_batch = val_loader_->options().batch_size();
   const int64_t batches =
@@ -339,8 +351,10 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   return validation;
 }
 
-EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training, const Validation& validation) {
-  const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds, validation.seconds};
+EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training,
+                                        const Validation& validation) {
+  const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds,
+                               validation.seconds};
   const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
   EpochMetrics m;
   m.epoch = e;
@@ -381,7 +395,8 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
       std::snprintf(text, sizeof text, "  %s %.4f", name.c_str(), callback_metrics[name]);
       line += text;
     }
-    std::snprintf(text, sizeof text, "  train %.2f s  val %.2f s  %.0f samples/s", m.epoch_s, m.val_s, m.samples_per_s);
+    std::snprintf(text, sizeof text, "  train %.2f s  val %.2f s  %.0f samples/s", m.epoch_s, m.val_s,
+                  m.samples_per_s);
     print_line(line + text);
     if (metrics_writer) metrics_writer->write(m);
   }
@@ -395,7 +410,8 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
   if (stop_requested) {
     result_.stopped_early = e + 1 < options.max_epochs();
     result_.stop_reason = stop_reason;
-    if (result_.stopped_early) print_line("stopping after epoch " + std::to_string(e + 1) + ": " + stop_reason);
+    if (result_.stopped_early)
+      print_line("stopping after epoch " + std::to_string(e + 1) + ": " + stop_reason);
   }
 }
 
@@ -416,7 +432,8 @@ TrainerResult Trainer::Run::finish() {
         archive.save_to(tmp);
       });
       // The same weights for Python without lockstep or LibTorch's archive format (docs/export.md).
-      SafetensorsMetadata metadata{{"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
+      SafetensorsMetadata metadata{
+          {"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
       if (!result_.epochs.empty()) metadata["epochs"] = std::to_string(result_.epochs.back().epoch + 1);
       save_module_safetensors(result_.safetensors_path, *module, metadata);
     }

@@ -39,7 +39,8 @@ struct Trainer::Run {
   using Clock = std::chrono::steady_clock;
   using Ddp = ddp::DistributedDataParallel<std::shared_ptr<TrainModule>>;
 
-  Run(Trainer& trainer, std::shared_ptr<TrainModule> module, DataModule& data, const env::Environment& environment);
+  Run(Trainer& trainer, std::shared_ptr<TrainModule> module, DataModule& data,
+      const env::Environment& environment);
   ~Run();
 
   /// Resumes from options.resume(), or from last.ckpt after a launcher restart; nothing otherwise.
@@ -71,9 +72,9 @@ struct Trainer::Run {
  private:
   /// What one epoch's training part did on this rank.
   struct EpochTraining {
-    int64_t batches = 0;   // of the epoch, done (counted from its first batch, also when resumed)
-    int64_t planned = 0;   // the epoch's batches
-    int64_t samples = 0;   // this rank's, this run
+    int64_t batches = 0;  // of the epoch, done (counted from its first batch, also when resumed)
+    int64_t planned = 0;  // the epoch's batches
+    int64_t samples = 0;  // this rank's, this run
     double seconds = 0.0;
   };
   /// This rank's validation.

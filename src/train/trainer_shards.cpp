@@ -10,7 +10,8 @@ std::vector<int64_t> unpadded_shard(const data::DistributedSampler& sampler) {
   const int64_t rank = sampler.options().rank();
   const int64_t replicas = sampler.options().num_replicas();
   int64_t keep = 0;
-  while (keep < static_cast<int64_t>(indices.size()) && rank + keep * replicas < sampler.dataset_size()) ++keep;
+  while (keep < static_cast<int64_t>(indices.size()) && rank + keep * replicas < sampler.dataset_size())
+    ++keep;
   indices.resize(static_cast<std::size_t>(keep));
   return indices;
 }
@@ -21,8 +22,8 @@ std::vector<int64_t> reshard_rest(int64_t dataset_size, uint64_t seed, int64_t e
   const auto old_options = data::DistributedSamplerOptions(old_world, 0).shuffle(true).seed(seed);
   const int64_t shard = data::DistributedSampler(dataset_size, old_options).num_samples();
   const int64_t planned = std::min(shard, limit.apply(ceil_div(shard, batch_size)) * batch_size);
-  return data::reshard_remaining(dataset_size, old_options, epoch, std::min(old_batches * batch_size, planned),
-                                 planned, world, rank);
+  return data::reshard_remaining(dataset_size, old_options, epoch,
+                                 std::min(old_batches * batch_size, planned), planned, world, rank);
 }
 
 }  // namespace lockstep::train::detail

@@ -8,7 +8,9 @@
 
 namespace lockstep::train::detail {
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 /// Validation indices of this rank: the DistributedSampler's (no shuffle) without the padding it adds to
 /// make the shards equal, so that every sample counts exactly once whatever the world size. Rank r's k-th

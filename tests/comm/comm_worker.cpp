@@ -66,7 +66,8 @@ int main() {
     pg.barrier();
     const std::string used = comm::to_string(pg.backend());
     pg.shutdown();
-    std::printf("rank %d/%d ok (run %s, backend %s)\n", rank, world, environment.run_id.c_str(), used.c_str());
+    std::printf("rank %d/%d ok (run %s, backend %s)\n", rank, world, environment.run_id.c_str(),
+                used.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -26,8 +26,9 @@ using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 using namespace std::chrono_literals;
 
-c10::intrusive_ptr<ProcessGroupShm> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                               size_t slot_bytes, const std::string& run_id = "shm-test",
+c10::intrusive_ptr<ProcessGroupShm> make_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                               int world, size_t slot_bytes,
+                                               const std::string& run_id = "shm-test",
                                                std::chrono::milliseconds timeout = 20s) {
   // Small slots also take the worker-thread path (no inline runs), so both paths are tested.
   return c10::make_intrusive<ProcessGroupShm>(
@@ -47,12 +48,23 @@ at::Tensor reference(int world, int64_t n, at::ScalarType type, c10d::ReduceOp::
   auto stacked = at::stack(all);
   at::Tensor out;
   switch (op) {
-    case c10d::ReduceOp::SUM: out = stacked.sum(0); break;
-    case c10d::ReduceOp::AVG: out = stacked.sum(0); break;
-    case c10d::ReduceOp::MIN: out = std::get<0>(stacked.min(0)); break;
-    case c10d::ReduceOp::MAX: out = std::get<0>(stacked.max(0)); break;
-    case c10d::ReduceOp::PRODUCT: out = stacked.prod(0); break;
-    default: ADD_FAILURE() << "unexpected op";
+    case c10d::ReduceOp::SUM:
+      out = stacked.sum(0);
+      break;
+    case c10d::ReduceOp::AVG:
+      out = stacked.sum(0);
+      break;
+    case c10d::ReduceOp::MIN:
+      out = std::get<0>(stacked.min(0));
+      break;
+    case c10d::ReduceOp::MAX:
+      out = std::get<0>(stacked.max(0));
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      out = stacked.prod(0);
+      break;
+    default:
+      ADD_FAILURE() << "unexpected op";
   }
   if (op == c10d::ReduceOp::AVG) {
     out = at::isFloatingType(type) ? out / world : at::div(out.to(type), world, "trunc");
@@ -81,7 +93,8 @@ TEST_P(ShmWorld, AllReduceEveryOpAndDtypeMatchesTheReference) {
     for (auto type : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong}) {
       for (auto op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MIN, c10d::ReduceOp::MAX}) {
         // With 256-byte slots, 3001 elements already take 12-47 chunks through both buffers.
-        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, slot == 256 ? int64_t{3001} : int64_t{20001}}) {
+        for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001},
+                          slot == 256 ? int64_t{3001} : int64_t{20001}}) {
           std::vector<at::Tensor> t{input_for(rank, n, type)};
           c10d::AllreduceOptions opts;
           opts.reduceOp = op;
@@ -100,20 +113,23 @@ TEST_P(ShmWorld, BroadcastAllGatherReduceScatterAndBarrier) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   expect_all_ok(run_ranks(world, [&, world = world, slot = slot](int rank) {
     auto pg = make_group(store, rank, world, slot);
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, slot == 256 ? int64_t{3001} : int64_t{20001}}) {
+    for (int64_t n :
+         {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1001}, slot == 256 ? int64_t{3001} : int64_t{20001}}) {
       for (int root = 0; root < world; root += std::max(1, world - 1)) {
         std::vector<at::Tensor> t{rank == root ? input_for(root, n, at::kByte) : at::zeros({n}, at::kByte)};
         c10d::BroadcastOptions opts;
         opts.rootRank = root;
         pg->broadcast(t, opts)->wait();
-        ASSERT_TRUE(at::equal(t[0], input_for(root, n, at::kByte))) << "broadcast n=" << n << " root " << root;
+        ASSERT_TRUE(at::equal(t[0], input_for(root, n, at::kByte)))
+            << "broadcast n=" << n << " root " << root;
       }
       std::vector<at::Tensor> in{input_for(rank, n, at::kDouble)};
       std::vector<std::vector<at::Tensor>> out(1);
       for (int r = 0; r < world; ++r) out[0].push_back(at::full({n}, -99.0, at::kDouble));
       pg->allgather(out, in)->wait();
       for (int r = 0; r < world; ++r) {
-        ASSERT_TRUE(at::equal(out[0][r], input_for(r, n, at::kDouble))) << "allgather n=" << n << " from " << r;
+        ASSERT_TRUE(at::equal(out[0][r], input_for(r, n, at::kDouble)))
+            << "allgather n=" << n << " from " << r;
       }
       // reduce_scatter: rank r's j-th input is input_for(r, n) + j, so rank j receives
       // reference_sum + world * j.
@@ -151,7 +167,8 @@ TEST_P(ShmWorld, SharedTensorAllReduceGivesTheCopyingPathsBits) {
           const int64_t offset = n + pad <= buffer.numel() ? pad : 0;
           // Random floats (different per rank) so that the summation order matters for the bits.
           auto gen = at::detail::createCPUGenerator(77 + rank);
-          at::Tensor input = at::isFloatingType(type) ? at::randn({n}, gen).to(type) : input_for(rank, n, type);
+          at::Tensor input =
+              at::isFloatingType(type) ? at::randn({n}, gen).to(type) : input_for(rank, n, type);
           at::Tensor shared = buffer.narrow(0, offset, n);
           shared.copy_(input);
           std::vector<at::Tensor> a{shared}, b{input.clone()};
@@ -184,8 +201,9 @@ TEST(Shm, RandomFloatSumsAreBitIdenticalOnEveryRankAndCloseToGloo) {
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto shm = init_process_group(
         lockstep::testing::thread_group_options(rank, world, store, "bits-shm").backend(Backend::kShm));
-    auto gloo = init_process_group(
-        lockstep::testing::thread_group_options(rank, world, gloo_store, "bits-gloo").backend(Backend::kGloo));
+    auto gloo =
+        init_process_group(lockstep::testing::thread_group_options(rank, world, gloo_store, "bits-gloo")
+                               .backend(Backend::kGloo));
     ASSERT_EQ(shm.backend(), Backend::kShm);
     ASSERT_EQ(shm.native()->getBackendName(), "shm");
     auto gen = at::detail::createCPUGenerator(1234 + rank);
@@ -226,7 +244,8 @@ TEST(Shm, QueuedCollectivesRunInIssueOrderWhateverTheWaitOrder) {
     for (int i = 0; i < 6; ++i) works.push_back(pg->allreduce(tensors[i]));
     for (int i = 5; i >= 0; --i) {
       works[i]->wait();
-      EXPECT_TRUE(at::equal(tensors[i][0], at::full({500}, static_cast<float>(3 * i + 3)))) << "collective " << i;
+      EXPECT_TRUE(at::equal(tensors[i][0], at::full({500}, static_cast<float>(3 * i + 3))))
+          << "collective " << i;
     }
   }));
 }
@@ -277,8 +296,10 @@ TEST(Shm, SharedTensorsOfDifferentSizesAreAMismatchNamingBoth) {
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(outcomes[r].ok) << "rank " << r << " did not fail";
-    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[100])"), std::string::npos) << outcomes[r].error;
-    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[101])"), std::string::npos) << outcomes[r].error;
+    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[100])"), std::string::npos)
+        << outcomes[r].error;
+    EXPECT_NE(outcomes[r].error.find("new_shared_tensor #1 (Float[101])"), std::string::npos)
+        << outcomes[r].error;
   }
 }
 
@@ -340,7 +361,8 @@ TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
   // The first rank to time out names rank 2; the others report that rank's failure.
   const std::string all = outcomes[0].error + outcomes[1].error;
   EXPECT_NE(all.find("waiting for rank(s) 2"), std::string::npos) << all;
-  EXPECT_NE(outcomes[2].error.find("failed, so this group is unusable"), std::string::npos) << outcomes[2].error;
+  EXPECT_NE(outcomes[2].error.find("failed, so this group is unusable"), std::string::npos)
+      << outcomes[2].error;
   EXPECT_GE(elapsed, 1400ms);
   EXPECT_LT(elapsed, 2400ms);
 }
@@ -418,7 +440,7 @@ TEST(Hier, AllReduceAcrossTwoNodesMatchesTheFlatResult) {
       for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
         auto t = input_for(rank, n, at::kDouble);
         pg.all_reduce(t, op).wait();
-        const auto code = op == ReduceOp::kSum ? c10d::ReduceOp::SUM
+        const auto code = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
                           : op == ReduceOp::kAvg ? c10d::ReduceOp::AVG
                                                  : c10d::ReduceOp::MAX;
         expect_matches(t, reference(world, n, at::kDouble, code), "hier n=" + std::to_string(n));
@@ -443,7 +465,8 @@ TEST(Hier, UnevenNodesAreRefusedNamingTheNumbers) {
   });
   for (const auto& o : outcomes) {
     ASSERT_FALSE(o.ok);
-    EXPECT_NE(o.error.find("world_size 3 is not num_nodes 2 x local_world_size 2"), std::string::npos) << o.error;
+    EXPECT_NE(o.error.find("world_size 3 is not num_nodes 2 x local_world_size 2"), std::string::npos)
+        << o.error;
   }
 }
 

@@ -52,8 +52,13 @@ int unused_port() {
 }
 
 ProcessGroupOptions tcp_options(int rank, int world, int port, const std::string& run_id = "tcp-run") {
-  return ProcessGroupOptions(rank, world).master_addr("127.0.0.1").master_port(port).run_id(run_id)
-      .rendezvous_timeout(20s).collective_timeout(20s).gloo_threads(1);
+  return ProcessGroupOptions(rank, world)
+      .master_addr("127.0.0.1")
+      .master_port(port)
+      .run_id(run_id)
+      .rendezvous_timeout(20s)
+      .collective_timeout(20s)
+      .gloo_threads(1);
 }
 
 TEST(TcpRendezvous, ThreeRanksAllReduceOverLoopback) {
@@ -75,7 +80,8 @@ TEST(TcpRendezvous, PortInUseOnRankZeroNamesThePort) {
     FAIL() << "rank 0 started on a port that is in use";
   } catch (const CommError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("port " + std::to_string(taken.port()) + " is already in use"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("port " + std::to_string(taken.port()) + " is already in use"), std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("--master-port"), std::string::npos) << msg;
     EXPECT_EQ(e.rank(), 0);
   }
@@ -141,11 +147,13 @@ TEST(TcpRendezvous, WorldSizesThatDisagreeAreRefusedNamingBoth) {
   // Rank 1 is refused at once naming both sizes; rank 0, left alone, fails at its rendezvous timeout.
   const int port = unused_port();
   auto outcomes = run_ranks(2, [&](int rank) {
-    init_process_group(tcp_options(rank, rank == 0 ? 2 : 3, port, "ws-run").rendezvous_timeout(rank == 0 ? 4s : 10s));
+    init_process_group(
+        tcp_options(rank, rank == 0 ? 2 : 3, port, "ws-run").rendezvous_timeout(rank == 0 ? 4s : 10s));
   });
   ASSERT_FALSE(outcomes[1].ok);
-  EXPECT_NE(outcomes[1].error.find("rank 0 of run 'ws-run' has WORLD_SIZE=2 but this process has WORLD_SIZE=3"),
-            std::string::npos)
+  EXPECT_NE(
+      outcomes[1].error.find("rank 0 of run 'ws-run' has WORLD_SIZE=2 but this process has WORLD_SIZE=3"),
+      std::string::npos)
       << outcomes[1].error;
   EXPECT_NE(outcomes[1].error.find("every rank (and every node's launcher) must use the same world size"),
             std::string::npos)
@@ -155,7 +163,8 @@ TEST(TcpRendezvous, WorldSizesThatDisagreeAreRefusedNamingBoth) {
 
 TEST(Network, LocalAddressForLoopbackIsLoopback) {
   EXPECT_EQ(local_address_for("127.0.0.1"), "127.0.0.1");
-  EXPECT_EQ(local_address_for("localhost").rfind("127.", 0) == 0 || local_address_for("localhost") == "::1", true);
+  EXPECT_EQ(local_address_for("localhost").rfind("127.", 0) == 0 || local_address_for("localhost") == "::1",
+            true);
   EXPECT_THROW(local_address_for("no-such-host.invalid"), std::runtime_error);
 }
 

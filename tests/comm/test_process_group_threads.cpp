@@ -71,14 +71,16 @@ TEST_P(ProcessGroupWorld, BroadcastFromEveryRootAndAllGather) {
     for (int root = 0; root < world; ++root) {
       auto t = at::full({13}, static_cast<float>(rank == root ? 100 + root : -1), at::kFloat);
       pg.broadcast(t, root).wait();
-      ASSERT_TRUE(at::equal(t, at::full({13}, static_cast<float>(100 + root), at::kFloat))) << "root " << root;
+      ASSERT_TRUE(at::equal(t, at::full({13}, static_cast<float>(100 + root), at::kFloat)))
+          << "root " << root;
     }
     std::vector<at::Tensor> outputs;
     for (int r = 0; r < world; ++r) outputs.push_back(at::empty({2}, at::kLong));
     auto in = at::full({2}, static_cast<int64_t>(rank * rank), at::kLong);
     pg.all_gather(outputs, in).wait();
     for (int r = 0; r < world; ++r) {
-      ASSERT_TRUE(at::equal(outputs[r], at::full({2}, static_cast<int64_t>(r * r), at::kLong))) << "slot " << r;
+      ASSERT_TRUE(at::equal(outputs[r], at::full({2}, static_cast<int64_t>(r * r), at::kLong)))
+          << "slot " << r;
     }
     // Empty inputs: Gloo's own all-gather would die with SIGFPE; ours synchronises and returns.
     std::vector<at::Tensor> empty_outputs;
@@ -126,9 +128,8 @@ TEST(Rendezvous, MissingRanksAreNamedWithinTheTimeout) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const auto start = std::chrono::steady_clock::now();
   // World of 4, but only ranks 0 and 2 start.
-  auto outcomes = run_ranks(2, [&](int i) {
-    init_process_group(thread_options(i * 2, 4, store).rendezvous_timeout(1500ms));
-  });
+  auto outcomes = run_ranks(
+      2, [&](int i) { init_process_group(thread_options(i * 2, 4, store).rendezvous_timeout(1500ms)); });
   const auto elapsed = std::chrono::steady_clock::now() - start;
   for (const auto& o : outcomes) {
     ASSERT_FALSE(o.ok);
@@ -140,9 +141,8 @@ TEST(Rendezvous, MissingRanksAreNamedWithinTheTimeout) {
 
 TEST(Rendezvous, DuplicateRankIsAnError) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  auto outcomes = run_ranks(3, [&](int i) {
-    init_process_group(thread_options(i == 2 ? 1 : i, 3, store).rendezvous_timeout(2s));
-  });
+  auto outcomes = run_ranks(
+      3, [&](int i) { init_process_group(thread_options(i == 2 ? 1 : i, 3, store).rendezvous_timeout(2s)); });
   int duplicate_errors = 0;
   for (const auto& o : outcomes) {
     if (!o.ok && o.error.find("rank 1 was already claimed") != std::string::npos) ++duplicate_errors;
@@ -198,7 +198,8 @@ TEST(Collectives, APeerThatNeverCallsMakesTheOtherFailWithinTheTimeout) {
     }
   });
   ASSERT_FALSE(outcomes[0].ok);
-  EXPECT_NE(outcomes[0].error.find("rank 0: allreduce #1 (Float[8]) sum"), std::string::npos) << outcomes[0].error;
+  EXPECT_NE(outcomes[0].error.find("rank 0: allreduce #1 (Float[8]) sum"), std::string::npos)
+      << outcomes[0].error;
   EXPECT_NE(outcomes[0].error.find("LOCKSTEP_TIMEOUT"), std::string::npos) << outcomes[0].error;
   EXPECT_LT(elapsed, 2900ms);
   EXPECT_TRUE(outcomes[1].ok) << outcomes[1].error;

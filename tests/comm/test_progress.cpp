@@ -22,7 +22,8 @@ using detail::ProgressRecord;
 using lockstep::testing::run_ranks;
 
 std::int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -43,8 +44,9 @@ ProgressRecord record(std::int64_t unix_ms, std::uint64_t issued, std::uint64_t 
 }
 
 TEST(ProgressRecord, RoundTripsThroughText) {
-  const ProgressRecord r = record(1700000000123, 12, 11, true, {{11, "allreduce #11 (Float[4]) sum"},
-                                                              {12, "broadcast #12 (Long[1]) from rank 0"}});
+  const ProgressRecord r =
+      record(1700000000123, 12, 11, true,
+             {{11, "allreduce #11 (Float[4]) sum"}, {12, "broadcast #12 (Long[1]) from rank 0"}});
   const ProgressRecord back = ProgressRecord::parse(r.to_text());
   EXPECT_EQ(back.unix_ms, 1700000000123);
   EXPECT_EQ(back.issued, 12u);
@@ -68,12 +70,14 @@ TEST(Progress, ExplainMissingTellsStoppedFromBusyFromNeverSeen) {
   put_record(*store, 3, record(now - 60000, 5, 4, true, {{5, "barrier #5 ()"}}));
   const std::string why = mine.explain_missing(7);
   EXPECT_EQ(why.find("rank 1"), std::string::npos) << why;
-  EXPECT_NE(why.find("Not at collective #7: rank 2 (last allreduce #6 (Float[10]) sum, finished; its record is "
-                     "fresh: the process is alive but busy outside collectives"),
-            std::string::npos)
+  EXPECT_NE(
+      why.find("Not at collective #7: rank 2 (last allreduce #6 (Float[10]) sum, finished; its record is "
+               "fresh: the process is alive but busy outside collectives"),
+      std::string::npos)
       << why;
   EXPECT_NE(why.find("rank 3 (waiting in barrier #5 (); its record stopped 6"), std::string::npos) << why;
-  EXPECT_NE(why.find("the process is stopped (SIGSTOP, a debugger), hung in the kernel, or dead"), std::string::npos)
+  EXPECT_NE(why.find("the process is stopped (SIGSTOP, a debugger), hung in the kernel, or dead"),
+            std::string::npos)
       << why;
   EXPECT_NE(why.find("rank 4 (no progress record: it never reached a collective)"), std::string::npos) << why;
 }
@@ -90,11 +94,13 @@ TEST(Progress, FindMismatchNamesBothCollectivesOfTheSameNumber) {
   Progress mine(store, 0, 3, 100ms, -1);
   mine.issued(4, "allreduce #4 (Float[235146]) avg");
   mine.issued(5, "allreduce #5 (Double[1]) max");
-  put_record(*store, 1, record(unix_ms_now(), 5, 4, true, {{4, "allreduce #4 (Float[235146]) avg"},
-                                                          {5, "allreduce #5 (Double[1]) max"}}));
+  put_record(*store, 1,
+             record(unix_ms_now(), 5, 4, true,
+                    {{4, "allreduce #4 (Float[235146]) avg"}, {5, "allreduce #5 (Double[1]) max"}}));
   EXPECT_EQ(mine.find_mismatch(), "");  // rank 1 agrees, rank 2 has no record yet
-  put_record(*store, 2, record(unix_ms_now(), 5, 4, true, {{4, "allreduce #4 (Float[235146]) avg"},
-                                                          {5, "allreduce #5 (Float[3]) sum"}}));
+  put_record(*store, 2,
+             record(unix_ms_now(), 5, 4, true,
+                    {{4, "allreduce #4 (Float[235146]) avg"}, {5, "allreduce #5 (Float[3]) sum"}}));
   const std::string why = mine.find_mismatch();
   EXPECT_NE(why.find("the ranks called different collectives: rank 0 called allreduce #5 (Double[1]) max but "
                      "rank 2 called allreduce #5 (Float[3]) sum"),
@@ -149,9 +155,10 @@ TEST(ProcessGroupProgress, ATimedOutCollectiveNamesTheRankThatNeverCameAndWhatIt
     }
   });
   EXPECT_NE(error.find("rank 0: allreduce #2 (Float[8]) sum: failed:"), std::string::npos) << error;
-  EXPECT_NE(error.find("Not at collective #2: rank 1 (last allreduce #1 (Float[8]) sum, finished; its record is "
-                       "fresh: the process is alive but busy outside collectives"),
-            std::string::npos)
+  EXPECT_NE(
+      error.find("Not at collective #2: rank 1 (last allreduce #1 (Float[8]) sum, finished; its record is "
+                 "fresh: the process is alive but busy outside collectives"),
+      std::string::npos)
       << error;
   EXPECT_NE(error.find("--collective-timeout"), std::string::npos) << error;
   EXPECT_TRUE(outcomes[1].ok) << outcomes[1].error;
@@ -185,13 +192,15 @@ TEST(ProgressDeathTest, AnExceptionFromGlooTerminatesNamingBothCollectives) {
         mine.issued(8, "allreduce #8 (Float[3]) sum");
         put_record(*store, 0, record(unix_ms_now(), 8, 7, true, {{8, "allreduce #8 (Float[235146]) avg"}}));
         std::thread([] {
-          throw std::runtime_error("[enforce fail at ./gloo/transport/tcp/pair.cc:510] op.preamble.length <= "
-                                   "op.nbytes. 235148 vs 4");
+          throw std::runtime_error(
+              "[enforce fail at ./gloo/transport/tcp/pair.cc:510] op.preamble.length <= "
+              "op.nbytes. 235148 vs 4");
         }).join();
       },
       "lockstep: rank 1: the collective backend failed inside a collective \\(\\[enforce fail at "
       "./gloo/transport/tcp/pair.cc:510\\] op.preamble.length <= op.nbytes. 235148 vs 4\\): the ranks called "
-      "different collectives: rank 1 called allreduce #8 \\(Float\\[3\\]\\) sum but rank 0 called allreduce #8 "
+      "different collectives: rank 1 called allreduce #8 \\(Float\\[3\\]\\) sum but rank 0 called allreduce "
+      "#8 "
       "\\(Float\\[235146\\]\\) avg");
 }
 

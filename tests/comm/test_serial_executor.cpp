@@ -39,7 +39,8 @@ TEST(SerialExecutor, RunsJobsInSubmissionOrderFromAnyThread) {
     for (int t = 0; t < 4; ++t) {
       submitters.emplace_back([&] {
         for (int i = 0; i < 50; ++i) {
-          executor.submit([&](std::uint64_t sequence, std::size_t) { return recording(sequence, mutex, order); });
+          executor.submit(
+              [&](std::uint64_t sequence, std::size_t) { return recording(sequence, mutex, order); });
         }
       });
     }
@@ -53,7 +54,8 @@ TEST(SerialExecutor, RunsJobsInSubmissionOrderFromAnyThread) {
     ASSERT_EQ(drained.get_future().wait_for(10s), std::future_status::ready);
     ASSERT_TRUE(executor.stop(std::chrono::milliseconds::max()));
     ASSERT_EQ(order.size(), 200u);
-    for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], i + 1) << "inline " << inline_when_idle;
+    for (std::size_t i = 0; i < order.size(); ++i)
+      EXPECT_EQ(order[i], i + 1) << "inline " << inline_when_idle;
   }
 }
 
@@ -156,7 +158,7 @@ TEST(SerialExecutor, AJobThatNeverReturnsLeavesTheThreadBehind) {
     });
     ASSERT_EQ(started.get_future().wait_for(10s), std::future_status::ready);
     EXPECT_FALSE(executor.stop(20ms));  // bounded: the owner goes on
-  }  // destroyed while its thread is still inside the job
+  }                                     // destroyed while its thread is still inside the job
   release.set_value();
   EXPECT_EQ(finished_future.wait_for(10s), std::future_status::ready);  // the thread ran on, safely
 }

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <functional>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -28,18 +28,22 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 std::unique_ptr<TcpStoreServer> start_server(const std::string& run_id = "job", int world_size = 2) {
-  return std::make_unique<TcpStoreServer>(TcpStoreServerOptions(run_id, world_size).host("127.0.0.1").port(0));
+  return std::make_unique<TcpStoreServer>(
+      TcpStoreServerOptions(run_id, world_size).host("127.0.0.1").port(0));
 }
 
 c10::intrusive_ptr<TcpStore> connect(const TcpStoreServer& server, const std::string& run_id = "job",
                                      int world_size = 2, int rank = 0) {
-  return c10::make_intrusive<TcpStore>(TcpStoreOptions("127.0.0.1", server.port(), run_id, world_size, rank)
-                                           .connect_timeout(5s)
-                                           .timeout(10s));
+  return c10::make_intrusive<TcpStore>(
+      TcpStoreOptions("127.0.0.1", server.port(), run_id, world_size, rank).connect_timeout(5s).timeout(10s));
 }
 
 // A raw TCP connection to 127.0.0.1:port (or `address`), for sending what no client would.
@@ -85,10 +89,13 @@ std::string be32(uint32_t v) {
   for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
   return s;
 }
-std::string field(const std::string& s) { return be32(static_cast<uint32_t>(s.size())) + s; }
+std::string field(const std::string& s) {
+  return be32(static_cast<uint32_t>(s.size())) + s;
+}
 // A complete, valid handshake frame for run id `run_id`, world size 2.
 std::string hello_frame(const std::string& run_id) {
-  const std::string payload = std::string(1, '\x01') + be32(0x4c4b5354) + be32(1) + field(run_id) + be32(2) + be32(1);
+  const std::string payload =
+      std::string(1, '\x01') + be32(0x4c4b5354) + be32(1) + field(run_id) + be32(2) + be32(1);
   return be32(static_cast<uint32_t>(payload.size())) + payload;
 }
 
@@ -110,10 +117,12 @@ TEST(TcpStore, EveryOperationFollowsC10dSemantics) {
   EXPECT_EQ(store->add("n", 5), 5);  // a missing key counts as 0
   EXPECT_EQ(store->add("n", -7), -2);
   EXPECT_EQ(text(store->get("n")), "-2");  // stored as decimal text, as c10d's stores do
-  EXPECT_THROW(store->add("a", 1), StoreError) << "add on a non-integer value must fail, not crash the server";
+  EXPECT_THROW(store->add("a", 1), StoreError)
+      << "add on a non-integer value must fail, not crash the server";
   EXPECT_EQ(text(store->get("a")), "two") << "a failed add must leave the value alone";
 
-  // compareSet: a missing key is created only when `expected` is empty; the value held afterwards is returned.
+  // compareSet: a missing key is created only when `expected` is empty; the value held afterwards is
+  // returned.
   EXPECT_EQ(text(store->compareSet("c", bytes("x"), bytes("y"))), "x");
   EXPECT_FALSE(store->check({"c"}));
   EXPECT_EQ(text(store->compareSet("c", {}, bytes("first"))), "first");
@@ -253,10 +262,17 @@ TEST(TcpStore, GarbageAndHalfOpenConnectionsNeverStallTheJob) {
     for (int i = 0; i < 20; ++i) {  // partial frames, kept open
       half_open.emplace_back(port);
       switch (i % 4) {
-        case 0: half_open.back().send(be32(100) + "0123456789"); break;         // a frame cut short
-        case 1: half_open.back().send(hello_frame("job").substr(0, 9)); break;  // half a handshake
-        case 2: half_open.back().send("\x00\x00"); break;                        // half a header
-        default: break;                                                          // nothing at all
+        case 0:
+          half_open.back().send(be32(100) + "0123456789");
+          break;  // a frame cut short
+        case 1:
+          half_open.back().send(hello_frame("job").substr(0, 9));
+          break;  // half a handshake
+        case 2:
+          half_open.back().send("\x00\x00");
+          break;  // half a header
+        default:
+          break;  // nothing at all
       }
     }
     for (int i = 0; i < 400; ++i) {
@@ -264,8 +280,12 @@ TEST(TcpStore, GarbageAndHalfOpenConnectionsNeverStallTheJob) {
       std::string junk(rng() % 300, '\0');
       for (auto& ch : junk) ch = static_cast<char>(rng());
       switch (i % 4) {
-        case 0: s.send(junk); break;                                              // pure noise
-        case 1: s.send(be32(static_cast<uint32_t>(junk.size())) + junk); break;  // a well-framed noise
+        case 0:
+          s.send(junk);
+          break;  // pure noise
+        case 1:
+          s.send(be32(static_cast<uint32_t>(junk.size())) + junk);
+          break;  // a well-framed noise
         case 2: {
           // An accepted handshake, then noise framed as requests: exercises every op's field parser.
           s.send(hello_frame("job"));
@@ -273,7 +293,9 @@ TEST(TcpStore, GarbageAndHalfOpenConnectionsNeverStallTheJob) {
           s.send(be32(static_cast<uint32_t>(frame.size())) + frame);
           break;
         }
-        default: s.send(hello_frame("job").substr(0, rng() % 30) + junk.substr(0, 10)); break;
+        default:
+          s.send(hello_frame("job").substr(0, rng() % 30) + junk.substr(0, 10));
+          break;
       }
       if (i % 3 == 0) s.closed_by_server(1ms);  // sometimes read the answer, mostly just hang up
     }
@@ -356,7 +378,8 @@ TEST(TcpStore, ClientOfAnotherJobIsRefusedOnBothSides) {
     EXPECT_EQ(e.their_world_size(), 2);
   }
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("lockstep: rendezvous store refused a client from 127.0.0.1:"), std::string::npos) << err;
+  EXPECT_NE(err.find("lockstep: rendezvous store refused a client from 127.0.0.1:"), std::string::npos)
+      << err;
   EXPECT_NE(err.find("run id 'job-b' (this job: 'job-a')"), std::string::npos) << err;
   EXPECT_NE(err.find("world size 3 (this job: 2)"), std::string::npos) << err;
   EXPECT_EQ(server->refused_clients(), 2);
@@ -389,7 +412,10 @@ TEST(TcpStore, SingleNodeRendezvousListensOnLoopbackOnly) {
     auto probe = start_server();
     port = probe->port();
   }
-  auto result = rendezvous(ProcessGroupOptions(0, 1).master_addr("127.0.0.1").master_port(port).run_id("solo")
+  auto result = rendezvous(ProcessGroupOptions(0, 1)
+                               .master_addr("127.0.0.1")
+                               .master_port(port)
+                               .run_id("solo")
                                .rendezvous_timeout(10s));
   auto* store = dynamic_cast<TcpStore*>(result.root_store.get());
   ASSERT_NE(store, nullptr) << "rendezvous over TCP did not use lockstep's TcpStore";
@@ -412,7 +438,11 @@ TEST(TcpStore, MultiNodeRendezvousListensWhereMasterAddrSays) {
   // Rank 0 of a 2-node job: rendezvous times out waiting for rank 1, but the store is up meanwhile.
   std::thread rank0([&] {
     try {
-      rendezvous(ProcessGroupOptions(0, 2).master_addr(lan).master_port(port).run_id("multi").num_nodes(2)
+      rendezvous(ProcessGroupOptions(0, 2)
+                     .master_addr(lan)
+                     .master_port(port)
+                     .run_id("multi")
+                     .num_nodes(2)
                      .rendezvous_timeout(2s));
     } catch (const std::exception&) {
     }

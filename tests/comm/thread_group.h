@@ -15,7 +15,8 @@
 namespace lockstep::testing {
 
 /// Options for rank `rank` of `world` over `store`: 20 s timeouts, one Gloo thread.
-inline comm::ProcessGroupOptions thread_group_options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+inline comm::ProcessGroupOptions thread_group_options(int rank, int world,
+                                                      const c10::intrusive_ptr<c10d::Store>& store,
                                                       const std::string& run_id) {
   using namespace std::chrono_literals;
   return comm::ProcessGroupOptions(rank, world)

@@ -26,8 +26,9 @@ struct Case {
 };
 
 std::vector<int64_t> ours(const Case& c) {
-  DistributedSampler s(c.size, DistributedSamplerOptions(c.replicas, c.rank).shuffle(c.shuffle).seed(c.seed).drop_last(
-                                   c.drop_last));
+  DistributedSampler s(
+      c.size,
+      DistributedSamplerOptions(c.replicas, c.rank).shuffle(c.shuffle).seed(c.seed).drop_last(c.drop_last));
   s.set_epoch(c.epoch);
   return s.indices();
 }
@@ -40,7 +41,8 @@ std::vector<Case> reference_cases() {
         for (bool shuffle : {true, false}) {
           for (int64_t rank = 0; rank < replicas; rank += (replicas > 3 ? replicas - 1 : 1)) {
             const int64_t epoch = (size + replicas) % 3;
-            cases.push_back({size, replicas, rank, shuffle, 42u + static_cast<uint64_t>(replicas), epoch, drop_last});
+            cases.push_back(
+                {size, replicas, rank, shuffle, 42u + static_cast<uint64_t>(replicas), epoch, drop_last});
           }
         }
       }
@@ -162,8 +164,10 @@ TEST(ReshardRemaining, TheRestOfTheEpochOnceOverTheNewRanks) {
     ASSERT_EQ(mine.size(), share) << "rank " << rank;
     for (std::size_t k = 0; k < mine.size(); ++k) {
       const std::size_t position = static_cast<std::size_t>(rank) + 3 * k;
-      if (position < dealt.size()) dealt[position] = mine[k];
-      else EXPECT_EQ(mine[k], want_rest[position - dealt.size()]) << "padding repeats from the start";
+      if (position < dealt.size())
+        dealt[position] = mine[k];
+      else
+        EXPECT_EQ(mine[k], want_rest[position - dealt.size()]) << "padding repeats from the start";
     }
   }
   EXPECT_EQ(share, (want_rest.size() + 2) / 3);

@@ -13,9 +13,9 @@
 #include <tuple>
 #include <vector>
 
+#include "data_test_util.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/synthetic_dataset.h"
-#include "data_test_util.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/data/transforms.h"
 
@@ -267,11 +267,11 @@ TEST(LoaderTest, SameBytesWhateverTheWorkerCountWithAugmentation) {
 TEST(LoaderTest, FirstBatchSkipsToTheSameBatchesAsAFullEpoch) {
   auto ds = std::make_shared<const SyntheticDataset>(
       SyntheticOptions().size(300).channels(3).height(8).width(8).seed(5), Split::kTrain);
-  const auto options = LoaderOptions(32)
-                           .transform(TransformOptions().mean({0.5}).std({0.25}).random_crop_padding(2)
-                                          .horizontal_flip(true))
-                           .augment(true)
-                           .seed(23);
+  const auto options =
+      LoaderOptions(32)
+          .transform(TransformOptions().mean({0.5}).std({0.25}).random_crop_padding(2).horizontal_flip(true))
+          .augment(true)
+          .seed(23);
   for (int64_t workers : {0, 2}) {
     Loader loader(ds, LoaderOptions(options).num_workers(workers));
     loader.start_epoch(shuffled(300, 7), 4);
@@ -293,7 +293,8 @@ TEST(LoaderTest, FirstBatchSkipsToTheSameBatchesAsAFullEpoch) {
       loader.start_epoch(shuffled(300, 7), 4, 11);
       ADD_FAILURE() << "first batch 11 of 10 was accepted";
     } catch (const std::out_of_range& e) {
-      EXPECT_NE(std::string(e.what()).find("first batch 11 is outside [0, 10]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("first batch 11 is outside [0, 10]"), std::string::npos)
+          << e.what();
     }
   }
 }

@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
     const int64_t share = batch / world;
     for (int s = 0; s < steps; ++s) {
       opt->zero_grad();
-      torch::mse_loss(ddp.forward(x.narrow(0, rank * share, share)), y.narrow(0, rank * share, share)).backward();
+      torch::mse_loss(ddp.forward(x.narrow(0, rank * share, share)), y.narrow(0, rank * share, share))
+          .backward();
       opt->step();
     }
 

@@ -25,7 +25,9 @@ struct Case {
   Buckets expected;
 };
 
-std::ostream& operator<<(std::ostream& out, const Case& c) { return out << c.name; }
+std::ostream& operator<<(std::ostream& out, const Case& c) {
+  return out << c.name;
+}
 
 class AssignBuckets : public ::testing::TestWithParam<Case> {};
 
@@ -77,8 +79,8 @@ TEST(AutoBucketCap, IsASixteenthOfTheGradientsWithin1And25MiB) {
   EXPECT_EQ(auto_bucket_cap_bytes(kMiB), kMiB);       // a small MLP: one 1 MiB cap
   EXPECT_EQ(auto_bucket_cap_bytes(16 * kMiB), kMiB);  // the lower bound reached exactly
   EXPECT_EQ(auto_bucket_cap_bytes(80 * kMiB), 5 * kMiB);
-  EXPECT_EQ(auto_bucket_cap_bytes(44695848), 44695848 / 16);  // ResNet18's float gradients: ~2.7 MiB
-  EXPECT_EQ(auto_bucket_cap_bytes(400 * kMiB), 25 * kMiB);    // the upper bound reached exactly
+  EXPECT_EQ(auto_bucket_cap_bytes(44695848), 44695848 / 16);     // ResNet18's float gradients: ~2.7 MiB
+  EXPECT_EQ(auto_bucket_cap_bytes(400 * kMiB), 25 * kMiB);       // the upper bound reached exactly
   EXPECT_EQ(auto_bucket_cap_bytes(size_t{8} << 30), 25 * kMiB);  // an 8 GiB model: PyTorch's 25 MiB
 }
 
@@ -87,13 +89,15 @@ TEST(AssignBucketsErrors, ZeroCapsAndSizeMismatchNameTheValue) {
     assign_buckets({1}, {kF}, 0, 8);
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("first_bucket_cap_bytes must be > 0, got 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("first_bucket_cap_bytes must be > 0, got 0"), std::string::npos)
+        << e.what();
   }
   try {
     assign_buckets({1}, {kF}, 8, 0);
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("bucket_cap_bytes must be > 0, got 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bucket_cap_bytes must be > 0, got 0"), std::string::npos)
+        << e.what();
   }
   try {
     assign_buckets({1, 2, 3}, {kF, kF}, 8, 8);

@@ -3,17 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../comm/thread_group.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/comm_hook.h"
-#include "../comm/thread_group.h"
 
 namespace lockstep::ddp {
 namespace {
@@ -74,7 +74,8 @@ void check_compression(at::ScalarType dtype, double rtol, int world) {
       hook.run(pg, bucket).wait();
       ASSERT_EQ(bucket.scalar_type(), at::kFloat);
       auto expected = mean_of_mixed_gradients(n, world);
-      auto rel_err = n == 0 ? 0.0 : ((bucket.to(at::kDouble) - expected).abs() / expected).max().item<double>();
+      auto rel_err =
+          n == 0 ? 0.0 : ((bucket.to(at::kDouble) - expected).abs() / expected).max().item<double>();
       EXPECT_LE(rel_err, rtol) << hook.name() << " n=" << n << " rank=" << rank;
       // 16 bits went over the wire: the error is far above float's (~1e-7), or nothing was compressed.
       if (n == 1001) {
@@ -87,15 +88,20 @@ void check_compression(at::ScalarType dtype, double rtol, int world) {
   // Every rank must hold the same bits, or the replicas drift apart.
   for (int r = 1; r < world; ++r) {
     for (size_t k = 0; k < results[r].size() && k < results[0].size(); ++k) {
-      EXPECT_TRUE(at::equal(results[r][k], results[0][k])) << "rank " << r << " differs from rank 0, size #" << k;
+      EXPECT_TRUE(at::equal(results[r][k], results[0][k]))
+          << "rank " << r << " differs from rank 0, size #" << k;
     }
   }
 }
 
-TEST_P(HookWorld, Fp16CompressionGivesMeanWithinHalfPrecision) { check_compression(at::kHalf, 1e-3, GetParam()); }
+TEST_P(HookWorld, Fp16CompressionGivesMeanWithinHalfPrecision) {
+  check_compression(at::kHalf, 1e-3, GetParam());
+}
 
 // On LibTorch 1.x this goes through the all-gather path (Gloo cannot reduce BFloat16 there).
-TEST_P(HookWorld, Bf16CompressionGivesMeanWithinBfloat16Precision) { check_compression(at::kBFloat16, 1e-2, GetParam()); }
+TEST_P(HookWorld, Bf16CompressionGivesMeanWithinBfloat16Precision) {
+  check_compression(at::kBFloat16, 1e-2, GetParam());
+}
 
 TEST_P(HookWorld, CompressionReusesStagingBufferPerBucket) {
   const int world = GetParam();
@@ -117,7 +123,8 @@ TEST_P(HookWorld, CompressionReusesStagingBufferPerBucket) {
     auto other = hook.run(pg, b);
     const void* staging_b = staged_ptr(other);
     auto again = hook.run(pg, a);
-    EXPECT_EQ(staged_ptr(again), staging_a) << "second call on the same bucket allocated a new staging tensor";
+    EXPECT_EQ(staged_ptr(again), staging_a)
+        << "second call on the same bucket allocated a new staging tensor";
     EXPECT_NE(staging_b, staging_a) << "two live buckets share one staging tensor";
     EXPECT_TRUE(at::equal(a, at::ones({300}, at::kFloat)));
     pg.shutdown();
@@ -139,7 +146,6 @@ TEST(CompressionHook, NamesAndDtypeValidation) {
   }
   EXPECT_STREQ(CompressionHook(at::kBFloat16).name(), "bf16_compress");
 }
-
 
 }  // namespace
 }  // namespace lockstep::ddp

@@ -71,7 +71,8 @@ Net make_net(uint64_t seed, int hidden = 16, bool with_unused = false, bool with
 enum class Opt { kSgd, kAdam };
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, Opt opt) {
-  if (opt == Opt::kSgd) return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
+  if (opt == Opt::kSgd)
+    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
   return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
 }
 
@@ -90,7 +91,9 @@ std::vector<torch::Tensor> reference_params(const Data& d, Opt opt, int steps, b
   return out;
 }
 
-c10::intrusive_ptr<c10d::Store> new_store() { return c10::make_intrusive<c10d::HashStore>(); }
+c10::intrusive_ptr<c10d::Store> new_store() {
+  return c10::make_intrusive<c10d::HashStore>();
+}
 
 comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
   return comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "ddp-test")
@@ -144,9 +147,13 @@ void train_ddp_and_compare(int world, Opt opt, const DdpOptions& options, int st
 
 class DdpWorld : public ::testing::TestWithParam<int> {};
 
-TEST_P(DdpWorld, SgdMatchesOneProcessOnTheGlobalBatch) { train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions()); }
+TEST_P(DdpWorld, SgdMatchesOneProcessOnTheGlobalBatch) {
+  train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions());
+}
 
-TEST_P(DdpWorld, AdamMatchesOneProcessOnTheGlobalBatch) { train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions()); }
+TEST_P(DdpWorld, AdamMatchesOneProcessOnTheGlobalBatch) {
+  train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions());
+}
 
 TEST_P(DdpWorld, EveryParameterItsOwnBucket) {
   train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
@@ -157,7 +164,9 @@ TEST_P(DdpWorld, GradientAsBucketView) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
 
 // Weights loaded with LibTorch's Module::load after DDP wrapped the model: load replaces each parameter's
 // gradient accumulator, so DDP must move its hooks (else gradients silently stop being all-reduced and
@@ -283,7 +292,8 @@ TEST(Ddp, UnusedParametersWhenAskedMatchOneProcess) {
     auto optimizer = make_optimizer(net, Opt::kSgd);
     for (int s = 0; s < 3; ++s) {
       optimizer->zero_grad();
-      torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 12, 12)), data.y.narrow(0, rank * 12, 12)).backward();
+      torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 12, 12)), data.y.narrow(0, rank * 12, 12))
+          .backward();
       optimizer->step();
     }
     std::vector<torch::Tensor> got;
@@ -337,10 +347,12 @@ TEST(Ddp, BuffersComeFromRankZeroAtConstructionAndBeforeEachForward) {
     auto net = make_net(7);
     net->scale.fill_(static_cast<double>(rank + 1));
     DistributedDataParallel<Net> ddp(net, pg);
-    if (!torch::equal(net->scale, torch::ones({4}, torch::kDouble))) throw std::runtime_error("not broadcast");
+    if (!torch::equal(net->scale, torch::ones({4}, torch::kDouble)))
+      throw std::runtime_error("not broadcast");
     net->scale.fill_(static_cast<double>(10 + rank));  // drift, e.g. a running statistic
     ddp.forward(torch::randn({2, 20}, torch::kDouble));
-    if (!torch::equal(net->scale, torch::full({4}, 10.0, torch::kDouble))) throw std::runtime_error("not re-broadcast");
+    if (!torch::equal(net->scale, torch::full({4}, 10.0, torch::kDouble)))
+      throw std::runtime_error("not re-broadcast");
     pg.shutdown();
   }));
 }
@@ -354,7 +366,8 @@ TEST(Ddp, DifferentModelsAreRejectedOnEveryRankNamingTheParameter) {
   });
   for (const auto& o : outcomes) {
     ASSERT_FALSE(o.ok);
-    EXPECT_NE(o.error.find("parameter #0 is 'fc1.weight' Double[16, 20] on rank 0 but 'fc1.weight' Double[12, 20] on rank 1"),
+    EXPECT_NE(o.error.find("parameter #0 is 'fc1.weight' Double[16, 20] on rank 0 but 'fc1.weight' "
+                           "Double[12, 20] on rank 1"),
               std::string::npos)
         << o.error;
   }

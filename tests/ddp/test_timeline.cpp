@@ -88,7 +88,8 @@ class PathFromEnv : public ::testing::TestWithParam<PathCase> {};
 TEST_P(PathFromEnv, GivesThePerRankPath) {
   const PathCase& c = GetParam();
   ScopedTimelineEnv env(c.env);
-  EXPECT_EQ(Timeline::path_from_env(c.rank), c.expected) << "LOCKSTEP_TIMELINE=" << (c.env ? c.env : "(unset)");
+  EXPECT_EQ(Timeline::path_from_env(c.rank), c.expected)
+      << "LOCKSTEP_TIMELINE=" << (c.env ? c.env : "(unset)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, PathFromEnv,
@@ -131,12 +132,11 @@ TEST(Timeline, WritesChromeTraceWithEventsInOrder) {
     }
   }
   EXPECT_EQ(track_names, (std::map<int, std::string>{{0, "backward"}, {1, "communication"}}));
-  const std::vector<std::tuple<std::string, std::string, int>> expected = {
-      {"backward", "B", 0},
-      {"bucket 0 ready", "i", 0},
-      {"allreduce bucket \"0\"", "B", 1},
-      {"allreduce bucket \"0\"", "E", 1},
-      {"backward", "E", 0}};
+  const std::vector<std::tuple<std::string, std::string, int>> expected = {{"backward", "B", 0},
+                                                                           {"bucket 0 ready", "i", 0},
+                                                                           {"allreduce bucket \"0\"", "B", 1},
+                                                                           {"allreduce bucket \"0\"", "E", 1},
+                                                                           {"backward", "E", 0}};
   ASSERT_EQ(recorded.size(), expected.size());
   int64_t last_ts = 0;
   for (size_t i = 0; i < expected.size(); ++i) {

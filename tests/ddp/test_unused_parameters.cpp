@@ -70,18 +70,24 @@ enum class Scenario { kFirstSteps, kSomeSteps, kSomeRanks };
 
 const char* name_of(Scenario s) {
   switch (s) {
-    case Scenario::kFirstSteps: return "unused on the first steps";
-    case Scenario::kSomeSteps: return "unused on some steps";
-    case Scenario::kSomeRanks: return "used on some ranks only";
+    case Scenario::kFirstSteps:
+      return "unused on the first steps";
+    case Scenario::kSomeSteps:
+      return "unused on some steps";
+    case Scenario::kSomeRanks:
+      return "used on some ranks only";
   }
   return "?";
 }
 
 bool flagged(Scenario s, int step, int64_t sample) {
   switch (s) {
-    case Scenario::kFirstSteps: return step >= 2 && sample % 3 == 0;
-    case Scenario::kSomeSteps: return step % 2 == 1 && sample % 2 == 0;
-    case Scenario::kSomeRanks: return step != 1 && sample < kGlobalBatch / 4;  // rank 0's samples (world > 1)
+    case Scenario::kFirstSteps:
+      return step >= 2 && sample % 3 == 0;
+    case Scenario::kSomeSteps:
+      return step % 2 == 1 && sample % 2 == 0;
+    case Scenario::kSomeRanks:
+      return step != 1 && sample < kGlobalBatch / 4;  // rank 0's samples (world > 1)
   }
   return false;
 }
@@ -106,10 +112,11 @@ enum class Reset { kZero, kNone };
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(BranchNet& net, Opt opt) {
   if (opt == Opt::kSgd) {
-    return std::make_unique<torch::optim::SGD>(net->parameters(),
-                                               torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+    return std::make_unique<torch::optim::SGD>(
+        net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
   }
-  return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01).weight_decay(0.01));
+  return std::make_unique<torch::optim::Adam>(net->parameters(),
+                                              torch::optim::AdamOptions(0.01).weight_decay(0.01));
 }
 
 // zero_grad either way, whatever the LibTorch version's default.
@@ -149,7 +156,8 @@ void expect_same(const Snapshot& got, const Snapshot& want, const std::string& w
     }
     if (got.grads[i].defined() != want.grads[i].defined()) {
       throw std::runtime_error(where + ": .grad is " + (got.grads[i].defined() ? "defined" : "undefined") +
-                               " but " + (want.grads[i].defined() ? "defined" : "undefined") + " in one process");
+                               " but " + (want.grads[i].defined() ? "defined" : "undefined") +
+                               " in one process");
     }
     if (got.grads[i].defined() && !torch::allclose(got.grads[i], want.grads[i], kRtol, kAtol)) {
       throw std::runtime_error(where + ": .grad differs from one process");
@@ -275,7 +283,8 @@ TEST_P(UnusedParameters, EveryModeMatchesOneProcess) {
     for (const auto& mode : modes) {
       for (size_t k = 0; k < cases.size(); ++k) {
         const auto got = train_rank(cases[k], mode, pg, rank, world);
-        expect_same(got, want[k], "rank " + std::to_string(rank) + ", " + mode.name + ", " + cases[k].describe());
+        expect_same(got, want[k],
+                    "rank " + std::to_string(rank) + ", " + mode.name + ", " + cases[k].describe());
       }
     }
     pg.shutdown();
@@ -283,14 +292,17 @@ TEST_P(UnusedParameters, EveryModeMatchesOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, UnusedParameters, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
 
 // The one-process side fails loudly if the scenarios stop exercising what they claim: the branch gets
 // no gradient in some step and one in another, and `never` none at all.
 TEST(UnusedParameters, ScenariosLeaveTheBranchUnusedSometimes) {
   for (auto s : {Scenario::kFirstSteps, Scenario::kSomeSteps, Scenario::kSomeRanks}) {
     int used_steps = 0;
-    for (int step = 0; step < kSteps; ++step) used_steps += batch(s, step, 0, kGlobalBatch).flags.any().item<bool>();
+    for (int step = 0; step < kSteps; ++step)
+      used_steps += batch(s, step, 0, kGlobalBatch).flags.any().item<bool>();
     EXPECT_GT(used_steps, 0) << name_of(s);
     EXPECT_LT(used_steps, kSteps) << name_of(s);
   }

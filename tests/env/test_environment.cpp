@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "fake_env.h"
 #include <lockstep/env/environment.h>
+#include "fake_env.h"
 
 #include <cstdlib>
 #include <map>
@@ -38,7 +38,9 @@ struct Case {
   Expected expected;
 };
 
-std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << c.name;
+}
 
 Expected layout(int rank, int local_rank, int world_size, int local_world_size, int node_rank, int num_nodes,
                 Source source) {
@@ -219,13 +221,17 @@ INSTANTIATE_TEST_SUITE_P(
              {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}},
              {},
              layout(0, 0, 1, 1, 0, 1, Source::kSlurm)},
-        Case{"SlurmPortTopOfRange",
-             {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "49999"}, {"SLURM_STEP_ID", "0"}},
-             {},
-             with_job(with_master(layout(0, 0, 1, 1, 0, 1, Source::kSlurm), "127.0.0.1", 59999),
-                      "slurm-49999.0", 0)},
+        Case{
+            "SlurmPortTopOfRange",
+            {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "49999"}, {"SLURM_STEP_ID", "0"}},
+            {},
+            with_job(with_master(layout(0, 0, 1, 1, 0, 1, Source::kSlurm), "127.0.0.1", 59999),
+                     "slurm-49999.0", 0)},
         Case{"SlurmPortWrapsAround",
-             {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "4294967295"}, {"SLURM_STEP_ID", "0"}},
+             {{"SLURM_PROCID", "0"},
+              {"SLURM_NTASKS", "1"},
+              {"SLURM_JOB_ID", "4294967295"},
+              {"SLURM_STEP_ID", "0"}},
              {},
              with_job(with_master(layout(0, 0, 1, 1, 0, 1, Source::kSlurm), "127.0.0.1",
                                   10000 + 4294967295LL % 50000),
@@ -400,7 +406,9 @@ struct ErrorCase {
   std::vector<std::string> parts;  // each must appear in the message
 };
 
-std::ostream& operator<<(std::ostream& os, const ErrorCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const ErrorCase& c) {
+  return os << c.name;
+}
 
 class FromEnvError : public testing::TestWithParam<ErrorCase> {};
 
@@ -770,7 +778,9 @@ INSTANTIATE_TEST_SUITE_P(
                   {"RANK='x' is not an integer"}}),
     [](const testing::TestParamInfo<ErrorCase>& info) { return info.param.name; });
 
-TEST(FromEnv, EmptyLookupIsAnError) { EXPECT_THROW(from_env(EnvOptions(), EnvLookup()), EnvError); }
+TEST(FromEnv, EmptyLookupIsAnError) {
+  EXPECT_THROW(from_env(EnvOptions(), EnvLookup()), EnvError);
+}
 
 TEST(FromEnv, OptionsWinOverTorchrunOnlyForTheirField) {
   // LOCAL_RANK still comes from the environment when only rank is overridden.

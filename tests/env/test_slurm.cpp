@@ -36,7 +36,9 @@ struct NodelistCase {
   std::vector<std::string> hosts;
 };
 
-std::ostream& operator<<(std::ostream& os, const NodelistCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const NodelistCase& c) {
+  return os << c.name;
+}
 
 class ExpandNodelist : public testing::TestWithParam<NodelistCase> {};
 
@@ -72,7 +74,9 @@ struct BadNodelistCase {
   std::string reason;
 };
 
-std::ostream& operator<<(std::ostream& os, const BadNodelistCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const BadNodelistCase& c) {
+  return os << c.name;
+}
 
 class ExpandNodelistError : public testing::TestWithParam<BadNodelistCase> {};
 
@@ -114,7 +118,9 @@ struct TasksCase {
   std::vector<int> counts;
 };
 
-std::ostream& operator<<(std::ostream& os, const TasksCase& c) { return os << c.name; }
+std::ostream& operator<<(std::ostream& os, const TasksCase& c) {
+  return os << c.name;
+}
 
 class ExpandTasksPerNode : public testing::TestWithParam<TasksCase> {};
 

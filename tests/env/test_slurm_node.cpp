@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "fake_env.h"
 #include <lockstep/env/environment.h>
 #include <lockstep/env/slurm.h>
+#include "fake_env.h"
 
 #include <map>
 #include <string>

@@ -307,7 +307,6 @@ TEST(Launcher, GracePeriodKillReachesTheGroupOfAWorkerThatExitedDuringTheStop) {
   EXPECT_TRUE(gone) << "orphan left: pid " << pid;
 }
 
-
 // Heartbeats (comm/progress.h writes them from lockstep's process groups; here a shell writes the same
 // lines to descriptor 3): in a job of several ranks, a worker that goes silent, or stops reaching
 // collectives, for the collective timeout is killed and the job stopped, naming it.
@@ -318,14 +317,17 @@ LaunchOptions beating(const std::string& rank1_beat, int beats, const std::strin
   const std::string script = "if [ $RANK = 1 ]; then i=0; while [ $i -lt " + std::to_string(beats) +
                              " ]; do echo \"" + rank1_beat + "\" >&3; i=$((i+1)); sleep 0.1; done; " + then +
                              "; fi; sleep 30";
-  return sh(script).nproc_per_node(2).collective_timeout(std::chrono::milliseconds(1000)).grace_period(
-      std::chrono::milliseconds(300));
+  return sh(script)
+      .nproc_per_node(2)
+      .collective_timeout(std::chrono::milliseconds(1000))
+      .grace_period(std::chrono::milliseconds(300));
 }
 
 TEST(LauncherHeartbeats, ASilentWorkerIsKilledAndNamedWithinTheTimeout) {
   Captured io;
   // Progress at every beat (a new "issued" number each time), then silence: a stopped process.
-  Launcher launcher(sh("if [ $RANK = 1 ]; then i=1; while [ $i -le 5 ]; do echo \"$i $i 0 allreduce #$i (Float[4]) sum\" >&3;"
+  Launcher launcher(sh("if [ $RANK = 1 ]; then i=1; while [ $i -le 5 ]; do echo \"$i $i 0 allreduce #$i "
+                       "(Float[4]) sum\" >&3;"
                        " i=$((i+1)); sleep 0.1; done; kill -STOP $$; fi; sleep 30")
                         .nproc_per_node(2)
                         .collective_timeout(std::chrono::milliseconds(1000))
@@ -356,19 +358,21 @@ TEST(LauncherHeartbeats, AWorkerThatBeatsButReachesNoCollectiveIsKilled) {
   EXPECT_EQ(r.exit_status, 128 + SIGKILL);
   const std::string err = io.err.str();
   EXPECT_NE(err.find(") reached no collective for 1."), std::string::npos) << err;
-  EXPECT_NE(err.find("its last collective: broadcast #7 (Long[1]) from rank 0 (finished): it is stuck outside"),
-            std::string::npos)
+  EXPECT_NE(
+      err.find("its last collective: broadcast #7 (Long[1]) from rank 0 (finished): it is stuck outside"),
+      std::string::npos)
       << err;
 }
 
 TEST(LauncherHeartbeats, WaitingInACollectiveIsLeftToTheCollectiveTimeoutFirst) {
   Captured io;
   // Waiting in a collective: the worker's own timeout ends it; the launcher steps in only 5 s later.
-  Launcher launcher(sh("if [ $RANK = 1 ]; then i=0; while [ $i -lt 25 ]; do echo '3 2 1 allreduce #3 (Float[4]) sum' >&3;"
-                       " i=$((i+1)); sleep 0.1; done; exit 0; fi; sleep 3")
-                        .nproc_per_node(2)
-                        .collective_timeout(std::chrono::milliseconds(1000)),
-                    io.streams());
+  Launcher launcher(
+      sh("if [ $RANK = 1 ]; then i=0; while [ $i -lt 25 ]; do echo '3 2 1 allreduce #3 (Float[4]) sum' >&3;"
+         " i=$((i+1)); sleep 0.1; done; exit 0; fi; sleep 3")
+          .nproc_per_node(2)
+          .collective_timeout(std::chrono::milliseconds(1000)),
+      io.streams());
   const LaunchResult r = launcher.run();
   // Rank 1 beat "waiting" for 2.5 s, more than the 1 s timeout, and then ended by itself: not killed.
   EXPECT_EQ(r.exit_status, 0) << io.err.str();
@@ -378,14 +382,16 @@ TEST(LauncherHeartbeats, WaitingInACollectiveIsLeftToTheCollectiveTimeoutFirst) 
 TEST(LauncherHeartbeats, ByeEndsTheWatchAndOneRankJobsAreNotWatched) {
   Captured io;
   // "bye": the process group ended (the rest of the program may take long without collectives).
-  Launcher bye(sh("echo '1 1 0 barrier #1 ()' >&3; echo bye >&3; sleep 2").nproc_per_node(2).collective_timeout(
-                   std::chrono::milliseconds(500)),
+  Launcher bye(sh("echo '1 1 0 barrier #1 ()' >&3; echo bye >&3; sleep 2")
+                   .nproc_per_node(2)
+                   .collective_timeout(std::chrono::milliseconds(500)),
                io.streams());
   EXPECT_EQ(bye.run().exit_status, 0) << io.err.str();
   Captured one;
   // A single rank holds nobody up: no watch.
-  Launcher single(sh("echo '1 1 0 barrier #1 ()' >&3; sleep 1.5").nproc_per_node(1).collective_timeout(
-                      std::chrono::milliseconds(500)),
+  Launcher single(sh("echo '1 1 0 barrier #1 ()' >&3; sleep 1.5")
+                      .nproc_per_node(1)
+                      .collective_timeout(std::chrono::milliseconds(500)),
                   one.streams());
   EXPECT_EQ(single.run().exit_status, 0) << one.err.str();
 }

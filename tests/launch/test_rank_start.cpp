@@ -84,14 +84,17 @@ TEST(RankStart, ARankOfAJobBecomesThatRankWhenTheOptionsAgree) {
 TEST(RankStart, OptionsContradictingTheJobNameBothNumbers) {
   RankRequest request;
   request.devices = 4;
-  EXPECT_NE(error_of(request, torchrun_rank(2, 1)).find("devices 4 contradicts the environment"), std::string::npos);
+  EXPECT_NE(error_of(request, torchrun_rank(2, 1)).find("devices 4 contradicts the environment"),
+            std::string::npos);
   request.devices.reset();
   request.num_nodes = 3;
-  EXPECT_NE(error_of(request, torchrun_rank(2, 2)).find("num_nodes 3 contradicts the environment"), std::string::npos);
+  EXPECT_NE(error_of(request, torchrun_rank(2, 2)).find("num_nodes 3 contradicts the environment"),
+            std::string::npos);
   request.num_nodes.reset();
   request.max_restarts = 1;
   request.program = "lockstep fit";
-  EXPECT_NE(error_of(request, torchrun_rank(2, 1)).find("give the restarts to that launcher"), std::string::npos);
+  EXPECT_NE(error_of(request, torchrun_rank(2, 1)).find("give the restarts to that launcher"),
+            std::string::npos);
 }
 
 TEST(RankStart, SrunWithATaskPerNodeStartsTheNodesRanks) {
@@ -108,8 +111,9 @@ TEST(RankStart, SrunWithATaskPerNodeStartsTheNodesRanks) {
   EXPECT_EQ(plan.launch->master_port().value_or(0), 12345);
   EXPECT_FALSE(plan.launch->direct_stdout_local_rank().has_value());  // node 0 speaks
   request.num_nodes = 3;
-  EXPECT_NE(error_of(request, slurm, slurm_node(2, 1, 1)).find("num_nodes 3 does not match the Slurm job's 2"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(request, slurm, slurm_node(2, 1, 1)).find("num_nodes 3 does not match the Slurm job's 2"),
+      std::string::npos);
 }
 
 TEST(RankStart, SrunWithATaskPerRankBecomesTheRank) {
@@ -135,11 +139,13 @@ TEST(RankStart, WhatAPlainProcessCannotStartIsRefusedWithTheFix) {
   RankRequest request;
   request.num_nodes = 2;
   request.program = "train";
-  EXPECT_NE(error_of(request, env::Environment()).find("num_nodes 2 needs one launcher per node"), std::string::npos);
+  EXPECT_NE(error_of(request, env::Environment()).find("num_nodes 2 needs one launcher per node"),
+            std::string::npos);
   request.num_nodes.reset();
   request.devices = 2;
   request.mpi_backend = true;
-  EXPECT_NE(error_of(request, env::Environment()).find("backend mpi needs its ranks started by mpirun: run `mpirun -np 2 train"),
+  EXPECT_NE(error_of(request, env::Environment())
+                .find("backend mpi needs its ranks started by mpirun: run `mpirun -np 2 train"),
             std::string::npos);
 }
 

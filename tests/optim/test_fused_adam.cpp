@@ -9,7 +9,9 @@ namespace {
 
 // Parameter shapes with every kind of length: a lone element, shorter than one vector, not a multiple
 // of 8 or 32, and the seed MLP's layers.
-std::vector<std::vector<int64_t>> shapes() { return {{1}, {10}, {17}, {33, 3}, {256}, {128, 256}, {784 * 256}}; }
+std::vector<std::vector<int64_t>> shapes() {
+  return {{1}, {10}, {17}, {33, 3}, {256}, {128, 256}, {784 * 256}};
+}
 
 std::vector<at::Tensor> make_params(uint64_t seed) {
   torch::manual_seed(seed);
@@ -53,17 +55,19 @@ std::pair<double, int64_t> compare(const Options& options, int steps) {
 }
 
 TEST(FusedAdamTest, MatchesTorchAdam) {
-  if (!lockstep::optim::fused_adam_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdam is torch's Adam";
+  if (!lockstep::optim::fused_adam_supported())
+    GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdam is torch's Adam";
   for (double wd : {0.0, 1e-2}) {
-    const auto [worst, differing] =
-        compare<torch::optim::Adam, lockstep::optim::FusedAdam>(torch::optim::AdamOptions(1e-3).weight_decay(wd), 50);
+    const auto [worst, differing] = compare<torch::optim::Adam, lockstep::optim::FusedAdam>(
+        torch::optim::AdamOptions(1e-3).weight_decay(wd), 50);
     // The same operations in the same order as ATen's kernels: bit for bit, tails included.
     EXPECT_EQ(differing, 0) << "weight_decay " << wd << ": max |diff| " << worst;
   }
 }
 
 TEST(FusedAdamTest, MatchesTorchAdamW) {
-  if (!lockstep::optim::fused_adam_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdamW is torch's AdamW";
+  if (!lockstep::optim::fused_adam_supported())
+    GTEST_SKIP() << "this CPU has no AVX2/FMA: FusedAdamW is torch's AdamW";
   for (double wd : {0.0, 1e-2}) {
     const auto [worst, differing] = compare<torch::optim::AdamW, lockstep::optim::FusedAdamW>(
         torch::optim::AdamWOptions(1e-3).weight_decay(wd), 50);

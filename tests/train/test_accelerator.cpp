@@ -260,8 +260,8 @@ TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group = make_group(rank, world, store);
-    Accelerator accelerator(group,
-                            AcceleratorOptions().mixed_precision(parse_precision("bf16")).gradient_accumulation_steps(2));
+    Accelerator accelerator(
+        group, AcceleratorOptions().mixed_precision(parse_precision("bf16")).gradient_accumulation_steps(2));
     EXPECT_EQ(accelerator.mixed_precision(), Precision::kBf16Mixed);
     auto net = make_net(5);
     auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.02),

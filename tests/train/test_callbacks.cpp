@@ -95,10 +95,12 @@ TEST(ModelCheckpointTest, MinModeKeepsTheTopKAndRemovesWhatFallsOut) {
   FakeTrainer trainer;
   trainer.run_epochs(checkpoint, "val_loss", {0.5, 0.4, 0.6, 0.3, 0.45});
   // 0.6 and 0.45 are not better than the 2nd best kept at their time (0.5, then 0.4): not written.
-  EXPECT_EQ(trainer.saved, (std::vector<std::string>{"ck/epoch=0-val_loss=0.50.ckpt", "ck/epoch=1-val_loss=0.40.ckpt",
-                                                     "ck/epoch=3-val_loss=0.30.ckpt"}));
+  EXPECT_EQ(trainer.saved,
+            (std::vector<std::string>{"ck/epoch=0-val_loss=0.50.ckpt", "ck/epoch=1-val_loss=0.40.ckpt",
+                                      "ck/epoch=3-val_loss=0.30.ckpt"}));
   EXPECT_EQ(trainer.removed, std::vector<std::string>{"ck/epoch=0-val_loss=0.50.ckpt"});
-  EXPECT_EQ(trainer.files, (std::set<std::string>{"ck/epoch=1-val_loss=0.40.ckpt", "ck/epoch=3-val_loss=0.30.ckpt"}));
+  EXPECT_EQ(trainer.files,
+            (std::set<std::string>{"ck/epoch=1-val_loss=0.40.ckpt", "ck/epoch=3-val_loss=0.30.ckpt"}));
   EXPECT_EQ(keys(checkpoint.best_k_models()), trainer.files);
   EXPECT_EQ(checkpoint.best_model_path(), "ck/epoch=3-val_loss=0.30.ckpt");
   EXPECT_DOUBLE_EQ(*checkpoint.best_model_score(), 0.3);
@@ -113,7 +115,8 @@ TEST(ModelCheckpointTest, MaxModeKeepsTheHighest) {
   // Default pattern: Lightning's "epoch={epoch}-step={step}". A tie (the last 0.9) is not an improvement.
   EXPECT_EQ(trainer.saved, (std::vector<std::string>{"ck/epoch=0-step=10.ckpt", "ck/epoch=1-step=20.ckpt",
                                                      "ck/epoch=3-step=40.ckpt"}));
-  EXPECT_EQ(trainer.removed, (std::vector<std::string>{"ck/epoch=0-step=10.ckpt", "ck/epoch=1-step=20.ckpt"}));
+  EXPECT_EQ(trainer.removed,
+            (std::vector<std::string>{"ck/epoch=0-step=10.ckpt", "ck/epoch=1-step=20.ckpt"}));
   EXPECT_EQ(trainer.files, std::set<std::string>{"ck/epoch=3-step=40.ckpt"});
   EXPECT_EQ(checkpoint.best_model_path(), "ck/epoch=3-step=40.ckpt");
   EXPECT_DOUBLE_EQ(*checkpoint.best_model_score(), 0.9);
@@ -157,7 +160,8 @@ TEST(ModelCheckpointTest, WithoutMonitorKeepsTheLatest) {
   FakeTrainer trainer;
   trainer.run_epochs(latest, "val_loss", {0.5, 0.4, 0.6});
   EXPECT_EQ(trainer.saved.size(), 3u);
-  EXPECT_EQ(trainer.removed, (std::vector<std::string>{"ck/epoch=0-step=10.ckpt", "ck/epoch=1-step=20.ckpt"}));
+  EXPECT_EQ(trainer.removed,
+            (std::vector<std::string>{"ck/epoch=0-step=10.ckpt", "ck/epoch=1-step=20.ckpt"}));
   EXPECT_EQ(trainer.files, std::set<std::string>{"ck/epoch=2-step=30.ckpt"});
   EXPECT_EQ(latest.best_model_path(), "ck/epoch=2-step=30.ckpt");
 
@@ -165,7 +169,8 @@ TEST(ModelCheckpointTest, WithoutMonitorKeepsTheLatest) {
 }
 
 TEST(ModelCheckpointTest, FilenamePatterns) {
-  const std::map<std::string, double> metrics{{"val_loss", 0.25149}, {"val_acc", 0.875}, {"train_loss", 1234.5}};
+  const std::map<std::string, double> metrics{
+      {"val_loss", 0.25149}, {"val_acc", 0.875}, {"train_loss", 1234.5}};
   const auto name = [&](const std::string& pattern, bool insert = true) {
     return ModelCheckpoint::format_checkpoint_name(pattern, insert, 3, 120, metrics);
   };
@@ -183,7 +188,8 @@ TEST(ModelCheckpointTest, FilenamePatterns) {
     FAIL() << "a missing metric must throw";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("names 'val_los'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("available: train_loss, val_acc, val_loss, epoch, step"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("available: train_loss, val_acc, val_loss, epoch, step"),
+              std::string::npos)
         << e.what();
   }
   for (const char* bad : {"{epoch", "epoch}", "{}", "{epoch:xyz}", "{a{b}}", "dir/{epoch}"}) {
@@ -234,7 +240,8 @@ TEST(ModelCheckpointTest, EveryNTrainStepsSavesOnSteppedBatches) {
 }
 
 TEST(ModelCheckpointTest, StepSavesBeforeTheFirstValidationSkipAMissingMonitor) {
-  ModelCheckpoint checkpoint(ModelCheckpointOptions().monitor("val_loss").every_n_train_steps(5).save_top_k(1));
+  ModelCheckpoint checkpoint(
+      ModelCheckpointOptions().monitor("val_loss").every_n_train_steps(5).save_top_k(1));
   FakeTrainer trainer;
   trainer.run_epoch(checkpoint, {{"val_loss", 0.5}}, /*steps=*/10);  // steps 5 and 10: no val_loss yet
   EXPECT_TRUE(trainer.saved.empty());
@@ -399,7 +406,8 @@ TEST(EarlyStoppingTest, NonFiniteStopsAtOnceUnlessCheckFiniteIsOff) {
   FakeTrainer trainer;
   trainer.run_epochs(stopping, "val_loss", {0.5, kNaN});
   ASSERT_EQ(trainer.stops.size(), 1u);
-  EXPECT_NE(trainer.stops.front().find("val_loss = nan is not finite"), std::string::npos) << trainer.stops.front();
+  EXPECT_NE(trainer.stops.front().find("val_loss = nan is not finite"), std::string::npos)
+      << trainer.stops.front();
   EXPECT_EQ(stopping.stopped_epoch(), 1);
 
   EarlyStopping lenient(EarlyStoppingOptions("val_loss").patience(2).check_finite(false));
@@ -418,14 +426,16 @@ TEST(EarlyStoppingTest, ThresholdsStopAtOnce) {
   reached.run_epochs(good, "val_loss", {0.5, 0.1, 0.05});
   ASSERT_EQ(reached.stops.size(), 1u);  // 0.1 is not below 0.1
   EXPECT_EQ(good.stopped_epoch(), 2);
-  EXPECT_NE(reached.stops.front().find("stopping threshold reached: val_loss = 0.05 < 0.1"), std::string::npos)
+  EXPECT_NE(reached.stops.front().find("stopping threshold reached: val_loss = 0.05 < 0.1"),
+            std::string::npos)
       << reached.stops.front();
 
   EarlyStopping bad(EarlyStoppingOptions("val_acc").mode("max").divergence_threshold(0.2));
   FakeTrainer diverged;
   diverged.run_epochs(bad, "val_acc", {0.5, 0.1});
   ASSERT_EQ(diverged.stops.size(), 1u);
-  EXPECT_NE(diverged.stops.front().find("divergence threshold reached: val_acc = 0.1 < 0.2"), std::string::npos)
+  EXPECT_NE(diverged.stops.front().find("divergence threshold reached: val_acc = 0.1 < 0.2"),
+            std::string::npos)
       << diverged.stops.front();
 }
 
@@ -450,7 +460,8 @@ TEST(EarlyStoppingTest, OptionsAreValidated) {
   EXPECT_THROW(EarlyStopping(EarlyStoppingOptions("val_loss").mode("lowest")), std::invalid_argument);
   EXPECT_THROW(EarlyStopping(EarlyStoppingOptions("val_loss").patience(-1)), std::invalid_argument);
   EXPECT_THROW(EarlyStopping(EarlyStoppingOptions("val_loss").min_delta(-0.1)), std::invalid_argument);
-  EXPECT_THROW(EarlyStopping(EarlyStoppingOptions("val_loss").stopping_threshold(kNaN)), std::invalid_argument);
+  EXPECT_THROW(EarlyStopping(EarlyStoppingOptions("val_loss").stopping_threshold(kNaN)),
+               std::invalid_argument);
   EXPECT_EQ(EarlyStopping(EarlyStoppingOptions("val_acc").mode("max")).state_key(),
             "EarlyStopping{monitor=val_acc,mode=max}");
 }
@@ -468,14 +479,16 @@ TEST(EarlyStoppingTest, StateDictRoundTripResumesTheSameDecisions) {
   for (std::size_t split : {std::size_t{0}, std::size_t{4}}) {
     EarlyStopping first(options);
     FakeTrainer before;
-    before.run_epochs(first, "val_loss", {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(split)});
+    before.run_epochs(first, "val_loss",
+                      {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(split)});
     EarlyStopping resumed(options);
     resumed.load_state_dict(first.state_dict());
     EXPECT_EQ(resumed.wait_count(), first.wait_count());
     EXPECT_EQ(resumed.best_score(), first.best_score());
     FakeTrainer after;
     after.epoch = before.epoch;
-    after.run_epochs(resumed, "val_loss", {values.begin() + static_cast<std::ptrdiff_t>(split), values.end()});
+    after.run_epochs(resumed, "val_loss",
+                     {values.begin() + static_cast<std::ptrdiff_t>(split), values.end()});
     EXPECT_EQ(after.stops, full.stops) << "split " << split;
     EXPECT_EQ(resumed.stopped_epoch(), uninterrupted.stopped_epoch());
     EXPECT_EQ(resumed.state_dict(), uninterrupted.state_dict());

@@ -316,9 +316,10 @@ TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
   for (const char* value : {"0", "-1", "nan", "inf", "4MB", "", "Auto"}) {
     const Parsed bad = parse({"--bucket-cap-mb", value});
     EXPECT_EQ(bad.status, 2) << value;
-    EXPECT_NE(bad.error.find(std::string("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got ") +
-                             value),
-              std::string::npos)
+    EXPECT_NE(
+        bad.error.find(
+            std::string("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got ") + value),
+        std::string::npos)
         << bad.error;
   }
 }
@@ -356,10 +357,10 @@ TEST_F(ConfigFileTest, MonitorFlagsReachTheConfigFromFlagsAndYaml) {
   EXPECT_EQ(p.config.early_stopping_patience, 2);
   EXPECT_DOUBLE_EQ(p.config.early_stopping_min_delta, 0.01);
 
-  const std::string file = write("monitor.yaml",
-                                 "ckpt-dir: " + dir_.string() +
-                                     "\nmonitor: train_loss\nsave-top-k: -1\n"
-                                     "checkpoint-filename: \"best-{train_loss:.3f}\"\nearly-stopping-patience: 4\n");
+  const std::string file = write(
+      "monitor.yaml", "ckpt-dir: " + dir_.string() +
+                          "\nmonitor: train_loss\nsave-top-k: -1\n"
+                          "checkpoint-filename: \"best-{train_loss:.3f}\"\nearly-stopping-patience: 4\n");
   const Parsed yaml = parse({"--config", file});
   ASSERT_EQ(yaml.status, -1) << yaml.error;
   EXPECT_EQ(yaml.config.monitor, "train_loss");
@@ -379,7 +380,8 @@ TEST_F(ConfigFileTest, MonitorFlagsReachTheConfigFromFlagsAndYaml) {
 
   const Parsed defaults = parse({"--print-config"});
   ASSERT_EQ(defaults.status, 0) << defaults.error;
-  EXPECT_NE(defaults.out.find("checkpoint-filename: null  # default: epoch={epoch}-step={step}"), std::string::npos)
+  EXPECT_NE(defaults.out.find("checkpoint-filename: null  # default: epoch={epoch}-step={step}"),
+            std::string::npos)
       << defaults.out;
 }
 
@@ -394,11 +396,14 @@ TEST(MonitorFlagsTest, BadValuesNameTheFlagTheValueAndWhatIsAccepted) {
             "--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got -2"},
            {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir DIR"},
            {{"--early-stopping-patience", "-1"}, "--early-stopping-patience must be >= 0, got -1"},
-           {{"--early-stopping-min-delta", "-0.5"}, "--early-stopping-min-delta must be a number >= 0, got -0.5"},
-           {{"--early-stopping-min-delta", "nan"}, "--early-stopping-min-delta must be a number >= 0, got nan"},
+           {{"--early-stopping-min-delta", "-0.5"},
+            "--early-stopping-min-delta must be a number >= 0, got -0.5"},
+           {{"--early-stopping-min-delta", "nan"},
+            "--early-stopping-min-delta must be a number >= 0, got nan"},
            {{"--early-stopping-patience", "2", "--monitor", ""}, "--monitor '' names no metric"},
-           {{"--checkpoint-filename", "{epoch}"}, "--checkpoint-filename '{epoch}' names the --save-top-k files, "
-                                                 "and --save-top-k is 0"},
+           {{"--checkpoint-filename", "{epoch}"},
+            "--checkpoint-filename '{epoch}' names the --save-top-k files, "
+            "and --save-top-k is 0"},
            {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{epoch"},
             "--checkpoint-filename '{epoch' is not a file name pattern"},
            {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "a/{epoch}"},
@@ -443,7 +448,8 @@ TEST_F(ConfigFileTest, ResumeAutoResumesOnlyWhenLastCkptExists) {
       no_dir.config.validate();
       ADD_FAILURE() << "--resume auto without --ckpt-dir must be an error";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--resume auto needs --ckpt-dir DIR"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--resume auto needs --ckpt-dir DIR"), std::string::npos)
+          << e.what();
     }
   } else {
     EXPECT_NE(no_dir.error.find("--resume auto needs --ckpt-dir DIR"), std::string::npos) << no_dir.error;
@@ -451,6 +457,19 @@ TEST_F(ConfigFileTest, ResumeAutoResumesOnlyWhenLastCkptExists) {
   FitConfig other;
   other.resume = "/some/file.ckpt";
   EXPECT_EQ(other.resolved_resume(), "/some/file.ckpt") << "other values pass through";
+}
+
+// The library names its options; `lockstep fit` shows them as its flags, and leaves paths alone.
+TEST(InFlagWords, OptionNamesBecomeFlagsAndPathsStay) {
+  EXPECT_EQ(lockstep::cli::in_flag_words("clip gradients (gradient_clip_val), or skip (on_nan skip)"),
+            "clip gradients (--gradient-clip-val), or skip (--on-nan skip)");
+  EXPECT_EQ(lockstep::cli::in_flag_words("num_nodes 2 needs one launcher per node"),
+            "--num-nodes 2 needs one launcher per node");
+  EXPECT_EQ(lockstep::cli::in_flag_words("resume 'last' needs ckpt_dir, where last.ckpt lives"),
+            "resume 'last' needs --ckpt-dir, where last.ckpt lives");
+  EXPECT_EQ(lockstep::cli::in_flag_words("cannot open '/runs/ckpt_dir/last.ckpt'"),
+            "cannot open '/runs/ckpt_dir/last.ckpt'");
+  EXPECT_EQ(lockstep::cli::in_flag_words("max_steps_total on_nanny"), "max_steps_total on_nanny");
 }
 
 }  // namespace

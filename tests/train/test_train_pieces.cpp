@@ -11,17 +11,17 @@
 #include <string>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
-#include "lockstep/train/file_checksum.h"
 #include "lockstep/train/epoch_metrics.h"
+#include "lockstep/train/file_checksum.h"
 #include "lockstep/train/fit_config.h"
 
 namespace fs = std::filesystem;
@@ -75,7 +75,8 @@ TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
   EXPECT_EQ(error_of(config), "--model 'vgg' is not known (expected one of: mlp, cnn, resnet18)");
   config = FitConfig();
   config.data = "imagenet";
-  EXPECT_EQ(error_of(config), "--data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
+  EXPECT_EQ(error_of(config),
+            "--data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
   config = FitConfig();
   config.batch_size = 0;
   EXPECT_EQ(error_of(config), "--batch-size must be >= 1, got 0");
@@ -119,7 +120,7 @@ TEST(BatchLimitTest, CountsAndFractions) {
   const BatchLimit all = BatchLimit::parse("--limit-train-batches", "1.0");
   EXPECT_EQ(all.apply(469), 469);
   EXPECT_EQ(BatchLimit::parse("--x", "0.25").apply(469), 117);  // floor, as Lightning
-  EXPECT_EQ(BatchLimit::parse("--x", "0.0001").apply(469), 1);   // never zero batches of a non-empty epoch
+  EXPECT_EQ(BatchLimit::parse("--x", "0.0001").apply(469), 1);  // never zero batches of a non-empty epoch
   EXPECT_EQ(BatchLimit::parse("--x", "50").apply(469), 50);
   EXPECT_EQ(BatchLimit::parse("--x", "5000").apply(469), 469);
   EXPECT_EQ(BatchLimit::parse("--x", "50").apply(0), 0);
@@ -128,7 +129,8 @@ TEST(BatchLimitTest, CountsAndFractions) {
       BatchLimit::parse("--limit-val-batches", bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("--limit-val-batches '") + bad + "'"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find(std::string("--limit-val-batches '") + bad + "'"),
+                std::string::npos)
           << e.what();
     }
   }
@@ -200,7 +202,8 @@ TEST(LrScheduleTest, StepDecaysByGammaAtEachBoundary) {
 TEST(AtomicFileTest, ReplacesWholeOrNotAtAll) {
   TempDir dir;
   const fs::path target = dir.path / "final.pt";
-  lockstep::train::write_atomically(target.string(), [](const std::string& tmp) { std::ofstream(tmp) << "first"; });
+  lockstep::train::write_atomically(target.string(),
+                                    [](const std::string& tmp) { std::ofstream(tmp) << "first"; });
   EXPECT_EQ(read_all(target), "first");
 
   // A writer that fails half-way leaves the old file and no temporary behind.
@@ -213,7 +216,8 @@ TEST(AtomicFileTest, ReplacesWholeOrNotAtAll) {
   EXPECT_EQ(read_all(target), "first");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
 
-  lockstep::train::write_atomically(target.string(), [](const std::string& tmp) { std::ofstream(tmp) << "second"; });
+  lockstep::train::write_atomically(target.string(),
+                                    [](const std::string& tmp) { std::ofstream(tmp) << "second"; });
   EXPECT_EQ(read_all(target), "second");
 }
 
@@ -228,7 +232,8 @@ TEST(AtomicFileTest, EnsureWritableDirCreatesOrExplains) {
     lockstep::train::ensure_writable_dir((dir.path / "file" / "sub").string());
     ADD_FAILURE() << "a directory under a file was accepted";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find((dir.path / "file" / "sub").string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find((dir.path / "file" / "sub").string()), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("--ckpt-dir"), std::string::npos) << e.what();
   }
 }
@@ -253,7 +258,8 @@ TEST(MetricsWriterTest, AppendsOneJsonObjectPerEpoch) {
   int lines = 0;
   while (std::getline(in, line)) {
     const auto json = nlohmann::json::parse(line);
-    for (const char* key : {"epoch", "step", "train_loss", "val_loss", "val_acc", "epoch_s", "val_s", "samples_per_s"}) {
+    for (const char* key :
+         {"epoch", "step", "train_loss", "val_loss", "val_acc", "epoch_s", "val_s", "samples_per_s"}) {
       EXPECT_TRUE(json.contains(key)) << key;
     }
     EXPECT_EQ(json["val_acc"].get<double>(), 0.8512);
@@ -282,7 +288,9 @@ struct SmallCheckpoint {
     state.rng_states = lockstep::train::cpu_rng_state().unsqueeze(0);
     return state;
   }
-  void save(const fs::path& path) { lockstep::train::save_checkpoint(path.string(), *model, optimizer, state()); }
+  void save(const fs::path& path) {
+    lockstep::train::save_checkpoint(path.string(), *model, optimizer, state());
+  }
 };
 
 std::string read_bytes(const fs::path& path) {
@@ -318,7 +326,8 @@ TEST(CheckpointChecksumTest, RoundTripsAndEndsWithTheTrailer) {
   ASSERT_GT(bytes.size(), lockstep::train::kChecksumTrailerBytes);
   EXPECT_TRUE(lockstep::train::ends_with_checksum_trailer(bytes));
   EXPECT_EQ(bytes.substr(bytes.size() - 8), "LKSTPCRC");
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);  // no temporary left
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()),
+            1);  // no temporary left
 
   SmallCheckpoint loaded;
   const auto state =
@@ -387,13 +396,14 @@ TEST(CheckpointChecksumTest, ATruncatedFileIsRefusedAtEveryCut) {
   const size_t trailer_at = bytes.size() - lockstep::train::kChecksumTrailerBytes;
   // Cut points: empty, inside the zip's first header, half-way, just before and inside the trailer,
   // one byte short. `trailer_at` leaves a whole, valid zip without the trailer.
-  for (const size_t cut : {size_t{0}, size_t{10}, bytes.size() / 2, trailer_at - 1, trailer_at, trailer_at + 12,
-                           bytes.size() - 1}) {
+  for (const size_t cut : {size_t{0}, size_t{10}, bytes.size() / 2, trailer_at - 1, trailer_at,
+                           trailer_at + 12, bytes.size() - 1}) {
     const fs::path path = dir.path / ("cut_" + std::to_string(cut) + ".ckpt");
     write_bytes(path, bytes.substr(0, cut));
     const std::string message = load_error(path);
-    EXPECT_CONTAINS(message, "checkpoint '" + path.string() + "' does not end with lockstep's checksum trailer (" +
-                                 std::to_string(cut) + " bytes)")
+    EXPECT_CONTAINS(message, "checkpoint '" + path.string() +
+                                 "' does not end with lockstep's checksum trailer (" + std::to_string(cut) +
+                                 " bytes)")
         << " (cut at " << cut << ")";
     EXPECT_CONTAINS(message, "truncated");
     EXPECT_CONTAINS(message, "or start from scratch");
@@ -404,13 +414,16 @@ TEST(CheckpointChecksumTest, ATruncatedFileIsRefusedAtEveryCut) {
   std::string edited = bytes;
   edited[trailer_at] ^= 0x01;  // the stored length's lowest byte
   write_bytes(dir.path / "length.ckpt", edited);
-  EXPECT_CONTAINS(load_error(dir.path / "length.ckpt"),
-                  "is damaged: lockstep wrote " + std::to_string(trailer_at ^ 1) + " bytes before its checksum "
-                  "trailer, the file holds " + std::to_string(trailer_at));
+  EXPECT_CONTAINS(load_error(dir.path / "length.ckpt"), "is damaged: lockstep wrote " +
+                                                            std::to_string(trailer_at ^ 1) +
+                                                            " bytes before its checksum "
+                                                            "trailer, the file holds " +
+                                                            std::to_string(trailer_at));
   edited = bytes;
   edited[trailer_at + 12] = 9;  // the trailer's format
   write_bytes(dir.path / "format.ckpt", edited);
-  EXPECT_CONTAINS(load_error(dir.path / "format.ckpt"), "has checksum trailer format 9; this lockstep reads format 1");
+  EXPECT_CONTAINS(load_error(dir.path / "format.ckpt"),
+                  "has checksum trailer format 9; this lockstep reads format 1");
 }
 
 TEST(CheckpointChecksumTest, ForeignFilesAreRefusedNamingTheFile) {
@@ -418,20 +431,22 @@ TEST(CheckpointChecksumTest, ForeignFilesAreRefusedNamingTheFile) {
   // A text file.
   write_bytes(dir.path / "notes.ckpt", "epoch 3 was fine\n");
   std::string message = load_error(dir.path / "notes.ckpt");
-  EXPECT_CONTAINS(message, "checkpoint '" + (dir.path / "notes.ckpt").string() + "' does not end with lockstep's "
-                           "checksum trailer (17 bytes)");
+  EXPECT_CONTAINS(message, "checkpoint '" + (dir.path / "notes.ckpt").string() +
+                               "' does not end with lockstep's "
+                               "checksum trailer (17 bytes)");
   EXPECT_CONTAINS(message, "not written by this lockstep");
   // An empty zip (its end-of-central-directory record alone).
   write_bytes(dir.path / "empty.zip", std::string("PK\x05\x06", 4) + std::string(18, '\0'));
-  EXPECT_CONTAINS(load_error(dir.path / "empty.zip"), "'" + (dir.path / "empty.zip").string() +
-                                                          "' does not end with lockstep's checksum trailer (22 bytes)");
+  EXPECT_CONTAINS(
+      load_error(dir.path / "empty.zip"),
+      "'" + (dir.path / "empty.zip").string() + "' does not end with lockstep's checksum trailer (22 bytes)");
   // A LibTorch archive of a module without the trailer (final.pt given to --resume, or torch::save).
   SmallCheckpoint other;
   torch::serialize::OutputArchive archive;
   other.model->save(archive);
   archive.save_to((dir.path / "final.pt").string());
-  EXPECT_CONTAINS(load_error(dir.path / "final.pt"), "'" + (dir.path / "final.pt").string() +
-                                                         "' does not end with lockstep's checksum trailer");
+  EXPECT_CONTAINS(load_error(dir.path / "final.pt"),
+                  "'" + (dir.path / "final.pt").string() + "' does not end with lockstep's checksum trailer");
   // A file with a correct trailer over bytes that are not an archive.
   {
     lockstep::train::ChecksummedWriter out((dir.path / "forged.ckpt").string());
@@ -442,7 +457,8 @@ TEST(CheckpointChecksumTest, ForeignFilesAreRefusedNamingTheFile) {
   EXPECT_CONTAINS(message, "checkpoint '" + (dir.path / "forged.ckpt").string() +
                                "' has a correct checksum but is not a LibTorch archive");
   // A missing file.
-  EXPECT_CONTAINS(load_error(dir.path / "absent.ckpt"), "'" + (dir.path / "absent.ckpt").string() + "' does not exist");
+  EXPECT_CONTAINS(load_error(dir.path / "absent.ckpt"),
+                  "'" + (dir.path / "absent.ckpt").string() + "' does not exist");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 4);  // nothing written
 }
 

@@ -118,7 +118,8 @@ std::vector<at::Tensor> train_toy(int world, int64_t batch, TrainerOptions base,
   std::vector<at::Tensor> params;
   std::vector<TrainerResult> all(world);
   auto outcomes = run_ranks(world, [&](int rank) {
-    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "trainer-test"));
+    auto group =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "trainer-test"));
     auto module = std::make_shared<Toy>();
     if (customise) customise(*module, rank);
     ToyData toy(data, batch);
@@ -173,7 +174,8 @@ TEST(Trainer, GradientClippingBoundsTheStep) {
     const auto after = train_toy(2, 6, TrainerOptions().max_epochs(1).max_steps(1).gradient_clip_val(clip));
     double squares = 0;
     const auto before = initial.parameters();
-    for (std::size_t i = 0; i < after.size(); ++i) squares += (after[i] - before[i]).pow(2).sum().item<double>();
+    for (std::size_t i = 0; i < after.size(); ++i)
+      squares += (after[i] - before[i]).pow(2).sum().item<double>();
     return std::sqrt(squares);
   };
   EXPECT_NEAR(step_norm(1e-3), 1e-4, 1e-7);
@@ -228,25 +230,31 @@ TEST(Trainer, AStopAskedOnOneRankStopsAllTogether) {
 
 TEST(Trainer, DifferentSyncDistNamesAreAnErrorNotAHang) {
   std::vector<std::string> errors;
-  train_toy(2, 6, TrainerOptions().max_epochs(1), nullptr,
-            [](Toy& toy, int rank) {
-              toy.extra = [rank](Toy& m) { m.log(rank == 0 ? "a" : "b", 1.0, LogOptions().sync_dist(true)); };
-            },
-            &errors);
-  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r].find("log the same names with sync_dist"), std::string::npos) << errors[r];
+  train_toy(
+      2, 6, TrainerOptions().max_epochs(1), nullptr,
+      [](Toy& toy, int rank) {
+        toy.extra = [rank](Toy& m) { m.log(rank == 0 ? "a" : "b", 1.0, LogOptions().sync_dist(true)); };
+      },
+      &errors);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("log the same names with sync_dist"), std::string::npos) << errors[r];
 }
 
 // An infinite loss (not only a NaN: e2e_fit_nan injects those into `lockstep fit`) stops the run at its
 // first step, naming the value, the step, the rank and the fixes.
 TEST(Trainer, AnInfiniteLossStopsNamingTheStepAndTheFix) {
   std::vector<std::string> errors;
-  train_toy(1, 6, TrainerOptions().max_epochs(1), nullptr,
-            [](Toy& toy, int) {
-              toy.change_loss = [](const at::Tensor& loss) { return loss * std::numeric_limits<double>::infinity(); };
-            },
-            &errors);
+  train_toy(
+      1, 6, TrainerOptions().max_epochs(1), nullptr,
+      [](Toy& toy, int) {
+        toy.change_loss = [](const at::Tensor& loss) {
+          return loss * std::numeric_limits<double>::infinity();
+        };
+      },
+      &errors);
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("non-finite training loss inf at step 1 (epoch 0, batch 0) on rank 0"), std::string::npos)
+  EXPECT_NE(errors[0].find("non-finite training loss inf at step 1 (epoch 0, batch 0) on rank 0"),
+            std::string::npos)
       << errors[0];
   EXPECT_NE(errors[0].find("lower the learning rate"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("(on_nan skip)"), std::string::npos) << errors[0];
@@ -256,10 +264,13 @@ TEST(Trainer, CheckpointsOfDifferentPathsOnRanksAreAnError) {
   const auto dir = std::filesystem::temp_directory_path() / ("trainer-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto hooks = std::make_shared<Hooks>();
-  hooks->validation_end = [&](TrainerContext& t) { t.save_checkpoint((dir / (std::to_string(t.rank()) + ".ckpt")).string()); };
+  hooks->validation_end = [&](TrainerContext& t) {
+    t.save_checkpoint((dir / (std::to_string(t.rank()) + ".ckpt")).string());
+  };
   std::vector<std::string> errors;
   train_toy(2, 6, TrainerOptions().max_epochs(1).callback(hooks), nullptr, {}, &errors);
-  for (int r = 0; r < 2; ++r) EXPECT_NE(errors[r].find("callbacks must decide from callback_metrics"), std::string::npos) << errors[r];
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(errors[r].find("callbacks must decide from callback_metrics"), std::string::npos) << errors[r];
   EXPECT_FALSE(std::filesystem::exists(dir / "0.ckpt"));
   std::filesystem::remove_all(dir);
 }
@@ -272,7 +283,8 @@ TEST(Trainer, ACheckpointInsideAnAccumulationGroupIsRefused) {
     if (!b.stepped) t.save_checkpoint((dir / "x.ckpt").string());
   };
   std::vector<std::string> errors;
-  train_toy(1, 6, TrainerOptions().max_epochs(1).accumulate_grad_batches(2).callback(hooks), nullptr, {}, &errors);
+  train_toy(1, 6, TrainerOptions().max_epochs(1).accumulate_grad_batches(2).callback(hooks), nullptr, {},
+            &errors);
   EXPECT_NE(errors[0].find("in the middle of an accumulation group"), std::string::npos) << errors[0];
   std::filesystem::remove_all(dir);
 }
@@ -292,17 +304,22 @@ class ScheduledToy : public Toy {
 };
 
 // 1 rank, 48 samples of 6: 8 steps per epoch, 2 epochs; a hook may write a checkpoint after a batch.
-TrainerResult train_scheduled(const TrainerOptions& base, ScheduledToy& module, const std::shared_ptr<Hooks>& hooks) {
+TrainerResult train_scheduled(const TrainerOptions& base, ScheduledToy& module,
+                              const std::shared_ptr<Hooks>& hooks) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   Quiet quiet;
   TrainerResult result;
   auto outcomes = run_ranks(1, [&](int rank) {
-    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 1, store, "resume-test"));
+    auto group =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, 1, store, "resume-test"));
     ToyData toy(toy_data(48), 6);
     TrainerOptions options = base;
     if (hooks) options.callback(hooks);
-    Trainer trainer(options.process_group(&group).environment(thread_options(group, quiet.file).environment())
-                        .out(quiet.file).save_final_weights(false).max_epochs(2));
+    Trainer trainer(options.process_group(&group)
+                        .environment(thread_options(group, quiet.file).environment())
+                        .out(quiet.file)
+                        .save_final_weights(false)
+                        .max_epochs(2));
     result = trainer.fit(std::shared_ptr<ScheduledToy>(&module, [](ScheduledToy*) {}), toy);
     group.shutdown();
   });

@@ -46,7 +46,8 @@ TEST_P(Phases, ReduceEpochGivesEveryRankTheSameTable) {
     const ReducedEpoch got = reduce_epoch(group, logged, mine, 3);
     if (got.train_samples != 100 * world + world * (world - 1) / 2) throw std::runtime_error("train_samples");
     if (got.val_samples != 10 * world) throw std::runtime_error("val_samples");
-    if (got.train_s != world || got.val_s != 0.5 * (world - 1)) throw std::runtime_error("times: not the slowest rank's");
+    if (got.train_s != world || got.val_s != 0.5 * (world - 1))
+      throw std::runtime_error("times: not the slowest rank's");
     if (got.metrics.size() != 3) throw std::runtime_error("metrics: " + std::to_string(got.metrics.size()));
     const auto& [loss, local, acc] = std::tie(got.metrics[0], got.metrics[1], got.metrics[2]);
     if (loss.name != "loss" || local.name != "mine" || acc.name != "acc") throw std::runtime_error("order");
@@ -112,7 +113,9 @@ TEST_P(Phases, AgreementIsAnyRankAndTheMaximum) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, Phases, ::testing::Values(1, 2, 3, 8),
-                         [](const ::testing::TestParamInfo<int>& info) { return "world" + std::to_string(info.param); });
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "world" + std::to_string(info.param);
+                         });
 
 // Validation shards: every sample exactly once over the ranks, none of the sampler's padding.
 TEST(TrainerShards, UnpaddedShardsCoverTheSetOnce) {
@@ -138,16 +141,19 @@ TEST(TrainerShards, ReshardRestDealsWhatTheOldRanksHadNotReached) {
     for (int64_t done : {0, 2}) {
       std::multiset<int64_t> dealt;
       for (int rank = 0; rank < world; ++rank) {
-        for (int64_t i : reshard_rest(size, 17, 1, old_world, done, batch, BatchLimit{}, world, rank)) dealt.insert(i);
+        for (int64_t i : reshard_rest(size, 17, 1, old_world, done, batch, BatchLimit{}, world, rank))
+          dealt.insert(i);
       }
       std::set<int64_t> reached;
       for (int r = 0; r < old_world; ++r) {
-        data::DistributedSampler old(size, data::DistributedSamplerOptions(old_world, r).shuffle(true).seed(17));
+        data::DistributedSampler old(size,
+                                     data::DistributedSamplerOptions(old_world, r).shuffle(true).seed(17));
         old.set_epoch(1);
         const auto indices = old.indices();
         reached.insert(indices.begin(), indices.begin() + done * batch);
       }
-      EXPECT_GE(dealt.size(), static_cast<size_t>(size) - reached.size()) << "world " << world << ", done " << done;
+      EXPECT_GE(dealt.size(), static_cast<size_t>(size) - reached.size())
+          << "world " << world << ", done " << done;
       for (int64_t i = 0; i < size; ++i) {
         if (reached.count(i)) {
           EXPECT_EQ(dealt.count(i), 0u) << "sample " << i << " trained twice";

@@ -29,7 +29,8 @@
 // (Debian's in /usr/include, say, ahead of a pip torch's) would mix two versions in one program.
 #if defined(LOCKSTEP_TORCH_MAJOR) && \
     (LOCKSTEP_TORCH_MAJOR != TORCH_VERSION_MAJOR || LOCKSTEP_TORCH_MINOR != TORCH_VERSION_MINOR)
-#error "torch/version.h is not from the LibTorch CMake found: another LibTorch's headers come first on the include path"
+#error \
+    "torch/version.h is not from the LibTorch CMake found: another LibTorch's headers come first on the include path"
 #endif
 
 #if TORCH_VERSION_MAJOR >= 2

@@ -16,7 +16,8 @@ bool is_loopback_address(const std::string& address);
 /// The IPv4 address of the first interface that is up and not loopback, or "" when there is none.
 std::string first_non_loopback_address();
 
-/// True when `port` can be bound on all interfaces right now (TCP, SO_REUSEADDR as the rendezvous store uses).
+/// True when `port` can be bound on all interfaces right now (TCP, SO_REUSEADDR as the rendezvous store
+/// uses).
 bool port_is_free(int port);
 
 }  // namespace lockstep::comm

@@ -103,7 +103,8 @@ class ProcessGroup {
  private:
   std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
   /// The handle of the collective just described, tracked in this rank's progress records.
-  Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description, std::function<void()> finish = {});
+  Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
+               std::function<void()> finish = {});
   void check_open(const char* op) const;
   /// Drops the progress records and the backend (left alive when a wait abandoned a collective in it).
   void release_backend();

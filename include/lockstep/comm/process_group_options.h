@@ -27,8 +27,8 @@ enum class Backend { kGloo, kNccl, kMpi, kShm, kAuto, kHier };
 
 /// "gloo", "nccl", "mpi", "shm", "auto", "hier".
 const char* to_string(Backend backend);
-/// Parses "gloo" | "shm" | "hier" | "nccl" | "mpi" | "auto". Throws std::invalid_argument naming the value and
-/// the accepted ones.
+/// Parses "gloo" | "shm" | "hier" | "nccl" | "mpi" | "auto". Throws std::invalid_argument naming the value
+/// and the accepted ones.
 Backend parse_backend(const std::string& name);
 
 /// Everything `init_process_group` needs. Required: rank and world size; the rest has defaults.
@@ -43,7 +43,6 @@ class ProcessGroupOptions {
 
   /// Rank, world size, master address/port and run id taken from `environment`.
   static ProcessGroupOptions from_environment(const env::Environment& environment);
-
 
   /// This process's rank in [0, world_size).
   LOCKSTEP_OPTION(ProcessGroupOptions, int, rank)
@@ -73,7 +72,8 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, int, local_world_size)
   /// Gloo worker threads per process group.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, gloo_threads)
-  /// Use this store instead of connecting to rank 0's TcpStore (tests run ranks as threads over a c10d::HashStore).
+  /// Use this store instead of connecting to rank 0's TcpStore (tests run ranks as threads over a
+  /// c10d::HashStore).
   LOCKSTEP_OPTION(ProcessGroupOptions, c10::intrusive_ptr<c10d::Store>, store)
   /// Network interface for Gloo (like GLOO_SOCKET_IFNAME). Empty: the interface whose address reaches
   /// master_addr (loopback when the master is local). GLOO_SOCKET_IFNAME is read when this is empty.

@@ -46,7 +46,11 @@ class StoreRefusedError : public StoreError {
 class TcpStoreOptions {
  public:
   TcpStoreOptions(std::string host, int port, std::string run_id, int world_size, int rank)
-      : host_(std::move(host)), port_(port), run_id_(std::move(run_id)), world_size_(world_size), rank_(rank) {}
+      : host_(std::move(host)),
+        port_(port),
+        run_id_(std::move(run_id)),
+        world_size_(world_size),
+        rank_(rank) {}
 
   LOCKSTEP_OPTION(TcpStoreOptions, std::string, host)
   LOCKSTEP_OPTION(TcpStoreOptions, int, port)

@@ -15,7 +15,6 @@ class DistributedSamplerOptions {
  public:
   DistributedSamplerOptions(int64_t num_replicas, int64_t rank) : num_replicas_(num_replicas), rank_(rank) {}
 
-
   LOCKSTEP_OPTION(DistributedSamplerOptions, int64_t, num_replicas)
   LOCKSTEP_OPTION(DistributedSamplerOptions, int64_t, rank)
   /// Shuffle with torch.randperm on a CPU generator seeded `seed + epoch` (as PyTorch does).
@@ -81,7 +80,8 @@ class DistributedSampler {
 /// Example (2 ranks had done 3 batches of 32 of an epoch; go on with 1):
 ///   auto rest = reshard_remaining(512, DistributedSamplerOptions(2, 0).shuffle(true).seed(0), /*epoch=*/0,
 ///                                 /*consumed=*/96, /*planned=*/256, /*num_replicas=*/1, /*rank=*/0);  // 320
-std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options, int64_t epoch,
-                                       int64_t consumed, int64_t planned, int64_t num_replicas, int64_t rank);
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options,
+                                       int64_t epoch, int64_t consumed, int64_t planned, int64_t num_replicas,
+                                       int64_t rank);
 
 }  // namespace lockstep::data

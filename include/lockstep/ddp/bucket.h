@@ -48,7 +48,8 @@ size_t auto_bucket_cap_bytes(size_t gradient_bytes);
 
 /// `numels[i]` / `dtypes[i]`: element count and dtype of parameter i (registration order).
 /// Caps in bytes; both must be > 0.
-BucketAssignment assign_buckets(const std::vector<int64_t>& numels, const std::vector<c10::ScalarType>& dtypes,
-                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes);
+BucketAssignment assign_buckets(const std::vector<int64_t>& numels,
+                                const std::vector<c10::ScalarType>& dtypes, size_t first_bucket_cap_bytes,
+                                size_t bucket_cap_bytes);
 
 }  // namespace lockstep::ddp

@@ -13,10 +13,10 @@ namespace lockstep::ddp {
 /// Options of DistributedDataParallel; names and defaults follow PyTorch's DDP.
 ///
 /// Example:
-///   auto ddp = DistributedDataParallel<Net>(net, pg, DdpOptions().bucket_cap_mb(4).find_unused_parameters(true));
+///   auto ddp = DistributedDataParallel<Net>(net, pg,
+///   DdpOptions().bucket_cap_mb(4).find_unused_parameters(true));
 class DdpOptions {
  public:
-
   /// Size cap of every bucket but the first, in MiB (> 0). Unset (the default): a 16th of the model's
   /// gradients, kept within [1, 25] MiB (auto_bucket_cap_bytes in bucket.h says why); PyTorch's fixed
   /// default is 25.

@@ -70,8 +70,8 @@ class DdpCore {
 ///
 /// Example:
 ///   auto join = ddp.join();
-///   for (auto& batch : my_uneven_batches) { opt.zero_grad(); loss(ddp.forward(batch)).backward(); opt.step(); }
-///   join.finish();
+///   for (auto& batch : my_uneven_batches) { opt.zero_grad(); loss(ddp.forward(batch)).backward();
+///   opt.step(); } join.finish();
 class JoinGuard {
  public:
   explicit JoinGuard(DdpCore& core) : core_(&core) { core.begin_join(); }
@@ -98,7 +98,9 @@ class JoinGuard {
 /// inside accumulate locally; the first backward after it reduces the accumulated sum.
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(Reducer& reducer) : reducer_(&reducer), previous_(reducer.sync()) { reducer.set_sync(false); }
+  explicit NoSyncGuard(Reducer& reducer) : reducer_(&reducer), previous_(reducer.sync()) {
+    reducer.set_sync(false);
+  }
   ~NoSyncGuard() {
     if (reducer_) reducer_->set_sync(previous_);
   }
@@ -136,8 +138,8 @@ class DistributedDataParallel {
  public:
   DistributedDataParallel(ModuleType module, comm::ProcessGroup& group, DdpOptions options = DdpOptions())
       : module_(std::move(module)),
-        core_(named(module_->named_parameters(/*recurse=*/true)), named(module_->named_buffers(/*recurse=*/true)),
-              group, std::move(options)) {}
+        core_(named(module_->named_parameters(/*recurse=*/true)),
+              named(module_->named_buffers(/*recurse=*/true)), group, std::move(options)) {}
 
   /// Runs the module's forward after the per-step preparation (buffer broadcast).
   template <typename... Args>

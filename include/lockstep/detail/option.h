@@ -13,4 +13,6 @@
     name##_ = std::move(value);        \
     return *this;                      \
   }                                    \
-  const auto& name() const { return name##_; }
+  const auto& name() const {           \
+    return name##_;                    \
+  }

@@ -54,7 +54,6 @@ class EnvError : public std::runtime_error {
 ///   auto e = lockstep::env::from_env(EnvOptions().rank(0).world_size(1));
 class EnvOptions {
  public:
-
   LOCKSTEP_OPTION(EnvOptions, int, rank)
   LOCKSTEP_OPTION(EnvOptions, int, local_rank)
   LOCKSTEP_OPTION(EnvOptions, int, world_size)

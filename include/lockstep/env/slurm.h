@@ -42,19 +42,19 @@ std::vector<int> expand_tasks_per_node(const std::string& value,
 /// started one task per node, Lightning's shape) stands in its Slurm job step: what such a launcher takes
 /// from Slurm for the flags it was not given.
 struct SlurmNode {
-  int num_nodes = 1;             ///< SLURM_NNODES (or the length of the tasks-per-node list): --nnodes
-  int node_rank = 0;             ///< SLURM_NODEID: --node-rank
-  int tasks_on_node = 1;         ///< this node's entry of SLURM_STEP_TASKS_PER_NODE; 1 for one launcher per node
-  std::string master_addr;       ///< first host of SLURM_STEP_NODELIST (MASTER_ADDR wins): --master-addr
-  int master_port = 29500;       ///< 10000 + SLURM_JOB_ID % 50000 (MASTER_PORT wins): --master-port
-  std::string run_id;            ///< "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>": --rdzv-id
+  int num_nodes = 1;        ///< SLURM_NNODES (or the length of the tasks-per-node list): --nnodes
+  int node_rank = 0;        ///< SLURM_NODEID: --node-rank
+  int tasks_on_node = 1;    ///< this node's entry of SLURM_STEP_TASKS_PER_NODE; 1 for one launcher per node
+  std::string master_addr;  ///< first host of SLURM_STEP_NODELIST (MASTER_ADDR wins): --master-addr
+  int master_port = 29500;  ///< 10000 + SLURM_JOB_ID % 50000 (MASTER_PORT wins): --master-port
+  std::string run_id;       ///< "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>": --rdzv-id
 };
 
 /// This process's place as a per-node launcher of a Slurm job step, read with the rules of `from_env`'s
 /// Slurm source; std::nullopt when srun did not start it: SLURM_PROCID or SLURM_STEP_ID unset (the batch
 /// script of sbatch has SLURM_PROCID but no step id: a launcher run there directly is a one-node job), or
-/// RANK set (a worker of torchrun or `lockstep run` inside a Slurm job is that launcher's, not Slurm's). Throws EnvError,
-/// naming the variable, for malformed or inconsistent SLURM_* variables.
+/// RANK set (a worker of torchrun or `lockstep run` inside a Slurm job is that launcher's, not Slurm's).
+/// Throws EnvError, naming the variable, for malformed or inconsistent SLURM_* variables.
 ///
 /// The caller checks `tasks_on_node`: one launcher per node wants 1 (`srun --ntasks-per-node=1`); with
 /// more, every task would start its own copy of the node's workers.

@@ -40,7 +40,8 @@ struct LaunchConfig {
 /// the first problem: an empty command, nproc_per_node/nnodes < 1, nnodes * nproc_per_node above
 /// INT_MAX (so that `world_size()` and `rank_of()` cannot overflow), node_rank outside [0, nnodes),
 /// a port outside 1..65535, an empty master address or run id, max_restarts < 0, a negative grace
-/// period, a collective timeout that is not positive (or a malformed LOCKSTEP_TIMEOUT), or `standalone` combined with nnodes > 1 or an explicit master address/port.
+/// period, a collective timeout that is not positive (or a malformed LOCKSTEP_TIMEOUT), or `standalone`
+/// combined with nnodes > 1 or an explicit master address/port.
 ///
 /// `standalone` binds a socket to find a free port (so calling this twice gives different ports).
 LaunchConfig resolve(const LaunchOptions& options);

@@ -33,8 +33,8 @@ struct LaunchStreams {
 ///    at the next step and exits 75), and the job is not restarted after it: their status is returned.
 /// A command that cannot be started returns 127 (not found) or 126 (not executable), naming it.
 ///
-/// While `run()` runs it owns the process's SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 handlers (signals that
-/// were ignored when it started stay ignored) and ignores SIGPIPE, restoring all of them when it
+/// While `run()` runs it owns the process's SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 handlers (signals
+/// that were ignored when it started stay ignored) and ignores SIGPIPE, restoring all of them when it
 /// returns. Hence one `run()` per process at a time (a second concurrent one throws `LaunchError`).
 /// It reaps only its own workers' pids, never other children of the process.
 ///

@@ -38,9 +38,9 @@ struct RankRequest {
 
 /// What this process does.
 struct RankPlan {
-  bool become_rank = false;              ///< true: train as the rank `environment` describes
-  env::Environment environment;          ///< who this process is (become_rank)
-  std::optional<LaunchOptions> launch;   ///< otherwise: the launcher's options for `command`
+  bool become_rank = false;             ///< true: train as the rank `environment` describes
+  env::Environment environment;         ///< who this process is (become_rank)
+  std::optional<LaunchOptions> launch;  ///< otherwise: the launcher's options for `command`
 };
 
 /// The rule above for this process's `environment` and Slurm node (env::from_env, env::slurm_node).

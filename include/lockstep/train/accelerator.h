@@ -33,7 +33,8 @@ namespace lockstep::train {
 /// Options of an Accelerator; Hugging Face Accelerate's names and defaults.
 ///
 /// Example:
-///   Accelerator accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
+///   Accelerator
+///   accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
 class AcceleratorOptions {
  public:
   /// Precision::k32 (Accelerate's "no"), kBf16Mixed ("bf16") or k16Mixed ("fp16", CUDA only);
@@ -303,7 +304,8 @@ class AccumulateGuard {
 /// Not thread-safe; one per process (or per thread-rank in tests). Prepared objects must not outlive it.
 ///
 /// Example:
-///   Accelerator accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
+///   Accelerator
+///   accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
 ///   Net net;
 ///   auto [model, optimizer, loader] = accelerator.prepare(
 ///       net, torch::optim::Adam(net->parameters(), 1e-3), DataLoaderSpec(dataset, data::LoaderOptions(64)));

@@ -17,7 +17,7 @@ class Optimizer;
 namespace torch::serialize {
 class InputArchive;
 class OutputArchive;
-}
+}  // namespace torch::serialize
 
 namespace lockstep::train {
 
@@ -32,9 +32,9 @@ struct TrainPosition {
 struct CheckpointState {
   TrainPosition position;
   int world_size = 1;
-  std::string model;       ///< the model's name (`--model`), checked on resume
-  std::string config;      ///< the run's configuration, for people reading the file
-  at::Tensor rng_states;   ///< [world_size, n] uint8: every rank's CPU generator state (dropout)
+  std::string model;      ///< the model's name (`--model`), checked on resume
+  std::string config;     ///< the run's configuration, for people reading the file
+  at::Tensor rng_states;  ///< [world_size, n] uint8: every rank's CPU generator state (dropout)
   /// Each rank's values logged so far this epoch (LoggedMetrics::to_json), by rank; empty at an epoch end.
   std::vector<std::string> logged_states;
   /// Each callback's state_dict(), by state_key().
@@ -54,23 +54,23 @@ inline constexpr int64_t kCheckpointVersion = 2;
 /// LibTorch archive followed by lockstep's checksum trailer (file_checksum.h), atomically (temporary file,
 /// fsync, rename): a reader sees the old checkpoint or the complete new one. Throws std::runtime_error
 /// naming the path when it cannot.
-void save_checkpoint(const std::string& path, const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                     const CheckpointState& state);
+void save_checkpoint(const std::string& path, const torch::nn::Module& model,
+                     const torch::optim::Optimizer& optimizer, const CheckpointState& state);
 
 /// Loads a checkpoint written by save_checkpoint into `model` and `optimizer` and returns the rest.
 /// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, truncated,
 /// changed after it was written (its crc32 differs from the one stored: both are named), not a lockstep
 /// checkpoint, of another format version, or holds a model named other than `model_name` or
 /// whose parameters do not have this model's names and shapes.
-CheckpointState load_checkpoint(const std::string& path, const std::string& model_name, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer);
+CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
+                                torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
 /// Copies the parameters and buffers an archive holds (Module::save's layout) into `module`'s existing
 /// tensors, checking names, dtypes and shapes. Unlike Module::load it keeps every tensor object, so the
 /// gradient hooks DistributedDataParallel put on them (and an optimizer's references) stay valid.
 /// Throws std::runtime_error starting with `what` ("checkpoint 'x.ckpt'") and naming the dotted name.
-void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module, const std::string& what,
-                          const std::string& prefix = "");
+void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module,
+                          const std::string& what, const std::string& prefix = "");
 
 /// Saves `archive` to `path` atomically (write_atomically) with lockstep's checksum trailer after its
 /// bytes; `written(tmp)`, if given, runs after the trailer is written and before the rename. The one
@@ -88,8 +88,8 @@ void save_checksummed_archive(torch::serialize::OutputArchive& archive, const st
 /// `archive`. Throws std::runtime_error starting with `what` and the path ("checkpoint 'ck/last.ckpt'")
 /// and ending with `fix` when the file is truncated, changed since lockstep wrote it, not written by
 /// lockstep, or (checksum right) not a LibTorch archive.
-void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path, const std::string& what,
-                              const std::string& fix);
+void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path,
+                              const std::string& what, const std::string& fix);
 
 namespace detail {
 /// Called with the temporary file's path after a checkpoint's bytes are written and before it is renamed

@@ -15,7 +15,7 @@ struct ExportResult {
   /// module archive: final.pt, torch::save(model, path)).
   std::string kind;
   std::size_t tensors = 0;
-  int64_t values = 0;  ///< elements of all tensors
+  int64_t values = 0;            ///< elements of all tensors
   SafetensorsMetadata metadata;  ///< what the file's "__metadata__" holds
 };
 

@@ -34,7 +34,7 @@ struct EpochMetrics {
 /// One optimizer step, as `--log-every-n-steps` records it (rank 0's own loss, not reduced: no collective
 /// per logged step).
 struct StepMetrics {
-  int64_t step = 0;         ///< optimizer steps taken since the start of the run, after this one (1-based)
+  int64_t step = 0;  ///< optimizer steps taken since the start of the run, after this one (1-based)
   int64_t epoch = 0;
   int64_t batch = 0;        ///< batches of the epoch done, this step's included
   double train_loss = 0.0;  ///< rank 0's loss of the step's last batch
@@ -44,8 +44,8 @@ struct StepMetrics {
   std::string to_json() const;
 };
 
-/// Appends EpochMetrics (and StepMetrics) as JSON lines to a file, flushed after every line so that a crash loses at most
-/// the epoch being written. Not thread-safe; rank 0 owns it.
+/// Appends EpochMetrics (and StepMetrics) as JSON lines to a file, flushed after every line so that a crash
+/// loses at most the epoch being written. Not thread-safe; rank 0 owns it.
 class MetricsWriter {
  public:
   /// Opens `path` for appending (creating it); throws std::runtime_error naming the path and the

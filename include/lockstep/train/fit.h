@@ -14,14 +14,14 @@ namespace lockstep::train {
 
 /// Where rank 0 speaks. Other ranks print nothing (errors travel as exceptions).
 struct FitOutput {
-  std::FILE* out = stdout;  ///< per-epoch lines and the final summary
+  std::FILE* out = stdout;    ///< per-epoch lines and the final summary
   bool progress_bar = false;  ///< draw a live bar on `out` (only sensible on a terminal)
 };
 
 /// What a run produced (the same on every rank, reduced over all of them).
 struct FitResult {
   std::vector<EpochMetrics> epochs;
-  std::string weights_path;  ///< the final weights, when --ckpt-dir was given
+  std::string weights_path;      ///< the final weights, when --ckpt-dir was given
   std::string safetensors_path;  ///< the same weights as safetensors (final.safetensors), with --ckpt-dir
   /// SIGUSR1/SIGTERM stopped the run at a step boundary after writing last.ckpt (see TrainerResult).
   bool preempted = false;

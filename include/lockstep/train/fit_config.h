@@ -68,10 +68,10 @@ inline const std::vector<std::string>& fit_model_names() {
 /// Free of LibTorch: the CLI links it to reject bad flags without loading libtorch.
 struct FitConfig {
   // What to train.
-  std::string model = "mlp";              ///< mlp | cnn | resnet18
-  std::string data = "fashion-mnist";     ///< fashion-mnist | mnist | cifar10 | synthetic
-  std::string data_dir;                   ///< default: /usr/share/datasets/fashion-mnist for fashion-mnist
-  int64_t synthetic_size = 8192;          ///< training images of --data synthetic (test: a quarter)
+  std::string model = "mlp";           ///< mlp | cnn | resnet18
+  std::string data = "fashion-mnist";  ///< fashion-mnist | mnist | cifar10 | synthetic
+  std::string data_dir;                ///< default: /usr/share/datasets/fashion-mnist for fashion-mnist
+  int64_t synthetic_size = 8192;       ///< training images of --data synthetic (test: a quarter)
   /// Image shape of --data synthetic (unset: 1,28,28, Fashion-MNIST's; 3,32,32 is CIFAR-10's). Setting it
   /// with any other --data is an error: real datasets have their own shape.
   std::optional<ImageShape> synthetic_shape;
@@ -79,33 +79,34 @@ struct FitConfig {
   // Where (ranks).
   std::optional<int> devices;    ///< local ranks; unset: 1, or what the surrounding launcher started
   std::optional<int> num_nodes;  ///< nodes; must match the launcher's when set
-  std::string backend = "auto";  ///< auto (shm on one host, hier across nodes) | shm | hier | gloo | mpi (under mpirun)
-  int threads = 0;               ///< intra-op threads per rank; 0 = cores / local ranks
+  std::string backend =
+      "auto";       ///< auto (shm on one host, hier across nodes) | shm | hier | gloo | mpi (under mpirun)
+  int threads = 0;  ///< intra-op threads per rank; 0 = cores / local ranks
 
   // How.
   int64_t max_epochs = 10;
-  int64_t batch_size = 64;  ///< per rank
-  std::optional<double> lr; ///< default: 1e-3 (adam, adamw), 0.05 (sgd)
-  std::string optimizer = "adam";      ///< adam | adamw | sgd
+  int64_t batch_size = 64;         ///< per rank
+  std::optional<double> lr;        ///< default: 1e-3 (adam, adamw), 0.05 (sgd)
+  std::string optimizer = "adam";  ///< adam | adamw | sgd
   double weight_decay = 0.0;
-  double momentum = 0.9;               ///< sgd only
+  double momentum = 0.9;  ///< sgd only
   /// Scales the lr with the global batch (batch_size x ranks x accumulate_grad_batches) against
   /// lr_reference_batch: none | linear (x global/reference) | sqrt (x sqrt(global/reference)).
   std::string lr_scaling = "none";
   std::optional<int64_t> lr_reference_batch;  ///< the batch the lr is meant for; default: batch_size
-  std::string lr_schedule = "cosine";  ///< cosine | constant | step
-  double warmup_epochs = 0.0;          ///< linear warmup length, in epochs
-  std::optional<int64_t> lr_step_epochs;  ///< step: epochs between decays; default max(1, max_epochs / 3)
-  double lr_gamma = 0.1;                  ///< step: the factor of each decay, in (0, 1]
+  std::string lr_schedule = "cosine";         ///< cosine | constant | step
+  double warmup_epochs = 0.0;                 ///< linear warmup length, in epochs
+  std::optional<int64_t> lr_step_epochs;      ///< step: epochs between decays; default max(1, max_epochs / 3)
+  double lr_gamma = 0.1;                      ///< step: the factor of each decay, in (0, 1]
   uint64_t seed = 0;
-  std::string precision = "32";        ///< 32 (bf16-mixed, 16-mixed: trainer issue)
+  std::string precision = "32";  ///< 32 (bf16-mixed, 16-mixed: trainer issue)
   int64_t accumulate_grad_batches = 1;
-  double gradient_clip_val = 0.0;      ///< max global L2 norm of the gradients; 0 = off
-  std::optional<double> bucket_cap_mb; ///< DDP's bucket size cap, MiB (> 0); unset: auto (DdpOptions)
+  double gradient_clip_val = 0.0;       ///< max global L2 norm of the gradients; 0 = off
+  std::optional<double> bucket_cap_mb;  ///< DDP's bucket size cap, MiB (> 0); unset: auto (DdpOptions)
   BatchLimit limit_train_batches;
   BatchLimit limit_val_batches;
-  std::optional<bool> augment;         ///< random crop + flip; default on for cifar10 only
-  std::optional<double> dropout;       ///< the model's dropout probability; unset: the model's own (0.2)
+  std::optional<bool> augment;    ///< random crop + flip; default on for cifar10 only
+  std::optional<double> dropout;  ///< the model's dropout probability; unset: the model's own (0.2)
 
   // Data loading.
   /// Loader threads per rank; -1 = auto: 1 when the host has a core to spare for it (cores >= local
@@ -121,8 +122,8 @@ struct FitConfig {
   /// "" | last (= ckpt_dir/last.ckpt) | auto (last when ckpt_dir/last.ckpt exists, else a fresh start: for
   /// jobs that are requeued, such as `lockstep slurm`'s) | a checkpoint path
   std::string resume;
-  int64_t max_steps = -1;          ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
-  int64_t log_every_n_steps = 0;   ///< a {"step": ...} record in metrics_file every N steps; 0 = off
+  int64_t max_steps = -1;  ///< stop after this many optimizer steps in all (Lightning's); -1 = no limit
+  int64_t log_every_n_steps = 0;  ///< a {"step": ...} record in metrics_file every N steps; 0 = off
   /// Restart every rank after one fails, up to this many times (torchrun's --max-restarts); a restarted
   /// run resumes from ckpt_dir/last.ckpt when there is one.
   int max_restarts = 0;
@@ -150,7 +151,7 @@ struct FitConfig {
   double early_stopping_min_delta = 0.0;  ///< the least change of --monitor that counts as an improvement
 
   // Output.
-  std::string metrics_file;  ///< JSONL, one object per epoch (rank 0)
+  std::string metrics_file;       ///< JSONL, one object per epoch (rank 0)
   std::string progress = "auto";  ///< auto (a bar when stdout is a terminal) | on | off
 
   /// Throws std::invalid_argument naming the flag, the bad value and what is accepted.

@@ -48,7 +48,9 @@ class ModelCheckpointOptions {
   /// 1, or 0 when every_n_train_steps is set (Lightning's rule: one trigger unless both are given).
   LOCKSTEP_OPTION(ModelCheckpointOptions, std::optional<int64_t>, every_n_epochs)
 
-  int64_t resolved_every_n_epochs() const { return every_n_epochs_.value_or(every_n_train_steps_ > 0 ? 0 : 1); }
+  int64_t resolved_every_n_epochs() const {
+    return every_n_epochs_.value_or(every_n_train_steps_ > 0 ? 0 : 1);
+  }
 
   /// Throws std::invalid_argument naming the option, its value and what is accepted.
   void validate() const;
@@ -140,7 +142,8 @@ class ModelCheckpoint : public Callback {
   void save(TrainerContext& trainer);
   void save_top_k(TrainerContext& trainer, const std::string& dir);
   std::string resolve_dir(const TrainerContext& trainer);
-  std::string unique_path(const std::string& dir, const std::string& name, const std::string& replacing) const;
+  std::string unique_path(const std::string& dir, const std::string& name,
+                          const std::string& replacing) const;
   bool better(double candidate, double reference) const;
   void update_best_and_kth();
 

@@ -15,8 +15,9 @@ namespace lockstep::train {
 /// The numeric precision of training (Lightning's `precision`, Accelerate's `mixed_precision`).
 enum class Precision {
   k32,         ///< float32 throughout
-  kBf16Mixed,  ///< forward under autocast to bfloat16 (CPU and CUDA); weights, gradients and optimizer in float32
-  k16Mixed,    ///< forward under autocast to float16 with a GradScaler (CUDA only: CPU autocast has no float16)
+  kBf16Mixed,  ///< forward under autocast to bfloat16 (CPU and CUDA); weights, gradients and optimizer in
+               ///< float32
+  k16Mixed,  ///< forward under autocast to float16 with a GradScaler (CUDA only: CPU autocast has no float16)
 };
 
 /// Parses Lightning's spellings "32" (also "32-true"), "bf16-mixed", "16-mixed" and Accelerate's "no",

@@ -90,9 +90,9 @@ struct TrainingPlan {
   int rank = 0;
   int64_t max_epochs = 1;
   int64_t batches_per_epoch = 0;  ///< this rank's training batches per epoch (after limit_train_batches)
-  int64_t steps_per_epoch = 0;    ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
+  int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
   int64_t accumulate_grad_batches = 1;
-  int64_t batch_size = 0;         ///< per rank
+  int64_t batch_size = 0;  ///< per rank
   /// Optimizer steps of the whole run: steps_per_epoch x max_epochs (or max_steps when smaller).
   int64_t estimated_stepping_batches = 0;
 };

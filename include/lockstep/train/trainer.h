@@ -1,7 +1,7 @@
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -28,7 +28,8 @@ namespace lockstep::train {
 /// What the Trainer does with a non-finite loss from training_step.
 enum class OnNan {
   kStop,  ///< throw std::runtime_error naming the step, the rank and the value (the launcher stops the rest)
-  kSkip,  ///< every rank skips that optimizer step and drops what the step logged (one 8-byte all-reduce per step)
+  kSkip,  ///< every rank skips that optimizer step and drops what the step logged (one 8-byte all-reduce per
+          ///< step)
 };
 /// "stop" | "skip"; throws std::invalid_argument naming the text and the accepted values.
 OnNan parse_on_nan(const std::string& text);
@@ -148,14 +149,14 @@ int threads_per_rank(int requested, const env::Environment& environment);
 struct TrainerResult {
   std::vector<EpochMetrics> epochs;  ///< one per completed epoch, reduced over all ranks
   int64_t global_step = 0;
-  bool stopped_early = false;        ///< a callback (or max_steps) ended the run before max_epochs
-  int64_t skipped_steps = 0;         ///< optimizer steps skipped for a non-finite loss (on_nan "skip")
+  bool stopped_early = false;  ///< a callback (or max_steps) ended the run before max_epochs
+  int64_t skipped_steps = 0;   ///< optimizer steps skipped for a non-finite loss (on_nan "skip")
   std::string stop_reason;
   /// A preemption notice (SIGUSR1 or SIGTERM, to any rank) stopped the run at a step boundary after
   /// last.ckpt was written on every rank's behalf; no final weights. Exit with kPreemptedExitStatus.
   bool preempted = false;
-  std::string weights_path;          ///< ckpt_dir/final.pt, when written
-  std::string safetensors_path;      ///< ckpt_dir/final.safetensors, when written
+  std::string weights_path;      ///< ckpt_dir/final.pt, when written
+  std::string safetensors_path;  ///< ckpt_dir/final.safetensors, when written
 };
 
 /// Lightning's Trainer: runs a TrainModule on a DataModule with N data-parallel ranks.

@@ -144,7 +144,8 @@ c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<detail::MpiGroupSta
   c10::intrusive_ptr<detail::MpiWork> work;
   executor->submit([&](std::uint64_t sequence, std::size_t /*queued_ahead*/) {
     const std::string what = std::string(op) + " #" + std::to_string(sequence);
-    work = c10::make_intrusive<detail::MpiWork>(state->rank, executor, type, std::move(outputs), timeout, what);
+    work =
+        c10::make_intrusive<detail::MpiWork>(state->rank, executor, type, std::move(outputs), timeout, what);
     detail::SerialExecutor::Entry entry;
     entry.label = what;
     entry.job = [state, work, what, run = std::move(run)] {
@@ -157,8 +158,9 @@ c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<detail::MpiGroupSta
       }
     };
     entry.abandon = [state, work, what] {
-      work->complete(std::make_exception_ptr(std::runtime_error(
-          "rank " + std::to_string(state->rank) + ": mpi " + what + " never ran: its process group was destroyed")));
+      work->complete(
+          std::make_exception_ptr(std::runtime_error("rank " + std::to_string(state->rank) + ": mpi " + what +
+                                                     " never ran: its process group was destroyed")));
     };
     return entry;
   });
@@ -371,8 +373,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& outp
   const int count = to_count(input.numel() * static_cast<int64_t>(input.element_size()), "_allgather_base");
   auto in = input.contiguous();
   auto out = output;
-  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output},
-                 [in, out, count](MPI_Comm comm) {
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base",
+                 {output}, [in, out, count](MPI_Comm comm) {
                    MpiCallScope scope("MPI_Allgather");
                    mpi_check(
                        MPI_Allgather(in.data_ptr(), count, MPI_BYTE, out.data_ptr(), count, MPI_BYTE, comm),
@@ -399,8 +401,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::reduce_scatter(std::vector<at::T
   auto output = std::make_shared<Contiguous>(outputs[0]);
   auto ins = inputs[0];
   const int size = getSize();
-  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
-                 [output, ins, type, mpi_op, op, count, size](MPI_Comm comm) {
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::REDUCE_SCATTER, "reduce_scatter",
+                 outputs, [output, ins, type, mpi_op, op, count, size](MPI_Comm comm) {
                    // MPI takes the blocks back to back in one buffer.
                    at::Tensor flat = at::empty({size, static_cast<int64_t>(count)}, output->work.options());
                    for (int r = 0; r < size; ++r) flat[r].copy_(ins[r].reshape({-1}));
@@ -430,10 +432,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_reduce_scatter_base(at::Tensor&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {}, [](MPI_Comm comm) {
-    MpiCallScope scope("MPI_Barrier");
-    mpi_check(MPI_Barrier(comm), "MPI_Barrier");
-  });
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {},
+                 [](MPI_Comm comm) {
+                   MpiCallScope scope("MPI_Barrier");
+                   mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+                 });
 }
 
 }  // namespace lockstep::comm

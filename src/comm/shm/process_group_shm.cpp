@@ -74,7 +74,9 @@ std::size_t slot_bytes_from_env() {
   return static_cast<std::size_t>(value);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The elements [lo, hi) of `len` that `rank` reduces: equal slices of whole cache lines, in rank order.
 struct Slice {
@@ -94,14 +96,20 @@ struct Reduction {
 
 Reduction to_reduction(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return {ShmReduceOp::kSum, false, op.op_};
-    case c10d::ReduceOp::AVG: return {ShmReduceOp::kSum, true, op.op_};
-    case c10d::ReduceOp::PRODUCT: return {ShmReduceOp::kProduct, false, op.op_};
-    case c10d::ReduceOp::MIN: return {ShmReduceOp::kMin, false, op.op_};
-    case c10d::ReduceOp::MAX: return {ShmReduceOp::kMax, false, op.op_};
+    case c10d::ReduceOp::SUM:
+      return {ShmReduceOp::kSum, false, op.op_};
+    case c10d::ReduceOp::AVG:
+      return {ShmReduceOp::kSum, true, op.op_};
+    case c10d::ReduceOp::PRODUCT:
+      return {ShmReduceOp::kProduct, false, op.op_};
+    case c10d::ReduceOp::MIN:
+      return {ShmReduceOp::kMin, false, op.op_};
+    case c10d::ReduceOp::MAX:
+      return {ShmReduceOp::kMax, false, op.op_};
     default:
-      throw std::invalid_argument("the shm backend supports the reduce ops sum, avg, product, min and max, got " +
-                                  std::to_string(static_cast<int>(op.op_)));
+      throw std::invalid_argument(
+          "the shm backend supports the reduce ops sum, avg, product, min and max, got " +
+          std::to_string(static_cast<int>(op.op_)));
   }
 }
 
@@ -122,7 +130,9 @@ void check_reducible(const at::Tensor& t, const char* op) {
               " tensors (it reduces float32, float64, bfloat16, float16, int32, int64, uint8, int8)");
 }
 
-char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+char* bytes_of(const at::Tensor& t) {
+  return static_cast<char*>(t.data_ptr());
+}
 
 ShmOpContext context(const char* op, std::uint64_t sequence, std::chrono::milliseconds timeout) {
   ShmOpContext ctx;
@@ -133,8 +143,8 @@ ShmOpContext context(const char* op, std::uint64_t sequence, std::chrono::millis
   return ctx;
 }
 
-ShmSignature signature(std::uint64_t sequence, c10d::OpType op, const at::Tensor* t, int32_t detail, int64_t chunks,
-                       int64_t shared_offset = -1) {
+ShmSignature signature(std::uint64_t sequence, c10d::OpType op, const at::Tensor* t, int32_t detail,
+                       int64_t chunks, int64_t shared_offset = -1) {
   ShmSignature s;
   s.shared_offset = shared_offset;
   s.sequence = sequence;
@@ -232,7 +242,8 @@ void run_broadcast(ShmChannel& ch, const ShmOpContext& ctx, at::Tensor& t, int r
   }
 }
 
-void run_allgather(ShmChannel& ch, const ShmOpContext& ctx, std::vector<at::Tensor>& outputs, const at::Tensor& input) {
+void run_allgather(ShmChannel& ch, const ShmOpContext& ctx, std::vector<at::Tensor>& outputs,
+                   const at::Tensor& input) {
   const int64_t total = input.numel() * input.element_size();
   const int64_t chunk = static_cast<int64_t>(ch.slot_bytes());
   const int64_t chunks = ceil_div(total, chunk);
@@ -349,7 +360,8 @@ ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, i
     const auto value = store->get(key);
     segment_name_.assign(value.begin(), value.end());
     if (!segment_name_.empty() && segment_name_[0] == '!') {
-      throw std::runtime_error("rank 0 could not set up the shared-memory segment: " + segment_name_.substr(1));
+      throw std::runtime_error("rank 0 could not set up the shared-memory segment: " +
+                               segment_name_.substr(1));
     }
     channel_ = std::make_unique<ShmChannel>(detail::ShmSegment::open(segment_name_, bytes), rank, size,
                                             options_.slot_bytes(), /*initialise=*/false);
@@ -365,13 +377,16 @@ ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 // Every collective ends within its timeout: the executor's running one is waited for, queued ones fail.
-ProcessGroupShm::~ProcessGroupShm() { executor_->stop(std::chrono::milliseconds::max()); }
+ProcessGroupShm::~ProcessGroupShm() {
+  executor_->stop(std::chrono::milliseconds::max());
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupShm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                         std::function<void(std::uint64_t)> run) {
   c10::intrusive_ptr<detail::ShmWork> work;
   executor_->submit([&](std::uint64_t sequence, std::size_t queued_ahead) {
-    const auto backstop = options_.timeout() * static_cast<int64_t>(queued_ahead + 1) + std::chrono::seconds(10);
+    const auto backstop =
+        options_.timeout() * static_cast<int64_t>(queued_ahead + 1) + std::chrono::seconds(10);
     work = c10::make_intrusive<detail::ShmWork>(getRank(), type, std::move(outputs), backstop);
     detail::SerialExecutor::Entry entry;
     entry.label = "shm collective #" + std::to_string(sequence);
@@ -411,7 +426,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allreduce(std::vector<at::Tensor
   });
 }
 
-std::pair<const ProcessGroupShm::SharedBuffer*, std::size_t> ProcessGroupShm::find_shared(const at::Tensor& t) const {
+std::pair<const ProcessGroupShm::SharedBuffer*, std::size_t> ProcessGroupShm::find_shared(
+    const at::Tensor& t) const {
   if (shared_buffers_.empty() || t.numel() == 0) return {nullptr, 0};
   const auto* begin = static_cast<const char*>(t.data_ptr());
   const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
@@ -452,12 +468,14 @@ at::Tensor ProcessGroupShm::new_shared_tensor(int64_t numel, at::ScalarType dtyp
       std::string name;
       if (dev_shm_has_room(2 * total)) {
         name = detail::shm_segment_name(options_.run_id());
-        buffer = std::make_shared<SharedBuffer>(SharedBuffer{detail::ShmSegment::create(name, total), stride});
+        buffer =
+            std::make_shared<SharedBuffer>(SharedBuffer{detail::ShmSegment::create(name, total), stride});
       } else {
-        std::fprintf(stderr,
-                     "lockstep shm: /dev/shm has no room for a %.1f MiB shared buffer (twice that must be free); "
-                     "using private memory, whose all-reduces copy through the segment (slower)\n",
-                     static_cast<double>(total) / (1024.0 * 1024.0));
+        std::fprintf(
+            stderr,
+            "lockstep shm: /dev/shm has no room for a %.1f MiB shared buffer (twice that must be free); "
+            "using private memory, whose all-reduces copy through the segment (slower)\n",
+            static_cast<double>(total) / (1024.0 * 1024.0));
       }
       std::memset(name_slot, 0, 256);
       std::memcpy(name_slot, name.data(), std::min<std::size_t>(name.size(), 255));
@@ -477,7 +495,8 @@ at::Tensor ProcessGroupShm::new_shared_tensor(int64_t numel, at::ScalarType dtyp
     buffer->segment.unlink();
     char* mine = static_cast<char*>(buffer->segment.data()) + getRank() * stride;
     // The tensor keeps the mapping alive after the group is gone (the group keeps it for the peers).
-    *result = at::from_blob(mine, {numel}, [buffer](void*) {}, at::TensorOptions().dtype(dtype));
+    *result = at::from_blob(
+        mine, {numel}, [buffer](void*) {}, at::TensorOptions().dtype(dtype));
     shared_buffers_.push_back(std::move(buffer));
   });
   work->wait();
@@ -504,8 +523,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::allgather(std::vector<std::vecto
                                                           const c10d::AllgatherOptions& /*opts*/) {
   check_single(inputs, "allgather");
   TORCH_CHECK(outputs.size() == 1, "shm allgather takes one output list per rank, got ", outputs.size());
-  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(), "shm allgather needs one output tensor per rank (",
-              getSize(), "), got ", outputs[0].size());
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == getSize(),
+              "shm allgather needs one output tensor per rank (", getSize(), "), got ", outputs[0].size());
   for (const auto& out : outputs[0]) {
     check_tensor(out, "allgather", "an output");
     TORCH_CHECK(out.numel() == inputs[0].numel() && out.scalar_type() == inputs[0].scalar_type(),
@@ -558,7 +577,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::reduce_scatter(std::vector<at::T
   auto ins = std::make_shared<std::vector<at::Tensor>>();
   for (const auto& in : inputs[0]) ins->push_back(in.contiguous());
   return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, output, ins, reduction](std::uint64_t seq) {
-    run_reduce_scatter(*channel_, context("reduce_scatter", seq, options_.timeout()), output->work, *ins, reduction);
+    run_reduce_scatter(*channel_, context("reduce_scatter", seq, options_.timeout()), output->work, *ins,
+                       reduction);
     output->write_back();
   });
 }

@@ -59,7 +59,9 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return s.substr(0, s.find('.') + 2) + " s";
 }
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 
 }  // namespace
 
@@ -81,7 +83,8 @@ struct alignas(64) ShmChannel::RankControl {
   ShmSignature signature[2];            // by collective sequence parity
 };
 
-static_assert(std::atomic<std::uint32_t>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
+                  std::atomic<std::uint64_t>::is_always_lock_free,
               "the shm backend needs address-free atomics");
 
 std::size_t ShmChannel::segment_bytes(int world, std::size_t slot_bytes) {
@@ -144,7 +147,8 @@ void ShmChannel::throw_if_failed() const {
   for (int i = 0; i < 1000 && block_->failure_ready.load(std::memory_order_acquire) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  const std::string text = block_->failure_ready.load(std::memory_order_acquire) ? block_->failure : "(no detail)";
+  const std::string text =
+      block_->failure_ready.load(std::memory_order_acquire) ? block_->failure : "(no detail)";
   if (failed == rank_) throw std::runtime_error(text);
   throw std::runtime_error("rank " + std::to_string(failed) + " failed, so this group is unusable: " + text);
 }
@@ -168,7 +172,8 @@ std::string ShmChannel::dead_ranks(std::uint64_t target) const {
     const std::int32_t pid = control(r).pid.load();
     if (r == rank_ || pid <= 0 || control(r).arrivals.load() >= target) continue;
     if (::kill(pid, 0) != 0 && errno == ESRCH) {
-      list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
+      list +=
+          (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
     }
   }
   return list;
@@ -213,7 +218,8 @@ void ShmChannel::wait_for_generation(std::uint32_t seen, std::uint64_t target, c
     const auto now = Clock::now();
     const std::string dead = dead_ranks(target);
     if (!dead.empty()) {
-      fail("rank " + std::to_string(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) + ": " + dead +
+      fail("rank " + std::to_string(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) + ": " +
+           dead +
            " exited while this rank waited for it (it died or was killed inside or before this collective)");
     }
     if (now >= ctx.deadline) {
@@ -248,7 +254,8 @@ std::string describe(const ShmSignature& s) {
   for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   text += " #" + std::to_string(s.sequence) + " (";
   if (s.dtype >= 0) {
-    text += std::string(c10::toString(static_cast<c10::ScalarType>(s.dtype))) + "[" + std::to_string(s.numel) + "]";
+    text += std::string(c10::toString(static_cast<c10::ScalarType>(s.dtype))) + "[" +
+            std::to_string(s.numel) + "]";
   } else {
     text += "no tensor";
   }

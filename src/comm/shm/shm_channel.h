@@ -30,12 +30,12 @@ namespace lockstep::comm::detail {
 /// What a rank is about to do, published before a collective's first barrier and compared after it
 /// (ranks that call different collectives get an error naming both, never a hang or garbage).
 struct ShmSignature {
-  std::uint64_t sequence = 0;  // 1-based collective number in this group
-  std::int32_t op = 0;         // c10d::OpType
-  std::int32_t dtype = -1;     // c10::ScalarType, -1 when none (barrier)
-  std::int64_t numel = 0;      // elements per rank
-  std::int32_t detail = 0;     // reduce op, or broadcast root
-  std::int32_t chunks = 0;     // how many steps the collective takes
+  std::uint64_t sequence = 0;       // 1-based collective number in this group
+  std::int32_t op = 0;              // c10d::OpType
+  std::int32_t dtype = -1;          // c10::ScalarType, -1 when none (barrier)
+  std::int64_t numel = 0;           // elements per rank
+  std::int32_t detail = 0;          // reduce op, or broadcast root
+  std::int32_t chunks = 0;          // how many steps the collective takes
   std::int64_t shared_offset = -1;  // allreduce of a shared buffer: the tensor's byte offset in it; else -1
 };
 
@@ -106,8 +106,8 @@ class ShmChannel {
   int rank_ = 0;
   int world_ = 1;
   std::size_t slot_bytes_ = 0;
-  std::uint64_t step_ = 0;     // steps taken (selects the buffer)
-  std::uint64_t arrivals_ = 0; // barriers entered by this rank
+  std::uint64_t step_ = 0;      // steps taken (selects the buffer)
+  std::uint64_t arrivals_ = 0;  // barriers entered by this rank
 };
 
 /// Text of a signature: "allreduce #12 (Float[1024], sum, 1 step)".

@@ -12,19 +12,27 @@ namespace {
 
 struct Sum {
   template <typename T>
-  T operator()(T a, T b) const { return a + b; }
+  T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct Product {
   template <typename T>
-  T operator()(T a, T b) const { return a * b; }
+  T operator()(T a, T b) const {
+    return a * b;
+  }
 };
 struct Min {
   template <typename T>
-  T operator()(T a, T b) const { return b < a ? b : a; }
+  T operator()(T a, T b) const {
+    return b < a ? b : a;
+  }
 };
 struct Max {
   template <typename T>
-  T operator()(T a, T b) const { return a < b ? b : a; }
+  T operator()(T a, T b) const {
+    return a < b ? b : a;
+  }
 };
 
 // Native types: pairwise passes over the inputs, each a simple loop the compiler vectorises.
@@ -67,14 +75,22 @@ void reduce_half(void* out_raw, const void* const* in, int n, std::int64_t count
 template <typename Op>
 void reduce_typed(c10::ScalarType type, void* out, const void* const* in, int n, std::int64_t count) {
   switch (type) {
-    case c10::ScalarType::Float: return reduce_native<float, Op>(out, in, n, count);
-    case c10::ScalarType::Double: return reduce_native<double, Op>(out, in, n, count);
-    case c10::ScalarType::Int: return reduce_native<std::int32_t, Op>(out, in, n, count);
-    case c10::ScalarType::Long: return reduce_native<std::int64_t, Op>(out, in, n, count);
-    case c10::ScalarType::Byte: return reduce_native<std::uint8_t, Op>(out, in, n, count);
-    case c10::ScalarType::Char: return reduce_native<std::int8_t, Op>(out, in, n, count);
-    case c10::ScalarType::Half: return reduce_half<c10::Half, Op>(out, in, n, count);
-    case c10::ScalarType::BFloat16: return reduce_half<c10::BFloat16, Op>(out, in, n, count);
+    case c10::ScalarType::Float:
+      return reduce_native<float, Op>(out, in, n, count);
+    case c10::ScalarType::Double:
+      return reduce_native<double, Op>(out, in, n, count);
+    case c10::ScalarType::Int:
+      return reduce_native<std::int32_t, Op>(out, in, n, count);
+    case c10::ScalarType::Long:
+      return reduce_native<std::int64_t, Op>(out, in, n, count);
+    case c10::ScalarType::Byte:
+      return reduce_native<std::uint8_t, Op>(out, in, n, count);
+    case c10::ScalarType::Char:
+      return reduce_native<std::int8_t, Op>(out, in, n, count);
+    case c10::ScalarType::Half:
+      return reduce_half<c10::Half, Op>(out, in, n, count);
+    case c10::ScalarType::BFloat16:
+      return reduce_half<c10::BFloat16, Op>(out, in, n, count);
     default:
       throw std::invalid_argument(std::string("the shm backend cannot reduce ") + c10::toString(type) +
                                   " tensors (it reduces float32, float64, bfloat16, float16, int32, int64, "
@@ -106,32 +122,48 @@ bool shm_reducible(c10::ScalarType type) {
     case c10::ScalarType::Byte:
     case c10::ScalarType::Char:
     case c10::ScalarType::Half:
-    case c10::ScalarType::BFloat16: return true;
-    default: return false;
+    case c10::ScalarType::BFloat16:
+      return true;
+    default:
+      return false;
   }
 }
 
-void shm_reduce(c10::ScalarType type, ShmReduceOp op, void* out, const void* const* in, int n, std::int64_t count) {
+void shm_reduce(c10::ScalarType type, ShmReduceOp op, void* out, const void* const* in, int n,
+                std::int64_t count) {
   if (count <= 0) return;
   switch (op) {
-    case ShmReduceOp::kSum: return reduce_typed<Sum>(type, out, in, n, count);
-    case ShmReduceOp::kProduct: return reduce_typed<Product>(type, out, in, n, count);
-    case ShmReduceOp::kMin: return reduce_typed<Min>(type, out, in, n, count);
-    case ShmReduceOp::kMax: return reduce_typed<Max>(type, out, in, n, count);
+    case ShmReduceOp::kSum:
+      return reduce_typed<Sum>(type, out, in, n, count);
+    case ShmReduceOp::kProduct:
+      return reduce_typed<Product>(type, out, in, n, count);
+    case ShmReduceOp::kMin:
+      return reduce_typed<Min>(type, out, in, n, count);
+    case ShmReduceOp::kMax:
+      return reduce_typed<Max>(type, out, in, n, count);
   }
 }
 
 void shm_divide(c10::ScalarType type, void* data, std::int64_t count, int divisor) {
   switch (type) {
-    case c10::ScalarType::Float: return divide_native<float>(data, count, divisor);
-    case c10::ScalarType::Double: return divide_native<double>(data, count, divisor);
-    case c10::ScalarType::Int: return divide_native<std::int32_t>(data, count, divisor);
-    case c10::ScalarType::Long: return divide_native<std::int64_t>(data, count, divisor);
-    case c10::ScalarType::Byte: return divide_native<std::uint8_t>(data, count, divisor);
-    case c10::ScalarType::Char: return divide_native<std::int8_t>(data, count, divisor);
-    case c10::ScalarType::Half: return divide_floating<c10::Half>(data, count, divisor);
-    case c10::ScalarType::BFloat16: return divide_floating<c10::BFloat16>(data, count, divisor);
-    default: throw std::invalid_argument(std::string("the shm backend cannot average ") + c10::toString(type));
+    case c10::ScalarType::Float:
+      return divide_native<float>(data, count, divisor);
+    case c10::ScalarType::Double:
+      return divide_native<double>(data, count, divisor);
+    case c10::ScalarType::Int:
+      return divide_native<std::int32_t>(data, count, divisor);
+    case c10::ScalarType::Long:
+      return divide_native<std::int64_t>(data, count, divisor);
+    case c10::ScalarType::Byte:
+      return divide_native<std::uint8_t>(data, count, divisor);
+    case c10::ScalarType::Char:
+      return divide_native<std::int8_t>(data, count, divisor);
+    case c10::ScalarType::Half:
+      return divide_floating<c10::Half>(data, count, divisor);
+    case c10::ScalarType::BFloat16:
+      return divide_floating<c10::BFloat16>(data, count, divisor);
+    default:
+      throw std::invalid_argument(std::string("the shm backend cannot average ") + c10::toString(type));
   }
 }
 

@@ -16,7 +16,9 @@
 namespace lockstep::comm::detail {
 namespace {
 
-std::string errno_text(int error) { return std::string(std::strerror(error)); }
+std::string errno_text(int error) {
+  return std::string(std::strerror(error));
+}
 
 std::string size_text(std::size_t bytes) {
   return std::to_string(bytes) + " bytes (" + std::to_string(bytes >> 20) + " MiB)";
@@ -43,8 +45,8 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes) {
   const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     ::close(fd);
-    throw std::runtime_error("cannot reserve " + size_text(bytes) + " for shared-memory segment " + name + ": " +
-                             errno_text(rc) + " (is /dev/shm large enough? `df -h /dev/shm`)");
+    throw std::runtime_error("cannot reserve " + size_text(bytes) + " for shared-memory segment " + name +
+                             ": " + errno_text(rc) + " (is /dev/shm large enough? `df -h /dev/shm`)");
   }
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;
@@ -62,8 +64,8 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t bytes) {
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) {
     const int error = errno;
-    throw std::runtime_error("cannot open shared-memory segment " + name + " created by rank 0: " +
-                             errno_text(error) +
+    throw std::runtime_error("cannot open shared-memory segment " + name +
+                             " created by rank 0: " + errno_text(error) +
                              (error == ENOENT ? " (is this rank on another host than rank 0? the shm backend "
                                                 "needs every rank on one node: use --backend gloo or hier)"
                                               : ""));
@@ -88,7 +90,9 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t bytes) {
   return segment;
 }
 
-ShmSegment::ShmSegment(ShmSegment&& other) noexcept { *this = std::move(other); }
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept {
+  *this = std::move(other);
+}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
@@ -101,7 +105,9 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   return *this;
 }
 
-ShmSegment::~ShmSegment() { release(); }
+ShmSegment::~ShmSegment() {
+  release();
+}
 
 void ShmSegment::unlink() noexcept {
   if (owns_name_) {

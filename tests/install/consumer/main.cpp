@@ -6,9 +6,11 @@
 
 int main() {
   const auto e = lockstep::env::from_env(lockstep::env::EnvOptions().rank(1).world_size(3));
-  const auto trainer_options = lockstep::train::TrainerOptions().precision(lockstep::train::Precision::kBf16Mixed);
+  const auto trainer_options =
+      lockstep::train::TrainerOptions().precision(lockstep::train::Precision::kBf16Mixed);
   const auto ddp_options = lockstep::ddp::DdpOptions().find_unused_parameters(true);
   std::printf("consumer: rank %d of %d, precision %s, find_unused_parameters %d\n", e.rank, e.world_size,
-              lockstep::train::to_string(trainer_options.precision()), ddp_options.find_unused_parameters() ? 1 : 0);
+              lockstep::train::to_string(trainer_options.precision()),
+              ddp_options.find_unused_parameters() ? 1 : 0);
   return e.rank == 1 && e.world_size == 3 ? 0 : 1;
 }

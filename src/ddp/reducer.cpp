@@ -63,6 +63,8 @@ struct ReducerState {
   void finalize();
   void reset_iteration();
   void copy_into_bucket(size_t index);
+  /// Whether parameter `index`'s .grad is its bucket slot (view mode, once aliased).
+  bool grad_is_slot(size_t index) const;
   void mark_unused_ready(const std::vector<size_t>& missing);
   /// Whether backward passes all-reduce the used-parameter map (find_unused_parameters, with parameters).
   bool reduces_used_map() const { return options.find_unused_parameters() && !params.empty(); }
@@ -84,20 +86,25 @@ void ReducerState::reset_iteration() {
   std::fill(kept.begin(), kept.end(), 0);
 }
 
+bool ReducerState::grad_is_slot(size_t index) const {
+  const at::Tensor& grad = params[index].grad();
+  const auto [bucket, slot] = locate[index];
+  return options.gradient_as_bucket_view() && grad.defined() &&
+         grad.data_ptr() == buckets[bucket].views[slot].data_ptr();
+}
+
 void ReducerState::copy_into_bucket(size_t index) {
   const auto [bucket, slot] = locate[index];
   at::Tensor& view = buckets[bucket].views[slot];
   at::Tensor& param = params[index];
-  const at::Tensor& grad = param.grad();
-  if (!grad.defined()) {
+  if (!param.grad().defined()) {
     view.zero_();  // contributes zeros; .grad stays undefined unless some rank used the parameter
     return;
   }
-  const bool as_view = options.gradient_as_bucket_view();
-  if (as_view && grad.data_ptr() == view.data_ptr()) return;  // already in place
-  view.copy_(grad);
+  if (grad_is_slot(index)) return;  // already in place
+  view.copy_(param.grad());
   // In view mode .grad was replaced (e.g. set to none, then accumulated afresh): point it back at its slot.
-  if (as_view) param.mutable_grad() = view;
+  if (options.gradient_as_bucket_view()) param.mutable_grad() = view;
 }
 
 void ReducerState::launch_ready_buckets() {
@@ -149,17 +156,15 @@ void ReducerState::mark_unused_ready(const std::vector<size_t>& missing) {
     // Contributes its current .grad (zeros if none): what no_sync accumulated, or what the user left.
     // In view mode .grad is the bucket slot the all-reduce overwrites: keep its value, in case no rank
     // used the parameter and .grad must stay as it was.
-    const at::Tensor& grad = params[i].grad();
-    const auto [bucket, slot] = locate[i];
-    if (options.gradient_as_bucket_view() && grad.defined() &&
-        grad.data_ptr() == buckets[bucket].views[slot].data_ptr()) {
+    if (grad_is_slot(i)) {
+      const at::Tensor& grad = params[i].grad();
       if (!kept_grad[i].defined()) kept_grad[i] = at::empty_like(grad);  // once per parameter
       kept_grad[i].copy_(grad);
       kept[i] = 1;
     }
     copy_into_bucket(i);
     ready[i] = 1;
-    --buckets[bucket].pending;
+    --buckets[locate[i].first].pending;
   }
 }
 

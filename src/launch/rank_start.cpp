@@ -49,8 +49,8 @@ LaunchOptions node_launch(const RankRequest& request, const std::vector<std::str
   return options;
 }
 
-// A process of its own starts its local ranks.
-LaunchOptions local_launch(const RankRequest& request, const std::vector<std::string>& command) {
+// What a process of its own cannot start.
+void check_single_process(const RankRequest& request) {
   if (request.num_nodes.value_or(1) > 1) {
     throw std::invalid_argument(
         "num_nodes " + std::to_string(*request.num_nodes) +
@@ -64,6 +64,10 @@ LaunchOptions local_launch(const RankRequest& request, const std::vector<std::st
         " --backend mpi ...` without devices (as root add --allow-run-as-root), or keep "
         "devices and use another backend (auto, shm, gloo)");
   }
+}
+
+// A process of its own starts its local ranks.
+LaunchOptions local_launch(const RankRequest& request, const std::vector<std::string>& command) {
   LaunchOptions options(command);
   options.nproc_per_node(request.devices.value_or(1)).standalone(true).direct_stdout_local_rank(0);
   return options;
@@ -83,11 +87,11 @@ RankPlan plan_rank_start(const RankRequest& request, const std::vector<std::stri
     plan.become_rank = true;
     plan.environment = environment;
   } else {
-    LaunchOptions local = local_launch(request, command);
+    check_single_process(request);
     if (request.devices.value_or(1) > 1 || request.always_launch) {
-      plan.launch = std::move(local);
+      plan.launch = local_launch(request, command);
     } else {
-      plan.become_rank = true;
+      plan.become_rank = true;  // the only rank
       plan.environment = environment;
     }
   }

@@ -50,14 +50,14 @@ void ensure_writable_dir(const std::string& dir) {
   std::filesystem::create_directories(dir, error);
   if (error) {
     throw std::runtime_error("cannot create directory '" + dir + "': " + error.message() +
-                             " (choose another --ckpt-dir)");
+                             " (choose another ckpt_dir)");
   }
   const std::string probe =
       (std::filesystem::path(dir) / (".lockstep-probe." + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     throw std::runtime_error("cannot write into directory '" + dir + "': " + std::strerror(errno) +
-                             " (choose another --ckpt-dir)");
+                             " (choose another ckpt_dir)");
   }
   ::close(fd);
   std::remove(probe.c_str());

@@ -44,7 +44,7 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (file_ == nullptr) {
     throw std::runtime_error("cannot open metrics file '" + path +
                              "' for appending: " + std::strerror(errno) +
-                             " (check that its directory exists, or change --metrics-file)");
+                             " (check that its directory exists, or change metrics_file)");
   }
 }
 

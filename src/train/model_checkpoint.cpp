@@ -188,7 +188,7 @@ std::string ModelCheckpoint::resolve_dir(const TrainerContext& trainer) {
   if (dir.empty()) {
     throw std::runtime_error(
         "ModelCheckpoint has no directory for its checkpoints: set "
-        "ModelCheckpointOptions().dirpath(DIR), or give the Trainer one (--ckpt-dir DIR)");
+        "ModelCheckpointOptions().dirpath(DIR), or give the Trainer one (ckpt_dir DIR)");
   }
   // A state restored from a run that wrote elsewhere: its files are not ours to rank or remove (Lightning
   // keeps only best_model_path then).

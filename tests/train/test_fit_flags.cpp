@@ -469,6 +469,8 @@ TEST(InFlagWords, OptionNamesBecomeFlagsAndPathsStay) {
             "resume 'last' needs --ckpt-dir, where last.ckpt lives");
   EXPECT_EQ(lockstep::cli::in_flag_words("cannot open '/runs/ckpt_dir/last.ckpt'"),
             "cannot open '/runs/ckpt_dir/last.ckpt'");
+  EXPECT_EQ(lockstep::cli::in_flag_words("cannot create directory '/x': denied (choose another ckpt_dir)"),
+            "cannot create directory '/x': denied (choose another --ckpt-dir)");
   EXPECT_EQ(lockstep::cli::in_flag_words("max_steps_total on_nanny"), "max_steps_total on_nanny");
 }
 

@@ -389,7 +389,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupShm::enqueue(c10d::OpType type, std::
         options_.timeout() * static_cast<int64_t>(queued_ahead + 1) + std::chrono::seconds(10);
     work = c10::make_intrusive<detail::ShmWork>(getRank(), type, std::move(outputs), backstop);
     detail::SerialExecutor::Entry entry;
-    entry.label = "shm collective #" + std::to_string(sequence);
+    // No label: nothing asks the shm executor what runs (its errors name the collective themselves).
     entry.job = [this, work, run = std::move(run), sequence] {
       try {
         run(sequence);

@@ -24,11 +24,11 @@ namespace {
 // shares) and returns the job's exit status.
 int launch_ranks(launch::LaunchOptions options, const train::FitConfig& config) {
   try {
-    if (const auto timeout = config.collective_timeout_duration()) options.collective_timeout(*timeout);
+    if (const auto& timeout = config.trainer.collective_timeout()) options.collective_timeout(*timeout);
     launch::Launcher launcher(options);
     return launcher.run().exit_status;
   } catch (const launch::LaunchError& e) {
-    std::cerr << "lockstep fit: " << e.what() << '\n';
+    std::cerr << "lockstep fit: " << in_flag_words(e.what()) << '\n';
     return 1;
   }
 }
@@ -49,10 +49,10 @@ int fit_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command.emplace_back(argv[i]);
 
   launch::RankRequest request;
-  request.devices = config.devices;
-  request.num_nodes = config.num_nodes;
+  request.devices = config.trainer.devices();
+  request.num_nodes = config.trainer.num_nodes();
   request.max_restarts = config.max_restarts;
-  request.mpi_backend = config.backend == "mpi";
+  request.mpi_backend = config.trainer.backend() == comm::Backend::kMpi;
   request.program = "lockstep fit";
   request.always_launch = true;  // the rank program runs under the launcher, which also restarts it
   launch::RankPlan plan;

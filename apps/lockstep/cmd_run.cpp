@@ -12,6 +12,7 @@
 
 #include "cli_parse.h"
 #include "commands.h"
+#include "flag_words.h"
 #include "lockstep/env/slurm.h"
 #include "lockstep/launch/launch.h"
 
@@ -224,13 +225,13 @@ int run_main(int argc, char** argv) {
   } catch (const UsageError& e) {
     return usage_error(e.message);
   } catch (const launch::LaunchError& e) {
-    return usage_error(e.what());
+    return usage_error(in_flag_words(e.what(), option_flags(app)));
   }
 
   try {
     return launcher->run().exit_status;
   } catch (const launch::LaunchError& e) {
-    std::cerr << "lockstep run: " << e.what() << '\n';
+    std::cerr << "lockstep run: " << in_flag_words(e.what(), option_flags(app)) << '\n';
     return 1;
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -52,8 +53,9 @@ std::map<std::string, std::string> config_notes(const train::FitConfig& config) 
     lr << "default: " << config.resolved_lr() << " for " << config.optimizer;
     notes["lr"] = lr.str();
   }
-  if (!config.devices) notes["devices"] = "default: 1, or the surrounding launcher's ranks per node";
-  if (!config.num_nodes) notes["num-nodes"] = "default: the surrounding launcher's";
+  if (!config.trainer.devices())
+    notes["devices"] = "default: 1, or the surrounding launcher's ranks per node";
+  if (!config.trainer.num_nodes()) notes["num-nodes"] = "default: the surrounding launcher's";
   if (config.data_dir.empty() && !config.resolved_data_dir().empty()) {
     notes["data-dir"] = "default: " + config.resolved_data_dir();
   }
@@ -75,18 +77,153 @@ std::map<std::string, std::string> config_notes(const train::FitConfig& config) 
   return notes;
 }
 
-}  // namespace
+// One of the Trainer's options as a flag: the parsed value goes to `set` (which may throw
+// std::invalid_argument, naming the option); --help and --print-config show `shown`, the option's default.
+template <typename T>
+CLI::Option* add_trainer_flag(CLI::App& app, const std::string& names, const std::string& help,
+                              std::function<void(const T&)> set, const std::string& shown = "") {
+  CLI::Option* option = app.add_option_function<T>(names, std::move(set), help);
+  if (!shown.empty()) option->default_str(shown);
+  return option;
+}
 
-int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
-  CLI::App app(kFitDescription, "lockstep fit");
-  app.footer(kFitFooter);
-  app.get_formatter()->column_width(38);
-  std::string limit_train = "1.0", limit_val = "1.0";
+template <typename T>
+std::string shown(const T& value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+// The flags that set config.trainer (TrainerOptions): Lightning's Trainer arguments.
+void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
+  add_trainer_flag<int>(app, "--devices", "Local ranks (processes) to train with. Default: 1",
+                        [&t](const int& n) { t.devices(n); })
+      ->type_name("N");
+  add_trainer_flag<int>(app, "--num-nodes,--num_nodes", "Nodes; must match the surrounding launcher",
+                        [&t](const int& n) { t.num_nodes(n); })
+      ->type_name("N");
+  add_trainer_flag<std::string>(
+      app, "--backend",
+      "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
+      "nodes) for multi-node jobs; mpi needs ranks started by mpirun (docs/mpi.md)",
+      [&t](const std::string& name) { t.backend(comm::parse_backend(name)); }, to_string(t.backend()))
+      ->type_name("auto|shm|hier|gloo|mpi");
+  add_trainer_flag<int>(
+      app, "--threads", "Intra-op threads per rank; 0 = cores / local ranks",
+      [&t](const int& n) { t.threads(n); }, shown(t.threads()));
+  add_trainer_flag<int64_t>(
+      app, "--max-epochs,--max_epochs", "Epochs to train", [&t](const int64_t& n) { t.max_epochs(n); },
+      shown(t.max_epochs()));
+  add_trainer_flag<uint64_t>(
+      app, "--seed", "Seed of weights, shuffling, dropout and augmentation",
+      [&t](const uint64_t& n) { t.seed(n); }, shown(t.seed()));
+  add_trainer_flag<std::string>(
+      app, "--precision",
+      "Numeric precision: 32, or bf16-mixed (forward under bfloat16 autocast, float32 weights and\n"
+      "optimizer); 16-mixed needs a CUDA device",
+      [&t](const std::string& text) { t.precision(train::parse_precision(text)); }, to_string(t.precision()))
+      ->type_name("32|bf16-mixed|16-mixed");
+  add_trainer_flag<int64_t>(
+      app, "--accumulate-grad-batches", "Batches per optimizer step (gradients all-reduced once per step)",
+      [&t](const int64_t& n) { t.accumulate_grad_batches(n); }, shown(t.accumulate_grad_batches()));
+  add_trainer_flag<double>(
+      app, "--gradient-clip-val", "Clip the gradients' global L2 norm; 0 = off",
+      [&t](const double& v) { t.gradient_clip_val(v); }, shown(t.gradient_clip_val()));
+  add_trainer_flag<std::string>(
+      app, "--bucket-cap-mb,--bucket_cap_mb",
+      "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"
+      "a 16th of the model's gradients within [1, 25] MiB, so that most of the all-reduce\n"
+      "overlaps backward even on a slow link (docs/multinode.md); Lightning's default is 25",
+      [&t](const std::string& text) {
+        if (text == "auto") return void(t.bucket_cap_mb(std::nullopt));
+        char* end = nullptr;
+        const double mb = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) {
+          throw std::invalid_argument(
+              "--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " + text);
+        }
+        t.bucket_cap_mb(mb);  // the range is checked by TrainerOptions::validate()
+      },
+      "auto")
+      ->type_name("MB|auto");
+  add_trainer_flag<std::string>(
+      app, "--limit-train-batches", "Train batches per epoch: a count or a fraction",
+      [&t](const std::string& text) {
+        t.limit_train_batches(train::BatchLimit::parse("--limit-train-batches", text));
+      },
+      t.limit_train_batches().to_string())
+      ->type_name("N|F");
+  add_trainer_flag<std::string>(
+      app, "--limit-val-batches", "Validation batches per epoch and rank: a count or a fraction",
+      [&t](const std::string& text) {
+        t.limit_val_batches(train::BatchLimit::parse("--limit-val-batches", text));
+      },
+      t.limit_val_batches().to_string())
+      ->type_name("N|F");
+  add_trainer_flag<std::string>(
+      app, "--ckpt-dir,--ckpt_dir",
+      "Write DIR/last.ckpt at every epoch end (model, optimizer, position, every rank's RNG)\n"
+      "and the final weights to DIR/final.pt and DIR/final.safetensors; rank 0, atomically.\n"
+      "With it, SIGUSR1 or SIGTERM (a preemption notice) writes DIR/last.ckpt at the next step\n"
+      "and exits 75: requeue with --resume last",
+      [&t](const std::string& dir) { t.ckpt_dir(dir); })
+      ->type_name("DIR");
+  add_trainer_flag<int64_t>(
+      app, "--ckpt-every-n-steps",
+      "Also rewrite DIR/last.ckpt every N optimizer steps (mid-epoch); 0 = epoch ends only",
+      [&t](const int64_t& n) { t.ckpt_every_n_steps(n); }, shown(t.ckpt_every_n_steps()));
+  add_trainer_flag<std::string>(
+      app, "--resume",
+      "Resume from a checkpoint: last (= --ckpt-dir's last.ckpt), auto (last when it exists,\n"
+      "else start fresh: for requeued jobs) or its path; mid-epoch resumes reproduce the\n"
+      "uninterrupted run",
+      [&t](const std::string& resume) { t.resume(resume); })
+      ->type_name("last|auto|PATH");
+  add_trainer_flag<int64_t>(
+      app, "--max-steps,--max_steps",
+      "Stop after N optimizer steps in all (last.ckpt is written there); -1 = no limit",
+      [&t](const int64_t& n) { t.max_steps(n); }, shown(t.max_steps()));
+  add_trainer_flag<int64_t>(
+      app, "--log-every-n-steps",
+      "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off",
+      [&t](const int64_t& n) { t.log_every_n_steps(n); }, shown(t.log_every_n_steps()));
+  add_trainer_flag<std::string>(
+      app, "--on-nan",
+      "A NaN or infinite training loss: stop (naming the step and the rank), or skip that\n"
+      "optimizer step on every rank (one extra 8-byte all-reduce per step)",
+      [&t](const std::string& text) { t.on_nan(train::parse_on_nan(text)); }, to_string(t.on_nan()))
+      ->type_name("stop|skip");
+  add_trainer_flag<double>(
+      app, "--collective-timeout,--collective_timeout",
+      "Seconds one collective may take before every rank stops with an error naming the ranks\n"
+      "that had not arrived; a rank that reaches no collective (or sends no heartbeat) for that\n"
+      "long is stopped by the launcher. 0 = LOCKSTEP_TIMEOUT, else 1800",
+      [&t](const double& seconds) {
+        if (!(seconds >= 0.0 && seconds <= 1e7)) {
+          throw std::invalid_argument(
+              "--collective-timeout must be a number of seconds in (0, 1e7] (0 = the default), got " +
+              shown(seconds));
+        }
+        if (seconds == 0.0) return void(t.collective_timeout(std::nullopt));
+        t.collective_timeout(std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0)));
+      },
+      "0")
+      ->type_name("S");
+  add_trainer_flag<std::string>(app, "--metrics-file,--metrics_file",
+                                "Append one JSON object per epoch (rank 0)",
+                                [&t](const std::string& path) { t.metrics_file(path); })
+      ->type_name("FILE.jsonl");
+}
+
+// What the flags that are not plain values hold until they are parsed (after app.parse()).
+struct FitFlagText {
   std::optional<std::string> augment;
   std::string num_workers = "auto";
-  std::string bucket_cap = "auto";
   std::optional<std::string> synthetic_shape;
+};
 
+// Every flag of `lockstep fit` but --config and --print-config.
+void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
   app.add_option("--model", config.model, "Model to train")
       ->type_name(joined(train::fit_model_names()))
       ->capture_default_str();
@@ -99,23 +236,11 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->type_name("DIR");
   app.add_option("--synthetic-size", config.synthetic_size, "Training images of --data synthetic")
       ->capture_default_str();
-  app.add_option("--synthetic-shape", synthetic_shape,
+  app.add_option("--synthetic-shape", text.synthetic_shape,
                  "Image shape of --data synthetic, channels,height,width\n"
                  "(3,32,32: CIFAR-10-sized). Default: 1,28,28 (Fashion-MNIST's)")
       ->type_name("C,H,W");
-  app.add_option("--devices", config.devices, "Local ranks (processes) to train with. Default: 1")
-      ->type_name("N");
-  app.add_option("--num-nodes,--num_nodes", config.num_nodes, "Nodes; must match the surrounding launcher")
-      ->type_name("N");
-  app.add_option(
-         "--backend", config.backend,
-         "Collective backend: auto = shm when all ranks share this host, hier (shm within, gloo between "
-         "nodes) for multi-node jobs; mpi needs ranks started by mpirun (docs/mpi.md)")
-      ->type_name("auto|shm|hier|gloo|mpi")
-      ->capture_default_str();
-  app.add_option("--threads", config.threads, "Intra-op threads per rank; 0 = cores / local ranks")
-      ->capture_default_str();
-  app.add_option("--max-epochs,--max_epochs", config.max_epochs, "Epochs to train")->capture_default_str();
+  add_trainer_flags(app, config.trainer);
   app.add_option("--batch-size,--batch_size", config.batch_size, "Batch size per rank")
       ->capture_default_str();
   app.add_option("--lr", config.lr, "Learning rate. Default: 1e-3 (adam, adamw), 0.05 (sgd)")
@@ -147,75 +272,17 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
       ->capture_default_str();
   app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       ->capture_default_str();
-  app.add_option("--seed", config.seed, "Seed of weights, shuffling, dropout and augmentation")
-      ->capture_default_str();
-  app.add_option(
-         "--precision", config.precision,
-         "Numeric precision: 32, or bf16-mixed (forward under bfloat16 autocast, float32 weights and\n"
-         "optimizer); 16-mixed needs a CUDA device")
-      ->type_name("32|bf16-mixed|16-mixed")
-      ->capture_default_str();
-  app.add_option("--accumulate-grad-batches", config.accumulate_grad_batches,
-                 "Batches per optimizer step (gradients all-reduced once per step)")
-      ->capture_default_str();
-  app.add_option("--gradient-clip-val", config.gradient_clip_val,
-                 "Clip the gradients' global L2 norm; 0 = off")
-      ->capture_default_str();
-  app.add_option("--bucket-cap-mb,--bucket_cap_mb", bucket_cap,
-                 "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"
-                 "a 16th of the model's gradients within [1, 25] MiB, so that most of the all-reduce\n"
-                 "overlaps backward even on a slow link (docs/multinode.md); Lightning's default is 25")
-      ->type_name("MB|auto")
-      ->capture_default_str();
-  app.add_option("--limit-train-batches", limit_train, "Train batches per epoch: a count or a fraction")
-      ->type_name("N|F")
-      ->capture_default_str();
-  app.add_option("--limit-val-batches", limit_val,
-                 "Validation batches per epoch and rank: a count or a fraction")
-      ->type_name("N|F")
-      ->capture_default_str();
   app.add_option("--dropout", config.dropout, "Dropout probability of mlp and cnn. Default: the model's, 0.2")
       ->type_name("P");
-  app.add_option("--augment", augment, "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
+  app.add_option("--augment", text.augment,
+                 "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
       ->type_name("on|off");
-  app.add_option("--num-workers,--num_workers", num_workers,
+  app.add_option("--num-workers,--num_workers", text.num_workers,
                  "Loader threads per rank (0: in the training thread); auto: 1 when\n"
                  "the host has a spare core per rank (cores >= ranks x (threads + 1)), else 0")
       ->type_name("N|auto")
       ->capture_default_str();
   app.add_option("--prefetch-factor", config.prefetch_factor, "Batches queued ahead per loader thread")
-      ->capture_default_str();
-  app.add_option("--ckpt-dir,--ckpt_dir", config.ckpt_dir,
-                 "Write DIR/last.ckpt at every epoch end (model, optimizer, position, every rank's RNG)\n"
-                 "and the final weights to DIR/final.pt and DIR/final.safetensors; rank 0, atomically.\n"
-                 "With it, SIGUSR1 or SIGTERM (a preemption notice) writes DIR/last.ckpt at the next step\n"
-                 "and exits 75: requeue with --resume last")
-      ->type_name("DIR");
-  app.add_option("--ckpt-every-n-steps", config.ckpt_every_n_steps,
-                 "Also rewrite DIR/last.ckpt every N optimizer steps (mid-epoch); 0 = epoch ends only")
-      ->capture_default_str();
-  app.add_option("--resume", config.resume,
-                 "Resume from a checkpoint: last (= --ckpt-dir's last.ckpt), auto (last when it exists,\n"
-                 "else start fresh: for requeued jobs) or its path; mid-epoch resumes reproduce the\n"
-                 "uninterrupted run")
-      ->type_name("last|auto|PATH");
-  app.add_option("--max-steps,--max_steps", config.max_steps,
-                 "Stop after N optimizer steps in all (last.ckpt is written there); -1 = no limit")
-      ->capture_default_str();
-  app.add_option(
-         "--log-every-n-steps", config.log_every_n_steps,
-         "Append {\"step\", \"train_loss\", ...} to --metrics-file every N steps (rank 0's loss); 0 = off")
-      ->capture_default_str();
-  app.add_option("--on-nan", config.on_nan,
-                 "A NaN or infinite training loss: stop (naming the step and the rank), or skip that\n"
-                 "optimizer step on every rank (one extra 8-byte all-reduce per step)")
-      ->type_name("stop|skip")
-      ->capture_default_str();
-  app.add_option("--collective-timeout,--collective_timeout", config.collective_timeout,
-                 "Seconds one collective may take before every rank stops with an error naming the ranks\n"
-                 "that had not arrived; a rank that reaches no collective (or sends no heartbeat) for that\n"
-                 "long is stopped by the launcher. 0 = LOCKSTEP_TIMEOUT, else 1800")
-      ->type_name("S")
       ->capture_default_str();
   app.add_option("--max-restarts,--max_restarts", config.max_restarts,
                  "When a rank fails, stop all and start them again, up to K times; a restarted run resumes\n"
@@ -249,12 +316,58 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
                  "The least change of --monitor that counts as an improvement")
       ->type_name("D")
       ->capture_default_str();
-  app.add_option("--metrics-file,--metrics_file", config.metrics_file,
-                 "Append one JSON object per epoch (rank 0)")
-      ->type_name("FILE.jsonl");
   app.add_option("--progress", config.progress, "Live progress bar: auto = when stdout is a terminal")
       ->type_name("auto|on|off")
       ->capture_default_str();
+}
+
+// Sets what FitFlagText held once the flags are parsed.
+void apply_flag_text(const FitFlagText& text, train::FitConfig& config) {
+  if (text.synthetic_shape) {
+    config.synthetic_shape = train::ImageShape::parse("--synthetic-shape", *text.synthetic_shape);
+  }
+  if (text.num_workers == "auto") {
+    config.num_workers = -1;
+  } else {
+    const bool digits = !text.num_workers.empty() && text.num_workers.size() <= 6 &&
+                        text.num_workers.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) {
+      throw std::invalid_argument("--num-workers '" + text.num_workers +
+                                  "' is not a number of loader threads (expected 0, 1, 2, ... or auto)");
+    }
+    config.num_workers = std::stoll(text.num_workers);
+  }
+  if (text.augment) {
+    if (*text.augment != "on" && *text.augment != "off") {
+      throw std::invalid_argument("--augment '" + *text.augment + "' is not known (expected on or off)");
+    }
+    config.augment = *text.augment == "on";
+  }
+}
+
+}  // namespace
+
+const std::vector<OptionFlag>& fit_option_flags() {
+  static const std::vector<OptionFlag> flags = [] {
+    CLI::App app;
+    train::FitConfig config;
+    FitFlagText text;
+    add_fit_flags(app, config, text);
+    return option_flags(app);
+  }();
+  return flags;
+}
+
+std::string in_flag_words(const std::string& message) {
+  return in_flag_words(message, fit_option_flags());
+}
+
+int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
+  CLI::App app(kFitDescription, "lockstep fit");
+  app.footer(kFitFooter);
+  app.get_formatter()->column_width(38);
+  FitFlagText text;
+  add_fit_flags(app, config, text);
 
   bool print_config = false;
   CLI::Option* config_file =
@@ -284,37 +397,7 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
 
   try {
     app.parse(argc, argv);
-    config.limit_train_batches = train::BatchLimit::parse("--limit-train-batches", limit_train);
-    config.limit_val_batches = train::BatchLimit::parse("--limit-val-batches", limit_val);
-    if (synthetic_shape) {
-      config.synthetic_shape = train::ImageShape::parse("--synthetic-shape", *synthetic_shape);
-    }
-    if (num_workers == "auto") {
-      config.num_workers = -1;
-    } else {
-      const bool digits = !num_workers.empty() && num_workers.size() <= 6 &&
-                          num_workers.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) {
-        throw std::invalid_argument("--num-workers '" + num_workers +
-                                    "' is not a number of loader threads (expected 0, 1, 2, ... or auto)");
-      }
-      config.num_workers = std::stoll(num_workers);
-    }
-    if (bucket_cap != "auto") {
-      char* end = nullptr;
-      const double mb = std::strtod(bucket_cap.c_str(), &end);
-      if (bucket_cap.empty() || end != bucket_cap.c_str() + bucket_cap.size()) {
-        throw std::invalid_argument(
-            "--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " + bucket_cap);
-      }
-      config.bucket_cap_mb = mb;  // the range is checked by config.validate()
-    }
-    if (augment) {
-      if (*augment != "on" && *augment != "off") {
-        throw std::invalid_argument("--augment '" + *augment + "' is not known (expected on or off)");
-      }
-      config.augment = *augment == "on";
-    }
+    apply_flag_text(text, config);
     config.validate();
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
@@ -324,7 +407,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
               << "\nRun 'lockstep fit --help' for the flags.\n";
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::cerr << "lockstep fit: " << e.what() << source_of(e.what())
+    const std::string message = in_flag_words(e.what());
+    std::cerr << "lockstep fit: " << message << source_of(message)
               << "\nRun 'lockstep fit --help' for the flags.\n";
     return 2;
   }
@@ -335,47 +419,6 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
     return 0;
   }
   return -1;
-}
-
-std::string in_flag_words(const std::string& message) {
-  // The options whose names have more than one word, as the Trainer's errors spell them.
-  static const char* const kOptions[] = {"on_nan",
-                                         "gradient_clip_val",
-                                         "ckpt_dir",
-                                         "num_nodes",
-                                         "max_steps",
-                                         "max_epochs",
-                                         "accumulate_grad_batches",
-                                         "limit_train_batches",
-                                         "limit_val_batches",
-                                         "bucket_cap_mb",
-                                         "ckpt_every_n_steps",
-                                         "log_every_n_steps",
-                                         "collective_timeout",
-                                         "metrics_file",
-                                         "max_restarts"};
-  // A name stands alone: after a space, '(' or a quote, before a space, punctuation or a quote (not
-  // inside a path such as /runs/ckpt_dir/last.ckpt).
-  const auto opens = [](char c) { return c == ' ' || c == '(' || c == '\'' || c == '`'; };
-  const auto closes = [](char c) {
-    return c == ' ' || c == ')' || c == ',' || c == ':' || c == ';' || c == '\'' || c == '`';
-  };
-  std::string out = message;
-  for (const std::string name : kOptions) {
-    std::string flag = "--" + name;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    for (size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
-      const bool whole = (at == 0 || opens(out[at - 1])) &&
-                         (at + name.size() == out.size() || closes(out[at + name.size()]));
-      if (!whole) {
-        at += name.size();
-        continue;
-      }
-      out.replace(at, name.size(), flag);
-      at += flag.size();
-    }
-  }
-  return out;
 }
 
 }  // namespace lockstep::cli

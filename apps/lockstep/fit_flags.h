@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "flag_words.h"
 #include "lockstep/train/fit_config.h"
 
 namespace lockstep::cli {
@@ -15,9 +16,12 @@ namespace lockstep::cli {
 /// (printed to stdout), 2 after a usage error (printed to stderr, naming the flag and the fix).
 int parse_fit_flags(int argc, char** argv, train::FitConfig& config);
 
-/// A library error in the words of `lockstep fit`: the Trainer's option names (on_nan,
-/// gradient_clip_val, ...) become the flags that set them (--on-nan, --gradient-clip-val). Only apps/
-/// speaks of flags; the library names its options.
+/// The library options `lockstep fit`'s flags set (FitConfig's and TrainerOptions'), with their flags.
+const std::vector<OptionFlag>& fit_option_flags();
+
+/// A library error in the words of `lockstep fit`: the option names (on_nan, gradient_clip_val, model
+/// 'cnn') become the flags that set them (--on-nan, --gradient-clip-val, --model 'cnn'); see
+/// cli::in_flag_words. Only apps/ speaks of flags; the library names its options.
 std::string in_flag_words(const std::string& message);
 
 }  // namespace lockstep::cli

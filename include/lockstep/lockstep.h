@@ -14,6 +14,7 @@
 
 #include "lockstep/launch/launch.h"
 
+#include "lockstep/comm/backend.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/process_group_options.h"
@@ -39,13 +40,16 @@
 #include "lockstep/optim/lr_schedule.h"
 
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/early_stopping.h"
 #include "lockstep/train/lr_monitor.h"
 #include "lockstep/train/model_checkpoint.h"
 #include "lockstep/train/precision.h"
+#include "lockstep/train/precision_mode.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/safetensors.h"
 #include "lockstep/train/train_module.h"
 #include "lockstep/train/trainer.h"
+#include "lockstep/train/trainer_options.h"

@@ -13,7 +13,7 @@ c10::intrusive_ptr<NativeBackend> make_gloo(const c10::intrusive_ptr<c10d::Store
                   "backend 'gloo' (also used by 'hier' between nodes) needs gloo's headers when lockstep is "
                   "built, and none were found for LibTorch " TORCH_VERSION
                   ", which ships none. Install them (Debian/Ubuntu: apt-get install libgloo-dev, or pass "
-                  "-DLOCKSTEP_GLOO_INCLUDE_DIR=DIR) and rebuild lockstep, or use --backend shm (ranks on one "
+                  "-DLOCKSTEP_GLOO_INCLUDE_DIR=DIR) and rebuild lockstep, or use backend 'shm' (ranks on one "
                   "host) or mpi.");
 }
 

@@ -26,7 +26,7 @@ c10::intrusive_ptr<NativeBackend> make_hier(const c10::intrusive_ptr<c10d::Store
     throw CommError(options.rank(), "init_process_group",
                     "backend 'hier' needs the same number of ranks on every node, but world_size " +
                         std::to_string(world) + " is not num_nodes " + std::to_string(nodes) +
-                        " x local_world_size " + std::to_string(local_size) + "; use --backend gloo");
+                        " x local_world_size " + std::to_string(local_size) + "; use backend 'gloo'");
   }
   const int node = options.rank() / local_size;
   const int local_rank = options.rank() % local_size;

@@ -10,7 +10,7 @@ c10::intrusive_ptr<NativeBackend> make_mpi(const c10::intrusive_ptr<c10d::Store>
       options.rank(), "init_process_group",
       "backend 'mpi' needs lockstep built with MPI, and CMake found no MPI when this lockstep was "
       "configured. Install Open MPI's headers (Debian: apt-get install libopenmpi-dev, or "
-      "scripts/install-deps.sh) and reconfigure, or use --backend gloo; ranks started by mpirun "
+      "scripts/install-deps.sh) and reconfigure, or use backend 'gloo'; ranks started by mpirun "
       "still work with it (lockstep reads OMPI_COMM_WORLD_*).");
 }
 

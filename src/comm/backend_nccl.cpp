@@ -16,7 +16,7 @@ c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store
   if (at::getNumGPUs() == 0) {
     throw CommError(options.rank(), "init_process_group",
                     "backend 'nccl' needs a CUDA device, and this process sees none (check nvidia-smi and "
-                    "CUDA_VISIBLE_DEVICES); use --backend gloo or shm (or auto) on CPU");
+                    "CUDA_VISIBLE_DEVICES); use backend 'gloo' or 'shm' (or 'auto') on CPU");
   }
   auto nccl = c10d::ProcessGroupNCCL::Options::create();
   nccl->timeout = options.collective_timeout();

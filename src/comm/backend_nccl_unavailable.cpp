@@ -12,7 +12,7 @@ c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store
   throw CommError(options.rank(), "init_process_group",
                   "backend 'nccl' needs LibTorch built with CUDA and NCCL's headers, and lockstep was built "
                   "against LibTorch " TORCH_VERSION
-                  " without them (a CPU-only LibTorch, or no nccl.h when CMake ran). Use --backend gloo (or "
+                  " without them (a CPU-only LibTorch, or no nccl.h when CMake ran). Use backend 'gloo' (or "
                   "auto), or rebuild lockstep against a CUDA LibTorch with NCCL's headers installed.");
 }
 

@@ -52,7 +52,7 @@ std::string local_address_for(const std::string& host) {
   const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found);
   if (rc != 0) {
     throw std::runtime_error("cannot resolve master address '" + host + "': " + ::gai_strerror(rc) +
-                             " (check MASTER_ADDR / --master-addr)");
+                             " (check MASTER_ADDR / master_addr)");
   }
   std::string last_error = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {

@@ -28,35 +28,6 @@ std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::millis
 
 }  // namespace
 
-const char* to_string(Backend backend) {
-  switch (backend) {
-    case Backend::kGloo:
-      return "gloo";
-    case Backend::kNccl:
-      return "nccl";
-    case Backend::kMpi:
-      return "mpi";
-    case Backend::kShm:
-      return "shm";
-    case Backend::kAuto:
-      return "auto";
-    case Backend::kHier:
-      return "hier";
-  }
-  return "?";
-}
-
-Backend parse_backend(const std::string& name) {
-  if (name == "gloo") return Backend::kGloo;
-  if (name == "nccl") return Backend::kNccl;
-  if (name == "mpi") return Backend::kMpi;
-  if (name == "shm") return Backend::kShm;
-  if (name == "auto") return Backend::kAuto;
-  if (name == "hier") return Backend::kHier;
-  throw std::invalid_argument("unknown backend '" + name +
-                              "': expected one of auto, gloo, shm, hier, nccl, mpi");
-}
-
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
     : rank_(rank),
       world_size_(world_size),
@@ -86,7 +57,7 @@ void ProcessGroupOptions::validate() const {
     throw std::invalid_argument("master_port must be in [1, 65535], got " + std::to_string(master_port_));
   }
   if (!store_ && master_addr_.empty()) {
-    throw std::invalid_argument("master_addr is empty: set MASTER_ADDR or --master-addr to rank 0's host");
+    throw std::invalid_argument("master_addr is empty: set MASTER_ADDR or master_addr to rank 0's host");
   }
   if (run_id_.empty()) {
     throw std::invalid_argument("run_id is empty: give every rank the same non-empty run id");

@@ -69,7 +69,7 @@ CommError refusal(const ProcessGroupOptions& o, const std::string& their_run, co
                          "' (world size " + their_size + ") but this process has run id '" + o.run_id() +
                          "'. Another job is using this port: point MASTER_ADDR/MASTER_PORT at your own "
                          "job's rank 0, or give every rank of one job the same TORCHELASTIC_RUN_ID / "
-                         "--rdzv-id.");
+                         "run_id.");
   }
   return CommError(o.rank(), kOp,
                    "refused: rank 0 of run '" + their_run + "' has WORLD_SIZE=" + their_size +
@@ -107,7 +107,7 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const ProcessGroupOptions& o) 
                         "port " + std::to_string(o.master_port()) +
                             " is already in use on this host, so rank 0 cannot serve the rendezvous store "
                             "there. Another job (or a stale process) holds it: stop it, choose another "
-                            "port with --master-port / MASTER_PORT, or use `lockstep run --standalone` to "
+                            "port (master_port / MASTER_PORT), or use `lockstep run --standalone` to "
                             "pick a free one. (" +
                             e.what() + ")");
       }
@@ -154,7 +154,7 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
       throw CommError(0, kOp,
                       "the store at " + endpoint(o) + " already belongs to another job (run id '" +
                           current.substr(0, current.find('\n')) + "'); this job's run id is '" + o.run_id() +
-                          "'. Use another --master-port.");
+                          "'. Use another master_port.");
     }
     return;
   }

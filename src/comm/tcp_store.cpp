@@ -153,7 +153,7 @@ void TcpStore::connect(Clock::time_point deadline) {
     const int rc = ::getaddrinfo(options_.host().c_str(), port_text.c_str(), &hints, &found);
     if (rc != 0 && rc != EAI_AGAIN) {
       throw StoreError("cannot resolve the rendezvous store's host '" + options_.host() +
-                       "': " + ::gai_strerror(rc) + " (check MASTER_ADDR / --master-addr)");
+                       "': " + ::gai_strerror(rc) + " (check MASTER_ADDR / master_addr)");
     }
     if (rc != 0) last_error = std::string("resolving '") + options_.host() + "': " + ::gai_strerror(rc);
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {

@@ -171,12 +171,11 @@ class TcpStoreServerLoop {
       return;
     }
     ::freeaddrinfo(found);
-    std::string hint =
-        last_errno == EADDRINUSE
-            ? "the port is already in use (choose another one with --master-port / MASTER_PORT)"
-        : last_errno == EADDRNOTAVAIL
-            ? "the address is not one of this host's (MASTER_ADDR must name rank 0's host)"
-            : "check the address and the port";
+    std::string hint = last_errno == EADDRINUSE
+                           ? "the port is already in use (choose another one: master_port / MASTER_PORT)"
+                       : last_errno == EADDRNOTAVAIL
+                           ? "the address is not one of this host's (MASTER_ADDR must name rank 0's host)"
+                           : "check the address and the port";
     throw StoreBindError(last_errno, "rendezvous store: cannot listen on " + where + ": " + last_call + ": " +
                                          std::strerror(last_errno) + "; " + hint);
   }
@@ -464,7 +463,7 @@ class TcpStoreServerLoop {
     if (n <= kMaxRefusedLines) {
       std::cerr << "lockstep: rendezvous store refused a client from " << c.peer << ": " << who.str()
                 << ". Another job is pointed at this job's port " << port_
-                << "; this job goes on (give each job its own --master-port)."
+                << "; this job goes on (give each job its own master_port)."
                 << (n == kMaxRefusedLines ? " Further refusals are only counted." : "") << std::endl;
     }
     if (!options_.refused_key().empty()) {

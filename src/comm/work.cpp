@@ -101,7 +101,7 @@ void Work::wait() {
                     "failed: " + what +
                         " — a peer may have exited or be stuck, or the ranks called different collectives "
                         "(every rank must call the same ones in the same order). Collective timeout: " +
-                        timeout_text(timeout_) + " (--collective-timeout, LOCKSTEP_TIMEOUT)." + explanation);
+                        timeout_text(timeout_) + " (collective_timeout, LOCKSTEP_TIMEOUT)." + explanation);
   }
   done_ = true;
   if (progress_) progress_->wait_ended(sequence_, /*succeeded=*/true);

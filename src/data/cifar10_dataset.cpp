@@ -19,7 +19,7 @@ constexpr const char* kSubdir = "cifar-10-batches-bin";
 constexpr const char* kHowToGetCifar10 =
     "download the CIFAR-10 binary version (cifar-10-binary.tar.gz from "
     "https://www.cs.toronto.edu/~kriz/cifar.html), "
-    "extract it, and pass --data-dir with the directory that holds cifar-10-batches-bin";
+    "extract it, and give data_dir the directory that holds cifar-10-batches-bin";
 
 std::vector<std::string> file_names(Split split) {
   if (split == Split::kTest) return {"test_batch.bin"};

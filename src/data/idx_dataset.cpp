@@ -17,7 +17,7 @@ constexpr uint32_t kLabelsMagic = 0x00000801;  // uint8, 1 dimension
 constexpr uint32_t kMaxSide = 1u << 16;        // larger images are taken as a corrupt header
 constexpr const char* kHowToGetFashionMnist =
     "install dataset-fashion-mnist (apt-get install dataset-fashion-mnist; it puts Fashion-MNIST in "
-    "/usr/share/datasets/fashion-mnist) or pass --data-dir with a directory holding the IDX files";
+    "/usr/share/datasets/fashion-mnist) or give data_dir a directory holding the IDX files";
 
 std::string hex(uint32_t v) {
   char buf[16];

@@ -22,7 +22,7 @@ int online_cpu_count() {
 
 int find_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw LaunchError(std::string("--standalone: cannot create a socket: ") + error_text(errno));
+  if (fd < 0) throw LaunchError(std::string("standalone: cannot create a socket: ") + error_text(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -32,7 +32,7 @@ int find_free_port() {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     const int err = errno;
     ::close(fd);
-    throw LaunchError(std::string("--standalone: cannot find a free port on 127.0.0.1: ") + error_text(err));
+    throw LaunchError(std::string("standalone: cannot find a free port on 127.0.0.1: ") + error_text(err));
   }
   ::close(fd);
   return ntohs(addr.sin_port);

@@ -25,27 +25,27 @@ LaunchConfig resolve(const LaunchOptions& options) {
   config.command = options.command();
 
   const NprocPerNode& nproc = options.nproc_per_node();
-  check(nproc.is_auto() || nproc.count() >= 1, "--nproc-per-node=" + std::to_string(nproc.count()) +
+  check(nproc.is_auto() || nproc.count() >= 1, "nproc_per_node=" + std::to_string(nproc.count()) +
                                                    " is not valid (expected a positive integer or 'auto')");
   config.nproc_per_node = nproc.resolve(options.device_counter());
 
   check(options.nnodes() >= 1,
-        "--nnodes=" + std::to_string(options.nnodes()) + " is not valid (expected an integer >= 1)");
+        "nnodes=" + std::to_string(options.nnodes()) + " is not valid (expected an integer >= 1)");
   config.nnodes = options.nnodes();
 
   // world_size() and rank_of() compute in int: every rank must fit.
   const long long world = static_cast<long long>(config.nnodes) * config.nproc_per_node;
-  check(world <= INT_MAX, "--nnodes=" + std::to_string(config.nnodes) + " * --nproc-per-node=" +
+  check(world <= INT_MAX, "nnodes=" + std::to_string(config.nnodes) + " * nproc_per_node=" +
                               std::to_string(config.nproc_per_node) + " = " + std::to_string(world) +
                               " workers is too many (at most " + std::to_string(INT_MAX) + ")");
 
   check(options.node_rank() >= 0 && options.node_rank() < options.nnodes(),
-        "--node-rank=" + std::to_string(options.node_rank()) +
-            " is out of range for --nnodes=" + std::to_string(options.nnodes()) + " (must be in [0, " +
+        "node_rank=" + std::to_string(options.node_rank()) +
+            " is out of range for nnodes=" + std::to_string(options.nnodes()) + " (must be in [0, " +
             std::to_string(options.nnodes() - 1) + "])");
   config.node_rank = options.node_rank();
 
-  check(options.max_restarts() >= 0, "--max-restarts=" + std::to_string(options.max_restarts()) +
+  check(options.max_restarts() >= 0, "max_restarts=" + std::to_string(options.max_restarts()) +
                                          " is not valid (expected an integer >= 0)");
   config.max_restarts = options.max_restarts();
 
@@ -57,7 +57,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
 
   if (options.collective_timeout()) {
     check(options.collective_timeout()->count() > 0,
-          "--collective-timeout=" + std::to_string(options.collective_timeout()->count() / 1000.0) +
+          "collective_timeout=" + std::to_string(options.collective_timeout()->count() / 1000.0) +
               " is not valid (expected a positive number of seconds)");
     config.collective_timeout = *options.collective_timeout();
     config.collective_timeout_given = true;
@@ -73,25 +73,25 @@ LaunchConfig resolve(const LaunchOptions& options) {
   if (options.master_port()) {
     const int port = *options.master_port();
     check(port >= 1 && port <= 65535,
-          "--master-port=" + std::to_string(port) + " is out of range (expected 1..65535)");
+          "master_port=" + std::to_string(port) + " is out of range (expected 1..65535)");
   }
   if (options.master_addr()) {
-    check(!options.master_addr()->empty(), "--master-addr='' is not valid (expected a host name or IP)");
+    check(!options.master_addr()->empty(), "master_addr='' is not valid (expected a host name or IP)");
   }
   if (options.run_id()) {
-    check(!options.run_id()->empty(), "--rdzv-id='' is not valid (expected a non-empty job id)");
+    check(!options.run_id()->empty(), "run_id='' is not valid (expected a non-empty job id)");
   }
 
   if (options.standalone()) {
-    check(options.nnodes() == 1, "--standalone runs a single-node job, but --nnodes=" +
+    check(options.nnodes() == 1, "standalone runs a single-node job, but nnodes=" +
                                      std::to_string(options.nnodes()) + " (drop one of them)");
     check(!options.master_addr(),
-          "--standalone picks 127.0.0.1 itself; it cannot be combined with "
-          "--master-addr=" +
+          "standalone picks 127.0.0.1 itself; it cannot be combined with "
+          "master_addr=" +
               options.master_addr().value_or(""));
     check(!options.master_port(),
-          "--standalone picks a free port itself; it cannot be combined with "
-          "--master-port=" +
+          "standalone picks a free port itself; it cannot be combined with "
+          "master_port=" +
               std::to_string(options.master_port().value_or(0)));
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
@@ -108,7 +108,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
   }
 
   if (options.log_dir()) {
-    check(!options.log_dir()->empty(), "--log-dir='' is not valid (expected a directory)");
+    check(!options.log_dir()->empty(), "log_dir='' is not valid (expected a directory)");
     config.log_dir = *options.log_dir();
   }
 

@@ -506,7 +506,7 @@ class Attempt {
       message("preempted: rank " + std::to_string(*failed_rank_) + " exited with status " +
               std::to_string(lockstep::detail::kPreemptedExitStatus) +
               " after the SIGUSR1 notice (lockstep fit checkpoints first); " +
-              "requeue the job and resume it with --resume last (or auto)");
+              "requeue the job and resume it from last.ckpt (`lockstep fit --resume last`, or auto)");
     } else if (cause_ == StopCause::kWorkerFailed) {
       const Worker* failed = nullptr;
       for (const Worker& w : workers_) {
@@ -612,7 +612,7 @@ std::vector<detail::UniqueFd> open_logs(const LaunchConfig& config, const char* 
                                  .string();
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-      throw LaunchError("--log-dir='" + config.log_dir + "': cannot open " + path + ": " +
+      throw LaunchError("log_dir='" + config.log_dir + "': cannot open " + path + ": " +
                         detail::error_text(errno));
     }
     fds.emplace_back(fd);
@@ -642,7 +642,7 @@ LaunchResult Launcher::run() {
     std::error_code ec;
     std::filesystem::create_directories(config_.log_dir, ec);
     if (ec) {
-      throw LaunchError("--log-dir='" + config_.log_dir + "': cannot create the directory: " + ec.message());
+      throw LaunchError("log_dir='" + config_.log_dir + "': cannot create the directory: " + ec.message());
     }
   }
   const std::vector<detail::UniqueFd> out_logs = open_logs(config_, "stdout");

@@ -32,7 +32,7 @@ NprocPerNode NprocPerNode::parse(const std::string& text) {
     value = value * 10 + (c - '0');
   }
   if (!ok || value < 1 || value > INT_MAX) {
-    throw LaunchError("--nproc-per-node='" + text + "' is not valid (expected a positive integer or 'auto')");
+    throw LaunchError("nproc_per_node='" + text + "' is not valid (expected a positive integer or 'auto')");
   }
   return NprocPerNode(static_cast<int>(value));
 }

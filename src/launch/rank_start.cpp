@@ -25,7 +25,7 @@ void check_against_job(const RankRequest& request, const env::Environment& envir
     throw std::invalid_argument(
         "max_restarts " + std::to_string(request.max_restarts) + " applies when " + request.program +
         " starts the ranks itself; this process is one rank of a job started by " + launcher +
-        ": give the restarts to that launcher (lockstep run --max-restarts K), and keep ckpt_dir so that "
+        ": give the restarts to that launcher (`lockstep run --max-restarts K`), and keep ckpt_dir so that "
         "restarted ranks resume");
   }
 }
@@ -59,10 +59,10 @@ void check_single_process(const RankRequest& request) {
   }
   if (request.mpi_backend && request.devices.value_or(1) > 1) {
     throw std::invalid_argument(
-        "backend mpi needs its ranks started by mpirun: run `mpirun -np " + std::to_string(*request.devices) +
-        " " + request.program +
-        " --backend mpi ...` without devices (as root add --allow-run-as-root), or keep "
-        "devices and use another backend (auto, shm, gloo)");
+        "backend 'mpi' needs its ranks started by mpirun: run `mpirun -np " +
+        std::to_string(*request.devices) + " " + request.program +
+        " ...` and leave devices unset (as root add --allow-run-as-root), or keep devices=" +
+        std::to_string(*request.devices) + " and use another backend ('auto', 'shm', 'gloo')");
   }
 }
 

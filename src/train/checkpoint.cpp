@@ -137,12 +137,12 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   if (!std::filesystem::is_regular_file(path)) {
     throw std::runtime_error("checkpoint '" + path +
-                             "' does not exist: check --resume (or drop it to start from scratch)");
+                             "' does not exist: check resume (or leave it empty to start from scratch)");
   }
   torch::serialize::InputArchive archive;
   load_checksummed_archive(
       archive, path, "checkpoint",
-      "resume from an older checkpoint (--resume PATH), copy the file again if it was copied, "
+      "resume from an older checkpoint (resume 'PATH'), copy the file again if it was copied, "
       "or start from scratch");
   c10::IValue version;
   if (!archive.try_read("lockstep_checkpoint_version", version)) {
@@ -174,9 +174,8 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   state.reshard_batch = read_value(archive, path, "reshard_batch").toInt();
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
-                             model_name + "': resume with --model " + state.model +
-                             " (the module it was written by), or start "
-                             "from scratch");
+                             model_name + "': resume with model '" + state.model +
+                             "' (the module that wrote it), or start from scratch");
   }
 
   torch::serialize::InputArchive model_archive;
@@ -189,8 +188,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
     throw std::runtime_error("checkpoint '" + path +
-                             "' holds another optimizer's state (resume with the --optimizer " +
-                             "it was written with): " + e.what_without_backtrace());
+                             "' holds another optimizer's state (resume with the optimizer it was "
+                             "written with): " +
+                             e.what_without_backtrace());
   }
   return state;
 }

@@ -60,7 +60,7 @@ void check_output_dir(const std::string& output) {
 }
 
 const char* kWhatIsAccepted =
-    "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a --save-top-k file) or its final weights "
+    "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a ModelCheckpoint file) or its final weights "
     "(DIR/final.pt)";
 
 std::runtime_error not_an_archive(const std::string& input, const std::string& why) {

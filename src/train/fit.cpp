@@ -68,7 +68,7 @@ data::LoaderOptions loader_options(const FitConfig& config, const data::Transfor
       .persistent_workers(config.persistent_workers)
       .transform(transform)
       .augment(augment)
-      .seed(config.seed);
+      .seed(config.trainer.seed());
 }
 
 // "adam lr 0.004 (linear-scaled from 0.001: global batch 256 / reference 64) step (x0.1 every 3 epochs)".
@@ -98,8 +98,10 @@ std::string describe_run(const FitConfig& config, int world) {
       "model=%s data=%s batch_size=%lld world_size=%d max_epochs=%lld seed=%llu accumulate_grad_batches=%lld "
       "limit_train_batches=%s; ",
       config.model.c_str(), config.data.c_str(), static_cast<long long>(config.batch_size), world,
-      static_cast<long long>(config.max_epochs), static_cast<unsigned long long>(config.seed),
-      static_cast<long long>(config.accumulate_grad_batches), config.limit_train_batches.to_string().c_str());
+      static_cast<long long>(config.trainer.max_epochs()),
+      static_cast<unsigned long long>(config.trainer.seed()),
+      static_cast<long long>(config.trainer.accumulate_grad_batches()),
+      config.trainer.limit_train_batches().to_string().c_str());
   return text + describe_lr(config, world);
 }
 
@@ -138,7 +140,7 @@ class FitModule : public TrainModule {
     out.optimizer = make_optimizer(config_, *this, config_.scaled_lr(p.world_size));
     const auto warmup_steps =
         static_cast<int64_t>(config_.warmup_epochs * static_cast<double>(p.steps_per_epoch));
-    const int64_t total_steps = std::max<int64_t>(1, p.steps_per_epoch * config_.max_epochs);
+    const int64_t total_steps = std::max<int64_t>(1, p.steps_per_epoch * config_.trainer.max_epochs());
     optim::LrSchedule schedule(config_.scaled_lr(p.world_size), optim::parse_lr_shape(config_.lr_schedule),
                                total_steps, std::min(warmup_steps, total_steps - 1));
     if (schedule.shape() == optim::LrShape::kStep) {
@@ -188,7 +190,7 @@ std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitConfig& config) {
   std::vector<std::shared_ptr<Callback>> callbacks;
   if (config.save_top_k != 0) {
     auto options = ModelCheckpointOptions()
-                       .dirpath(config.ckpt_dir)
+                       .dirpath(config.trainer.ckpt_dir())
                        .monitor(config.monitor)
                        .mode(config.monitor_mode)
                        .save_top_k(config.save_top_k);
@@ -204,30 +206,13 @@ std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitConfig& config) {
   return callbacks;
 }
 
+// The flags' TrainerOptions with what fit() adds: the callbacks of save_top_k and early stopping, the output,
+// the environment and what checkpoints record of the run.
 TrainerOptions trainer_options(const FitConfig& config, const env::Environment& environment,
-                               const FitOutput& output) {
-  return TrainerOptions()
-      .callbacks(fit_callbacks(config))
-      .devices(config.devices)
-      .num_nodes(config.num_nodes)
-      .backend(comm::parse_backend(config.backend))
-      .threads(config.threads)
-      .max_epochs(config.max_epochs)
-      .max_steps(config.max_steps)
-      .limit_train_batches(config.limit_train_batches)
-      .limit_val_batches(config.limit_val_batches)
-      .accumulate_grad_batches(config.accumulate_grad_batches)
-      .gradient_clip_val(config.gradient_clip_val)
-      .bucket_cap_mb(config.bucket_cap_mb)
-      .precision(parse_precision(config.precision))
-      .seed(config.seed)
-      .ckpt_dir(config.ckpt_dir)
-      .ckpt_every_n_steps(config.ckpt_every_n_steps)
-      .resume(config.resolved_resume())
-      .metrics_file(config.metrics_file)
-      .log_every_n_steps(config.log_every_n_steps)
-      .on_nan(parse_on_nan(config.on_nan))
-      .collective_timeout(config.collective_timeout_duration())
+                               const FitOutput& output, int threads) {
+  TrainerOptions options = config.trainer;
+  for (const auto& callback : fit_callbacks(config)) options.callback(callback);
+  return options.threads(threads)
       .progress_bar(output.progress_bar)
       .out(output.out)
       .environment(environment)
@@ -241,13 +226,14 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
               const std::vector<std::shared_ptr<Callback>>& callbacks) {
   config.validate();
   const auto started = Clock::now();
-  const int threads = threads_per_rank(config.threads, environment);
+  const int threads = threads_per_rank(config.trainer.threads(), environment);
   // Everything that can fail on bad input fails here, before the first collective.
   FitDataModule data(config, loader_workers(config, environment, threads));
   const detail::FitData& loaded = data.data();
   const models::InputShape shape{loaded.train->channels(), loaded.train->height(), loaded.train->width(),
                                  /*num_classes=*/10};
-  torch::manual_seed(config.seed);  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+  torch::manual_seed(
+      config.trainer.seed());  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
   Model model = models::make_model(config.model, shape, config.dropout);
   auto banner = [&](const TrainingPlan& plan) {
     std::fprintf(
@@ -257,14 +243,14 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
         config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), loaded.name.c_str(),
         static_cast<long long>(loaded.train->size()), static_cast<long long>(loaded.test->size()),
         plan.world_size, static_cast<long long>(config.batch_size),
-        describe_lr(config, plan.world_size).c_str(), config.precision.c_str(),
-        static_cast<long long>(config.max_epochs), at::get_num_threads(),
+        describe_lr(config, plan.world_size).c_str(), to_string(config.trainer.precision()),
+        static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
         static_cast<long long>(data.workers()));
     std::fflush(output.out);
   };
   auto module = std::make_shared<FitModule>(config, model, banner);
 
-  TrainerOptions options = trainer_options(config, environment, output).threads(threads);
+  TrainerOptions options = trainer_options(config, environment, output, threads);
   for (const auto& callback : callbacks) options.callback(callback);
   Trainer trainer(options);
   const TrainerResult trained = trainer.fit(module, data);

@@ -29,7 +29,7 @@ FitData load_fit_data(const FitConfig& config) {
                              .channels(shape.channels)
                              .height(shape.height)
                              .width(shape.width)
-                             .seed(config.seed);
+                             .seed(config.trainer.seed());
     out.train = std::make_shared<data::SyntheticDataset>(options, Split::kTrain);
     out.test = std::make_shared<data::SyntheticDataset>(
         data::SyntheticOptions(options).size(std::max<int64_t>(1, config.synthetic_size / 4)), Split::kTest);

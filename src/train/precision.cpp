@@ -19,28 +19,6 @@ at::ScalarType autocast_dtype(Precision precision) {
 
 }  // namespace
 
-Precision parse_precision(const std::string& text) {
-  if (text == "32" || text == "32-true" || text == "no") return Precision::k32;
-  if (text == "bf16-mixed" || text == "bf16") return Precision::kBf16Mixed;
-  if (text == "16-mixed" || text == "fp16") return Precision::k16Mixed;
-  throw std::invalid_argument(
-      "precision '" + text +
-      "' is not known: use 32, bf16-mixed or 16-mixed (Accelerate's no, bf16, fp16 and "
-      "32-true are accepted too)");
-}
-
-const char* to_string(Precision precision) {
-  switch (precision) {
-    case Precision::k32:
-      return "32";
-    case Precision::kBf16Mixed:
-      return "bf16-mixed";
-    case Precision::k16Mixed:
-      return "16-mixed";
-  }
-  return "?";
-}
-
 void check_precision_supported(Precision precision, c10::DeviceType device) {
   if (precision == Precision::k32) return;
   const std::string device_name = c10::DeviceTypeName(device, /*lower_case=*/true);

@@ -65,48 +65,10 @@ env::Environment start_ranks_or_become_one(const TrainerOptions& options) {
 
 }  // namespace
 
-OnNan parse_on_nan(const std::string& text) {
-  if (text == "stop") return OnNan::kStop;
-  if (text == "skip") return OnNan::kSkip;
-  throw std::invalid_argument("on_nan '" + text + "' is not known (expected stop or skip)");
-}
-
-const char* to_string(OnNan on_nan) {
-  return on_nan == OnNan::kSkip ? "skip" : "stop";
-}
-
 int threads_per_rank(int requested, const env::Environment& environment) {
   if (requested > 0) return requested;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max(1, static_cast<int>(cores) / std::max(1, environment.local_world_size));
-}
-
-void TrainerOptions::validate() const {
-  auto at_least = [](const char* name, int64_t value, int64_t least) {
-    if (value < least) {
-      throw std::invalid_argument(std::string(name) + " " + std::to_string(value) +
-                                  " is out of range: it must be >= " + std::to_string(least));
-    }
-  };
-  if (devices_) at_least("devices", *devices_, 1);
-  if (num_nodes_) at_least("num_nodes", *num_nodes_, 1);
-  at_least("max_epochs", max_epochs_, 0);
-  if (max_steps_ != -1) at_least("max_steps (or -1 for no limit)", max_steps_, 1);
-  at_least("accumulate_grad_batches", accumulate_grad_batches_, 1);
-  at_least("ckpt_every_n_steps", ckpt_every_n_steps_, 0);
-  at_least("log_every_n_steps", log_every_n_steps_, 0);
-  at_least("threads", threads_, 0);
-  if (bucket_cap_mb_ && (!(*bucket_cap_mb_ > 0) || !std::isfinite(*bucket_cap_mb_))) {
-    throw std::invalid_argument("bucket_cap_mb " + std::to_string(*bucket_cap_mb_) +
-                                " is not a number of MiB > 0 (leave it unset for DDP's default)");
-  }
-  if (!(gradient_clip_val_ >= 0) || !std::isfinite(gradient_clip_val_)) {
-    throw std::invalid_argument("gradient_clip_val " + std::to_string(gradient_clip_val_) +
-                                " is not a finite number >= 0 (0 turns clipping off)");
-  }
-  if (resume_ == "last" && ckpt_dir_.empty()) {
-    throw std::invalid_argument("resume 'last' needs ckpt_dir, where last.ckpt lives");
-  }
 }
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {}

@@ -10,14 +10,13 @@
 
 namespace lockstep::train {
 
-// options.resume() ("last" is ckpt_dir/last.ckpt), or, in a run restarted by the launcher after a failure
-// (torchrun's TORCHELASTIC_RESTART_COUNT), last.ckpt when there is one: go on from it rather than from
-// scratch. Every rank sees the same file: rank 0 wrote it before the failure, and the launcher stopped
-// every rank before restarting any.
+// options.resume_path(), or, in a run restarted by the launcher after a failure (torchrun's
+// TORCHELASTIC_RESTART_COUNT), last.ckpt when there is one: go on from it rather than from scratch. Every
+// rank sees the same file: rank 0 wrote it before the failure, and the launcher stopped every rank before
+// restarting any.
 std::string Trainer::Run::resume_path() const {
+  if (const std::string asked = options.resume_path(); !asked.empty()) return asked;
   const auto last = std::filesystem::path(options.ckpt_dir()) / "last.ckpt";
-  if (options.resume() == "last") return last.string();
-  if (!options.resume().empty()) return options.resume();
   if (environment.restart_count > 0 && !options.ckpt_dir().empty() &&
       std::filesystem::is_regular_file(last)) {
     print_line("restart " + std::to_string(environment.restart_count) + ": resuming from " + last.string());

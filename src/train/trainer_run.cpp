@@ -310,7 +310,7 @@ bool Trainer::Run::report_cut_short(int64_t e, const EpochTraining& training) {
     print_line(result_.stop_reason + " at step " + std::to_string(position.step) + " (epoch " +
                std::to_string(e + 1) + ", batch " + std::to_string(training.batches) + "): " + last_ckpt_ +
                " holds the position; exiting with status " + std::to_string(kPreemptedExitStatus) +
-               " (requeue with --resume last)");
+               " (requeue the job with resume 'last' or 'auto')");
     return true;
   }
   if (training.batches < training.planned) {  // max_steps stopped the epoch: no validation, no epoch metrics

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "lockstep/data/distributed_sampler.h"
-#include "lockstep/train/fit_config.h"
+#include "lockstep/train/batch_limit.h"
 
 namespace lockstep::train::detail {
 

@@ -82,7 +82,7 @@ TEST(TcpRendezvous, PortInUseOnRankZeroNamesThePort) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("port " + std::to_string(taken.port()) + " is already in use"), std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("--master-port"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("master_port"), std::string::npos) << msg;
     EXPECT_EQ(e.rank(), 0);
   }
 }

@@ -174,7 +174,7 @@ TEST(Backends, NcclWithoutAGpuSaysWhatToUse) {
     init_process_group(thread_options(0, 1, store).backend(Backend::kNccl));
     FAIL() << "nccl accepted without a GPU";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("--backend gloo"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("backend 'gloo'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
   }
 }

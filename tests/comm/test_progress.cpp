@@ -160,7 +160,7 @@ TEST(ProcessGroupProgress, ATimedOutCollectiveNamesTheRankThatNeverCameAndWhatIt
                  "fresh: the process is alive but busy outside collectives"),
       std::string::npos)
       << error;
-  EXPECT_NE(error.find("--collective-timeout"), std::string::npos) << error;
+  EXPECT_NE(error.find("(collective_timeout, LOCKSTEP_TIMEOUT)"), std::string::npos) << error;
   EXPECT_TRUE(outcomes[1].ok) << outcomes[1].error;
 }
 

@@ -200,10 +200,10 @@ TEST(IdxDatasetTest, MissingFileOrDirNamesPathAndHowToGetData) {
   TempDir dir;
   const std::string missing = dir.file("no-such-dir");
   expect_error<DataError>([&] { IdxDataset::from_dir(missing, Split::kTrain); },
-                          {missing, "does not exist", "apt-get install dataset-fashion-mnist", "--data-dir"});
+                          {missing, "does not exist", "apt-get install dataset-fashion-mnist", "data_dir"});
   write_plain(dir.file("train-images-idx3-ubyte"), make_idx(3, 2, 2).images);
   expect_error<DataError>([&] { IdxDataset::from_dir(dir.str(), Split::kTrain); },
-                          {"train-labels-idx1-ubyte", dir.str(), "dataset-fashion-mnist", "--data-dir"});
+                          {"train-labels-idx1-ubyte", dir.str(), "dataset-fashion-mnist", "data_dir"});
   expect_error<DataError>([&] { IdxDataset::from_dir(dir.str(), Split::kTest); },
                           {"t10k-images-idx3-ubyte", "test split"});
   expect_error<DataError>([&] { IdxDataset(dir.file("nope"), dir.file("nope2")); },
@@ -288,7 +288,7 @@ TEST(Cifar10DatasetTest, BadSizeBadLabelAndMissingFilesAreNamed) {
   write_plain(dir.file("data_batch_1.bin"), cifar_bytes(1, 0));
   expect_error<DataError>(
       [&] { Cifar10Dataset::from_dir(dir.str(), Split::kTrain); },
-      {dir.file("data_batch_2.bin"), "does not exist", "cifar-10-batches-bin", "--data-dir"});
+      {dir.file("data_batch_2.bin"), "does not exist", "cifar-10-batches-bin", "data_dir"});
   expect_error<DataError>([&] { Cifar10Dataset::from_dir(dir.file("absent"), Split::kTrain); },
                           {dir.file("absent"), "does not exist"});
 }

@@ -78,19 +78,19 @@ devices_mismatch)
 bad_flags)
   expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18)" -- "$lockstep" fit --model nope
   expect_failure 2 "--limit-train-batches '1.5' is not a batch count" -- "$lockstep" fit --limit-train-batches 1.5
-  expect_failure 2 "--precision 16-mixed needs a CUDA device" -- "$lockstep" fit --precision 16-mixed
-  expect_failure 2 "--precision 'fp8' is not known (expected one of: 32, bf16-mixed, 16-mixed)" -- "$lockstep" fit --precision fp8
+  expect_failure 2 "--precision '16-mixed' needs a CUDA device" -- "$lockstep" fit --precision 16-mixed
+  expect_failure 2 "--precision 'fp8' is not known (expected one of: 32, bf16-mixed, 16-mixed;" -- "$lockstep" fit --precision fp8
   expect_failure 2 "--max-epochs must be >= 1, got 0" -- "$lockstep" fit --max-epochs 0
   expect_failure 2 "--num-workers 'two' is not a number of loader threads" -- "$lockstep" fit --num-workers two
   expect_failure 2 "--synthetic-shape '3,0,32': height must be in 1..4096, got 0" -- "$lockstep" fit --data synthetic --synthetic-shape 3,0,32
-  expect_failure 2 "--data mnist needs --data-dir" -- "$lockstep" fit --data mnist
+  expect_failure 2 "--data 'mnist' needs --data-dir" -- "$lockstep" fit --data mnist
   expect_failure 2 "--num-nodes 2 needs one launcher per node" -- "$lockstep" fit --num-nodes 2
   expect_failure 2 "--dropout must be in [0, 1), got 1" -- "$lockstep" fit --dropout 1
-  expect_failure 2 "--dropout does not apply to --model resnet18" -- "$lockstep" fit --model resnet18 --dropout 0.1
-  expect_failure 2 "--ckpt-every-n-steps 5 needs --ckpt-dir DIR" -- "$lockstep" fit --ckpt-every-n-steps 5
-  expect_failure 2 "--max-steps must be >= 1, got 0" -- "$lockstep" fit --max-steps 0
+  expect_failure 2 "--dropout does not apply to --model 'resnet18'" -- "$lockstep" fit --model resnet18 --dropout 0.1
+  expect_failure 2 "--ckpt-every-n-steps 5 needs --ckpt-dir, where last.ckpt is written" -- "$lockstep" fit --ckpt-every-n-steps 5
+  expect_failure 2 "--max-steps must be >= 1 (or -1: no limit), got 0" -- "$lockstep" fit --max-steps 0
   expect_failure 2 "--max-restarts must be >= 0, got -1" -- "$lockstep" fit --max-restarts -1
-  expect_failure 2 "give the restarts to that launcher (lockstep run --max-restarts K)" -- \
+  expect_failure 2 'give the restarts to that launcher (`lockstep run --max-restarts K`)' -- \
     "$lockstep" run --nproc-per-node 1 --standalone -- "$lockstep" fit --max-restarts 1
   ;;
 callbacks)

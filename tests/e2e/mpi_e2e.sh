@@ -76,7 +76,7 @@ mpi_not_mpirun)
     "$lockstep" run --nproc-per-node 2 --standalone -- "$lockstep" fit --backend mpi "${fit_args[@]}"
   grep -Fq "(as root add --allow-run-as-root)" "$work/err" || fail "the error does not mention --allow-run-as-root"
   # lockstep fit starting the ranks itself refuses before starting any.
-  expect_failure 2 "lockstep fit: backend mpi needs its ranks started by mpirun: run \`mpirun -np 2 lockstep fit" -- \
+  expect_failure 2 "lockstep fit: --backend 'mpi' needs its ranks started by mpirun: run \`mpirun -np 2 lockstep fit" -- \
     "$lockstep" fit --devices 2 --backend mpi "${fit_args[@]}"
   ;;
 all_ops_2 | all_ops_3 | all_ops_2_large)

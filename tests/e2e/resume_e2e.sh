@@ -173,7 +173,7 @@ preempt)
   ;;
 bad_resume)
   expect_failure 2 "cannot open checkpoint '$work/missing.ckpt'" -- fit --devices 1 --resume "$work/missing.ckpt"
-  expect_failure 2 "--resume last needs --ckpt-dir" -- fit --devices 1 --resume last
+  expect_failure 2 "--resume 'last' needs --ckpt-dir" -- fit --devices 1 --resume last
   head -c 4096 /dev/urandom >"$work/garbage.ckpt"
   expect_failure 1 "checkpoint '$work/garbage.ckpt' does not end with lockstep's checksum trailer (4096 bytes): it is truncated" \
     -- fit --devices 1 --resume "$work/garbage.ckpt"
@@ -198,7 +198,7 @@ PY
   cp "$work/ck_flip/last.ckpt" "$work/flipped.ckpt"
   expect_failure 1 "checkpoint '$work/ck_flip/last.ckpt' is damaged: the crc32 of its" \
     -- fit --devices 1 --ckpt-dir "$work/ck_flip" --resume last --metrics-file "$work/flip.jsonl"
-  grep -Fq "when it wrote it (the file was changed after lockstep wrote it: disk, copy or transfer error): resume from an older checkpoint (--resume PATH)" \
+  grep -Fq "when it wrote it (the file was changed after lockstep wrote it: disk, copy or transfer error): resume from an older checkpoint (--resume 'PATH')" \
     "$work/err" || fail "the checksum error lacks the cause or the fix"
   [ "$(ls -A "$work/ck_flip")" = "last.ckpt" ] || fail "files written next to the damaged checkpoint: $(ls -A "$work/ck_flip")"
   cmp -s "$work/ck_flip/last.ckpt" "$work/flipped.ckpt" || fail "the damaged checkpoint was changed"

@@ -108,7 +108,7 @@ TEST(NprocPerNode, RejectsOtherTextNamingTheFlag) {
       NprocPerNode::parse(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const LaunchError& e) {
-      EXPECT_NE(std::string(e.what()).find("--nproc-per-node='" + std::string(bad) + "'"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("nproc_per_node='" + std::string(bad) + "'"), std::string::npos)
           << e.what();
     }
   }
@@ -153,8 +153,8 @@ TEST(Resolve, RejectsMoreWorkersThanAnIntCanNumberNamingBothFlags) {
     FAIL() << "resolve accepted 2^32 workers";
   } catch (const LaunchError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("--nnodes=65536"), std::string::npos) << message;
-    EXPECT_NE(message.find("--nproc-per-node=65536"), std::string::npos) << message;
+    EXPECT_NE(message.find("nnodes=65536"), std::string::npos) << message;
+    EXPECT_NE(message.find("nproc_per_node=65536"), std::string::npos) << message;
   }
   const LaunchConfig c = resolve(opts().nnodes(2).nproc_per_node(1073741823).node_rank(1));
   EXPECT_EQ(c.world_size(), 2147483646);
@@ -187,25 +187,25 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadOptions{"EmptyCommand", [] { return LaunchOptions({}); }, "no worker command"},
         BadOptions{"EmptyProgram", [] { return LaunchOptions({""}); }, "no worker command"},
-        BadOptions{"ZeroProcs", [] { return opts().nproc_per_node(0); }, "--nproc-per-node=0"},
-        BadOptions{"ZeroNodes", [] { return opts().nnodes(0); }, "--nnodes=0"},
+        BadOptions{"ZeroProcs", [] { return opts().nproc_per_node(0); }, "nproc_per_node=0"},
+        BadOptions{"ZeroNodes", [] { return opts().nnodes(0); }, "nnodes=0"},
         BadOptions{"NodeRankTooBig", [] { return opts().nnodes(2).node_rank(2); },
-                   "--node-rank=2 is out of range for --nnodes=2"},
-        BadOptions{"NegativeNodeRank", [] { return opts().node_rank(-1); }, "--node-rank=-1"},
-        BadOptions{"PortTooBig", [] { return opts().master_port(70000); }, "--master-port=70000"},
-        BadOptions{"PortZero", [] { return opts().master_port(0); }, "--master-port=0"},
-        BadOptions{"EmptyAddr", [] { return opts().master_addr(""); }, "--master-addr=''"},
-        BadOptions{"NegativeRestarts", [] { return opts().max_restarts(-1); }, "--max-restarts=-1"},
-        BadOptions{"EmptyRunId", [] { return opts().run_id(""); }, "--rdzv-id=''"},
-        BadOptions{"EmptyLogDir", [] { return opts().log_dir(""); }, "--log-dir=''"},
+                   "node_rank=2 is out of range for nnodes=2"},
+        BadOptions{"NegativeNodeRank", [] { return opts().node_rank(-1); }, "node_rank=-1"},
+        BadOptions{"PortTooBig", [] { return opts().master_port(70000); }, "master_port=70000"},
+        BadOptions{"PortZero", [] { return opts().master_port(0); }, "master_port=0"},
+        BadOptions{"EmptyAddr", [] { return opts().master_addr(""); }, "master_addr=''"},
+        BadOptions{"NegativeRestarts", [] { return opts().max_restarts(-1); }, "max_restarts=-1"},
+        BadOptions{"EmptyRunId", [] { return opts().run_id(""); }, "run_id=''"},
+        BadOptions{"EmptyLogDir", [] { return opts().log_dir(""); }, "log_dir=''"},
         BadOptions{"NegativeGrace", [] { return opts().grace_period(std::chrono::milliseconds(-1)); },
                    "grace_period=-1ms"},
         BadOptions{"StandaloneMultiNode", [] { return opts().standalone(true).nnodes(2); },
-                   "--standalone runs a single-node job, but --nnodes=2"},
+                   "standalone runs a single-node job, but nnodes=2"},
         BadOptions{"StandaloneWithPort", [] { return opts().standalone(true).master_port(1234); },
-                   "--master-port=1234"},
+                   "master_port=1234"},
         BadOptions{"StandaloneWithAddr", [] { return opts().standalone(true).master_addr("h"); },
-                   "--master-addr=h"}),
+                   "master_addr=h"}),
     [](const ::testing::TestParamInfo<BadOptions>& info) { return info.param.name; });
 
 }  // namespace

@@ -145,7 +145,7 @@ TEST(RankStart, WhatAPlainProcessCannotStartIsRefusedWithTheFix) {
   request.devices = 2;
   request.mpi_backend = true;
   EXPECT_NE(error_of(request, env::Environment())
-                .find("backend mpi needs its ranks started by mpirun: run `mpirun -np 2 train"),
+                .find("backend 'mpi' needs its ranks started by mpirun: run `mpirun -np 2 train"),
             std::string::npos);
 }
 

@@ -149,16 +149,16 @@ TEST(SyntheticShapeTest, ContradictionsAndAbsurdSizesFailWithTheFix) {
   Parsed parsed = parse({"--synthetic-shape", "3,32,32"});  // --data fashion-mnist (the default)
   EXPECT_EQ(parsed.status, 2);
   EXPECT_NE(parsed.error.find(
-                "--synthetic-shape applies to --data synthetic only (--data fashion-mnist has its own "
-                "image shape): drop it, or use --data synthetic"),
+                "--synthetic-shape applies to --data 'synthetic' only (--data 'fashion-mnist' has its own "
+                "image shape): leave it unset, or use --data 'synthetic'"),
             std::string::npos)
       << parsed.error;
 
   parsed = parse({"--data", "synthetic", "--synthetic-shape", "3,3,32", "--model", "cnn"});
   EXPECT_EQ(parsed.status, 2);
   EXPECT_NE(parsed.error.find(
-                "--model cnn needs images of at least 4x4 (it max-pools twice), got --synthetic-shape "
-                "3,3,32: use a height and width >= 4, or --model mlp or resnet18"),
+                "--model 'cnn' needs images of at least 4x4 (it max-pools twice), got --synthetic-shape "
+                "'3,3,32': use a height and width >= 4, or --model 'mlp' or 'resnet18'"),
             std::string::npos)
       << parsed.error;
   EXPECT_EQ(parse({"--data", "synthetic", "--synthetic-shape", "3,3,32", "--model", "resnet18"}).status, -1);
@@ -167,7 +167,7 @@ TEST(SyntheticShapeTest, ContradictionsAndAbsurdSizesFailWithTheFix) {
   parsed = parse({"--data", "synthetic", "--synthetic-shape", "3,1024,1024"});
   EXPECT_EQ(parsed.status, 2);
   EXPECT_NE(parsed.error.find(
-                "--synthetic-size 8192 of --synthetic-shape 3,1024,1024 needs 30.0 GiB per rank (train "
+                "--synthetic-size 8192 of --synthetic-shape '3,1024,1024' needs 30.0 GiB per rank (train "
                 "+ test split), more than the 4 GiB allowed: lower --synthetic-size or the shape"),
             std::string::npos)
       << parsed.error;
@@ -175,11 +175,12 @@ TEST(SyntheticShapeTest, ContradictionsAndAbsurdSizesFailWithTheFix) {
       parse({"--data", "synthetic", "--synthetic-shape", "3,1024,1024", "--synthetic-size", "64"}).status,
       -1);
 
-  // A config filled in code (not through the flags) is checked by validate() the same way.
+  // A config filled in code (not through the flags) is checked by validate() the same way, in the
+  // library's words (the option's name).
   FitConfig config;
   config.data = "synthetic";
   config.synthetic_shape = ImageShape{3, 0, 32};
-  EXPECT_NE(validate_error(config).find("--synthetic-shape '3,0,32': height must be in 1..4096, got 0"),
+  EXPECT_NE(validate_error(config).find("synthetic_shape '3,0,32': height must be in 1..4096, got 0"),
             std::string::npos);
 }
 

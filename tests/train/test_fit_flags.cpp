@@ -78,7 +78,7 @@ TEST_F(ConfigFileTest, YamlValuesAreApplied) {
   ASSERT_EQ(p.status, -1) << p.error;
   EXPECT_EQ(p.config.model, "cnn");
   EXPECT_EQ(p.config.data, "synthetic");
-  EXPECT_EQ(p.config.max_epochs, 5);
+  EXPECT_EQ(p.config.trainer.max_epochs(), 5);
   EXPECT_EQ(p.config.batch_size, 32);
   ASSERT_TRUE(p.config.lr.has_value());
   EXPECT_DOUBLE_EQ(*p.config.lr, 3e-3);
@@ -88,8 +88,8 @@ TEST_F(ConfigFileTest, YamlValuesAreApplied) {
   ASSERT_TRUE(p.config.synthetic_shape.has_value());
   EXPECT_EQ(p.config.synthetic_shape->to_string(), "3,32,32");
   EXPECT_EQ(p.config.augment, std::optional<bool>(true));
-  EXPECT_DOUBLE_EQ(p.config.limit_train_batches.fraction, 0.25);
-  EXPECT_FALSE(p.config.devices.has_value());
+  EXPECT_DOUBLE_EQ(p.config.trainer.limit_train_batches().fraction, 0.25);
+  EXPECT_FALSE(p.config.trainer.devices().has_value());
   EXPECT_EQ(p.config.optimizer, "adam");  // not in the file: the default
 }
 
@@ -100,7 +100,7 @@ TEST_F(ConfigFileTest, FlagsWinOverTheFile) {
                             std::vector<std::string>{"--config", file, "--max_epochs=2"}}) {
     const Parsed p = parse(flags);
     ASSERT_EQ(p.status, -1) << p.error;
-    EXPECT_EQ(p.config.max_epochs, 2);
+    EXPECT_EQ(p.config.trainer.max_epochs(), 2);
     EXPECT_EQ(p.config.model, "cnn");
     EXPECT_EQ(p.config.lr_scaling, "linear");
   }
@@ -202,16 +202,16 @@ TEST_F(ConfigFileTest, PrintConfigRoundTripsThroughConfig) {
   const FitConfig& b = again.config;
   EXPECT_EQ(b.model, a.model);
   EXPECT_EQ(b.data, a.data);
-  EXPECT_EQ(b.max_epochs, a.max_epochs);
-  EXPECT_EQ(b.metrics_file, "m #1.jsonl");  // quoted where YAML needs it
+  EXPECT_EQ(b.trainer.max_epochs(), a.trainer.max_epochs());
+  EXPECT_EQ(b.trainer.metrics_file(), "m #1.jsonl");  // quoted where YAML needs it
   EXPECT_EQ(b.lr, a.lr);
   EXPECT_EQ(b.lr_scaling, a.lr_scaling);
   EXPECT_EQ(b.lr_step_epochs, a.lr_step_epochs);
   EXPECT_EQ(b.lr_reference_batch, a.lr_reference_batch);
-  EXPECT_EQ(b.devices, a.devices);
+  EXPECT_EQ(b.trainer.devices(), a.trainer.devices());
   EXPECT_EQ(b.augment, a.augment);
   EXPECT_EQ(b.synthetic_shape.has_value(), a.synthetic_shape.has_value());
-  EXPECT_EQ(b.limit_train_batches.to_string(), a.limit_train_batches.to_string());
+  EXPECT_EQ(b.trainer.limit_train_batches().to_string(), a.trainer.limit_train_batches().to_string());
   EXPECT_EQ(b.num_workers, a.num_workers);
   // And printing the reloaded config gives the same text: a fixed point.
   const Parsed reprinted = parse({"--config", printed, "--print-config"});
@@ -244,7 +244,7 @@ TEST(LrScalingTest, ScalesByGlobalOverReferenceBatch) {
   EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.1);
   EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.2);
   EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.4);
-  config.accumulate_grad_batches = 2;  // global batch 64 x 4 x 2 = 512
+  config.trainer.accumulate_grad_batches(2);  // global batch 64 x 4 x 2 = 512
   EXPECT_EQ(config.global_batch_size(4), 512);
   EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.2);
   EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.8);
@@ -254,11 +254,11 @@ TEST(LrScalingTest, ScalesByGlobalOverReferenceBatch) {
 
   config.lr_scaling = "sqrt";
   config.lr_reference_batch.reset();
-  config.accumulate_grad_batches = 1;
+  config.trainer.accumulate_grad_batches(1);
   EXPECT_DOUBLE_EQ(config.scaled_lr(1), 0.1);
   EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.1 * std::sqrt(2.0));
   EXPECT_DOUBLE_EQ(config.scaled_lr(4), 0.2);
-  config.accumulate_grad_batches = 2;
+  config.trainer.accumulate_grad_batches(2);
   EXPECT_DOUBLE_EQ(config.scaled_lr(2), 0.2);
 
   // The optimizer's default lr is what gets scaled.
@@ -305,22 +305,22 @@ TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
 }
 
 TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
-  EXPECT_FALSE(parse({}).config.bucket_cap_mb.has_value());  // auto: DdpOptions' default
+  EXPECT_FALSE(parse({}).config.trainer.bucket_cap_mb().has_value());  // auto: DdpOptions' default
   const Parsed automatic = parse({"--bucket-cap-mb", "auto"});
   ASSERT_EQ(automatic.status, -1) << automatic.error;
-  EXPECT_FALSE(automatic.config.bucket_cap_mb.has_value());
+  EXPECT_FALSE(automatic.config.trainer.bucket_cap_mb().has_value());
   const Parsed p = parse({"--bucket-cap-mb", "4"});
   ASSERT_EQ(p.status, -1) << p.error;
-  ASSERT_TRUE(p.config.bucket_cap_mb.has_value());
-  EXPECT_DOUBLE_EQ(*p.config.bucket_cap_mb, 4.0);
+  ASSERT_TRUE(p.config.trainer.bucket_cap_mb().has_value());
+  EXPECT_DOUBLE_EQ(*p.config.trainer.bucket_cap_mb(), 4.0);
   for (const char* value : {"0", "-1", "nan", "inf", "4MB", "", "Auto"}) {
     const Parsed bad = parse({"--bucket-cap-mb", value});
     EXPECT_EQ(bad.status, 2) << value;
-    EXPECT_NE(
-        bad.error.find(
-            std::string("--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got ") + value),
-        std::string::npos)
+    // Text the flag cannot parse is refused by the flag (", or auto"), a number out of range by
+    // TrainerOptions (", or unset"): both name the flag and the value.
+    EXPECT_NE(bad.error.find("--bucket-cap-mb must be a number of MiB > 0, or "), std::string::npos)
         << bad.error;
+    EXPECT_NE(bad.error.find(std::string(", got ") + value + "\n"), std::string::npos) << bad.error;
   }
 }
 
@@ -394,7 +394,7 @@ TEST(MonitorFlagsTest, BadValuesNameTheFlagTheValueAndWhatIsAccepted) {
            {{"--monitor-mode", "lowest"}, "--monitor-mode 'lowest' is not known (expected one of: min, max)"},
            {{"--save-top-k", "-2", "--ckpt-dir", "ck"},
             "--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got -2"},
-           {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir DIR"},
+           {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir, where the best checkpoints are written"},
            {{"--early-stopping-patience", "-1"}, "--early-stopping-patience must be >= 0, got -1"},
            {{"--early-stopping-min-delta", "-0.5"},
             "--early-stopping-min-delta must be a number >= 0, got -0.5"},
@@ -433,45 +433,60 @@ TEST_F(ConfigFileTest, ResumeAutoResumesOnlyWhenLastCkptExists) {
   Parsed fresh = parse({"--data", "synthetic", "--ckpt-dir", ckpt, "--resume", "auto"});
   ASSERT_EQ(fresh.status, -1) << fresh.error;
   EXPECT_NO_THROW(fresh.config.validate()) << "no last.ckpt yet is not an error";
-  EXPECT_EQ(fresh.config.resolved_resume(), "") << "nothing to resume: start fresh";
-  EXPECT_EQ(fresh.config.resolved_resume_path(), "");
+  EXPECT_EQ(fresh.config.trainer.resume_path(), "") << "nothing to resume: start fresh";
 
   fs::create_directories(ckpt);
   write("ck/last.ckpt", "bytes");
-  EXPECT_EQ(fresh.config.resolved_resume(), "last");
-  EXPECT_EQ(fresh.config.resolved_resume_path(), ckpt + "/last.ckpt");
+  EXPECT_EQ(fresh.config.trainer.resume_path(), ckpt + "/last.ckpt");
   EXPECT_NO_THROW(fresh.config.validate());
 
-  Parsed no_dir = parse({"--data", "synthetic", "--resume", "auto"});
-  if (no_dir.status == -1) {
-    try {
-      no_dir.config.validate();
-      ADD_FAILURE() << "--resume auto without --ckpt-dir must be an error";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--resume auto needs --ckpt-dir DIR"), std::string::npos)
-          << e.what();
-    }
-  } else {
-    EXPECT_NE(no_dir.error.find("--resume auto needs --ckpt-dir DIR"), std::string::npos) << no_dir.error;
-  }
+  const Parsed no_dir = parse({"--data", "synthetic", "--resume", "auto"});
+  EXPECT_EQ(no_dir.status, 2);
+  EXPECT_NE(no_dir.error.find("--resume 'auto' needs --ckpt-dir, where last.ckpt lives"), std::string::npos)
+      << no_dir.error;
   FitConfig other;
-  other.resume = "/some/file.ckpt";
-  EXPECT_EQ(other.resolved_resume(), "/some/file.ckpt") << "other values pass through";
+  other.trainer.resume("/some/file.ckpt");
+  EXPECT_EQ(other.trainer.resume_path(), "/some/file.ckpt") << "other values pass through";
 }
 
-// The library names its options; `lockstep fit` shows them as its flags, and leaves paths alone.
+// The library names its options; `lockstep fit` shows them as its flags, and leaves paths and prose alone.
 TEST(InFlagWords, OptionNamesBecomeFlagsAndPathsStay) {
-  EXPECT_EQ(lockstep::cli::in_flag_words("clip gradients (gradient_clip_val), or skip (on_nan skip)"),
+  using lockstep::cli::in_flag_words;
+  EXPECT_EQ(in_flag_words("clip gradients (gradient_clip_val), or skip (on_nan skip)"),
             "clip gradients (--gradient-clip-val), or skip (--on-nan skip)");
-  EXPECT_EQ(lockstep::cli::in_flag_words("num_nodes 2 needs one launcher per node"),
+  EXPECT_EQ(in_flag_words("num_nodes 2 needs one launcher per node"),
             "--num-nodes 2 needs one launcher per node");
-  EXPECT_EQ(lockstep::cli::in_flag_words("resume 'last' needs ckpt_dir, where last.ckpt lives"),
-            "resume 'last' needs --ckpt-dir, where last.ckpt lives");
-  EXPECT_EQ(lockstep::cli::in_flag_words("cannot open '/runs/ckpt_dir/last.ckpt'"),
+  EXPECT_EQ(in_flag_words("cannot open '/runs/ckpt_dir/last.ckpt'"),
             "cannot open '/runs/ckpt_dir/last.ckpt'");
-  EXPECT_EQ(lockstep::cli::in_flag_words("cannot create directory '/x': denied (choose another ckpt_dir)"),
+  EXPECT_EQ(in_flag_words("cannot create directory '/x': denied (choose another ckpt_dir)"),
             "cannot create directory '/x': denied (choose another --ckpt-dir)");
-  EXPECT_EQ(lockstep::cli::in_flag_words("max_steps_total on_nanny"), "max_steps_total on_nanny");
+  EXPECT_EQ(in_flag_words("max_steps_total on_nanny"), "max_steps_total on_nanny");
+  // One-word options only where they are written as options: with a value, or opening the message.
+  EXPECT_EQ(in_flag_words("resume 'last' needs ckpt_dir, where last.ckpt lives"),
+            "--resume 'last' needs --ckpt-dir, where last.ckpt lives");
+  EXPECT_EQ(in_flag_words("the model's data moves to the backend; resume it later"),
+            "the model's data moves to the backend; resume it later");
+  EXPECT_EQ(in_flag_words("lr must be a positive number, got -1"), "--lr must be a positive number, got -1");
+  EXPECT_EQ(in_flag_words("use backend 'gloo' or 'hier'"), "use --backend 'gloo' or 'hier'");
+}
+
+// Every option of FitConfig and TrainerOptions that a flag sets maps to that flag, aliases included.
+TEST(InFlagWords, FitOptionFlagsComeFromTheFlagsThemselves) {
+  const auto& flags = lockstep::cli::fit_option_flags();
+  const auto flag_of = [&](const std::string& option) {
+    for (const auto& [name, flag] : flags) {
+      if (name == option) return flag;
+    }
+    return std::string();
+  };
+  EXPECT_EQ(flag_of("max_epochs"), "--max-epochs");
+  EXPECT_EQ(flag_of("collective_timeout"), "--collective-timeout");
+  EXPECT_EQ(flag_of("early_stopping_min_delta"), "--early-stopping-min-delta");
+  EXPECT_EQ(flag_of("data_dir"), "--data-dir");
+  EXPECT_EQ(flag_of("model"), "--model");
+  EXPECT_EQ(flag_of("limit_val_batches"), "--limit-val-batches");
+  EXPECT_EQ(flag_of("num_nodes"), "--num-nodes");
+  EXPECT_EQ(flag_of("persistent_workers"), "") << "no flag sets it";
 }
 
 }  // namespace

@@ -25,10 +25,12 @@
 #include "lockstep/train/fit_config.h"
 
 namespace fs = std::filesystem;
+using lockstep::comm::Backend;
 using lockstep::optim::LrSchedule;
 using lockstep::optim::LrShape;
 using lockstep::train::BatchLimit;
 using lockstep::train::FitConfig;
+using lockstep::train::Precision;
 
 namespace {
 
@@ -69,51 +71,55 @@ TEST(FitConfigTest, DefaultsAreValidAndResolve) {
   EXPECT_FALSE(config.resolved_augment());
 }
 
-TEST(FitConfigTest, BadValuesNameTheFlagTheValueAndTheChoices) {
+// The library names its options (lockstep fit shows them as flags: test_fit_flags.cpp).
+TEST(FitConfigTest, BadValuesNameTheOptionTheValueAndTheChoices) {
   FitConfig config;
   config.model = "vgg";
-  EXPECT_EQ(error_of(config), "--model 'vgg' is not known (expected one of: mlp, cnn, resnet18)");
+  EXPECT_EQ(error_of(config), "model 'vgg' is not known (expected one of: mlp, cnn, resnet18)");
   config = FitConfig();
   config.data = "imagenet";
   EXPECT_EQ(error_of(config),
-            "--data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
+            "data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
   config = FitConfig();
   config.batch_size = 0;
-  EXPECT_EQ(error_of(config), "--batch-size must be >= 1, got 0");
+  EXPECT_EQ(error_of(config), "batch_size must be >= 1, got 0");
   config = FitConfig();
   config.lr = -1.0;
-  EXPECT_NE(error_of(config).find("--lr must be a positive number"), std::string::npos);
+  EXPECT_NE(error_of(config).find("lr must be a positive number"), std::string::npos);
   config = FitConfig();
-  config.backend = "nccl";
-  EXPECT_NE(error_of(config).find("use --backend auto, shm, hier, gloo or mpi"), std::string::npos);
+  config.trainer.backend(Backend::kNccl);
+  EXPECT_NE(error_of(config).find("use backend 'auto', 'shm', 'hier', 'gloo' or 'mpi'"), std::string::npos);
   config = FitConfig();
-  config.backend = "mpi";
+  config.trainer.backend(Backend::kMpi);
   EXPECT_EQ(error_of(config), "");
   config = FitConfig();
-  config.backend = "tcp";
-  EXPECT_EQ(error_of(config), "--backend 'tcp' is not known (expected one of: auto, shm, hier, gloo, mpi)");
-  config = FitConfig();
-  config.backend = "shm";
+  config.trainer.backend(Backend::kShm);
   EXPECT_EQ(error_of(config), "");
   config = FitConfig();
-  config.precision = "16-mixed";
+  config.trainer.precision(Precision::k16Mixed);
   EXPECT_NE(error_of(config).find("needs a CUDA device"), std::string::npos);
-  EXPECT_NE(error_of(config).find("use --precision bf16-mixed"), std::string::npos);
-  config.precision = "bf16-mixed";
+  EXPECT_NE(error_of(config).find("use precision 'bf16-mixed'"), std::string::npos);
+  config.trainer.precision(Precision::kBf16Mixed);
   EXPECT_EQ(error_of(config), "");
   config = FitConfig();
-  config.devices = 0;
-  EXPECT_EQ(error_of(config), "--devices must be >= 1, got 0");
+  config.trainer.devices(0);
+  EXPECT_EQ(error_of(config), "devices must be >= 1, got 0");
+  config = FitConfig();
+  config.trainer.max_epochs(0);  // the Trainer accepts 0 epochs; lockstep fit trains at least one
+  EXPECT_EQ(error_of(config), "max_epochs must be >= 1, got 0");
   config = FitConfig();
   config.warmup_epochs = 11;
-  EXPECT_NE(error_of(config).find("--warmup-epochs must be in [0, --max-epochs]"), std::string::npos);
+  EXPECT_NE(error_of(config).find("warmup_epochs must be in [0, max_epochs]"), std::string::npos);
   config = FitConfig();
   config.data = "synthetic";
   config.data_dir = "/tmp";
-  EXPECT_NE(error_of(config).find("--data-dir is meaningless"), std::string::npos);
+  EXPECT_NE(error_of(config).find("data_dir is meaningless"), std::string::npos);
   config = FitConfig();
   config.data = "cifar10";
-  EXPECT_NE(error_of(config).find("--data cifar10 needs --data-dir"), std::string::npos);
+  EXPECT_NE(error_of(config).find("data 'cifar10' needs data_dir"), std::string::npos);
+  config = FitConfig();
+  config.trainer.resume("auto");
+  EXPECT_NE(error_of(config).find("resume 'auto' needs ckpt_dir"), std::string::npos);
 }
 
 TEST(BatchLimitTest, CountsAndFractions) {
@@ -379,7 +385,7 @@ TEST(CheckpointChecksumTest, AFlippedByteAnywhereIsRefusedNamingBothChecksums) {
     const std::string message = load_error(path);
     EXPECT_CONTAINS(message, "checkpoint '" + path.string() + "' is damaged") << " (byte " << at << ")";
     EXPECT_CONTAINS(message, "changed after lockstep wrote it");
-    EXPECT_CONTAINS(message, "resume from an older checkpoint (--resume PATH)");
+    EXPECT_CONTAINS(message, "resume from an older checkpoint (resume 'PATH')");
     if (at < trailer_at) {
       EXPECT_CONTAINS(message, "the crc32 of its " + std::to_string(trailer_at) + " bytes is 0x");
       EXPECT_CONTAINS(message, ", lockstep stored 0x");

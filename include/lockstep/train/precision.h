@@ -6,25 +6,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include "lockstep/train/precision_mode.h"
+
 namespace torch::optim {
 class Optimizer;
 }
 
 namespace lockstep::train {
-
-/// The numeric precision of training (Lightning's `precision`, Accelerate's `mixed_precision`).
-enum class Precision {
-  k32,         ///< float32 throughout
-  kBf16Mixed,  ///< forward under autocast to bfloat16 (CPU and CUDA); weights, gradients and optimizer in
-               ///< float32
-  k16Mixed,  ///< forward under autocast to float16 with a GradScaler (CUDA only: CPU autocast has no float16)
-};
-
-/// Parses Lightning's spellings "32" (also "32-true"), "bf16-mixed", "16-mixed" and Accelerate's "no",
-/// "bf16", "fp16". Throws std::invalid_argument naming the value and the accepted ones.
-Precision parse_precision(const std::string& text);
-/// Lightning's spelling: "32", "bf16-mixed", "16-mixed".
-const char* to_string(Precision precision);
 
 /// Throws std::invalid_argument when `precision` cannot run on `device`, naming both and the precision to
 /// use instead (16-mixed on CPU: "use bf16-mixed (or 32)").

@@ -110,7 +110,7 @@ void check_tensor(const at::Tensor& t, const char* op, const char* what) {
   TORCH_CHECK(t.defined(), "mpi ", op, ": ", what, " is an undefined tensor");
   TORCH_CHECK(t.device().is_cpu(), "mpi ", op, ": ", what, " (", t.scalar_type(), "[", t.numel(), "]) is on ",
               t.device(),
-              "; lockstep's MPI backend moves CPU tensors only: use --backend nccl (or gloo) for GPU "
+              "; lockstep's MPI backend moves CPU tensors only: use backend 'nccl' (or 'gloo') for GPU "
               "tensors, or copy the tensor to the CPU first");
   TORCH_CHECK(t.layout() == at::kStrided, "mpi ", op, ": ", what, " is a ", t.layout(),
               " tensor; the mpi backend moves dense (strided) tensors only");
@@ -206,7 +206,7 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
         " lockstep fit --backend mpi ...` (as root add --allow-run-as-root), not by "
         "`lockstep run`, `lockstep fit --devices` or srun without MPI wiring (each such process is an MPI "
         "world of "
-        "its own); or use --backend gloo with those launchers.");
+        "its own); or use backend 'gloo' with those launchers.");
   }
   // Group creation is a collective: every rank dups MPI_COMM_WORLD, in the same order. The dup runs on the
   // group's worker thread, so that a rank which never creates its group (it exited, or is stuck before

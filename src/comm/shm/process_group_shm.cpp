@@ -116,7 +116,7 @@ Reduction to_reduction(const c10d::ReduceOp& op) {
 void check_tensor(const at::Tensor& t, const char* op, const char* what) {
   TORCH_CHECK(t.defined(), "shm ", op, ": ", what, " is an undefined tensor");
   TORCH_CHECK(t.device().is_cpu(), "shm ", op, ": ", what, " is on ", t.device(),
-              "; the shm backend moves CPU tensors only (use --backend nccl for GPU tensors)");
+              "; the shm backend moves CPU tensors only (use backend 'nccl' for GPU tensors)");
 }
 
 void check_single(const std::vector<at::Tensor>& tensors, const char* op) {

@@ -226,7 +226,7 @@ void ShmChannel::wait_for_generation(std::uint32_t seen, std::uint64_t target, c
       fail("rank " + std::to_string(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) +
            " timed out after " + seconds_text(ctx.timeout) + " waiting for rank(s) " + missing_ranks(target) +
            " (alive, but not at this collective: stuck, or on a different code path). Collective timeout: "
-           "LOCKSTEP_TIMEOUT / --collective-timeout.");
+           "LOCKSTEP_TIMEOUT / collective_timeout.");
     }
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(ctx.deadline - now);
     futex_wait(&block_->generation, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));

@@ -67,7 +67,7 @@ ShmSegment ShmSegment::open(const std::string& name, std::size_t bytes) {
     throw std::runtime_error("cannot open shared-memory segment " + name +
                              " created by rank 0: " + errno_text(error) +
                              (error == ENOENT ? " (is this rank on another host than rank 0? the shm backend "
-                                                "needs every rank on one node: use --backend gloo or hier)"
+                                                "needs every rank on one node: use backend 'gloo' or 'hier')"
                                               : ""));
   }
   struct stat info {};

@@ -1,0 +1,145 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/comm/backend.h"
+#include "lockstep/detail/option.h"
+#include "lockstep/env/environment.h"
+#include "lockstep/train/batch_limit.h"
+#include "lockstep/train/callback.h"
+#include "lockstep/train/precision_mode.h"
+
+namespace lockstep::comm {
+class ProcessGroup;
+}
+
+namespace lockstep::train {
+
+/// What the Trainer does with a non-finite loss from training_step.
+enum class OnNan {
+  kStop,  ///< throw std::runtime_error naming the step, the rank and the value (the launcher stops the rest)
+  kSkip,  ///< every rank skips that optimizer step and drops what the step logged (one 8-byte all-reduce per
+          ///< step)
+};
+/// "stop" | "skip"; throws std::invalid_argument naming the text and the accepted values.
+OnNan parse_on_nan(const std::string& text);
+const char* to_string(OnNan on_nan);
+
+/// How a Trainer trains (Lightning's Trainer arguments, same names and defaults where they exist).
+///
+/// Free of LibTorch (lockstep::fit_config), so that `lockstep fit` builds and validates one without
+/// loading libtorch.
+///
+/// Example:
+///   Trainer trainer(TrainerOptions().devices(2).max_epochs(10).precision(Precision::kBf16Mixed));
+class TrainerOptions {
+ public:
+  /// Ranks on this node. Unset: what the launcher started (1 without one). Set to N > 1 in a program
+  /// started without a launcher, fit() starts the ranks itself (see Trainer::fit).
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, devices)
+  /// Nodes; must agree with the launcher's when set.
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, num_nodes)
+  /// The comm backend (comm::Backend; kAuto picks one for the machine).
+  LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
+  /// Intra-op threads per rank; 0 = cores / local ranks.
+  LOCKSTEP_OPTION(TrainerOptions, int, threads)
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, max_epochs)
+  /// Stop after this many optimizer steps in all; -1 = no limit.
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, max_steps)
+  LOCKSTEP_OPTION(TrainerOptions, BatchLimit, limit_train_batches)
+  LOCKSTEP_OPTION(TrainerOptions, BatchLimit, limit_val_batches)
+  /// Batches whose gradients add up before each optimizer step (through DDP's no_sync: one all-reduce
+  /// per step). The loss is divided by it, so the step equals one on the larger batch.
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, accumulate_grad_batches)
+  /// Max global L2 norm of the gradients before each step; 0 = off.
+  LOCKSTEP_OPTION(TrainerOptions, double, gradient_clip_val)
+  /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0). Unset: DDP's default,
+  /// a 16th of the model's gradients within [1, 25] MiB.
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<double>, bucket_cap_mb)
+  /// Precision::k32, kBf16Mixed or k16Mixed (see precision.h).
+  LOCKSTEP_OPTION(TrainerOptions, Precision, precision)
+  /// Seeds the sampler's shuffle and each rank's generator (dropout): seed + 1000003 x (rank + 1).
+  LOCKSTEP_OPTION(TrainerOptions, uint64_t, seed)
+  /// last.ckpt at every epoch end (and every ckpt_every_n_steps) and the final weights go here; also the
+  /// default directory of ModelCheckpoint. "" = none.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, ckpt_dir)
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, ckpt_every_n_steps)
+  /// "" | "last" (ckpt_dir/last.ckpt) | "auto" (last when ckpt_dir/last.ckpt exists, else a fresh start:
+  /// for jobs that are requeued) | a checkpoint path. See resume_path().
+  LOCKSTEP_OPTION(TrainerOptions, std::string, resume)
+  /// JSONL: one record per epoch, per logged step and per log_metrics() call (rank 0). "" = none.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, metrics_file)
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, log_every_n_steps)
+  /// Also write final.pt and final.safetensors to ckpt_dir at the end.
+  LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)
+  LOCKSTEP_OPTION(TrainerOptions, bool, progress_bar)
+  /// Where rank 0 prints (epoch lines, the summary).
+  LOCKSTEP_OPTION(TrainerOptions, std::FILE*, out)
+  LOCKSTEP_OPTION(TrainerOptions, std::vector<std::shared_ptr<Callback>>, callbacks)
+  /// Who this process is; unset: env::from_env().
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<env::Environment>, environment)
+  /// How long one collective may take (comm::ProcessGroupOptions::collective_timeout); with ranks it
+  /// starts itself, also the launcher's limit for a rank that makes no progress. Unset: LOCKSTEP_TIMEOUT,
+  /// else 1800 s.
+  LOCKSTEP_OPTION(TrainerOptions, std::optional<std::chrono::milliseconds>, collective_timeout)
+  /// A process group to train in (tests, programs that made their own); unset: fit() makes one from the
+  /// environment and shuts it down at the end. Not owned.
+  LOCKSTEP_OPTION(TrainerOptions, comm::ProcessGroup*, process_group)
+  /// A non-finite loss from training_step (OnNan).
+  LOCKSTEP_OPTION(TrainerOptions, OnNan, on_nan)
+  /// Written into checkpoints, for people reading them later.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, description)
+  /// The "producer" of final.safetensors' metadata.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, producer)
+
+  /// Adds one callback.
+  TrainerOptions& callback(std::shared_ptr<Callback> callback) {
+    callbacks_.push_back(std::move(callback));
+    return *this;
+  }
+  /// Throws std::invalid_argument naming the option, the bad value and what is accepted; a resume path
+  /// that cannot be opened is an error here, before any rank waits on another.
+  void validate() const;
+  /// The checkpoint resume() names: "" when not resuming, ckpt_dir/last.ckpt for "last", and for "auto"
+  /// when that file exists ("" when it does not), else resume() itself. Looks at the file system each call
+  /// (every rank resolves it before training starts, so before rank 0 can write a checkpoint).
+  std::string resume_path() const;
+
+ private:
+  std::optional<int> devices_;
+  std::optional<int> num_nodes_;
+  comm::Backend backend_ = comm::Backend::kAuto;
+  int threads_ = 0;
+  int64_t max_epochs_ = 10;
+  int64_t max_steps_ = -1;
+  BatchLimit limit_train_batches_;
+  BatchLimit limit_val_batches_;
+  int64_t accumulate_grad_batches_ = 1;
+  double gradient_clip_val_ = 0.0;
+  std::optional<double> bucket_cap_mb_;
+  Precision precision_ = Precision::k32;
+  uint64_t seed_ = 0;
+  std::string ckpt_dir_;
+  int64_t ckpt_every_n_steps_ = 0;
+  std::string resume_;
+  std::string metrics_file_;
+  int64_t log_every_n_steps_ = 0;
+  bool save_final_weights_ = true;
+  bool progress_bar_ = false;
+  std::FILE* out_ = stdout;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::optional<env::Environment> environment_;
+  std::optional<std::chrono::milliseconds> collective_timeout_;
+  comm::ProcessGroup* process_group_ = nullptr;
+  OnNan on_nan_ = OnNan::kStop;
+  std::string description_;
+  std::string producer_ = "lockstep Trainer";
+};
+
+}  // namespace lockstep::train

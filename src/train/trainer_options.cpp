@@ -1,0 +1,96 @@
+#include "lockstep/train/trainer_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "option_checks.h"
+
+namespace lockstep::train {
+namespace {
+
+using detail::check_at_least;
+using detail::text;
+
+void check_finite_at_least_zero(const char* option, double value, const char* meaning) {
+  if (!(value >= 0.0) || !std::isfinite(value)) {
+    throw std::invalid_argument(std::string(option) + " must be a finite number >= 0 (" + meaning +
+                                "), got " + text(value));
+  }
+}
+
+// The resume options that need a ckpt_dir, and a checkpoint path that cannot be opened.
+void check_resume(const TrainerOptions& options) {
+  const std::string& resume = options.resume();
+  if ((resume == "last" || resume == "auto") && options.ckpt_dir().empty()) {
+    throw std::invalid_argument(
+        "resume '" + resume + "' needs ckpt_dir, where last.ckpt lives" +
+        (resume == "auto" ? " (auto resumes from it when it exists, else starts fresh)" : "") +
+        "; or give the checkpoint's path as resume 'PATH'");
+  }
+  const std::string path = options.resume_path();
+  if (path.empty()) return;
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw std::invalid_argument("resume '" + resume + "': cannot open checkpoint '" + path + "' (" +
+                                std::strerror(errno) + "): check the path, or leave resume empty to start " +
+                                "from scratch");
+  }
+  std::fclose(file);
+}
+
+}  // namespace
+
+OnNan parse_on_nan(const std::string& text) {
+  if (text == "stop") return OnNan::kStop;
+  if (text == "skip") return OnNan::kSkip;
+  throw std::invalid_argument("on_nan '" + text + "' is not known (expected one of: stop, skip)");
+}
+
+const char* to_string(OnNan on_nan) {
+  return on_nan == OnNan::kSkip ? "skip" : "stop";
+}
+
+void TrainerOptions::validate() const {
+  if (devices_) check_at_least("devices", *devices_, 1);
+  if (num_nodes_) check_at_least("num_nodes", *num_nodes_, 1);
+  check_at_least("threads", threads_, 0);
+  check_at_least<int64_t>("max_epochs", max_epochs_, 0);
+  if (max_steps_ != -1 && max_steps_ < 1) {
+    throw std::invalid_argument("max_steps must be >= 1 (or -1: no limit), got " + text(max_steps_));
+  }
+  check_at_least<int64_t>("accumulate_grad_batches", accumulate_grad_batches_, 1);
+  check_at_least<int64_t>("ckpt_every_n_steps", ckpt_every_n_steps_, 0);
+  check_at_least<int64_t>("log_every_n_steps", log_every_n_steps_, 0);
+  if (bucket_cap_mb_ && (!(*bucket_cap_mb_ > 0) || !std::isfinite(*bucket_cap_mb_))) {
+    throw std::invalid_argument("bucket_cap_mb must be a number of MiB > 0, or unset (DDP's default), got " +
+                                text(*bucket_cap_mb_));
+  }
+  check_finite_at_least_zero("gradient_clip_val", gradient_clip_val_, "0 = off");
+  if (collective_timeout_ && collective_timeout_->count() <= 0) {
+    throw std::invalid_argument(
+        "collective_timeout must be > 0 (unset: LOCKSTEP_TIMEOUT, else 1800 s), got " +
+        text(collective_timeout_->count()) + " ms");
+  }
+  if (ckpt_every_n_steps_ > 0 && ckpt_dir_.empty()) {
+    throw std::invalid_argument("ckpt_every_n_steps " + text(ckpt_every_n_steps_) +
+                                " needs ckpt_dir, where last.ckpt is written");
+  }
+  check_resume(*this);
+}
+
+std::string TrainerOptions::resume_path() const {
+  const std::string last = (std::filesystem::path(ckpt_dir_) / "last.ckpt").string();
+  if (resume_ == "last") return last;
+  if (resume_ == "auto") {
+    std::error_code error;
+    return !ckpt_dir_.empty() && std::filesystem::is_regular_file(last, error) ? last : "";
+  }
+  return resume_;
+}
+
+}  // namespace lockstep::train

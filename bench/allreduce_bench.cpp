@@ -149,7 +149,7 @@ Args parse_args(int argc, char** argv) {
   try {
     args.backend = comm::parse_backend(args.backend_name);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--backend: ") + e.what());
+    throw UsageError(std::string("--") + e.what());  // "backend 'x' is not known ..." names the option
   }
   if (args.backend == comm::Backend::kNccl) {
     throw UsageError(

@@ -127,7 +127,7 @@ bad_flags)
   expect_failure 2 "--buffer must be comm or plain, got 'shared'" -- "$lockstep" bench allreduce --buffer shared
   expect_failure 2 "--min-size (67108864 bytes) is larger than --max-size (4096 bytes)" -- \
     "$lockstep" bench allreduce --min-size 64M --max-size 4K
-  expect_failure 2 "backend 'nope' is not known (expected one of: auto, gloo, shm, hier, nccl, mpi)" -- "$lockstep" bench allreduce --backend nope
+  expect_failure 2 "--backend 'nope' is not known (expected one of: auto, gloo, shm, hier, nccl, mpi)" -- "$lockstep" bench allreduce --backend nope
   expect_failure 2 "--backend nccl: this benchmark all-reduces CPU tensors" -- \
     "$lockstep" bench allreduce --backend nccl
   expect_failure 2 "--factor must be >= 2, got 1" -- "$lockstep" bench allreduce --factor 1

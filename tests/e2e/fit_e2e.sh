@@ -115,7 +115,8 @@ PY
     || { cat "$work/out"; fail "fit --early-stopping-patience failed"; }
   grep -q "stopping after epoch 2" "$work/out" || { cat "$work/out"; fail "no early stop after epoch 2"; }
   [ "$(wc -l <"$work/stop.jsonl")" -eq 2 ] || fail "early stopping ran $(wc -l <"$work/stop.jsonl") epochs, expected 2"
-  expect_failure 1 "val_los" -- "$lockstep" fit --devices 1 --data synthetic --synthetic-size 256 --max-epochs 1 \
+  # The typo itself, quoted ("val_los" alone would also match the val_loss that the message lists).
+  expect_failure 1 "--monitor='val_los') cannot find its metric in the logged metrics" -- "$lockstep" fit --devices 1 --data synthetic --synthetic-size 256 --max-epochs 1 \
     --ckpt-dir "$work/ck2" --save-top-k 1 --monitor val_los
   ;;
 nan)

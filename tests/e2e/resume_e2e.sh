@@ -57,14 +57,16 @@ print(f"identical: {len(want_steps)} steps from step {first}, epochs {sorted(res
 PY
 }
 
-# stop_and_resume STOP_STEP EXTRA_FLAGS...: uninterrupted run, run stopped at STOP_STEP, resumed run; compare.
+# stop_and_resume STOP_STEP REPORT EXTRA_FLAGS...: uninterrupted run, run stopped at STOP_STEP, resumed run;
+# compare. REPORT is the line the stopped run must print: "stopped at max_steps N (epoch ..." when the stop
+# cuts an epoch, the final accuracy when it falls on an epoch's end.
 stop_and_resume() {
-  local stop=$1
-  shift
+  local stop=$1 report=$2
+  shift 2
   fit --devices 2 --metrics-file "$work/full.jsonl" --ckpt-dir "$work/ck_full" "$@" >"$work/full.out" 2>&1 || { cat "$work/full.out"; fail "uninterrupted run failed"; }
   fit --devices 2 --metrics-file "$work/first.jsonl" --ckpt-dir "$work/ck" --max-steps "$stop" "$@" >"$work/first.out" 2>&1 \
     || { cat "$work/first.out"; fail "stopped run failed"; }
-  grep -q "stopped at --max-steps $stop\|no epoch completed\|final val_acc" "$work/first.out" || { cat "$work/first.out"; fail "no stop report"; }
+  grep -qF "$report" "$work/first.out" || { cat "$work/first.out"; fail "the stopped run did not report '$report'"; }
   [ -s "$work/ck/last.ckpt" ] || fail "no last.ckpt after the stopped run"
   ls "$work/ck" | grep -q '\.tmp' && fail "a temporary file was left in the checkpoint directory"
   fit --devices 2 --metrics-file "$work/resumed.jsonl" --ckpt-dir "$work/ck" --resume last "$@" >"$work/resumed.out" 2>&1 \
@@ -76,14 +78,14 @@ stop_and_resume() {
 case $case_name in
 mid_epoch)
   # 512 images, 2 ranks x 32: 8 batches per epoch; step 11 = epoch 2, batch 3.
-  stop_and_resume 11 --ckpt-every-n-steps 5
+  stop_and_resume 11 "stopped at max_steps 11 (epoch 2, batch 3 of 8)" --ckpt-every-n-steps 5
   ;;
 epoch_end)
-  stop_and_resume 8
+  stop_and_resume 8 "final val_acc"
   ;;
 accumulate)
   # 4 steps per epoch; step 6 = epoch 2, batch 4.
-  stop_and_resume 6 --accumulate-grad-batches 2 --ckpt-every-n-steps 2
+  stop_and_resume 6 "stopped at max_steps 6 (epoch 2, batch 4 of 8)" --accumulate-grad-batches 2 --ckpt-every-n-steps 2
   ;;
 world_size)
   fit --devices 2 --ckpt-dir "$work/ck" --max-steps 8 >"$work/first.out" 2>&1 || { cat "$work/first.out"; fail "2-rank run failed"; }

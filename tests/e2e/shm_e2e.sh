@@ -5,7 +5,7 @@
 #                 timeout is 120 s) with an error naming rank 1 and its pid.
 #   no_leftovers  RUNS (default 100) jobs of 2 ranks under `lockstep run`, each with one rank killed with
 #                 -9 at a random moment in its first 0.6 s (set-up or collectives); afterwards no segment
-#                 of any of these jobs may remain in /dev/shm.
+#                 of any of these jobs may remain in /dev/shm, and inotify must have seen some created.
 #   gloo_peer     COMM_WORKER_BACKEND=gloo still works (the worlds in CMakeLists.txt run auto = shm).
 # usage: shm_e2e.sh CASE LOCKSTEP_CLI COMM_WORKER
 set -u
@@ -45,16 +45,54 @@ killed_rank)
 no_leftovers)
   runs=${RUNS:-100}
   tag=shmkill$$
+  # The control: inotify counts the segments of these jobs created in /dev/shm (each is unlinked once
+  # every rank has mapped it, so most live for milliseconds). "Nothing left" means something only if
+  # segments were made under the name the count below looks for.
+  python3 - "lockstep-$tag-" "$dir/created" "$dir/ready" "$dir/stop" <<'PY' &
+import ctypes, os, select, struct, sys
+prefix, out, ready, stop = sys.argv[1].encode(), sys.argv[2], sys.argv[3], sys.argv[4]
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+IN_CREATE = 0x100
+if fd < 0 or libc.inotify_add_watch(fd, b"/dev/shm", IN_CREATE) < 0:
+    sys.exit(f"inotify on /dev/shm: errno {ctypes.get_errno()}")
+open(ready, "w").close()
+created = 0
+while True:
+    done = os.path.exists(stop)
+    if select.select([fd], [], [], 0.2)[0]:
+        data, at = os.read(fd, 1 << 16), 0
+        while at < len(data):
+            _, _, _, length = struct.unpack_from("iIII", data, at)
+            created += data[at + 16:at + 16 + length].rstrip(b"\0").startswith(prefix)
+            at += 16 + length
+    elif done:
+        break
+open(out, "w").write(f"{created}\n")
+PY
+  watcher=$!
+  pids="$pids $watcher"
+  for _ in $(seq 1 300); do [ -e "$dir/ready" ] && break; sleep 0.1; done  # a hang bound, not a timing
+  [ -e "$dir/ready" ] || fail "the inotify watcher did not start"
   for i in $(seq 1 "$runs"); do
     COMM_WORKER_BACKEND=shm COMM_WORKER_ROUNDS=1000 COMM_WORKER_KILL_RANK=$((RANDOM % 2)) \
       COMM_WORKER_KILL_AFTER_MS=$((RANDOM % 600)) \
       "$lockstep" run --nproc-per-node 2 --standalone --rdzv-id "$tag-$i" -- "$worker" >"$dir/run.log" 2>&1
     status=$?
-    [ "$status" -ne 0 ] || grep -q "ok (run" "$dir/run.log" || fail "run $i exited 0 without finishing"
+    # Either the job finished before the kill, or it failed because of it (not for another reason).
+    if [ "$status" -eq 0 ]; then
+      grep -q "ok (run" "$dir/run.log" || fail "run $i exited 0 without finishing"
+    else
+      grep -q "killed by signal 9 (SIGKILL)" "$dir/run.log" || { cat "$dir/run.log"; fail "run $i failed, not by the kill"; }
+    fi
   done
+  touch "$dir/stop"
+  wait "$watcher" || fail "the inotify watcher failed"
+  created=$(cat "$dir/created")
+  [ "$created" -ge 1 ] || fail "no segment of these $runs jobs was ever created in /dev/shm: nothing to leave behind"
   left=$(ls /dev/shm | grep -c "^lockstep-$tag-" || true)
   [ "$left" -eq 0 ] || { ls -la /dev/shm; fail "$left segment(s) left in /dev/shm after $runs killed runs"; }
-  echo "ok: $runs runs with a rank killed by -9, nothing left in /dev/shm"
+  echo "ok: $runs runs with a rank killed by -9 created $created segment(s), nothing left in /dev/shm"
   ;;
 gloo_peer)
   COMM_WORKER_BACKEND=gloo "$lockstep" run --nproc-per-node 2 --standalone -- "$worker" >"$dir/run.log" 2>&1 ||

@@ -134,14 +134,20 @@ torchrun | ddp | lightning)
   fi
   ;;
 fail)
+  # Rank 1 kills itself (SIGKILL) at step 3: the job must fail with that rank's status, 137, say which rank
+  # died, and leave no task behind. ($(...) runs in a subshell: `|| exit 1` carries its fail out.)
   for style in ddp torchrun; do
     script "$style" "fail_$style" --max-epochs 50 --metrics-file "$work/fail_$style.jsonl"
     start=$SECONDS
-    id=$(LOCKSTEP_FAULT=1:3 submit "fail_$style")
-    result=$(wait_done "$id" 90)
-    case $result in
-    "COMPLETED "*) fail "$style: job $id ended $result although rank 1 was killed" ;;
+    id=$(LOCKSTEP_FAULT=1:3 submit "fail_$style") || exit 1
+    result=$(wait_done "$id" 90) || exit 1
+    [ "$result" = "FAILED 137:0" ] || fail "$style: job $id ended '$result', expected 'FAILED 137:0' (rank 1 killed)"
+    case $style in
+    ddp) died="task 1: Killed" ;;  # srun names the task
+    torchrun) died="rank 1 (local rank 1, pid" ;;  # lockstep run names the rank, then how it ended
     esac
+    grep -F "$died" "$work/job_$id.out" | grep -q "Killed\|killed by signal 9" ||
+      fail "$style: job $id's output does not say that rank 1 was killed ('$died')"
     no_task_left "$work/fail_$style.jsonl"
     echo "$style: a killed rank ended job $id ($result) after $((SECONDS - start)) s, no task left"
   done

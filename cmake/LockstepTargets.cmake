@@ -82,11 +82,11 @@ endfunction()
 
 # lockstep_add_test(NAME SOURCES... [LIBS ...] [TORCH | TORCH_NN] [TIMEOUT S])
 #   A GoogleTest executable registered with ctest: as one case (default), or each TEST as its own ctest
-#   case with -DLOCKSTEP_TEST_EACH_CASE=ON (TIMEOUT then applies per case; default 120 s).
+#   case with -DLOCKSTEP_TEST_EACH_CASE=ON. TIMEOUT (default 120 s) bounds that one ctest: the whole binary,
+#   or each case. It only catches hangs: keep it several times what the binary takes on a busy 2-core
+#   machine (the slowest, test_comm, takes ~35 s there and has 180).
 function(lockstep_add_test name)
   cmake_parse_arguments(ARG "TORCH;TORCH_NN" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
-  # A whole binary's cases run as one ctest (see below): its limit is that of its longest cases together.
-  set(ARG_BINARY_TIMEOUT 1200)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
   target_compile_options(${name} PRIVATE -Wall -Wextra)
@@ -108,7 +108,7 @@ function(lockstep_add_test name)
     # One ctest per binary: every process start loads LibTorch (~0.4 s), which for ~600 cases was half
     # of the unit tests' time. The binary's own output names each failing case.
     add_test(NAME ${name} COMMAND ${name})
-    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_BINARY_TIMEOUT})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
   endif()
   get_property(env_file_done GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE)
   if(NOT env_file_done)

@@ -215,11 +215,7 @@ TEST(IdxDatasetTest, RealFashionMnist) {
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << dir << " is absent (apt-get install dataset-fashion-mnist)";
   }
-  const auto start = std::chrono::steady_clock::now();
-  const IdxDataset train = IdxDataset::from_dir(dir, Split::kTrain);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("[          ] Fashion-MNIST train (.gz) loaded in %.3f s\n", seconds);
-  EXPECT_LT(seconds, 2.0);  // ~0.2 s on an idle core; generous for loaded CI machines
+  const IdxDataset train = IdxDataset::from_dir(dir, Split::kTrain);  // its load time: bench/data_bench.cpp
   ASSERT_EQ(train.size(), 60000);
   EXPECT_EQ(train.channels(), 1);
   EXPECT_EQ(train.height(), 28);

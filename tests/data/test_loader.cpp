@@ -22,8 +22,6 @@
 namespace lockstep::data {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 using testing::expect_error;
 
 // torchvision's ToTensor + Normalize, in float32 tensor ops.
@@ -346,18 +344,22 @@ TEST(LoaderTest, RestartMidEpochCancelsTheOldEpochCleanly) {
 TEST(LoaderTest, PrefetchIsBoundedAndDestructorDoesNotHangOnAFullQueue) {
   auto ds = indexed_dataset(10000);
   std::atomic<int64_t> built{0};
-  const auto start = Clock::now();
   {
     Loader loader(ds, LoaderOptions(4).num_workers(3).prefetch_factor(2));
     detail::LoaderTesting::set_build_hook(loader, [&](int64_t) { ++built; });
     loader.start_epoch(shuffled(10000, 2), 0);
     ASSERT_TRUE(loader.next().has_value());
     ASSERT_TRUE(loader.next().has_value());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // workers fill the queue and block
-    EXPECT_LE(built.load(), 2 + 3 * 2);                           // consumed + num_workers * prefetch_factor
-    EXPECT_GE(built.load(), 2 + 3 * 2);                           // and they did fill it
-  }  // destroyed with workers waiting on the full queue
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+    // The workers fill the queue: consumed + num_workers * prefetch_factor batches (waited for, bounded
+    // only against a hang), and then stop. A further batch would show within the grace that follows; a
+    // slow machine can only make that check pass when it should not, never fail when it should pass.
+    const int64_t bound = 2 + 3 * 2;
+    for (int i = 0; i < 30000 && built.load() < bound; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(built.load(), bound) << "the workers did not fill the queue";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(built.load(), bound) << "a worker built past the prefetch bound";
+  }  // destroyed with workers waiting on the full queue (a hang here is caught by the ctest timeout)
   // Also destroyed mid-epoch right after starting, and without ever starting an epoch.
   {
     Loader loader(ds, LoaderOptions(4).num_workers(2).persistent_workers(false));
@@ -393,21 +395,17 @@ TEST(LoaderTest, ValidatesOptionsAndIndices) {
   EXPECT_EQ(loader.options().batch_size(), 2);
 }
 
-TEST(LoaderTest, BuildingASeedMlpBatchIsCheap) {
+// Every full batch of ten epochs is built (how fast: bench/data_bench.cpp, docs/benchmarks.md).
+TEST(LoaderTest, BuildsEverySeedMlpBatchOfTenEpochs) {
   auto ds = std::make_shared<const SyntheticDataset>(SyntheticOptions().size(4096), Split::kTrain);
   Loader loader(ds, LoaderOptions(64).transform(TransformOptions().mean({0.2860}).std({0.3530})));
   const std::vector<int64_t> indices = shuffled(4096, 9);
   int64_t batches = 0;
-  const auto start = Clock::now();
   for (int epoch = 0; epoch < 10; ++epoch) {
     loader.start_epoch(indices, epoch);
     while (auto b = loader.next()) batches += b->target.size(0) == 64;
   }
-  const double per_batch_ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count() / batches;
-  std::printf("[          ] seed-MLP batch (64 x 1x28x28): %.4f ms to build\n", per_batch_ms);
   EXPECT_EQ(batches, 640);
-  EXPECT_LT(per_batch_ms, 0.5);  // ~0.03 ms on an idle core; generous for a loaded CI machine
 }
 
 }  // namespace

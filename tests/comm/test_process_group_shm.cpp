@@ -341,11 +341,14 @@ TEST(Shm, WorkFutureCompletesWithTheOutputs) {
 TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::chrono::steady_clock::duration elapsed{};
+  std::atomic<bool> a_peer_failed{false};
   auto outcomes = run_ranks(3, [&](int rank) {
     auto pg = make_group(store, rank, 3, 4096, "timeout", 1500ms);
     std::vector<at::Tensor> t{at::ones({4})};
     if (rank == 2) {
-      std::this_thread::sleep_for(2500ms);  // late: rank 0 or 1 has failed by now
+      // Late: it comes only once rank 0 or 1 has failed (an event, not a sleep a busy machine could
+      // outlast; 60 s only bounds a hang).
+      for (int i = 0; i < 60000 && !a_peer_failed; ++i) std::this_thread::sleep_for(1ms);
       pg->allreduce(t)->wait();
       return;
     }
@@ -354,6 +357,7 @@ TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
       pg->allreduce(t)->wait();
     } catch (...) {
       if (rank == 0) elapsed = std::chrono::steady_clock::now() - start;
+      a_peer_failed = true;
       throw;
     }
   });
@@ -363,8 +367,7 @@ TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
   EXPECT_NE(all.find("waiting for rank(s) 2"), std::string::npos) << all;
   EXPECT_NE(outcomes[2].error.find("failed, so this group is unusable"), std::string::npos)
       << outcomes[2].error;
-  EXPECT_GE(elapsed, 1400ms);
-  EXPECT_LT(elapsed, 2400ms);
+  EXPECT_GE(elapsed, 1400ms);  // it waited its timeout (a lower bound: no busy machine makes it shorter)
 }
 
 TEST(Shm, NoSegmentIsLeftInDevShmOnceEveryRankAttached) {

@@ -1,7 +1,8 @@
-// Exactness over real processes (started by `lockstep run`, TCPStore + Gloo): each rank trains a model
-// with DDP on its contiguous share of a global batch, and also replays the single-process run on the
-// whole batch locally; the two sets of parameters must agree to 1e-9 relative (float64).
-//   ddp_process_worker sgd|adam [view]
+// Exactness over real processes (started by `lockstep run`, or mpirun for the mpi backend), on the backend
+// named: each rank trains a model with DDP on its contiguous share of a global batch, and also replays the
+// single-process run on the whole batch locally; the two sets of parameters must agree to 1e-9 relative
+// (float64).
+//   ddp_process_worker shm|gloo|mpi sgd|adam [view]
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -32,11 +33,17 @@ std::unique_ptr<torch::optim::Optimizer> optimizer(torch::nn::Sequential& m, boo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool adam = argc > 1 && std::strcmp(argv[1], "adam") == 0;
-  const bool view = argc > 2 && std::strcmp(argv[2], "view") == 0;
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: ddp_process_worker shm|gloo|mpi sgd|adam [view]\n");
+    return 2;
+  }
+  const std::string backend = argv[1];
+  const bool adam = std::strcmp(argv[2], "adam") == 0;
+  const bool view = argc > 3 && std::strcmp(argv[3], "view") == 0;
   try {
     auto pg = lockstep::comm::init_process_group(
-        lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
+        lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env())
+            .backend(lockstep::comm::parse_backend(backend)));
     const int world = pg.size(), rank = pg.rank();
     const int64_t batch = 48, steps = 6;  // 48 divides by 1, 2, 3, 4
     torch::manual_seed(99);
@@ -73,9 +80,9 @@ int main(int argc, char** argv) {
     pg.all_reduce(all, lockstep::comm::ReduceOp::kMax).wait();
     pg.shutdown();
     const bool ok = all.item<double>() <= 1e-9;
-    std::printf("rank %d/%d %s%s: %s (worst relative difference %.3g over all ranks)\n", rank, world,
-                adam ? "adam" : "sgd", view ? " view" : "", ok ? "ddp == single process" : "MISMATCH",
-                all.item<double>());
+    std::printf("rank %d/%d %s %s%s: %s (worst relative difference %.3g over all ranks)\n", rank, world,
+                lockstep::comm::to_string(pg.backend()), adam ? "adam" : "sgd", view ? " view" : "",
+                ok ? "ddp == single process" : "MISMATCH", all.item<double>());
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

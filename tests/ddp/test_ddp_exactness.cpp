@@ -1,7 +1,10 @@
-// Exactness: N ranks (threads over an in-memory store, real Gloo) each training on B/N samples must end
-// with the same parameters as one process training on all B samples — for SGD and Adam, world sizes
-// 1-4, tiny buckets, gradient_as_bucket_view, no_sync accumulation, unused parameters, buffers and an
-// empty parameter. Float64 models, so the comparison can be tight (1e-9 relative).
+// Exactness: N ranks (threads over an in-memory store) each training on B/N samples must end with the same
+// parameters as one process training on all B samples. The core cases (DdpBackendWorld: SGD, Adam, tiny
+// buckets, gradient_as_bucket_view with Adam and weight decay, no_sync accumulation, a user's comm hook,
+// buckets of two dtypes) run on each CPU backend by name, shm and gloo, at world sizes 1-4; the others
+// (unused parameters, buffers, an empty parameter, join) on Gloo. MPI's ranks are processes: the same
+// exactness runs there through ddp_process_worker (tests/ddp/CMakeLists.txt). Float64 models, so the
+// comparison can be tight (1e-9 relative); float32 parameters get float32's tolerance.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <tuple>
 
 #include "../comm/thread_group.h"
 #include "lockstep/ddp/bucket.h"
@@ -68,19 +72,29 @@ Net make_net(uint64_t seed, int hidden = 16, bool with_unused = false, bool with
   return net;
 }
 
-enum class Opt { kSgd, kAdam };
+enum class Opt { kSgd, kAdam, kAdamWeightDecay, kSgdMomentumWeightDecay };
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(Net& net, Opt opt) {
-  if (opt == Opt::kSgd)
-    return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1));
-  return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& net, Opt opt) {
+  switch (opt) {
+    case Opt::kSgd:
+      return std::make_unique<torch::optim::SGD>(net.parameters(), torch::optim::SGDOptions(0.1));
+    case Opt::kAdam:
+      return std::make_unique<torch::optim::Adam>(net.parameters(), torch::optim::AdamOptions(0.01));
+    case Opt::kAdamWeightDecay:
+      return std::make_unique<torch::optim::Adam>(net.parameters(),
+                                                  torch::optim::AdamOptions(0.01).weight_decay(0.1));
+    case Opt::kSgdMomentumWeightDecay:
+      return std::make_unique<torch::optim::SGD>(
+          net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.1));
+  }
+  return nullptr;
 }
 
 // One process, all samples, `steps` steps.
 std::vector<torch::Tensor> reference_params(const Data& d, Opt opt, int steps, bool with_unused = false,
                                             bool with_empty = false) {
   auto net = make_net(7, 16, with_unused, with_empty);
-  auto optimizer = make_optimizer(net, opt);
+  auto optimizer = make_optimizer(*net, opt);
   for (int s = 0; s < steps; ++s) {
     optimizer->zero_grad();
     torch::mse_loss(net->forward(d.x), d.y).backward();
@@ -95,19 +109,25 @@ c10::intrusive_ptr<c10d::Store> new_store() {
   return c10::make_intrusive<c10d::HashStore>();
 }
 
-comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+// A group of `backend`, named: which backend an exactness case ran on never depends on the machine.
+comm::ProcessGroup make_group(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+                              comm::Backend backend = comm::Backend::kGloo) {
   return comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "ddp-test")
+                                      .backend(backend)
                                       .rendezvous_timeout(30s)
                                       .collective_timeout(30s));
 }
 
-void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, int rank) {
+// Every parameter within `rtol`/`atol` of the single-process run's (float64 models: 1e-9 relative).
+void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, int rank,
+                 double rtol = kRtol, double atol = kAtol) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!torch::allclose(got[i], want[i], kRtol, kAtol)) {
+    if (!torch::allclose(got[i], want[i], rtol, atol)) {
       throw std::runtime_error("rank " + std::to_string(rank) + ": parameter " + std::to_string(i) +
                                " differs from the single-process run by " +
-                               std::to_string((got[i] - want[i]).abs().max().item<double>()));
+                               std::to_string((got[i] - want[i]).abs().max().item<double>()) + " (rtol " +
+                               std::to_string(rtol) + ")");
     }
   }
 }
@@ -116,7 +136,7 @@ void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch:
 // compared with the single-process run's `want`.
 void train_slice_and_compare(DistributedDataParallel<Net>& ddp, Net& net, Opt opt, const Data& data, int rank,
                              int world, int steps, const std::vector<torch::Tensor>& want) {
-  auto optimizer = make_optimizer(net, opt);
+  auto optimizer = make_optimizer(*net, opt);
   const int64_t per_rank = data.x.size(0) / world;
   auto x = data.x.narrow(0, rank * per_rank, per_rank);
   auto y = data.y.narrow(0, rank * per_rank, per_rank);
@@ -131,13 +151,14 @@ void train_slice_and_compare(DistributedDataParallel<Net>& ddp, Net& net, Opt op
   EXPECT_EQ(ddp.reducer().iterations(), steps);
 }
 
-// N ranks, each on its contiguous B/N slice, with DDP built from `options`.
-void train_ddp_and_compare(int world, Opt opt, const DdpOptions& options, int steps = 5) {
+// N ranks, each on its contiguous B/N slice, with DDP built from `options`, over `backend`.
+void train_ddp_and_compare(comm::Backend backend, int world, Opt opt, const DdpOptions& options,
+                           int steps = 5) {
   const auto data = make_data(24);
   const auto want = reference_params(data, opt, steps);
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
-    auto pg = make_group(rank, world, store);
+    auto pg = make_group(rank, world, store, backend);
     auto net = make_net(rank == 0 ? 7 : 100 + rank);  // DDP must broadcast rank 0's weights
     DistributedDataParallel<Net> ddp(net, pg, options);
     train_slice_and_compare(ddp, net, opt, data, rank, world, steps, want);
@@ -145,27 +166,156 @@ void train_ddp_and_compare(int world, Opt opt, const DdpOptions& options, int st
   }));
 }
 
-class DdpWorld : public ::testing::TestWithParam<int> {};
+// A user's hook, as PyTorch's tests write one: the sum over the ranks, then the division, in two steps
+// of its own (not AllReduceHook's code).
+class SumThenDivideHook : public CommHook {
+ public:
+  comm::Work run(comm::ProcessGroup& group, at::Tensor& bucket) override {
+    comm::Work work = group.all_reduce(bucket);
+    work.wait();
+    bucket.div_(group.size());
+    return work;
+  }
+  const char* name() const override { return "sum_then_divide"; }
+};
 
-TEST_P(DdpWorld, SgdMatchesOneProcessOnTheGlobalBatch) {
-  train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions());
+// fc3 in float32 inside a float64 model: DDP's buckets hold one dtype each, so this model has two kinds.
+struct MixedNetImpl : torch::nn::Module {
+  MixedNetImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(20, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(fc1->forward(x));
+    return fc2->forward(h.to(torch::kFloat)).to(torch::kDouble);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(MixedNet);
+
+MixedNet make_mixed_net(uint64_t seed) {
+  static std::mutex generator_mutex;
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(seed);
+  MixedNet net;
+  net->fc1->to(torch::kDouble);
+  return net;
 }
 
-TEST_P(DdpWorld, AdamMatchesOneProcessOnTheGlobalBatch) {
-  train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions());
+using BackendWorld = std::tuple<comm::Backend, int>;
+class DdpBackendWorld : public ::testing::TestWithParam<BackendWorld> {
+ protected:
+  comm::Backend backend() const { return std::get<0>(GetParam()); }
+  int world() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(DdpBackendWorld, SgdMatchesOneProcessOnTheGlobalBatch) {
+  train_ddp_and_compare(backend(), world(), Opt::kSgd, DdpOptions());
 }
 
-TEST_P(DdpWorld, EveryParameterItsOwnBucket) {
-  train_ddp_and_compare(GetParam(), Opt::kAdam, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
+TEST_P(DdpBackendWorld, AdamMatchesOneProcessOnTheGlobalBatch) {
+  train_ddp_and_compare(backend(), world(), Opt::kAdam, DdpOptions());
 }
 
-TEST_P(DdpWorld, GradientAsBucketView) {
-  train_ddp_and_compare(GetParam(), Opt::kSgd, DdpOptions().gradient_as_bucket_view(true));
+TEST_P(DdpBackendWorld, EveryParameterItsOwnBucket) {
+  train_ddp_and_compare(backend(), world(), Opt::kAdam,
+                        DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "world" + std::to_string(info.param);
+TEST_P(DdpBackendWorld, GradientAsBucketView) {
+  train_ddp_and_compare(backend(), world(), Opt::kSgdMomentumWeightDecay,
+                        DdpOptions().gradient_as_bucket_view(true));
+}
+
+TEST_P(DdpBackendWorld, AdamWithWeightDecayOnBucketViews) {
+  train_ddp_and_compare(backend(), world(), Opt::kAdamWeightDecay,
+                        DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(0.001));
+}
+
+TEST_P(DdpBackendWorld, AUsersCommHookInsideTraining) {
+  train_ddp_and_compare(backend(), world(), Opt::kAdam,
+                        DdpOptions().comm_hook(std::make_shared<SumThenDivideHook>()).bucket_cap_mb(0.001));
+}
+
+TEST_P(DdpBackendWorld, NoSyncAccumulationEqualsTheLargeBatch) {
+  // N ranks x 48/(2N) samples x 2 accumulation steps == 1 process x 48 samples.
+  const auto data = make_data(48);
+  const int steps = 3;
+  const int n = world();
+  const auto want = reference_params(data, Opt::kSgdMomentumWeightDecay, steps);
+  auto store = new_store();
+  expect_all_ok(run_ranks(n, [&](int rank) {
+    auto pg = make_group(rank, n, store, backend());
+    auto net = make_net(rank == 0 ? 7 : 99 + rank);
+    DistributedDataParallel<Net> ddp(net, pg);
+    auto optimizer = make_optimizer(*net, Opt::kSgdMomentumWeightDecay);
+    const int64_t micro_batch = 48 / (2 * n);
+    for (int s = 0; s < steps; ++s) {
+      optimizer->zero_grad();
+      for (int micro = 0; micro < 2; ++micro) {
+        auto x = data.x.narrow(0, (rank * 2 + micro) * micro_batch, micro_batch);
+        auto y = data.y.narrow(0, (rank * 2 + micro) * micro_batch, micro_batch);
+        auto loss = torch::mse_loss(ddp.forward(x), y) / 2.0;
+        if (micro == 0) {
+          auto guard = ddp.no_sync();
+          loss.backward();
+        } else {
+          loss.backward();
+        }
+      }
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    expect_same(got, want, rank);
+    EXPECT_EQ(ddp.reducer().iterations(), steps);  // only the synchronised backwards count
+    pg.shutdown();
+  }));
+}
+
+TEST_P(DdpBackendWorld, BucketsOfTwoDtypes) {
+  const auto data = make_data(24);
+  const int steps = 4;
+  auto reference = make_mixed_net(7);
+  auto ref_opt = make_optimizer(*reference, Opt::kAdam);
+  for (int s = 0; s < steps; ++s) {
+    ref_opt->zero_grad();
+    torch::mse_loss(reference->forward(data.x), data.y).backward();
+    ref_opt->step();
+  }
+  std::vector<torch::Tensor> want;
+  for (auto& p : reference->parameters()) want.push_back(p.detach().clone());
+  auto store = new_store();
+  const int n = world();
+  expect_all_ok(run_ranks(n, [&](int rank) {
+    auto pg = make_group(rank, n, store, backend());
+    auto net = make_mixed_net(rank == 0 ? 7 : 60 + rank);
+    DistributedDataParallel<MixedNet> ddp(net, pg, DdpOptions().bucket_cap_mb(1));
+    EXPECT_GE(ddp.reducer().bucket_indices().size(), 2u) << "one bucket per dtype at least";
+    auto optimizer = make_optimizer(*net, Opt::kAdam);
+    const int64_t share = 24 / n;
+    for (int s = 0; s < steps; ++s) {
+      optimizer->zero_grad();
+      torch::mse_loss(ddp.forward(data.x.narrow(0, rank * share, share)),
+                      data.y.narrow(0, rank * share, share))
+          .backward();
+      optimizer->step();
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters()) got.push_back(p.detach());
+    // float32 arithmetic in fc2's forward and backward reaches every gradient, fc1's float64 ones too:
+    // float32's tolerance for all (the buckets' dtypes are what this case is about).
+    expect_same(got, want, rank, 1e-5, 1e-7);
+    pg.shutdown();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackends, DdpBackendWorld,
+                         ::testing::Combine(::testing::Values(comm::Backend::kShm, comm::Backend::kGloo),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const ::testing::TestParamInfo<BackendWorld>& info) {
+                           return std::string(comm::to_string(std::get<0>(info.param))) + "_world" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 // Weights loaded with LibTorch's Module::load after DDP wrapped the model: load replaces each parameter's
@@ -247,40 +397,6 @@ TEST(Ddp, DefaultCapIsASixteenthOfTheGradientsWithinBounds) {
   }));
 }
 
-TEST(Ddp, NoSyncAccumulationEqualsTheLargeBatch) {
-  // 2 ranks x 16 samples x 2 accumulation steps == 1 process x 64 samples.
-  const auto data = make_data(64);
-  const int steps = 3;
-  const auto want = reference_params(data, Opt::kSgd, steps);
-  auto store = new_store();
-  expect_all_ok(run_ranks(2, [&](int rank) {
-    auto pg = make_group(rank, 2, store);
-    auto net = make_net(rank == 0 ? 7 : 99);
-    DistributedDataParallel<Net> ddp(net, pg);
-    auto optimizer = make_optimizer(net, Opt::kSgd);
-    for (int s = 0; s < steps; ++s) {
-      optimizer->zero_grad();
-      for (int micro = 0; micro < 2; ++micro) {
-        auto x = data.x.narrow(0, rank * 32 + micro * 16, 16);
-        auto y = data.y.narrow(0, rank * 32 + micro * 16, 16);
-        auto loss = torch::mse_loss(ddp.forward(x), y) / 2.0;
-        if (micro == 0) {
-          auto guard = ddp.no_sync();
-          loss.backward();
-        } else {
-          loss.backward();
-        }
-      }
-      optimizer->step();
-    }
-    std::vector<torch::Tensor> got;
-    for (auto& p : net->parameters()) got.push_back(p.detach());
-    expect_same(got, want, rank);
-    EXPECT_EQ(ddp.reducer().iterations(), steps);  // only the synchronised backwards count
-    pg.shutdown();
-  }));
-}
-
 TEST(Ddp, UnusedParametersWhenAskedMatchOneProcess) {
   const auto data = make_data(24);
   const auto want = reference_params(data, Opt::kSgd, 3, /*with_unused=*/true);
@@ -289,7 +405,7 @@ TEST(Ddp, UnusedParametersWhenAskedMatchOneProcess) {
     auto pg = make_group(rank, 2, store);
     auto net = make_net(rank == 0 ? 7 : 5, 16, /*with_unused=*/true);
     DistributedDataParallel<Net> ddp(net, pg, DdpOptions().find_unused_parameters(true));
-    auto optimizer = make_optimizer(net, Opt::kSgd);
+    auto optimizer = make_optimizer(*net, Opt::kSgd);
     for (int s = 0; s < 3; ++s) {
       optimizer->zero_grad();
       torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 12, 12)), data.y.narrow(0, rank * 12, 12))
@@ -327,7 +443,7 @@ TEST(Ddp, EmptyParameterIsHarmless) {
     auto pg = make_group(rank, 3, store);
     auto net = make_net(rank == 0 ? 7 : 8, 16, false, /*with_empty=*/true);
     DistributedDataParallel<Net> ddp(net, pg, DdpOptions().bucket_cap_mb(1e-9).first_bucket_cap_mb(1e-9));
-    auto optimizer = make_optimizer(net, Opt::kAdam);
+    auto optimizer = make_optimizer(*net, Opt::kAdam);
     for (int s = 0; s < 3; ++s) {
       optimizer->zero_grad();
       torch::mse_loss(ddp.forward(data.x.narrow(0, rank * 8, 8)), data.y.narrow(0, rank * 8, 8)).backward();
@@ -405,7 +521,6 @@ TEST(Ddp, JoinHandlesUnevenInputsAndMatchesTheReference) {
   for (auto& p : reference->parameters()) want.push_back(p.detach().clone());
 
   auto store = new_store();
-  const auto start = std::chrono::steady_clock::now();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto pg = make_group(rank, world, store);
     auto net = make_net(rank == 0 ? 7 : 50 + rank);
@@ -424,7 +539,6 @@ TEST(Ddp, JoinHandlesUnevenInputsAndMatchesTheReference) {
     expect_same(got, want, rank);
     pg.shutdown();
   }));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 }
 
 TEST(Ddp, BadOptionsNameTheField) {

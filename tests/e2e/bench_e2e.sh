@@ -10,7 +10,7 @@ case_name=$1 lockstep=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "bench_e2e[$case_name]: $*" >&2; exit 1; }
-skip() { echo "bench_e2e[$case_name]: SKIPPED: $*"; exit 77; }
+skip() { echo "lockstep-skip: bench_e2e[$case_name]: $*"; exit 77; }
 
 # run_ok CMD...: CMD must exit 0; its stdout is in $work/out, its stderr in $work/err.
 run_ok() {

@@ -40,7 +40,7 @@ start_or_skip() {
   "$@" >"$work/start.out" 2>&1
   local status=$?
   if [ "$status" -eq 3 ]; then
-    echo "SKIP $test: $(cat "$work/start.out")"
+    echo "lockstep-skip: $test: $(cat "$work/start.out")"
     exit 77
   fi
   [ "$status" -eq 0 ] || { cat "$work/start.out"; fail "$what did not start"; }

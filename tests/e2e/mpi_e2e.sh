@@ -17,7 +17,7 @@ fail() { echo "mpi_e2e[$case_name]: $*" >&2; exit 1; }
 . "$(dirname "$0")/e2e_lib.sh"
 
 if ! command -v mpirun >/dev/null; then
-  echo "SKIP: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
+  echo "lockstep-skip: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
   exit 77
 fi
 # As root Open MPI refuses to start without --allow-run-as-root; --oversubscribe: 3 ranks on 2 cores.

@@ -16,7 +16,8 @@
 #   LOCKSTEP_SLURM_STATE       the state directory (default /tmp/lockstep-slurm); it holds slurm.conf,
 #                              the key, the spool directories, pid files and logs (logs/)
 #   LOCKSTEP_SLURM_PORT_BASE   slurmctld listens on this port, the slurmd daemons on the next ones
-#                              (default 16817)
+#                              (default 26817: outside [10000, 19999], where jobs put their rendezvous
+#                              port, and below the ephemeral ports)
 #
 # Exit status: 0 done; 1 the cluster failed to start (the daemons' logs are printed); 3 this machine
 # cannot run it (not root, a package missing, /etc/hosts not writable): the reason is printed, and tests
@@ -30,7 +31,7 @@
 set -u
 
 state=${LOCKSTEP_SLURM_STATE:-/tmp/lockstep-slurm}
-port_base=${LOCKSTEP_SLURM_PORT_BASE:-16817}
+port_base=${LOCKSTEP_SLURM_PORT_BASE:-26817}
 nodes="lsnode1 lsnode2"
 hosts_marker="# lockstep-slurm-local-cluster"
 # Every daemon started here carries this variable, and so does every slurmstepd and task they start:

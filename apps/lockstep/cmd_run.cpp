@@ -35,7 +35,7 @@ constexpr const char* kRunDescription =
     "untouched.\n"
     "Started by srun, one task per node (srun --ntasks-per-node=1 lockstep run ...), it takes\n"
     "--nnodes (SLURM_NNODES), --node-rank (SLURM_NODEID), --master-addr (first host of the\n"
-    "step's nodelist), --master-port (10000 + SLURM_JOB_ID % 50000) and --rdzv-id (the job and\n"
+    "step's nodelist), --master-port (10000 + SLURM_JOB_ID % 10000) and --rdzv-id (the job and\n"
     "step id) from Slurm when they are not given; MASTER_ADDR / MASTER_PORT win.";
 
 constexpr const char* kRunFooter =

@@ -196,7 +196,7 @@ std::string slurm_script(const SlurmScriptOptions& options) {
       break;
     case SlurmStyle::kDdp:
       s << ";\n# one task per rank (per device), no launcher: each rank reads SLURM_PROCID, SLURM_NTASKS,\n"
-           "# SLURM_LOCALID and the master (first host of the nodelist, port 10000 + job id % 50000).\n";
+           "# SLURM_LOCALID and the master (first host of the nodelist, port 10000 + job id % 10000).\n";
       break;
   }
   s << "#SBATCH --job-name=" << options.job_name << "\n";

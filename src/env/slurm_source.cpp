@@ -9,15 +9,18 @@
 //
 // Slurm has no notion of a rendezvous master, so it is derived: the host is the first node of the
 // step (SLURM_STEP_NODELIST; the job's list when the step's is missing), the port is a function of the
-// job id, 10000 + SLURM_JOB_ID % 50000, so that every task of the job computes the same port without
-// talking and two jobs sharing a node rarely collide. MASTER_ADDR / MASTER_PORT, when set, win.
+// job id, 10000 + SLURM_JOB_ID % 10000 (Lightning's), so that every task of the job computes the same port
+// without talking and two jobs sharing a node rarely collide. The range, [10000, 19999], stays below
+// Linux's ephemeral ports (32768-60999): no outgoing connection on the node can be holding the port, and
+// a rank that connects before rank 0 listens cannot be given the port itself as its own source port (a
+// TCP self-connect). MASTER_ADDR / MASTER_PORT, when set, win.
 
 namespace lockstep::env::detail {
 namespace {
 
 constexpr long long kMaxJobId = 4294967295LL;  // Slurm job and step ids are 32-bit unsigned
 constexpr int kPortBase = 10000;
-constexpr int kPortSpan = 50000;
+constexpr int kPortSpan = 10000;
 
 // The first variable of `names` that is set, with its name; std::nullopt when none is.
 std::optional<std::pair<std::string, std::string>> first_set(const EnvLookup& lookup,
@@ -70,7 +73,7 @@ void read_master(const EnvLookup& lookup, Layout& l, const std::optional<long lo
   }
   if (job_id) {
     l.master_port.set(kPortBase + static_cast<int>(*job_id % kPortSpan), "master_port",
-                      "10000 + SLURM_JOB_ID=" + std::to_string(*job_id) + " % 50000");
+                      "10000 + SLURM_JOB_ID=" + std::to_string(*job_id) + " % 10000");
   }
   read_master_override(lookup, l);
 }

@@ -19,8 +19,8 @@ echo "$out"
 [ "$out" = "consumer: rank 1 of 3, precision bf16-mixed, find_unused_parameters 1" ]
 for n in 1 2 3; do
   LOCKSTEP_RDZV_TIMEOUT=30 "$scratch/prefix/bin/lockstep" run --nproc-per-node "$n" --standalone -- \
-    "$scratch/build/ddp_consumer" adam >"$scratch/run.out" 2>&1 || { cat "$scratch/run.out"; exit 1; }
+    "$scratch/build/ddp_consumer" auto adam >"$scratch/run.out" 2>&1 || { cat "$scratch/run.out"; exit 1; }
   cat "$scratch/run.out"
-  grep -q "^\[rank 0\] rank 0/$n adam: ddp == single process" "$scratch/run.out"
+  grep -q "^\[rank 0\] rank 0/$n auto adam: ddp == single process" "$scratch/run.out"
 done
 echo "install_and_consume: ok"

@@ -97,9 +97,9 @@ EnvLookup process_env();
 ///     SLURM_NODEID, SLURM_NNODES; local_world_size is this node's entry (index SLURM_NODEID) of
 ///     SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE, whose sum must equal SLURM_NTASKS;
 ///     master_addr is the first host of SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST, else
-///     SLURM_NODELIST; master_port is 10000 + SLURM_JOB_ID % 50000 (so every rank of a job agrees
-///     without talking, and two jobs sharing a node rarely collide; ports fall in [10000, 59999]);
-///     run_id is "slurm-<SLURM_JOB_ID>" or "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>";
+///     SLURM_NODELIST; master_port is 10000 + SLURM_JOB_ID % 10000 (so every rank of a job agrees
+///     without talking, and two jobs sharing a node rarely collide; ports fall in [10000, 19999], below the
+///     ephemeral range); run_id is "slurm-<SLURM_JOB_ID>" or "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>";
 ///     restart_count is SLURM_RESTART_COUNT. SLURM_LOCALID must be below this node's task count and
 ///     SLURM_NODEID below the node count; SLURM_PROCID is not required to follow from them, as srun may
 ///     hand out ranks cyclically (--distribution=cyclic).

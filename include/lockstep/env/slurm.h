@@ -46,7 +46,7 @@ struct SlurmNode {
   int node_rank = 0;        ///< SLURM_NODEID: --node-rank
   int tasks_on_node = 1;    ///< this node's entry of SLURM_STEP_TASKS_PER_NODE; 1 for one launcher per node
   std::string master_addr;  ///< first host of SLURM_STEP_NODELIST (MASTER_ADDR wins): --master-addr
-  int master_port = 29500;  ///< 10000 + SLURM_JOB_ID % 50000 (MASTER_PORT wins): --master-port
+  int master_port = 29500;  ///< 10000 + SLURM_JOB_ID % 10000 (MASTER_PORT wins): --master-port
   std::string run_id;       ///< "slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>": --rdzv-id
 };
 

@@ -128,7 +128,10 @@ class TcpStoreServerLoop {
       throw StoreBindError(EADDRNOTAVAIL, "rendezvous store: cannot resolve the address to listen on, " +
                                               where + ": " + ::gai_strerror(rc));
     }
-    // With no host, prefer the IPv4 wildcard (what MASTER_ADDR usually names).
+    // With no host, prefer the IPv4 wildcard (what MASTER_ADDR usually names). The next candidate is tried
+    // only when this one's family cannot be used here; a port in use ends the search: a store on IPv6
+    // alone, its IPv4 port held by another socket, would refuse every rank that reaches MASTER_ADDR over
+    // IPv4 until its rendezvous timeout.
     std::vector<addrinfo*> candidates;
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) candidates.push_back(ai);
     std::stable_sort(candidates.begin(), candidates.end(), [](addrinfo* a, addrinfo* b) {
@@ -150,6 +153,7 @@ class TcpStoreServerLoop {
         last_errno = errno;
         last_call = "bind";
         ::close(fd);
+        if (last_errno == EADDRINUSE) break;
         continue;
       }
       if (::listen(fd, 512) != 0) {

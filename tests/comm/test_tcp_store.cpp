@@ -458,5 +458,31 @@ TEST(TcpStore, MultiNodeRendezvousListensWhereMasterAddrSays) {
   EXPECT_FALSE(from_loopback.connected()) << "it listens on loopback too, not only where MASTER_ADDR says";
 }
 
+// A port taken on IPv4 is an error, not a store served on IPv6 alone: ranks that reach MASTER_ADDR over
+// IPv4 (rank 0's own client too) would be refused until their rendezvous timeout. Seen as e2e_slurm_ddp's
+// "could not reach the rendezvous server ... (Connection refused)" on a busy machine, where another
+// connection held the job's port.
+TEST(TcpStore, APortTakenOnIPv4IsAnErrorNotAStoreOnIPv6Alone) {
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  try {
+    TcpStoreServer server(TcpStoreServerOptions("job", 1).host("").port(port));  // all interfaces
+    ADD_FAILURE() << "the store started on port " << port << ", which IPv4 holds, listening on "
+                  << server.address();
+  } catch (const StoreBindError& e) {
+    EXPECT_EQ(e.error_code(), EADDRINUSE) << e.what();
+    EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();
+  }
+  ::close(taken);
+}
+
 }  // namespace
 }  // namespace lockstep::comm

@@ -35,7 +35,6 @@ double ms_since(Clock::time_point start) {
 double bare_ms_per_batch(const at::Tensor& images, const std::vector<int64_t>& indices, int epochs) {
   const at::Tensor order = at::tensor(indices, at::kLong);
   int64_t batches = 0;
-  double checksum = 0;
   const auto start = Clock::now();
   for (int epoch = 0; epoch < epochs; ++epoch) {
     for (int64_t at_index = 0; at_index + 64 <= order.size(0); at_index += 64) {
@@ -44,13 +43,10 @@ double bare_ms_per_batch(const at::Tensor& images, const std::vector<int64_t>& i
                                    .div_(255)
                                    .sub_(0.2860)
                                    .div_(0.3530);
-      checksum += batch.data_ptr<float>()[0];
       ++batches;
     }
   }
-  const double ms = ms_since(start) / static_cast<double>(batches);
-  if (checksum == 12345.678) std::printf(" ");  // keeps the batches from being optimised away
-  return ms;
+  return ms_since(start) / static_cast<double>(batches);
 }
 
 double loader_ms_per_batch(const std::shared_ptr<const SyntheticDataset>& data,

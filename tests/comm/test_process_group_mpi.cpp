@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "../support/wait_until.h"
 #include "lockstep/comm/process_group_mpi.h"
 
 namespace lockstep::comm {
@@ -295,9 +296,8 @@ TEST(ProcessGroupMpiTest, WaitWithATimeoutThrowsWhileAPeerIsLateAndSucceedsOnceI
     EXPECT_TRUE(work->wait(std::chrono::seconds(60)));
     std::remove(rank0_timed_out.c_str());
   } else {
-    for (int i = 0; i < 60000 && !std::ifstream(rank0_timed_out).good(); ++i) {  // a hang bound: 60 s
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    lockstep::testing::wait_until([&] { return std::ifstream(rank0_timed_out).good(); },
+                                  std::chrono::seconds(60));
     pg->barrier()->wait();
   }
 }

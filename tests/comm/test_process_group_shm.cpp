@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "../support/wait_until.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/process_group_shm.h"
 #include "thread_group.h"
@@ -348,7 +349,7 @@ TEST(Shm, AbsentRankTimesOutNamingItAndThePeerStopsToo) {
     if (rank == 2) {
       // Late: it comes only once rank 0 or 1 has failed (an event, not a sleep a busy machine could
       // outlast; 60 s only bounds a hang).
-      for (int i = 0; i < 60000 && !a_peer_failed; ++i) std::this_thread::sleep_for(1ms);
+      lockstep::testing::wait_until([&] { return a_peer_failed.load(); }, 60s);
       pg->allreduce(t)->wait();
       return;
     }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "../support/wait_until.h"
 #include "lockstep/comm/process_group.h"
 #include "thread_group.h"
 
@@ -199,7 +200,7 @@ TEST(Collectives, APeerThatNeverCallsMakesTheOtherFailWithinTheTimeout) {
     } else {
       // Rank 1 is "stuck" outside the collective until rank 0 has failed: rank 0 can only have failed by
       // its own timeout (60 s bounds a hang, not a speed).
-      for (int i = 0; i < 60000 && !rank0_failed; ++i) std::this_thread::sleep_for(1ms);
+      lockstep::testing::wait_until([&] { return rank0_failed.load(); }, 60s);
     }
   });
   ASSERT_FALSE(outcomes[0].ok);

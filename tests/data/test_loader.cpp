@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../support/wait_until.h"
 #include "data_test_util.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/synthetic_dataset.h"
@@ -354,8 +355,7 @@ TEST(LoaderTest, PrefetchIsBoundedAndDestructorDoesNotHangOnAFullQueue) {
     // only against a hang), and then stop. A further batch would show within the grace that follows; a
     // slow machine can only make that check pass when it should not, never fail when it should pass.
     const int64_t bound = 2 + 3 * 2;
-    for (int i = 0; i < 30000 && built.load() < bound; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lockstep::testing::wait_until([&] { return built.load() >= bound; }, std::chrono::seconds(30));
     ASSERT_EQ(built.load(), bound) << "the workers did not fill the queue";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(built.load(), bound) << "a worker built past the prefetch bound";

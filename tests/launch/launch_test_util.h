@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "../support/wait_until.h"
+
 extern char** environ;
 
 namespace lockstep::launch::testing {
@@ -77,16 +79,7 @@ inline bool process_alive(pid_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-/// Polls `done` every 10 ms until it holds or `timeout` passes; returns its last value.
-template <class Predicate>
-bool wait_until(Predicate done, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
+using lockstep::testing::wait_until;
 
 /// A program started with stdout and stderr redirected to files.
 class Subprocess {

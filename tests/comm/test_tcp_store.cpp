@@ -251,7 +251,7 @@ TEST(TcpStore, ClientsAndOneSharedClientFromManyThreads) {
 }
 
 TEST(TcpStore, GarbageAndHalfOpenConnectionsNeverStallTheJob) {
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto server = std::make_unique<TcpStoreServer>(
       TcpStoreServerOptions("job", 2).port(0).report_interval(300ms).hello_timeout(2s));
   auto store = connect(*server);
@@ -321,7 +321,7 @@ TEST(TcpStore, GarbageAndHalfOpenConnectionsNeverStallTheJob) {
   EXPECT_GE(server->invalid_connections(), 250);
   store->wait({"ops"}, 1s);  // still serving
   server.reset();            // flushes the last summary
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   size_t lines = 0;
   for (size_t at = err.find("invalid connection(s)"); at != std::string::npos;
        at = err.find("invalid connection(s)", at + 1)) {
@@ -362,7 +362,7 @@ TEST(TcpStore, ClientOfAnotherJobIsRefusedOnBothSides) {
   auto server = std::make_unique<TcpStoreServer>(
       TcpStoreServerOptions("job-a", 2).port(0).refused_key("lockstep/refused"));
   auto store = connect(*server, "job-a", 2, 0);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   try {
     connect(*server, "job-b", 2, 1);
     FAIL() << "a client of another run id was accepted";
@@ -379,7 +379,7 @@ TEST(TcpStore, ClientOfAnotherJobIsRefusedOnBothSides) {
   } catch (const StoreRefusedError& e) {
     EXPECT_EQ(e.their_world_size(), 2);
   }
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("lockstep: rendezvous store refused a client from 127.0.0.1:"), std::string::npos)
       << err;
   EXPECT_NE(err.find("run id 'job-b' (this job: 'job-a')"), std::string::npos) << err;

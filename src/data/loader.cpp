@@ -4,20 +4,22 @@
 
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "lockstep/data/image_dataset.h"
 #include "splitmix.h"
 
 namespace lockstep::data {
 namespace detail {
 
-// A built batch, or the exception thrown while building it.
+// A built batch (nullptr: a stream's epoch ended before it), or the exception thrown while building it.
 struct Slot {
-  Batch batch;
+  AnyBatch batch;
   std::exception_ptr error;
 };
 
@@ -37,7 +39,7 @@ struct LoaderState {
   bool started = false;  // start_epoch() was called at least once
   bool finished = true;  // the current epoch has nothing more to give
   uint64_t generation = 0;
-  std::shared_ptr<const std::vector<int64_t>> indices;
+  std::shared_ptr<const std::vector<int64_t>> indices;  // null for a stream epoch
   int64_t epoch = 0;
   int64_t num_batches = 0;
   int64_t next_claim = 0;
@@ -47,24 +49,11 @@ struct LoaderState {
   std::function<void(int64_t)> build_hook;  // tests only; set before start_epoch()
 };
 
-void LoaderTesting::set_build_hook(Loader& loader, std::function<void(int64_t batch)> hook) {
-  loader.state_->build_hook = std::move(hook);
+void LoaderTesting::set_build_hook(LoaderCore& core, std::function<void(int64_t batch)> hook) {
+  core.state_->build_hook = std::move(hook);
 }
-
-}  // namespace detail
 
 namespace {
-
-using detail::mix;
-
-const std::shared_ptr<const TensorDataset>& checked(const std::shared_ptr<const TensorDataset>& dataset) {
-  if (!dataset) throw std::invalid_argument("Loader: dataset must not be null");
-  if (dataset->size() == 0 && !dataset->images().defined()) {
-    throw std::invalid_argument("Loader: dataset '" + dataset->description() +
-                                "' is empty (default-constructed); load one first");
-  }
-  return dataset;
-}
 
 const LoaderOptions& checked(const LoaderOptions& o) {
   auto fail = [](const char* name, int64_t got, const char* accepted) {
@@ -78,33 +67,38 @@ const LoaderOptions& checked(const LoaderOptions& o) {
   return o;
 }
 
+// The largest batch count: a stream epoch without a limit ends when build() returns nullptr.
+constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+
 }  // namespace
 
-Loader::Loader(std::shared_ptr<const TensorDataset> dataset, LoaderOptions options)
-    : dataset_(checked(dataset)),
-      options_(checked(options)),
-      transform_(options_.transform(), dataset_->channels()),
-      state_(std::make_unique<detail::LoaderState>()) {
+LoaderCore::LoaderCore(LoaderOptions options, BuildBatchFn build, int64_t dataset_size,
+                       std::string description)
+    : options_(checked(options)),
+      build_(std::move(build)),
+      dataset_size_(dataset_size),
+      description_(std::move(description)),
+      state_(std::make_unique<LoaderState>()) {
   state_->capacity = options_.num_workers() * options_.prefetch_factor();
 }
 
-Loader::~Loader() {
+LoaderCore::~LoaderCore() {
   stop_workers();
 }
 
-int64_t Loader::num_batches() const {
+int64_t LoaderCore::num_batches() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->num_batches;
 }
 
-void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
-  const int64_t size = dataset_->size();
+void LoaderCore::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch) {
+  const int64_t size = dataset_size_;
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= size) {
       throw std::out_of_range("Loader::start_epoch: index " + std::to_string(indices[i]) + " at position " +
                               std::to_string(i) + " is outside [0, " + std::to_string(size) +
-                              ") for dataset '" + dataset_->description() + "' of size " +
-                              std::to_string(size) + " (a sampler built for another dataset size?)");
+                              ") for dataset '" + description_ + "' of size " + std::to_string(size) +
+                              " (a sampler built for another dataset size?)");
     }
   }
   const auto count = static_cast<int64_t>(indices.size());
@@ -115,13 +109,27 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t fi
                             " is outside [0, " + std::to_string(batches) + "] (the epoch has " +
                             std::to_string(batches) + " batches)");
   }
+  begin(std::make_shared<const std::vector<int64_t>>(std::move(indices)), epoch, first_batch, batches);
+}
+
+void LoaderCore::start_stream(int64_t epoch, int64_t first_batch, int64_t max_batches) {
+  const int64_t batches = max_batches < 0 ? kUnbounded : max_batches;
+  if (first_batch < 0 || first_batch > batches) {
+    throw std::out_of_range("Loader::start_stream: first batch " + std::to_string(first_batch) +
+                            " is outside [0, " + std::to_string(batches) + "]");
+  }
+  begin(nullptr, epoch, first_batch, batches);
+}
+
+void LoaderCore::begin(std::shared_ptr<const std::vector<int64_t>> indices, int64_t epoch,
+                       int64_t first_batch, int64_t batches) {
   const bool workers = options_.num_workers() > 0;
   if (workers && !options_.persistent_workers()) stop_workers();  // the cancelled epoch's, if any
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     ++state_->generation;  // in-flight batches of a cancelled epoch are dropped
     state_->slots.clear();
-    state_->indices = std::make_shared<const std::vector<int64_t>>(std::move(indices));
+    state_->indices = std::move(indices);
     state_->epoch = epoch;
     state_->num_batches = batches;
     state_->next_claim = first_batch;
@@ -133,11 +141,11 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t fi
   state_->work_cv.notify_all();
 }
 
-std::optional<Batch> Loader::next() {
-  detail::LoaderState& s = *state_;
+AnyBatch LoaderCore::next() {
+  LoaderState& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.started) throw std::logic_error("Loader::next: call start_epoch(indices, epoch) before next()");
-  if (s.finished) return std::nullopt;
+  if (s.finished) return nullptr;
   const int64_t k = s.next_out;
   if (options_.num_workers() == 0) {
     const std::shared_ptr<const std::vector<int64_t>> indices = s.indices;
@@ -146,7 +154,9 @@ std::optional<Batch> Loader::next() {
     s.finished = s.next_out == s.num_batches;
     try {
       lock.unlock();
-      return build(*indices, k, epoch);
+      AnyBatch batch = build(indices.get(), k, epoch);
+      if (!batch) finish_epoch();  // a stream that ended
+      return batch;
     } catch (...) {
       lock.lock();
       s.finished = true;
@@ -159,12 +169,12 @@ std::optional<Batch> Loader::next() {
   const bool last = s.next_out == s.num_batches;
   lock.unlock();
   s.work_cv.notify_all();  // the window moved: one more batch may be claimed
-  if (node.mapped().error || last) finish_epoch();
+  if (node.mapped().error || !node.mapped().batch || last) finish_epoch();
   if (node.mapped().error) std::rethrow_exception(node.mapped().error);
   return std::move(node.mapped().batch);
 }
 
-void Loader::finish_epoch() {
+void LoaderCore::finish_epoch() {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     state_->finished = true;
@@ -174,35 +184,26 @@ void Loader::finish_epoch() {
   if (!options_.persistent_workers()) stop_workers();
 }
 
-Batch Loader::build(const std::vector<int64_t>& indices, int64_t batch, int64_t epoch) const {
+AnyBatch LoaderCore::build(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const {
   if (state_->build_hook) state_->build_hook(batch);
+  // The batch's randomness depends on (seed, epoch, batch) only: the same bytes whichever thread builds it.
+  const BatchKey key{
+      epoch, batch,
+      mix(mix(mix(options_.seed()) ^ static_cast<uint64_t>(epoch)) + static_cast<uint64_t>(batch))};
+  if (!indices) return build_({}, key);
   const int64_t b = options_.batch_size();
   const int64_t begin = batch * b;
-  const int64_t end = std::min<int64_t>(begin + b, static_cast<int64_t>(indices.size()));
-  const c10::ArrayRef<int64_t> rows(indices.data() + begin, static_cast<size_t>(end - begin));
-  Batch out;
-  if (options_.augment()) {
-    // Depends on (seed, epoch, batch) only: the same bytes whichever thread builds it.
-    const uint64_t seed =
-        mix(mix(mix(options_.seed()) ^ static_cast<uint64_t>(epoch)) + static_cast<uint64_t>(batch));
-    out.data = transform_.gather(dataset_->images(), rows, &seed);
-  } else {
-    out.data = transform_.gather(dataset_->images(), rows);
-  }
-  out.target = at::empty({end - begin}, at::kLong);
-  int64_t* target = out.target.data_ptr<int64_t>();
-  const int64_t* labels = dataset_->labels().data_ptr<int64_t>();
-  for (int64_t i = 0; i < end - begin; ++i) target[i] = labels[rows[static_cast<size_t>(i)]];
-  return out;
+  const int64_t end = std::min<int64_t>(begin + b, static_cast<int64_t>(indices->size()));
+  return build_(c10::ArrayRef<int64_t>(indices->data() + begin, static_cast<size_t>(end - begin)), key);
 }
 
-void Loader::start_workers() {
+void LoaderCore::start_workers() {
   for (int64_t i = 0; i < options_.num_workers(); ++i)
     state_->threads.emplace_back([this] { worker_loop(); });
 }
 
-void Loader::stop_workers() {
-  detail::LoaderState& s = *state_;
+void LoaderCore::stop_workers() {
+  LoaderState& s = *state_;
   if (s.threads.empty()) return;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -215,8 +216,8 @@ void Loader::stop_workers() {
   s.stop = false;
 }
 
-void Loader::worker_loop() {
-  detail::LoaderState& s = *state_;
+void LoaderCore::worker_loop() {
+  LoaderState& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     s.work_cv.wait(lock, [&] {
@@ -229,9 +230,9 @@ void Loader::worker_loop() {
     const std::shared_ptr<const std::vector<int64_t>> indices = s.indices;
     const int64_t epoch = s.epoch;
     lock.unlock();
-    detail::Slot slot;
+    Slot slot;
     try {
-      slot.batch = build(*indices, k, epoch);
+      slot.batch = build(indices.get(), k, epoch);
     } catch (...) {
       slot.error = std::current_exception();
     }
@@ -241,5 +242,12 @@ void Loader::worker_loop() {
     s.ready_cv.notify_one();
   }
 }
+
+}  // namespace detail
+
+Loader::Loader(std::shared_ptr<const TensorDataset> dataset, LoaderOptions options)
+    : BasicLoader<Batch>(
+          std::make_shared<ImageDataset>(std::move(dataset), options.transform(), options.augment()),
+          options) {}
 
 }  // namespace lockstep::data

@@ -38,46 +38,80 @@ struct GradientState {
 };
 
 struct PreparedLoaderState {
-  PreparedLoaderState(data::DistributedSampler sampler_in, std::unique_ptr<data::Loader> loader_in,
+  PreparedLoaderState(std::unique_ptr<data::detail::AnyShardLoader> loader_in, data::ShardPlan plan_in,
                       std::shared_ptr<GradientState> gradient_state_in, c10::Device device_in)
-      : sampler(std::move(sampler_in)),
-        loader(std::move(loader_in)),
+      : loader(std::move(loader_in)),
+        plan(plan_in),
         gradient_state(std::move(gradient_state_in)),
         device(device_in) {}
 
+  data::ShardPlan epoch_plan() const {
+    data::ShardPlan p = plan;
+    p.epoch = epoch;
+    return p;
+  }
+
   void begin_pass() {
-    sampler.set_epoch(epoch);
-    loader->start_epoch(sampler.indices(), epoch);
+    const data::ShardPlan p = epoch_plan();
+    batches = loader->batches(p);
+    loader->start(p);
     batch_index = -1;
   }
 
   // The next batch of the pass; false (and the epoch advanced) after the last one.
   bool advance() {
-    current = loader->next();
+    current = loader->next_any();
     if (!current) {
       gradient_state->batches_left = -1;
       ++epoch;  // Accelerate's DataLoaderShard: each completed pass is the next epoch
       return false;
     }
     ++batch_index;
-    if (device.type() != c10::kCPU) {
-      current->data = current->data.to(device);
-      current->target = current->target.to(device);
-    }
+    if (device.type() != c10::kCPU) current = loader->to_device(current, device);
     // Read by the accumulate() of this batch: a group never reaches past the end of the pass, so a pass
-    // whose length is not a multiple of gradient_accumulation_steps loses no gradients.
-    gradient_state->batches_left = loader->num_batches() - batch_index;
+    // whose length is not a multiple of gradient_accumulation_steps loses no gradients. A stream of
+    // unknown length tells only at its last batch (the loader reads one ahead).
+    if (batches >= 0) {
+      gradient_state->batches_left = batches - batch_index;
+    } else {
+      gradient_state->batches_left = loader->at_last() ? 1 : -1;
+    }
     return true;
   }
 
-  data::DistributedSampler sampler;
-  std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<data::detail::AnyShardLoader> loader;
+  data::ShardPlan plan;  // this rank's, but for the epoch
   std::shared_ptr<GradientState> gradient_state;
   c10::Device device;
   int64_t epoch = 0;
+  int64_t batches = 0;  // of the pass in progress (-1: a stream of unknown length)
   int64_t batch_index = -1;
-  std::optional<data::Batch> current;
+  data::detail::AnyBatch current;
 };
+
+bool PreparedLoaderCore::begin_pass() {
+  state_->begin_pass();
+  return state_->advance();
+}
+bool PreparedLoaderCore::advance() {
+  return state_->advance();
+}
+void* PreparedLoaderCore::current() const {
+  TORCH_INTERNAL_ASSERT(state_->current != nullptr, "dereferencing the end of a PreparedLoader pass");
+  return state_->current.get();
+}
+void PreparedLoaderCore::set_epoch(int64_t epoch) {
+  state_->epoch = epoch;
+}
+int64_t PreparedLoaderCore::epoch() const {
+  return state_->epoch;
+}
+int64_t PreparedLoaderCore::size() const {
+  return state_->loader->batches(state_->epoch_plan());
+}
+data::detail::AnyShardLoader& PreparedLoaderCore::loader() {
+  return *state_->loader;
+}
 
 }  // namespace detail
 
@@ -113,50 +147,6 @@ void AcceleratorOptions::validate() const {
                                 std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
   ddp_.validate();
-}
-
-// ---- PreparedLoader
-
-PreparedLoader::PreparedLoader(std::shared_ptr<detail::PreparedLoaderState> state)
-    : state_(std::move(state)) {}
-PreparedLoader::PreparedLoader(PreparedLoader&&) noexcept = default;
-PreparedLoader& PreparedLoader::operator=(PreparedLoader&&) noexcept = default;
-PreparedLoader::~PreparedLoader() = default;
-
-PreparedLoader::Iterator PreparedLoader::begin() {
-  state_->begin_pass();
-  return state_->advance() ? Iterator(state_.get()) : Iterator();
-}
-
-data::Batch& PreparedLoader::Iterator::operator*() const {
-  TORCH_INTERNAL_ASSERT(state_ != nullptr && state_->current,
-                        "dereferencing the end of a PreparedLoader pass");
-  return *state_->current;
-}
-
-PreparedLoader::Iterator& PreparedLoader::Iterator::operator++() {
-  if (state_ != nullptr && !state_->advance()) state_ = nullptr;
-  return *this;
-}
-
-void PreparedLoader::set_epoch(int64_t epoch) {
-  state_->epoch = epoch;
-}
-int64_t PreparedLoader::epoch() const {
-  return state_->epoch;
-}
-
-int64_t PreparedLoader::size() const {
-  const int64_t samples = state_->sampler.num_samples();
-  const int64_t batch = state_->loader->options().batch_size();
-  return state_->loader->options().drop_last() ? samples / batch : (samples + batch - 1) / batch;
-}
-
-const data::DistributedSampler& PreparedLoader::sampler() const {
-  return state_->sampler;
-}
-data::Loader& PreparedLoader::loader() {
-  return *state_->loader;
 }
 
 // ---- PreparedOptimizer
@@ -234,20 +224,22 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
   return PreparedOptimizer(std::move(optimizer), *this);
 }
 
-PreparedLoader Accelerator::prepare_data_loader(const DataLoaderSpec& spec) {
-  if (!spec.dataset() || spec.dataset()->size() == 0) {
-    throw std::invalid_argument("Accelerator::prepare_data_loader: the dataset is " +
-                                std::string(spec.dataset() ? "empty" : "null") + ": pass one with samples");
+std::shared_ptr<detail::PreparedLoaderState> Accelerator::prepare_loader_state(
+    std::unique_ptr<data::detail::AnyShardLoader> loader) {
+  data::ShardPlan plan;
+  plan.world = num_processes();
+  plan.rank = process_index();
+  plan.seed = options_.seed();
+  if (loader->batches(plan) == 0) {
+    throw std::invalid_argument("Accelerator::prepare_data_loader: " + loader->description() +
+                                " gives no batch per rank with batch_size " +
+                                std::to_string(loader->options().batch_size()) + " on " +
+                                std::to_string(num_processes()) + " rank(s): pass one with more samples");
   }
-  data::DistributedSampler sampler(spec.dataset()->size(),
-                                   data::DistributedSamplerOptions(num_processes(), process_index())
-                                       .shuffle(spec.shuffle())
-                                       .seed(options_.seed()));
-  auto loader = std::make_unique<data::Loader>(spec.dataset(), spec.options());
-  auto state = std::make_shared<detail::PreparedLoaderState>(std::move(sampler), std::move(loader),
-                                                             gradient_state_, device_);
+  auto state =
+      std::make_shared<detail::PreparedLoaderState>(std::move(loader), plan, gradient_state_, device_);
   loaders_.push_back(state);
-  return PreparedLoader(std::move(state));
+  return state;
 }
 
 // Accelerate's GradientState._do_sync: a micro-step synchronises when it completes its group of
@@ -260,7 +252,8 @@ bool Accelerator::begin_micro_step() {
     state.group_size =
         state.batches_left > 0 ? std::min(state.num_steps, state.batches_left) : state.num_steps;
   }
-  state.sync_gradients = ++state.micro_steps >= state.group_size;
+  // The last batch of a pass always syncs (a stream of unknown length only knows there).
+  state.sync_gradients = ++state.micro_steps >= state.group_size || state.batches_left == 1;
   if (state.sync_gradients) {
     state.micro_steps = 0;
     ++state.sync_steps;

@@ -57,13 +57,13 @@ LoggedMetrics LoggedMetrics::from_json(const std::string& text) {
   return metrics;
 }
 
-void TrainModule::log(const std::string& name, double value, const LogOptions& options) {
+void TrainModuleBase::log(const std::string& name, double value, const LogOptions& options) {
   const int64_t weight = options.batch_size() > 0 ? options.batch_size() : batch_size_;
   logged_.add(name, value, static_cast<double>(weight > 0 ? weight : 1), options.sync_dist(),
               options.prog_bar());
 }
 
-void TrainModule::log(const std::string& name, const at::Tensor& value, const LogOptions& options) {
+void TrainModuleBase::log(const std::string& name, const at::Tensor& value, const LogOptions& options) {
   if (!value.defined() || value.numel() != 1) {
     throw std::invalid_argument(
         "log('" + name + "'): expected a scalar tensor, got " +
@@ -71,6 +71,20 @@ void TrainModule::log(const std::string& name, const at::Tensor& value, const Lo
         " (log a mean, or .item() of one element)");
   }
   log(name, value.detach().item<double>(), options);
+}
+
+data::DataSource<data::Batch> DataModule::train_data() {
+  std::shared_ptr<const data::TensorDataset> train = train_dataset();
+  if (!train || train->size() == 0) {
+    throw std::invalid_argument("the DataModule's train_dataset() is empty: nothing to train on");
+  }
+  return data::DataSource<data::Batch>(train, train_loader_options());
+}
+
+std::optional<data::DataSource<data::Batch>> DataModule::val_data() {
+  std::shared_ptr<const data::TensorDataset> val = val_dataset();
+  if (!val || val->size() == 0) return std::nullopt;
+  return data::DataSource<data::Batch>(val, val_loader_options()).shuffle(false);
 }
 
 }  // namespace lockstep::train

@@ -166,7 +166,7 @@ void Trainer::log_metrics(const std::map<std::string, double>& values) {
   run_->metrics_writer->write_line(record.dump());
 }
 
-TrainerResult Trainer::fit(std::shared_ptr<TrainModule> module, DataModule& data) {
+TrainerResult Trainer::fit_erased(std::shared_ptr<TrainModuleBase> module, DataModuleBase& data) {
   if (!module) throw std::invalid_argument("Trainer::fit: the module is null");
   options_.validate();
   const env::Environment environment = start_ranks_or_become_one(options_);

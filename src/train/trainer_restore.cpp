@@ -6,7 +6,6 @@
 
 #include "lockstep/train/checkpoint.h"
 #include "trainer_run.h"
-#include "trainer_shards.h"
 
 namespace lockstep::train {
 
@@ -45,9 +44,7 @@ void Trainer::Run::restore() {
     if (saved.reshard_world != 0) {  // still inside an epoch re-sharded by the run that wrote it
       reshard_world = saved.reshard_world;
       reshard_batch = saved.reshard_batch;
-      resharded_ =
-          detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.reshard_world,
-                               saved.reshard_batch, batch_size_, options.limit_train_batches(), world, rank);
+      reshard_planned = planned_batches(reshard_world);
     }
   } else if (start_.batch != 0) {
     reshard_after(saved, path);
@@ -57,7 +54,7 @@ void Trainer::Run::restore() {
              " (written by " + std::to_string(saved.world_size) + " rank(s)" +
              (reshard_world != 0 && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
              ")");
-  if (reshard_world == 0 && start_.batch > train_batches_) {
+  if (reshard_world == 0 && train_batches_ >= 0 && start_.batch > train_batches_) {
     throw std::invalid_argument(
         "checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
         std::to_string(start_.batch) + ") is beyond this run's " + std::to_string(train_batches_) +
@@ -77,9 +74,7 @@ void Trainer::Run::reshard_after(const CheckpointState& saved, const std::string
   }
   reshard_world = saved.world_size;
   reshard_batch = start_.batch;
-  resharded_ =
-      detail::reshard_rest(train_set_->size(), options.seed(), start_.epoch, saved.world_size, start_.batch,
-                           batch_size_, options.limit_train_batches(), group->size(), group->rank());
+  reshard_planned = planned_batches(reshard_world);
   if (group->rank() == 0) {
     LoggedMetrics merged = LoggedMetrics::from_json(saved.logged_states.at(0));
     for (std::size_t r = 1; r < saved.logged_states.size(); ++r) {

@@ -19,10 +19,13 @@
 #include "epoch_reduce.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/safetensors.h"
-#include "trainer_shards.h"
 
 namespace lockstep::train {
 namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -51,7 +54,7 @@ void remove_orphaned_temporaries(const std::string& dir) {
 
 // ---- set-up ----
 
-Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModule> module_, DataModule& data,
+Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, DataModuleBase& data,
                   const env::Environment& environment_)
     : trainer(trainer_),
       options(trainer_.options_),
@@ -94,22 +97,51 @@ void Trainer::Run::connect() {
 }
 
 // Prepared once per node, then loaded everywhere.
-void Trainer::Run::setup_data(DataModule& data) {
+void Trainer::Run::setup_data(DataModuleBase& data) {
   if (local_rank_ == 0) data.prepare_data();
   group->barrier();
   data.setup();
-  train_set_ = data.train_dataset();
-  val_set_ = data.val_dataset();
-  if (!train_set_ || train_set_->size() == 0) {
-    throw std::invalid_argument("the DataModule's train_dataset() is empty: nothing to train on");
+  train_loader_ = data.make_train_loader();
+  val_loader_ = data.make_val_loader();
+  batch_size_ = train_loader_->options().batch_size();
+  train_batches_ = planned_batches(group->size());
+  const BatchLimit& val_limit = options.limit_val_batches();
+  if (val_loader_ && val_limit.is_fraction && val_limit.fraction < 1.0 && val_loader_->batches({}) < 0) {
+    throw std::invalid_argument("limit_val_batches=" + val_limit.to_string() +
+                                " is a fraction of an epoch, but " + val_loader_->description() +
+                                " is a stream of unknown length: give a count of batches instead");
   }
-  const data::LoaderOptions train_options = data.train_loader_options();
-  batch_size_ = train_options.batch_size();
-  train_loader_.emplace(train_set_, train_options);
-  if (val_set_ && val_set_->size() > 0) val_loader_.emplace(val_set_, data.val_loader_options());
-  train_sampler_.emplace(
-      train_set_->size(),
-      data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(true).seed(options.seed()));
+  if (train_batches_ == 0) {
+    throw std::invalid_argument("the training data (" + train_loader_->description() +
+                                ") gives no batch per rank with batch_size " + std::to_string(batch_size_) +
+                                " on " + std::to_string(group->size()) + " rank(s): nothing to train on");
+  }
+}
+
+int64_t Trainer::Run::planned_batches(int world) const {
+  data::ShardPlan plan;
+  plan.world = world;
+  plan.seed = options.seed();
+  const int64_t available = train_loader_->batches(plan);
+  const BatchLimit& limit = options.limit_train_batches();
+  if (available >= 0) return limit.apply(available);
+  if (!limit.is_fraction) return limit.count;
+  if (limit.fraction < 1.0) {
+    throw std::invalid_argument("limit_train_batches=" + limit.to_string() +
+                                " is a fraction of an epoch, but " + train_loader_->description() +
+                                " is a stream of unknown length: give a count of batches instead");
+  }
+  return -1;
+}
+
+data::ShardPlan Trainer::Run::train_plan(int64_t e) const {
+  data::ShardPlan plan;
+  plan.epoch = e;
+  plan.world = group->size();
+  plan.rank = group->rank();
+  plan.seed = options.seed();
+  plan.max_batches = train_batches_;
+  return plan;
 }
 
 // The model across ranks, the module's plan, then the optimizer.
@@ -124,19 +156,21 @@ void Trainer::Run::setup_model() {
   if (!options.process_group())
     torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
   const int64_t accumulate = options.accumulate_grad_batches();
-  train_batches_ =
-      options.limit_train_batches().apply(detail::ceil_div(train_sampler_->num_samples(), batch_size_));
   TrainingPlan& plan = module->plan_;
   plan.world_size = world;
   plan.rank = rank;
   plan.max_epochs = options.max_epochs();
   plan.batches_per_epoch = train_batches_;
-  plan.steps_per_epoch = detail::ceil_div(train_batches_, accumulate);
+  plan.steps_per_epoch = train_batches_ < 0 ? -1 : ceil_div(train_batches_, accumulate);
   plan.accumulate_grad_batches = accumulate;
   plan.batch_size = batch_size_;
-  plan.estimated_stepping_batches = std::max<int64_t>(1, plan.steps_per_epoch * options.max_epochs());
-  if (options.max_steps() > 0) {
-    plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
+  if (train_batches_ < 0) {  // a stream of unknown length: only max_steps bounds the run
+    plan.estimated_stepping_batches = options.max_steps() > 0 ? options.max_steps() : -1;
+  } else {
+    plan.estimated_stepping_batches = std::max<int64_t>(1, plan.steps_per_epoch * options.max_epochs());
+    if (options.max_steps() > 0) {
+      plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
+    }
   }
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
@@ -173,14 +207,16 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   const bool resumed_epoch = e == start_.epoch;
   const int64_t first_batch = resumed_epoch ? start_.batch : 0;
   EpochTraining training;
-  training.planned = train_batches_;
-  train_sampler_->set_epoch(e);
-  if (resumed_epoch && reshard_world != 0) {
-    training.planned = detail::ceil_div(static_cast<int64_t>(resharded_.size()), batch_size_);
-    train_loader_->start_epoch(resharded_, e, first_batch);
-  } else {
-    train_loader_->start_epoch(train_sampler_->indices(), e, first_batch);
+  data::ShardPlan plan = train_plan(e);
+  plan.first_batch = first_batch;
+  if (resumed_epoch && reshard_world != 0) {  // the rest of an epoch begun by another world size
+    plan.old_world = reshard_world;
+    plan.old_batches = reshard_batch;
+    plan.old_planned = reshard_planned;
+    plan.max_batches = -1;
   }
+  training.planned = train_loader_->batches(plan);
+  train_loader_->start(plan);
   if (!resumed_epoch || !resumed_) module->logged_.clear();  // else: the checkpoint's sums
   position = TrainPosition{e, first_batch, position.step};
   epoch = e;
@@ -192,13 +228,21 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   const auto start = Clock::now();
   training.batches = first_batch;
   const int64_t accumulate = options.accumulate_grad_batches();
-  for (int64_t b = first_batch; b < training.planned && !max_steps_reached_ && preempted_by_ == 0; ++b) {
-    std::optional<data::Batch> batch = train_loader_->next();
-    TORCH_INTERNAL_ASSERT(batch.has_value(), "loader ended after ", b, " of ", training.planned, " batches");
-    const bool steps_now = (b + 1) % accumulate == 0 || b + 1 == training.planned;
-    const double batch_loss = train_batch(*batch, b, steps_now);
-    training.samples += batch->target.size(0);
-    module->logged_.samples += batch->target.size(0);
+  bool ended = training.planned >= 0 && first_batch >= training.planned;
+  for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
+    const data::detail::AnyBatch batch = train_loader_->next_any();
+    if (!batch) {  // a stream that ended exactly after a batch
+      TORCH_INTERNAL_ASSERT(training.planned < 0, "loader ended after ", b, " of ", training.planned,
+                            " batches");
+      ended = true;
+      break;
+    }
+    ended = training.planned >= 0 ? b + 1 == training.planned : train_loader_->at_last();
+    const bool steps_now = (b + 1) % accumulate == 0 || ended;
+    const int64_t samples = train_loader_->samples(batch.get());
+    const double batch_loss = train_batch(batch.get(), samples, b, steps_now);
+    training.samples += samples;
+    module->logged_.samples += samples;
     training.batches = b + 1;
     mid_accumulation = !steps_now;
     bool stepped = false;
@@ -209,13 +253,15 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
       callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
     if (is_main_ && options.progress_bar()) bar_.update(b + 1, training.samples * group->size(), batch_loss);
   }
+  // A stream's length is known once it ended; cut short by max_steps or preemption it stays unknown.
+  if (training.planned < 0 && ended) training.planned = training.batches;
   training.seconds = seconds_since(start);
   if (is_main_ && options.progress_bar()) bar_.finish();
   return training;
 }
 
-double Trainer::Run::train_batch(const data::Batch& batch, int64_t b, bool steps_now) {
-  module->batch_size_ = batch.target.size(0);
+double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now) {
+  module->batch_size_ = samples;
   module->step_ = position.step;
   const bool skip_nan = options.on_nan() == OnNan::kSkip;
   if (skip_nan) logged_before_ = module->logged_;
@@ -226,7 +272,7 @@ double Trainer::Run::train_batch(const data::Batch& batch, int64_t b, bool steps
   at::Tensor loss;
   {
     AutocastScope autocast(precision_, c10::DeviceType::CPU);
-    loss = module->training_step(batch, b);
+    loss = module->erased_training_step(batch, b);
   }
   if (!loss.defined() || loss.numel() != 1) {
     throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor (batch " +
@@ -313,10 +359,11 @@ bool Trainer::Run::report_cut_short(int64_t e, const EpochTraining& training) {
                " (requeue the job with resume 'last' or 'auto')");
     return true;
   }
-  if (training.batches < training.planned) {  // max_steps stopped the epoch: no validation, no epoch metrics
+  if (training.planned < 0 ||
+      training.batches < training.planned) {  // max_steps stopped the epoch: no validation, no epoch metrics
     print_line("stopped at max_steps " + std::to_string(options.max_steps()) + " (epoch " +
-               std::to_string(e + 1) + ", batch " + std::to_string(training.batches) + " of " +
-               std::to_string(training.planned) + ")" +
+               std::to_string(e + 1) + ", batch " + std::to_string(training.batches) +
+               (training.planned < 0 ? "" : " of " + std::to_string(training.planned)) + ")" +
                (last_ckpt_.empty() ? "" : ": " + last_ckpt_ + " holds the position"));
     result_.stopped_early = true;
     result_.stop_reason = "max_steps";
@@ -331,20 +378,23 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  data::DistributedSampler sampler(
-      val_set_->size(), data::DistributedSamplerOptions(group->size(), group->rank()).shuffle(false));
-  std::vector<int64_t> shard = detail::unpadded_shard(sampler);
-  const int64_t val_batch = val_loader_->options().batch_size();
-  const int64_t batches =
-      options.limit_val_batches().apply(detail::ceil_div(static_cast<int64_t>(shard.size()), val_batch));
-  shard.resize(std::min<std::size_t>(shard.size(), static_cast<std::size_t>(batches * val_batch)));
-  val_loader_->start_epoch(std::move(shard), e);
+  data::ShardPlan plan;  // every sample once, whatever the world size
+  plan.epoch = e;
+  plan.world = group->size();
+  plan.rank = group->rank();
+  plan.seed = options.seed();
+  plan.even = false;
+  const BatchLimit& limit = options.limit_val_batches();
+  const int64_t available = val_loader_->batches(plan);
+  plan.max_batches = available >= 0 ? limit.apply(available) : (limit.is_fraction ? -1 : limit.count);
+  val_loader_->start(plan);
   int64_t i = 0;
-  while (std::optional<data::Batch> batch = val_loader_->next()) {
-    module->batch_size_ = batch->target.size(0);
+  while (const data::detail::AnyBatch batch = val_loader_->next_any()) {
+    const int64_t samples = val_loader_->samples(batch.get());
+    module->batch_size_ = samples;
     AutocastScope autocast(precision_, c10::DeviceType::CPU);
-    module->validation_step(*batch, i++);
-    validation.samples += batch->target.size(0);
+    module->erased_validation_step(batch.get(), i++);
+    validation.samples += samples;
   }
   module->train();
   validation.seconds = seconds_since(start);

@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "lockstep/comm/process_group.h"
-#include "lockstep/data/distributed_sampler.h"
-#include "lockstep/data/loader.h"
+#include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
@@ -37,9 +36,9 @@ namespace lockstep::train {
  */
 struct Trainer::Run {
   using Clock = std::chrono::steady_clock;
-  using Ddp = ddp::DistributedDataParallel<std::shared_ptr<TrainModule>>;
+  using Ddp = ddp::DistributedDataParallel<std::shared_ptr<TrainModuleBase>>;
 
-  Run(Trainer& trainer, std::shared_ptr<TrainModule> module, DataModule& data,
+  Run(Trainer& trainer, std::shared_ptr<TrainModuleBase> module, DataModuleBase& data,
       const env::Environment& environment);
   ~Run();
 
@@ -54,7 +53,7 @@ struct Trainer::Run {
   env::Environment environment;
   std::optional<comm::ProcessGroup> owned_group;
   comm::ProcessGroup* group = nullptr;
-  std::shared_ptr<TrainModule> module;
+  std::shared_ptr<TrainModuleBase> module;
   std::unique_ptr<Ddp> ddp;
   OptimizerConfig optim;
   GradScaler scaler;
@@ -64,6 +63,7 @@ struct Trainer::Run {
   bool mid_accumulation = false;  // gradients of an unfinished accumulation group exist
   int reshard_world = 0;          // see CheckpointState
   int64_t reshard_batch = 0;
+  int64_t reshard_planned = -1;  // the old world's batches per rank in that epoch (-1: all of it)
   std::map<std::string, double> callback_metrics;
   bool stop_requested = false;
   std::string stop_reason;
@@ -73,7 +73,7 @@ struct Trainer::Run {
   /// What one epoch's training part did on this rank.
   struct EpochTraining {
     int64_t batches = 0;  // of the epoch, done (counted from its first batch, also when resumed)
-    int64_t planned = 0;  // the epoch's batches
+    int64_t planned = 0;  // the epoch's batches (-1 until a stream of unknown length ends)
     int64_t samples = 0;  // this rank's, this run
     double seconds = 0.0;
   };
@@ -84,14 +84,19 @@ struct Trainer::Run {
   };
 
   void connect();
-  void setup_data(DataModule& data);
+  void setup_data(DataModuleBase& data);
+  /// This rank's part of training epoch `e` (limit_train_batches applied; no resume position).
+  data::ShardPlan train_plan(int64_t e) const;
+  /// Batches per rank that `world` ranks plan for an epoch (limit_train_batches applied; -1: unknown).
+  int64_t planned_batches(int world) const;
   void setup_model();
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved, const std::string& path);
 
   EpochTraining train_epoch(int64_t epoch);
-  /// Forward and backward of batch `b`; returns its loss (non-finite only with on_nan skip).
-  double train_batch(const data::Batch& batch, int64_t b, bool steps_now);
+  /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
+  /// on_nan skip).
+  double train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now);
   /// The end of an accumulation group; returns whether the optimizer stepped.
   bool step(int64_t b);
   void step_boundary(int64_t b, bool stepped, double batch_loss);
@@ -108,15 +113,12 @@ struct Trainer::Run {
   int local_rank_ = 0;
   Precision precision_ = Precision::k32;
   // data
-  std::shared_ptr<const data::TensorDataset> train_set_, val_set_;
-  std::optional<data::Loader> train_loader_, val_loader_;
-  std::optional<data::DistributedSampler> train_sampler_;
+  std::unique_ptr<data::detail::AnyShardLoader> train_loader_, val_loader_;  // val: null without validation
   int64_t batch_size_ = 0;
-  int64_t train_batches_ = 0;  // per epoch, limit_train_batches applied
+  int64_t train_batches_ = 0;  // per epoch, limit_train_batches applied; -1: unknown (a stream)
   // resume
   TrainPosition start_;
   bool resumed_ = false;
-  std::vector<int64_t> resharded_;  // the rest of the start epoch for this rank, when it is re-sharded
   // step-time state
   std::string last_ckpt_;
   std::unique_ptr<PreemptionHandlers> preemption_;

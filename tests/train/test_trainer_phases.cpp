@@ -1,4 +1,4 @@
-// The Trainer's phases that talk across ranks (src/train/epoch_reduce.h, trainer_shards.h), with real
+// The Trainer's phases that talk across ranks (src/train/epoch_reduce.h), with real
 // ranks: threads over an in-memory store, worlds 1, 2, 3 and 8.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,6 @@
 
 #include "../comm/thread_group.h"
 #include "epoch_reduce.h"
-#include "trainer_shards.h"
 
 namespace lockstep::train::detail {
 namespace {
@@ -116,54 +115,6 @@ INSTANTIATE_TEST_SUITE_P(Worlds, Phases, ::testing::Values(1, 2, 3, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "world" + std::to_string(info.param);
                          });
-
-// Validation shards: every sample exactly once over the ranks, none of the sampler's padding.
-TEST(TrainerShards, UnpaddedShardsCoverTheSetOnce) {
-  for (int world : {1, 2, 3, 8}) {
-    for (int64_t size : {1, 7, 10, 24}) {
-      std::multiset<int64_t> seen;
-      for (int rank = 0; rank < world; ++rank) {
-        data::DistributedSampler sampler(size, data::DistributedSamplerOptions(world, rank).shuffle(false));
-        for (int64_t i : unpadded_shard(sampler)) seen.insert(i);
-      }
-      ASSERT_EQ(static_cast<int64_t>(seen.size()), size) << "world " << world << ", size " << size;
-      for (int64_t i = 0; i < size; ++i) EXPECT_EQ(seen.count(i), 1u) << i;
-    }
-  }
-}
-
-// Re-sharding after 0 batches deals the old world's whole epoch; after some, what the old ranks had not
-// reached, to the new ranks without overlap.
-TEST(TrainerShards, ReshardRestDealsWhatTheOldRanksHadNotReached) {
-  const int64_t size = 40, batch = 4;
-  const int old_world = 2;
-  for (int world : {1, 3, 8}) {
-    for (int64_t done : {0, 2}) {
-      std::multiset<int64_t> dealt;
-      for (int rank = 0; rank < world; ++rank) {
-        for (int64_t i : reshard_rest(size, 17, 1, old_world, done, batch, BatchLimit{}, world, rank))
-          dealt.insert(i);
-      }
-      std::set<int64_t> reached;
-      for (int r = 0; r < old_world; ++r) {
-        data::DistributedSampler old(size,
-                                     data::DistributedSamplerOptions(old_world, r).shuffle(true).seed(17));
-        old.set_epoch(1);
-        const auto indices = old.indices();
-        reached.insert(indices.begin(), indices.begin() + done * batch);
-      }
-      EXPECT_GE(dealt.size(), static_cast<size_t>(size) - reached.size())
-          << "world " << world << ", done " << done;
-      for (int64_t i = 0; i < size; ++i) {
-        if (reached.count(i)) {
-          EXPECT_EQ(dealt.count(i), 0u) << "sample " << i << " trained twice";
-        } else {
-          EXPECT_GE(dealt.count(i), 1u) << "sample " << i << " lost";
-        }
-      }
-    }
-  }
-}
 
 }  // namespace
 }  // namespace lockstep::train::detail

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "lockstep/data/batch.h"
+#include "lockstep/data/dataset.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/data/transforms.h"
 #include "lockstep/detail/option.h"
@@ -13,14 +15,6 @@
 #include <vector>
 
 namespace lockstep::data {
-
-/// One mini-batch, as the Loader returns it.
-struct Batch {
-  /// float32 [B, C, H, W], transformed (normalised, and augmented when asked).
-  at::Tensor data;
-  /// int64 [B], the class labels.
-  at::Tensor target;
-};
 
 /// Options of a Loader; the names and defaults of torch.utils.data.DataLoader where they exist.
 ///
@@ -42,12 +36,13 @@ class LoaderOptions {
   LOCKSTEP_OPTION(LoaderOptions, bool, persistent_workers)
   /// Drop the last batch when it is shorter than batch_size.
   LOCKSTEP_OPTION(LoaderOptions, bool, drop_last)
-  /// Normalisation, and the augmentation applied when augment() is true.
+  /// Image datasets only (a Loader or DataSource made from a TensorDataset): normalisation, and the
+  /// augmentation applied when augment() is true. Other datasets transform their own samples.
   LOCKSTEP_OPTION(LoaderOptions, TransformOptions, transform)
-  /// Apply the random crop/flip of transform() (training); otherwise only normalise (validation).
+  /// Image datasets only: apply the random crop/flip of transform() (training); otherwise only normalise.
   LOCKSTEP_OPTION(LoaderOptions, bool, augment)
-  /// Seeds the augmentation: batch k of epoch e is augmented from a seed mixed from (seed, e, k), so the
-  /// bytes do not depend on num_workers or on thread scheduling.
+  /// Seeds each batch's randomness: batch k of epoch e gets BatchKey::seed mixed from (seed, e, k), so
+  /// the bytes do not depend on num_workers or on thread scheduling.
   LOCKSTEP_OPTION(LoaderOptions, uint64_t, seed)
 
  private:
@@ -64,85 +59,143 @@ class LoaderOptions {
 namespace detail {
 struct LoaderState;
 struct LoaderTesting;
-}  // namespace detail
 
-/// Turns one rank's sample indices for an epoch into transformed mini-batches, optionally built ahead by
-/// worker threads.
+/// A batch of any type, as the loader's threads pass it around (BasicLoader<B> knows the type).
+using AnyBatch = std::shared_ptr<void>;
+/// Builds the batch `key.index` of an epoch from its `rows` (empty for streams, which have no indices).
+/// Returns nullptr when the epoch has no such batch (a stream that ended).
+using BuildBatchFn = std::function<AnyBatch(c10::ArrayRef<int64_t> rows, const BatchKey& key)>;
+
+/// The type-free part of every loader: the epoch's batch plan, the worker threads and the prefetch window.
 ///
 /// Batch k of an epoch holds indices [k * B, (k + 1) * B) of the list given to start_epoch(), in that
-/// order (the last batch is shorter unless drop_last). A batch is gathered straight from the dataset's
-/// contiguous uint8 images into one float32 tensor (Transform::gather): no per-sample tensors.
+/// order (the last batch is shorter unless drop_last). A stream epoch (start_stream) has no list: batch
+/// k is whatever build() makes of key k, until it returns nullptr.
 ///
 /// With workers: each worker claims the lowest batch index not yet claimed, as long as fewer than
 /// num_workers * prefetch_factor batches are claimed and not yet returned (the bound on memory), builds it
 /// and puts it in that batch's slot; next() waits for the slot of the batch it owes and returns batches
 /// strictly in order. An exception thrown while building batch k is rethrown by the next() that owes
-/// batch k, after which that epoch is over (next() returns std::nullopt). start_epoch() during an
-/// unfinished epoch cancels it: batches of the old epoch still being built are discarded.
+/// batch k, after which that epoch is over (next() returns nullptr). start_epoch() during an unfinished
+/// epoch cancels it: batches of the old epoch still being built are discarded.
 ///
 /// Not thread-safe: one thread calls start_epoch()/next(). The destructor stops and joins the workers,
 /// also while they wait on a full queue.
-///
-/// Example:
-///   auto ds = std::make_shared<IdxDataset>(IdxDataset::from_dir(dir, Split::kTrain));
-///   DistributedSampler sampler(ds->size(), DistributedSamplerOptions(world, rank));
-///   Loader loader(ds, LoaderOptions(64).num_workers(2));
-///   for (int64_t epoch = 0; epoch < 10; ++epoch) {
-///     sampler.set_epoch(epoch);
-///     loader.start_epoch(sampler.indices(), epoch);
-///     while (auto batch = loader.next()) train_step(batch->data, batch->target);
-///   }
-class Loader {
+class LoaderCore {
  public:
-  /// Throws std::invalid_argument naming the option when dataset is null or empty, batch_size < 1,
-  /// num_workers < 0, prefetch_factor < 1, or the transform options do not fit the dataset's channels.
-  Loader(std::shared_ptr<const TensorDataset> dataset, LoaderOptions options);
-  /// Stops and joins the worker threads (the batches being built are finished first, then discarded).
-  ~Loader();
-  Loader(const Loader&) = delete;
-  Loader& operator=(const Loader&) = delete;
+  /// `dataset_size` bounds the indices of start_epoch (-1: streams only). Throws std::invalid_argument
+  /// naming the option when batch_size < 1, num_workers < 0 or prefetch_factor < 1.
+  LoaderCore(LoaderOptions options, BuildBatchFn build, int64_t dataset_size, std::string description);
+  ~LoaderCore();
+  LoaderCore(const LoaderCore&) = delete;
+  LoaderCore& operator=(const LoaderCore&) = delete;
 
-  /// Begins an epoch over `indices` (dataset rows, in the order to batch them; repeats allowed), with
-  /// `epoch` selecting the augmentation randomness. Cancels an unfinished epoch. Throws std::out_of_range
-  /// naming the position, the bad index and the dataset size when an index is outside [0, size).
-  /// `first_batch` > 0 skips the epoch's first batches (resuming mid-epoch): next() returns batch
-  /// first_batch first, built exactly as it would have been; std::out_of_range unless
-  /// 0 <= first_batch <= the epoch's batch count.
-  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch = 0);
-
-  /// The next batch of the epoch, in order; std::nullopt after the last one. Blocks until a worker has
-  /// built it. Rethrows an exception thrown while building it. Throws std::logic_error before the first
-  /// start_epoch().
-  std::optional<Batch> next();
-
-  /// Batches in the current epoch (0 before the first start_epoch()).
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch);
+  /// An epoch of at most `max_batches` batches (-1: until build() returns nullptr), from `first_batch` on.
+  void start_stream(int64_t epoch, int64_t first_batch, int64_t max_batches);
+  AnyBatch next();
   int64_t num_batches() const;
-
   const LoaderOptions& options() const { return options_; }
 
-  /// The dataset batches are drawn from.
-  const TensorDataset& dataset() const { return *dataset_; }
-
  private:
-  friend struct detail::LoaderTesting;
-
-  Batch build(const std::vector<int64_t>& indices, int64_t batch, int64_t epoch) const;
+  friend struct LoaderTesting;
+  void begin(std::shared_ptr<const std::vector<int64_t>> indices, int64_t epoch, int64_t first_batch,
+             int64_t batches);
+  AnyBatch build(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const;
   void finish_epoch();
   void start_workers();
   void stop_workers();
   void worker_loop();
 
-  std::shared_ptr<const TensorDataset> dataset_;
   LoaderOptions options_;
-  Transform transform_;
-  std::unique_ptr<detail::LoaderState> state_;
+  BuildBatchFn build_;
+  int64_t dataset_size_;
+  std::string description_;
+  std::unique_ptr<LoaderState> state_;
+};
+}  // namespace detail
+
+/// Turns one rank's sample indices for an epoch into batches of a Dataset<B>, optionally built ahead by
+/// worker threads (detail::LoaderCore says how: in order, at most num_workers * prefetch_factor ahead,
+/// an exception rethrown by the next() that owes its batch).
+///
+/// Example:
+///   auto ds = std::make_shared<ImageDataset>(std::make_shared<IdxDataset>(IdxDataset::from_dir(dir,
+///   Split::kTrain))); DistributedSampler sampler(ds->size(), DistributedSamplerOptions(world, rank));
+///   BasicLoader<Batch> loader(ds, LoaderOptions(64).num_workers(2));
+///   for (int64_t epoch = 0; epoch < 10; ++epoch) {
+///     sampler.set_epoch(epoch);
+///     loader.start_epoch(sampler.indices(), epoch);
+///     while (auto batch = loader.next()) train_step(batch->data, batch->target);
+///   }
+template <typename B>
+class BasicLoader {
+ public:
+  /// Throws std::invalid_argument naming the option when dataset is null, batch_size < 1,
+  /// num_workers < 0 or prefetch_factor < 1.
+  BasicLoader(std::shared_ptr<const Dataset<B>> dataset, LoaderOptions options)
+      : dataset_(checked(std::move(dataset))),
+        core_(
+            std::move(options),
+            [d = dataset_.get()](c10::ArrayRef<int64_t> rows, const BatchKey& key) -> AnyBatch {
+              return std::make_shared<B>(d->get_batch(rows, key));
+            },
+            dataset_->size(), dataset_->description()) {}
+
+  /// Begins an epoch over `indices` (dataset rows, in the order to batch them; repeats allowed), with
+  /// `epoch` selecting the batches' randomness (BatchKey). Cancels an unfinished epoch. Throws
+  /// std::out_of_range naming the position, the bad index and the dataset size when an index is outside
+  /// [0, size). `first_batch` > 0 skips the epoch's first batches (resuming mid-epoch): next() returns
+  /// batch first_batch first, built exactly as it would have been; std::out_of_range unless
+  /// 0 <= first_batch <= the epoch's batch count.
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t first_batch = 0) {
+    core_.start_epoch(std::move(indices), epoch, first_batch);
+  }
+
+  /// The next batch of the epoch, in order; std::nullopt after the last one. Blocks until a worker has
+  /// built it. Rethrows an exception thrown while building it. Throws std::logic_error before the first
+  /// start_epoch().
+  std::optional<B> next() {
+    AnyBatch batch = core_.next();
+    if (!batch) return std::nullopt;
+    return std::move(*static_cast<B*>(batch.get()));
+  }
+
+  /// Batches in the current epoch (0 before the first start_epoch()).
+  int64_t num_batches() const { return core_.num_batches(); }
+  const LoaderOptions& options() const { return core_.options(); }
+  const Dataset<B>& dataset() const { return *dataset_; }
+
+ private:
+  using AnyBatch = detail::AnyBatch;
+  friend struct detail::LoaderTesting;
+  static std::shared_ptr<const Dataset<B>> checked(std::shared_ptr<const Dataset<B>> dataset) {
+    if (!dataset) throw std::invalid_argument("Loader: dataset must not be null");
+    return dataset;
+  }
+
+  std::shared_ptr<const Dataset<B>> dataset_;
+  detail::LoaderCore core_;
+};
+
+/// The loader of the image datasets: a BasicLoader<Batch> over ImageDataset(dataset, options.transform(),
+/// options.augment()); batch k of epoch e is augmented from BatchKey::seed.
+class Loader : public BasicLoader<Batch> {
+ public:
+  /// Throws std::invalid_argument naming the option when dataset is null or empty, the loader options are
+  /// bad, or the transform options do not fit the dataset's channels.
+  Loader(std::shared_ptr<const TensorDataset> dataset, LoaderOptions options);
 };
 
 namespace detail {
 /// For tests only: a hook that the thread building batch `batch` calls first (it may sleep, or throw to
 /// simulate a failing batch). Set it before start_epoch(); not synchronised with running workers.
 struct LoaderTesting {
-  static void set_build_hook(Loader& loader, std::function<void(int64_t batch)> hook);
+  static void set_build_hook(LoaderCore& core, std::function<void(int64_t batch)> hook);
+  template <typename B>
+  static void set_build_hook(BasicLoader<B>& loader, std::function<void(int64_t batch)> hook) {
+    set_build_hook(loader.core_, std::move(hook));
+  }
 };
 }  // namespace detail
 

@@ -22,6 +22,7 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/distributed_sampler.h"
 #include "lockstep/data/loader.h"
+#include "lockstep/data/shard_loader.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
@@ -70,27 +71,16 @@ class AcceleratorOptions {
 };
 
 /// A dataset and how to batch it: what Accelerator::prepare turns into this rank's shard (the C++ form of
-/// handing Accelerate a `DataLoader(dataset, batch_size=64, shuffle=True)`). batch_size is per rank.
+/// handing Accelerate a `DataLoader(dataset, batch_size=64, shuffle=True)`): a data::DataSource<B> of any
+/// dataset (map-style, iterable, torch::data, or the image datasets). batch_size is per rank.
 ///
 /// Example:
 ///   auto spec = DataLoaderSpec(dataset,
 ///   data::LoaderOptions(/*batch_size=*/64).num_workers(2)).shuffle(true);
-class DataLoaderSpec {
- public:
-  DataLoaderSpec(std::shared_ptr<const data::TensorDataset> dataset, data::LoaderOptions options)
-      : dataset_(std::move(dataset)), options_(std::move(options)) {}
-
-  /// Shuffle every epoch (DistributedSampler with the accelerator's seed + epoch); false keeps dataset order.
-  LOCKSTEP_OPTION(DataLoaderSpec, bool, shuffle)
-
-  const std::shared_ptr<const data::TensorDataset>& dataset() const { return dataset_; }
-  const data::LoaderOptions& options() const { return options_; }
-
- private:
-  std::shared_ptr<const data::TensorDataset> dataset_;
-  data::LoaderOptions options_;
-  bool shuffle_ = true;
-};
+template <typename B>
+using BasicDataLoaderSpec = data::DataSource<B>;
+/// The image datasets' (batches of data::Batch).
+using DataLoaderSpec = data::DataSource<data::Batch>;
 
 /// How Accelerator::reduce combines the ranks' tensors.
 enum class Reduction { kSum, kMean };
@@ -100,6 +90,11 @@ class Accelerator;
 namespace detail {
 struct GradientState;
 struct PreparedLoaderState;
+
+template <typename T>
+struct IsDataSource : std::false_type {};
+template <typename B>
+struct IsDataSource<data::DataSource<B>> : std::true_type {};
 
 template <typename T>
 struct IsSharedPtr : std::false_type {};
@@ -149,62 +144,86 @@ T outputs_to_float32(T output) {
 }
 }  // namespace detail
 
-/// This rank's shard of a dataset, batched (a DistributedSampler feeding a data::Loader), iterated with a
-/// range-for. Each full pass advances the epoch by one (so every epoch shuffles differently even without
-/// set_epoch, as in Accelerate); set_epoch(e) picks the epoch of the next pass. Batches are moved to the
-/// accelerator's device. Not thread-safe; one pass at a time.
+namespace detail {
+/// The type-free part of a prepared loader (accelerator.cpp): its shard loader, epoch and position.
+class PreparedLoaderCore {
+ public:
+  explicit PreparedLoaderCore(std::shared_ptr<PreparedLoaderState> state) : state_(std::move(state)) {}
+  /// Starts a pass; false when it has no batch.
+  bool begin_pass();
+  /// The next batch of the pass; false (and the epoch advanced) after the last one.
+  bool advance();
+  /// The current batch (on the accelerator's device).
+  void* current() const;
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const;
+  int64_t size() const;
+  data::detail::AnyShardLoader& loader();
+
+ private:
+  std::shared_ptr<PreparedLoaderState> state_;
+};
+}  // namespace detail
+
+/// This rank's shard of a dataset, batched, iterated with a range-for: a data::ShardLoader (the
+/// DistributedSampler's indices of a map-style dataset, or this rank's positions of a stream). Each full
+/// pass advances the epoch by one (so every epoch shuffles differently even without set_epoch, as in
+/// Accelerate); set_epoch(e) picks the epoch of the next pass. Batches are moved to the accelerator's
+/// device (data::BatchTraits). Not thread-safe; one pass at a time.
 ///
 /// Example:
 ///   for (int64_t epoch = 0; epoch < 10; ++epoch) {
 ///     loader.set_epoch(epoch);
 ///     for (auto& batch : loader) train_step(batch.data, batch.target);
 ///   }
-class PreparedLoader {
+template <typename B>
+class BasicPreparedLoader {
  public:
-  /// An input iterator over one pass; dereferences to the current data::Batch.
+  /// An input iterator over one pass; dereferences to the current batch.
   class Iterator {
    public:
     using iterator_category = std::input_iterator_tag;
-    using value_type = data::Batch;
+    using value_type = B;
     using difference_type = std::ptrdiff_t;
-    using pointer = data::Batch*;
-    using reference = data::Batch&;
+    using pointer = B*;
+    using reference = B&;
 
     Iterator() = default;
-    data::Batch& operator*() const;
-    data::Batch* operator->() const { return &**this; }
-    Iterator& operator++();
-    bool operator==(const Iterator& other) const { return state_ == other.state_; }
-    bool operator!=(const Iterator& other) const { return state_ != other.state_; }
+    B& operator*() const { return *static_cast<B*>(core_->current()); }
+    B* operator->() const { return &**this; }
+    Iterator& operator++() {
+      if (core_ != nullptr && !core_->advance()) core_ = nullptr;
+      return *this;
+    }
+    bool operator==(const Iterator& other) const { return core_ == other.core_; }
+    bool operator!=(const Iterator& other) const { return core_ != other.core_; }
 
    private:
-    friend class PreparedLoader;
-    explicit Iterator(detail::PreparedLoaderState* state) : state_(state) {}
-    detail::PreparedLoaderState* state_ = nullptr;  // null: the end
+    friend class BasicPreparedLoader;
+    explicit Iterator(detail::PreparedLoaderCore* core) : core_(core) {}
+    detail::PreparedLoaderCore* core_ = nullptr;  // null: the end
   };
 
-  PreparedLoader(PreparedLoader&&) noexcept;
-  PreparedLoader& operator=(PreparedLoader&&) noexcept;
-  ~PreparedLoader();
-
   /// Starts a pass over the current epoch's shard (cancelling an unfinished one).
-  Iterator begin();
+  Iterator begin() { return core_->begin_pass() ? Iterator(core_.get()) : Iterator(); }
   Iterator end() { return Iterator(); }
-
   /// The epoch of the next pass (its shuffle).
-  void set_epoch(int64_t epoch);
-  int64_t epoch() const;
-  /// Batches per pass on this rank (the same on every rank).
-  int64_t size() const;
-
-  const data::DistributedSampler& sampler() const;
-  data::Loader& loader();
+  void set_epoch(int64_t epoch) { core_->set_epoch(epoch); }
+  int64_t epoch() const { return core_->epoch(); }
+  /// Batches per pass on this rank (the same on every rank); -1 for a stream of unknown length.
+  int64_t size() const { return core_->size(); }
+  /// The shard loader underneath.
+  data::detail::AnyShardLoader& loader() { return core_->loader(); }
 
  private:
   friend class Accelerator;
-  explicit PreparedLoader(std::shared_ptr<detail::PreparedLoaderState> state);
-  std::shared_ptr<detail::PreparedLoaderState> state_;
+  explicit BasicPreparedLoader(std::shared_ptr<detail::PreparedLoaderState> state)
+      : core_(std::make_unique<detail::PreparedLoaderCore>(std::move(state))) {}
+  std::unique_ptr<detail::PreparedLoaderCore> core_;
 };
+
+/// The image datasets' prepared loader (batches of data::Batch).
+using PreparedLoader = BasicPreparedLoader<data::Batch>;
 
 /// An optimizer whose step() and zero_grad() act only when the accelerator synchronises gradients (every
 /// gradient_accumulation_steps-th micro-step of accumulate(), and the last batch of a pass), and whose
@@ -344,9 +363,12 @@ class Accelerator {
   /// `optimizer` stays owned by the caller (must outlive the accelerator) / is shared.
   PreparedOptimizer prepare_optimizer(torch::optim::Optimizer& optimizer);
   PreparedOptimizer prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
-  /// This rank's shard of spec.dataset(), shuffled with the accelerator's seed unless spec.shuffle(false).
-  /// Throws std::invalid_argument for bad loader options or an empty dataset.
-  PreparedLoader prepare_data_loader(const DataLoaderSpec& spec);
+  /// This rank's shard of the source's dataset, shuffled with the accelerator's seed unless
+  /// source.shuffle(false). Throws std::invalid_argument for bad loader options or an empty dataset.
+  template <typename B>
+  BasicPreparedLoader<B> prepare_data_loader(const data::DataSource<B>& source) {
+    return BasicPreparedLoader<B>(prepare_loader_state(source.make_loader()));
+  }
 
   /// Prepares one object by its kind: a model (module holder or shared_ptr to a module), an optimizer
   /// (an lvalue is borrowed; an rvalue, shared_ptr or unique_ptr is owned), or a DataLoaderSpec.
@@ -436,6 +458,8 @@ class Accelerator {
 
  private:
   void init(int local_rank);
+  std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
+      std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;
   void register_model(std::shared_ptr<torch::nn::Module> module, ddp::Reducer& reducer,
                       std::shared_ptr<void> ddp);
@@ -478,7 +502,7 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
 template <typename T>
 auto Accelerator::prepare(T&& item) {
   using D = std::decay_t<T>;
-  if constexpr (std::is_same_v<D, DataLoaderSpec>) {
+  if constexpr (detail::IsDataSource<D>::value) {
     return prepare_data_loader(item);
   } else if constexpr (std::is_base_of_v<torch::optim::Optimizer, D>) {
     if constexpr (std::is_lvalue_reference_v<T>) {
@@ -492,7 +516,7 @@ auto Accelerator::prepare(T&& item) {
   } else {
     static_assert(detail::is_module<D>(),
                   "Accelerator::prepare takes models (module holders or shared_ptrs to modules), optimizers "
-                  "and DataLoaderSpecs");
+                  "and data sources (DataLoaderSpec, data::DataSource<B>)");
     return prepare_model(D(item));
   }
 }

@@ -10,7 +10,9 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "lockstep/data/batch.h"
 #include "lockstep/data/loader.h"
+#include "lockstep/data/shard_loader.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/detail/option.h"
 #include "lockstep/optim/lr_schedule.h"
@@ -97,29 +99,10 @@ struct TrainingPlan {
   int64_t estimated_stepping_batches = 0;
 };
 
-/// The user's model and its training logic (Lightning's LightningModule). It is a torch::nn::Module:
-/// register the layers in it; the Trainer wraps it in DistributedDataParallel, so its parameters are
-/// broadcast from rank 0 and their gradients averaged over all ranks.
-///
-/// Example:
-///   struct LitMlp : lockstep::train::TrainModule {
-///     LitMlp() : fc(register_module("fc", torch::nn::Linear(784, 10))) {}
-///     at::Tensor training_step(const lockstep::data::Batch& b, int64_t) override {
-///       auto loss = torch::nn::functional::cross_entropy(fc(b.data.flatten(1)), b.target);
-///       log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
-///       return loss;
-///     }
-///     OptimizerConfig configure_optimizers() override {
-///       return {std::make_unique<torch::optim::Adam>(parameters(), 1e-3)};
-///     }
-///     torch::nn::Linear fc;
-///   };
-class TrainModule : public torch::nn::Module {
+/// What every TrainModule has, whatever its batch type: logging, the position, the optimizers. The
+/// Trainer holds modules by this base; derive from BasicTrainModule<B> (or TrainModule) instead.
+class TrainModuleBase : public torch::nn::Module {
  public:
-  /// The loss of one batch (a scalar the Trainer calls backward on). Runs under the precision's autocast.
-  virtual at::Tensor training_step(const data::Batch& batch, int64_t batch_idx) = 0;
-  /// Called under NoGradGuard for each validation batch; log what to measure.
-  virtual void validation_step(const data::Batch& /*batch*/, int64_t /*batch_idx*/) {}
   /// Called once, after the model is wrapped and, when resuming, before the optimizer state is loaded.
   /// plan() is valid here.
   virtual OptimizerConfig configure_optimizers() = 0;
@@ -139,6 +122,12 @@ class TrainModule : public torch::nn::Module {
 
  private:
   friend class Trainer;
+  template <typename B>
+  friend class BasicTrainModule;
+  // The steps with the batch type erased: BasicTrainModule<B> casts back to B.
+  virtual at::Tensor erased_training_step(const void* batch, int64_t batch_idx) = 0;
+  virtual void erased_validation_step(const void* batch, int64_t batch_idx) = 0;
+
   LoggedMetrics logged_;
   int64_t batch_size_ = 0;  // of the batch in progress: log's default weight
   int64_t epoch_ = 0;
@@ -146,17 +135,102 @@ class TrainModule : public torch::nn::Module {
   TrainingPlan plan_;
 };
 
-/// Where a run's data comes from (Lightning's LightningDataModule). The Trainer shards the datasets
-/// itself (a DistributedSampler over train_dataset(), shuffled by the run's seed; validation unshuffled,
-/// each sample counted once), so a DataModule is the same for 1 rank and for 100.
-class DataModule {
+/// The user's model and its training logic (Lightning's LightningModule), for batches of type `B`:
+/// whatever the DataModule's datasets make (data::Batch of the image datasets, a tuple of tensors,
+/// torch::data::Example<>, a struct of the user's with data::BatchTraits). It is a torch::nn::Module:
+/// register the layers in it; the Trainer wraps it in DistributedDataParallel, so its parameters are
+/// broadcast from rank 0 and their gradients averaged over all ranks.
+///
+/// Example:
+///   struct LitMlp : lockstep::train::TrainModule {   // BasicTrainModule<data::Batch>
+///     LitMlp() : fc(register_module("fc", torch::nn::Linear(784, 10))) {}
+///     at::Tensor training_step(const lockstep::data::Batch& b, int64_t) override {
+///       auto loss = torch::nn::functional::cross_entropy(fc(b.data.flatten(1)), b.target);
+///       log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
+///       return loss;
+///     }
+///     OptimizerConfig configure_optimizers() override {
+///       return {std::make_unique<torch::optim::Adam>(parameters(), 1e-3)};
+///     }
+///     torch::nn::Linear fc;
+///   };
+template <typename B>
+class BasicTrainModule : public TrainModuleBase {
  public:
-  virtual ~DataModule() = default;
+  using BatchType = B;
+  /// The loss of one batch (a scalar the Trainer calls backward on). Runs under the precision's autocast.
+  virtual at::Tensor training_step(const B& batch, int64_t batch_idx) = 0;
+  /// Called under NoGradGuard for each validation batch; log what to measure.
+  virtual void validation_step(const B& /*batch*/, int64_t /*batch_idx*/) {}
+
+ private:
+  at::Tensor erased_training_step(const void* batch, int64_t batch_idx) final {
+    return training_step(*static_cast<const B*>(batch), batch_idx);
+  }
+  void erased_validation_step(const void* batch, int64_t batch_idx) final {
+    validation_step(*static_cast<const B*>(batch), batch_idx);
+  }
+};
+
+/// The TrainModule of the image datasets: batches of data::Batch.
+using TrainModule = BasicTrainModule<data::Batch>;
+
+/// What every DataModule has, whatever its batch type; derive from BasicDataModule<B> (or DataModule).
+class DataModuleBase {
+ public:
+  virtual ~DataModuleBase() = default;
   /// Download or unpack once per node: called on each node's local rank 0 only, before setup(); the
   /// other ranks wait for it.
   virtual void prepare_data() {}
   /// Called on every rank after prepare_data(): load the datasets.
   virtual void setup() {}
+
+ private:
+  friend class Trainer;
+  template <typename B>
+  friend class BasicDataModule;
+  virtual std::unique_ptr<data::detail::AnyShardLoader> make_train_loader() = 0;
+  virtual std::unique_ptr<data::detail::AnyShardLoader> make_val_loader() = 0;  // nullptr: no validation
+};
+
+/// Where a run's data comes from (Lightning's LightningDataModule), for batches of type `B`: a
+/// data::DataSource per split (a map-style dataset, an iterable one, a torch::data one; its loader
+/// options). The Trainer shards them itself (training: the DataSource's shuffle with the run's seed,
+/// every rank the same batch count; validation: each sample counted once), so a DataModule is the same
+/// for 1 rank and for 100.
+///
+/// Example (ten lines: tabular rows, float features and targets):
+///   struct Rows : BasicDataModule<std::tuple<at::Tensor, at::Tensor>> {
+///     data::DataSource<std::tuple<at::Tensor, at::Tensor>> train_data() override {
+///       return {data::make_dataset(x.size(0), [this](int64_t i) { return std::make_tuple(x[i], y[i]); }),
+///               data::LoaderOptions(32)};
+///     }
+///     at::Tensor x, y;
+///   };
+template <typename B>
+class BasicDataModule : public DataModuleBase {
+ public:
+  using BatchType = B;
+  /// The training data and its loader options (batch size per rank, workers, prefetch).
+  virtual data::DataSource<B> train_data() = 0;
+  /// The validation data; std::nullopt: no validation.
+  virtual std::optional<data::DataSource<B>> val_data() { return std::nullopt; }
+
+ private:
+  std::unique_ptr<data::detail::AnyShardLoader> make_train_loader() final {
+    return train_data().make_loader();
+  }
+  std::unique_ptr<data::detail::AnyShardLoader> make_val_loader() final {
+    std::optional<data::DataSource<B>> val = val_data();
+    if (!val) return nullptr;
+    return val->make_loader();
+  }
+};
+
+/// The DataModule of the image datasets (TensorDataset: IdxDataset, Cifar10Dataset, SyntheticDataset),
+/// transformed and augmented through the loader options.
+class DataModule : public BasicDataModule<data::Batch> {
+ public:
   virtual std::shared_ptr<const data::TensorDataset> train_dataset() = 0;
   /// nullptr: no validation.
   virtual std::shared_ptr<const data::TensorDataset> val_dataset() { return nullptr; }
@@ -164,6 +238,11 @@ class DataModule {
   virtual data::LoaderOptions train_loader_options() = 0;
   /// The validation loader's (default: the training ones without augmentation).
   virtual data::LoaderOptions val_loader_options() { return train_loader_options().augment(false); }
+
+  /// train_dataset() with train_loader_options(), shuffled.
+  data::DataSource<data::Batch> train_data() final;
+  /// val_dataset() with val_loader_options(), in order; none when it is null or empty.
+  std::optional<data::DataSource<data::Batch>> val_data() final;
 };
 
 }  // namespace lockstep::train

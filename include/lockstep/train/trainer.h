@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lockstep/comm/process_group_options.h"
@@ -47,9 +48,11 @@ struct TrainerResult {
   std::string safetensors_path;  ///< ckpt_dir/final.safetensors, when written
 };
 
-/// Lightning's Trainer: runs a TrainModule on a DataModule with N data-parallel ranks.
+/// Lightning's Trainer: runs a TrainModule on a DataModule with N data-parallel ranks, for batches of any
+/// type (BasicTrainModule<B> on BasicDataModule<B>).
 ///
-/// One epoch: the DistributedSampler shuffles for the epoch, each rank trains its shard (forward under
+/// One epoch: the DistributedSampler shuffles for the epoch (or each rank reads its positions of a
+/// stream, data::IterableDataset), each rank trains its shard (forward under
 /// the precision's autocast, backward with DDP's overlapped all-reduce, accumulation through no_sync,
 /// clipping, the optimizer step, the schedule's learning rate), then validates its part of the
 /// validation set; the logged values are reduced (sync_dist ones over all ranks), rank 0's table is
@@ -77,7 +80,19 @@ class Trainer : public TrainerContext {
   ///
   /// Throws std::invalid_argument for bad options, std::runtime_error for unreadable checkpoints or
   /// metrics files, comm::CommError when a collective fails or times out.
-  TrainerResult fit(std::shared_ptr<TrainModule> module, DataModule& data);
+  ///
+  /// `M` derives from BasicTrainModule<B> (TrainModule for the image datasets) and `D` from
+  /// BasicDataModule<B> with the same batch type B.
+  template <typename M, typename D>
+  TrainerResult fit(std::shared_ptr<M> module, D& data) {
+    using B = typename M::BatchType;
+    static_assert(std::is_base_of_v<BasicTrainModule<B>, M>,
+                  "fit: the module must derive from BasicTrainModule<B>");
+    static_assert(std::is_base_of_v<BasicDataModule<B>, D>,
+                  "fit: the DataModule's batch type must be the TrainModule's (BasicDataModule<B> and "
+                  "BasicTrainModule<B> with the same B)");
+    return fit_erased(std::move(module), data);
+  }
 
   const TrainerOptions& options() const { return options_; }
 
@@ -98,6 +113,7 @@ class Trainer : public TrainerContext {
 
  private:
   struct Run;
+  TrainerResult fit_erased(std::shared_ptr<TrainModuleBase> module, DataModuleBase& data);
   TrainerOptions options_;
   std::unique_ptr<Run> run_;  // the state of the fit() in progress
   int rank_ = 0;              // of the last fit(), still valid after it

@@ -1,0 +1,139 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/data/example.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace lockstep::data {
+
+/// One mini-batch of the image datasets (ImageDataset, and the Loader built from a TensorDataset).
+struct Batch {
+  /// float32 [B, C, H, W], transformed (normalised, and augmented when asked).
+  at::Tensor data;
+  /// int64 [B], the class labels.
+  at::Tensor target;
+};
+
+/// What the Trainer and the Accelerator need to know of a batch type `B`, whatever it holds: how many
+/// samples it has (the weight of what training_step logs, the samples/s of an epoch) and how to move it
+/// to a device. Defined here for Batch, at::Tensor, std::vector<at::Tensor>, std::tuple / std::pair of
+/// tensors and torch::data::Example<at::Tensor, T> (the sample count is dim 0 of the first tensor).
+///
+/// A batch type of your own specialises it (two static functions), for example:
+///   struct TokenBatch { at::Tensor tokens, next; };
+///   template <> struct lockstep::data::BatchTraits<TokenBatch> {
+///     static int64_t size(const TokenBatch& b) { return b.tokens.size(0); }
+///     static TokenBatch to(const TokenBatch& b, const c10::Device& d) { return {b.tokens.to(d),
+///     b.next.to(d)}; }
+///   };
+template <typename B, typename Enable = void>
+struct BatchTraits {
+  static_assert(sizeof(B) == 0,
+                "lockstep::data::BatchTraits<B> is not defined for this batch type: specialise it with "
+                "static int64_t size(const B&) and static B to(const B&, const c10::Device&) (see batch.h)");
+};
+
+namespace detail {
+inline int64_t leading_size(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.dim() == 0) {
+    throw std::invalid_argument("a batch's first tensor must have a batch dimension (dim 0 = samples); got " +
+                                std::string(tensor.defined() ? "a 0-d tensor" : "an undefined tensor"));
+  }
+  return tensor.size(0);
+}
+inline at::Tensor moved(const at::Tensor& tensor, const c10::Device& device) {
+  return tensor.defined() ? tensor.to(device) : tensor;
+}
+}  // namespace detail
+
+template <>
+struct BatchTraits<Batch> {
+  static int64_t size(const Batch& batch) { return detail::leading_size(batch.target); }
+  static Batch to(const Batch& batch, const c10::Device& device) {
+    return {detail::moved(batch.data, device), detail::moved(batch.target, device)};
+  }
+};
+
+template <>
+struct BatchTraits<at::Tensor> {
+  static int64_t size(const at::Tensor& batch) { return detail::leading_size(batch); }
+  static at::Tensor to(const at::Tensor& batch, const c10::Device& device) {
+    return detail::moved(batch, device);
+  }
+};
+
+template <>
+struct BatchTraits<std::vector<at::Tensor>> {
+  static int64_t size(const std::vector<at::Tensor>& batch) {
+    if (batch.empty()) throw std::invalid_argument("an empty std::vector<at::Tensor> batch has no samples");
+    return detail::leading_size(batch.front());
+  }
+  static std::vector<at::Tensor> to(const std::vector<at::Tensor>& batch, const c10::Device& device) {
+    std::vector<at::Tensor> out;
+    out.reserve(batch.size());
+    for (const at::Tensor& t : batch) out.push_back(detail::moved(t, device));
+    return out;
+  }
+};
+
+template <typename... Ts>
+struct BatchTraits<std::tuple<Ts...>, std::enable_if_t<(std::is_same_v<Ts, at::Tensor> && ...)>> {
+  static_assert(sizeof...(Ts) > 0, "a tuple batch needs at least one tensor");
+  static int64_t size(const std::tuple<Ts...>& batch) { return detail::leading_size(std::get<0>(batch)); }
+  static std::tuple<Ts...> to(const std::tuple<Ts...>& batch, const c10::Device& device) {
+    return std::apply([&](const auto&... t) { return std::tuple<Ts...>(detail::moved(t, device)...); },
+                      batch);
+  }
+};
+
+template <>
+struct BatchTraits<std::pair<at::Tensor, at::Tensor>> {
+  static int64_t size(const std::pair<at::Tensor, at::Tensor>& batch) {
+    return detail::leading_size(batch.first);
+  }
+  static std::pair<at::Tensor, at::Tensor> to(const std::pair<at::Tensor, at::Tensor>& batch,
+                                              const c10::Device& device) {
+    return {detail::moved(batch.first, device), detail::moved(batch.second, device)};
+  }
+};
+
+/// LibTorch's torch::data::Example<> (data and target), as its Stack<> transform makes it.
+template <>
+struct BatchTraits<torch::data::Example<at::Tensor, at::Tensor>> {
+  using Example = torch::data::Example<at::Tensor, at::Tensor>;
+  static int64_t size(const Example& batch) { return detail::leading_size(batch.data); }
+  static Example to(const Example& batch, const c10::Device& device) {
+    return {detail::moved(batch.data, device), detail::moved(batch.target, device)};
+  }
+};
+
+/// torch::data::Example<at::Tensor, NoTarget> (TensorExample).
+template <>
+struct BatchTraits<torch::data::Example<at::Tensor, torch::data::example::NoTarget>> {
+  using Example = torch::data::Example<at::Tensor, torch::data::example::NoTarget>;
+  static int64_t size(const Example& batch) { return detail::leading_size(batch.data); }
+  static Example to(const Example& batch, const c10::Device& device) {
+    return Example(detail::moved(batch.data, device));
+  }
+};
+
+/// The number of samples in `batch` (BatchTraits<B>::size).
+template <typename B>
+int64_t batch_size(const B& batch) {
+  return BatchTraits<B>::size(batch);
+}
+
+/// `batch` on `device` (BatchTraits<B>::to).
+template <typename B>
+B batch_to(const B& batch, const c10::Device& device) {
+  return BatchTraits<B>::to(batch, device);
+}
+
+}  // namespace lockstep::data

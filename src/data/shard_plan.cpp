@@ -1,0 +1,99 @@
+// Where a rank's batches of an epoch come from: see include/lockstep/data/shard_loader.h.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/shard_loader.h"
+
+namespace lockstep::data::detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_plan(const ShardPlan& plan) {
+  if (plan.world < 1 || plan.rank < 0 || plan.rank >= plan.world) {
+    throw std::invalid_argument("ShardPlan: rank " + std::to_string(plan.rank) + " is outside [0, world " +
+                                std::to_string(plan.world) + ")");
+  }
+  if (plan.old_world < 0) {
+    throw std::invalid_argument("ShardPlan: old_world must be >= 0, got " + std::to_string(plan.old_world));
+  }
+}
+
+// Rank r's k-th index sits at position r + k * R of the padded list; positions >= size are padding.
+std::vector<int64_t> unpadded(const DistributedSampler& sampler) {
+  std::vector<int64_t> indices = sampler.indices();
+  const int64_t rank = sampler.options().rank();
+  const int64_t replicas = sampler.options().num_replicas();
+  int64_t keep = 0;
+  while (keep < static_cast<int64_t>(indices.size()) && rank + keep * replicas < sampler.dataset_size())
+    ++keep;
+  indices.resize(static_cast<std::size_t>(keep));
+  return indices;
+}
+
+}  // namespace
+
+std::vector<int64_t> plan_indices(int64_t dataset_size, const LoaderOptions& options, bool shuffle,
+                                  const ShardPlan& plan) {
+  check_plan(plan);
+  const int64_t b = options.batch_size();
+  std::vector<int64_t> indices;
+  if (plan.old_world > 0) {
+    const auto old_options = DistributedSamplerOptions(plan.old_world, 0).shuffle(shuffle).seed(plan.seed);
+    const int64_t shard = DistributedSampler(dataset_size, old_options).num_samples();
+    const int64_t planned = plan.old_planned < 0 ? shard : std::min(shard, plan.old_planned * b);
+    indices = reshard_remaining(dataset_size, old_options, plan.epoch,
+                                std::min(plan.old_batches * b, planned), planned, plan.world, plan.rank);
+  } else {
+    DistributedSampler sampler(
+        dataset_size, DistributedSamplerOptions(plan.world, plan.rank).shuffle(shuffle).seed(plan.seed));
+    sampler.set_epoch(plan.epoch);
+    indices = plan.even ? sampler.indices() : unpadded(sampler);
+  }
+  if (plan.max_batches >= 0)
+    indices.resize(std::min<std::size_t>(indices.size(), static_cast<std::size_t>(plan.max_batches * b)));
+  return indices;
+}
+
+StreamWindows::StreamWindows(const LoaderOptions& options, const ShardPlan& plan)
+    : batch_size(options.batch_size()),
+      world(plan.world),
+      rank(plan.rank),
+      even(plan.even),
+      drop_last(options.drop_last()),
+      base(plan.old_world > 0 ? plan.old_batches * options.batch_size() * plan.old_world : 0),
+      end(plan.old_world > 0 && plan.old_planned >= 0
+              ? plan.old_planned * options.batch_size() * plan.old_world
+              : -1) {
+  check_plan(plan);
+}
+
+std::vector<int64_t> StreamWindows::own_offsets(int64_t read) const {
+  // Training keeps read / world samples per rank (the same on every rank); validation every sample.
+  const int64_t count = read >= window()
+                            ? batch_size
+                            : (even ? read / world : (read > rank ? ceil_div(read - rank, world) : 0));
+  if (count == 0 || (drop_last && count < batch_size)) return {};
+  std::vector<int64_t> offsets(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) offsets[static_cast<std::size_t>(i)] = rank + i * world;
+  return offsets;
+}
+
+int64_t stream_batches(int64_t stream_size, const LoaderOptions& options, const ShardPlan& plan) {
+  if (stream_size < 0) return -1;
+  const StreamWindows windows(options, plan);
+  const int64_t last = windows.end >= 0 ? std::min(stream_size, windows.end) : stream_size;
+  const int64_t rest = std::max<int64_t>(0, last - windows.base);
+  const int64_t per_rank =
+      windows.even ? rest / plan.world : (rest > plan.rank ? ceil_div(rest - plan.rank, plan.world) : 0);
+  const int64_t b = options.batch_size();
+  int64_t batches = options.drop_last() ? per_rank / b : ceil_div(per_rank, b);
+  if (plan.max_batches >= 0) batches = std::min(batches, plan.max_batches);
+  return batches;
+}
+
+}  // namespace lockstep::data::detail

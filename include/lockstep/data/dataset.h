@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,7 +107,8 @@ auto make_dataset(int64_t size, F get, std::string description = "") {
 }
 
 /// As make_dataset, with a collate function of the user's: collate_fn(std::vector<S>&&) -> the batch.
-template <typename F, typename C>
+template <typename F, typename C,
+          std::enable_if_t<std::is_invocable_v<C, std::vector<std::invoke_result_t<F, int64_t>>&&>, int> = 0>
 auto make_dataset(int64_t size, F get, C collate_fn, std::string description = "") {
   using S = std::invoke_result_t<F, int64_t>;
   using B = std::invoke_result_t<C, std::vector<S>&&>;

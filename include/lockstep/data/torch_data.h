@@ -4,6 +4,7 @@
 // Accelerator, and lockstep's DistributedSampler drives torch::data::make_data_loader.
 
 #include <torch/data/datasets/base.h>
+#include <torch/data/datasets/map.h>
 #include <torch/data/example.h>
 #include <torch/data/samplers/base.h>
 #include <torch/serialize/archive.h>
@@ -126,13 +127,13 @@ class TorchDistributedSampler : public torch::data::samplers::Sampler<std::vecto
  public:
   TorchDistributedSampler(int64_t dataset_size, DistributedSamplerOptions options)
       : sampler_(dataset_size, std::move(options)) {
-    reset(std::nullopt);
+    reset(torch::optional<size_t>());
   }
 
   /// The epoch of the next reset() (and its shuffle): call it before each epoch, as in PyTorch.
   void set_epoch(int64_t epoch) {
     sampler_.set_epoch(epoch);
-    reset(std::nullopt);
+    reset(torch::optional<size_t>());
   }
   int64_t epoch() const { return sampler_.epoch(); }
 

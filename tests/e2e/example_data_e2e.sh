@@ -5,6 +5,8 @@
 #      uninterrupted 2-rank run;
 #   3. the 2-rank run beats its trivial baseline: the example prints "quality: NAME VALUE baseline BASE".
 # Usage: example_data_e2e.sh PYTHON EXAMPLE BATCH STOP [EXAMPLE FLAGS...] (the flags go to every run).
+# STOP 0 leaves out (2). With EXAMPLE_LAUNCHER=path/to/lockstep, N ranks are started by
+# `lockstep run --nproc-per-node N` (an Accelerate-style program) instead of the example's --devices N.
 set -u
 python=$1 example=$2 batch=$3 stop=$4
 shift 4
@@ -17,30 +19,34 @@ fail() {
 }
 
 run() {
-  local name=$1
-  shift
-  echo "== $name: $(basename "$example") $*"
-  "$example" "$@" >"$work/$name.out" 2>&1
+  local name=$1 devices=$2
+  shift 2
+  local command=("$example" --devices "$devices")
+  [ -n "${EXAMPLE_LAUNCHER:-}" ] && command=("$EXAMPLE_LAUNCHER" run --nproc-per-node "$devices" --standalone -- "$example")
+  echo "== $name: ${command[*]} $*"
+  "${command[@]}" "$@" >"$work/$name.out" 2>&1
   local status=$?
   cat "$work/$name.out"
   [ "$status" -eq 0 ] || fail "$name exited with status $status"
 }
 
-run one --devices 1 --batch-size "$batch" --ckpt-dir "$work/one" "$@"
-run two --devices 2 --batch-size $((batch / 2)) --ckpt-dir "$work/two" "$@"
+run one 1 --batch-size "$batch" --ckpt-dir "$work/one" "$@"
+run two 2 --batch-size $((batch / 2)) --ckpt-dir "$work/two" "$@"
 "$python" "$here/compare_safetensors.py" --close "$work/one/final.safetensors" "$work/two/final.safetensors" ||
   fail "2 ranks x $((batch / 2)) trained other weights than 1 rank x $batch"
 
-run stop --devices 2 --batch-size $((batch / 2)) --ckpt-dir "$work/stop" --max-steps "$stop" "$@"
+if [ "$stop" -gt 0 ]; then
+run stop 2 --batch-size $((batch / 2)) --ckpt-dir "$work/stop" --max-steps "$stop" "$@"
 grep -q "stopped at max_steps $stop (epoch [0-9]*, batch [1-9]" "$work/stop.out" ||
   fail "the run did not stop mid-epoch at step $stop"
-run resume --devices 2 --batch-size $((batch / 2)) --ckpt-dir "$work/stop" --resume "$work/stop/last.ckpt" "$@"
+run resume 2 --batch-size $((batch / 2)) --ckpt-dir "$work/stop" --resume "$work/stop/last.ckpt" "$@"
 grep -q "resumed from $work/stop/last.ckpt" "$work/resume.out" || fail "the run did not say it resumed"
 "$python" "$here/compare_safetensors.py" --exact "$work/two/final.safetensors" "$work/stop/final.safetensors" ||
   fail "stopped and resumed, the weights differ from the uninterrupted run's"
+fi
 
 line=$(grep -o "quality: [a-z_]* [0-9.]* baseline [0-9.]*" "$work/two.out") || fail "no quality line"
 read -r _ name value _ base <<<"$line"
 "$python" -c "import sys; sys.exit(0 if float('$value') < float('$base') else 1)" ||
   fail "$name $value does not beat the baseline $base"
-echo "ok: exact across world sizes, resume bit-identical, $name $value beats the baseline $base"
+echo "ok: exact across world sizes$([ "$stop" -gt 0 ] && echo ", resume bit-identical"), $name $value beats the baseline $base"

@@ -9,13 +9,15 @@ packages="
   libtorch-dev libgloo-dev libopenblas0-openmp
   zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist fortunes python3-vega-datasets
   python3 python3-torch
   openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
   iproute2
 "
 # clang-format: the format check (scripts/check-format.sh, ctest format_check); Debian 12's is version 14.
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
+# fortunes, python3-vega-datasets: real data of the "bring your own data" examples (examples/char_lm.cpp: the
+# fortunes' text; examples/tabular.cpp: vega_datasets' seattle-weather.csv).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
 # openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that
 # scripts/slurm-local-cluster.sh starts for tests/e2e/slurm_e2e.sh) for the scale-out tests.

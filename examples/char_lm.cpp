@@ -70,7 +70,8 @@ class Corpus {
         files_.push_back({entry.path().string(), static_cast<int64_t>(entry.file_size())});
     }
     if (error || files_.empty()) {
-      throw std::runtime_error("no text files in '" + dir + "': install the corpus with `apt-get install fortunes`" +
+      throw std::runtime_error("no text files in '" + dir +
+                               "': install the corpus with `apt-get install fortunes`" +
                                " or name another directory with --data-dir");
     }
     std::sort(files_.begin(), files_.end(), [](const File& a, const File& b) { return a.path < b.path; });
@@ -196,8 +197,9 @@ class TextData : public train::BasicDataModule<TokenBatch> {
             data::LoaderOptions(batch_).num_workers(1).drop_last(true), collate_windows};
   }
   std::optional<data::DataSource<TokenBatch>> val_data() override {
-    return data::DataSource<TokenBatch>(std::make_shared<TextWindows>(corpus_, seq_, train_windows_, val_windows_),
-                                        data::LoaderOptions(batch_).num_workers(1), collate_windows);
+    return data::DataSource<TokenBatch>(
+        std::make_shared<TextWindows>(corpus_, seq_, train_windows_, val_windows_),
+        data::LoaderOptions(batch_).num_workers(1), collate_windows);
   }
   /// Perplexity per byte of the validation text when each byte is predicted from its frequency in the
   /// training text (add-one smoothing): the trivial baseline.
@@ -229,18 +231,19 @@ int main(int argc, char** argv) {
     auto options = train::TrainerOptions().max_epochs(1).gradient_clip_val(1.0).seed(1);
     int64_t batch = 32;
     const auto extra = examples::parse_flags(
-        argc, argv, options, batch, {{"data-dir", "/usr/share/games/fortunes"}, {"seq", "64"}, {"lr", "0.003"}},
-        "char_lm");
+        argc, argv, options, batch,
+        {{"data-dir", "/usr/share/games/fortunes"}, {"seq", "64"}, {"lr", "0.003"}}, "char_lm");
     TextData data(extra.at("data-dir"), std::stoll(extra.at("seq")), batch);
     torch::manual_seed(0);  // the same initial weights whatever the world size (DDP broadcasts rank 0's)
     auto model = std::make_shared<CharLm>(std::stod(extra.at("lr")));
     train::Trainer trainer(options);
     const train::TrainerResult result = trainer.fit(model, data);
     if (trainer.rank() == 0 && !result.epochs.empty()) {
-      std::printf("char_lm quality: val_perplexity %.3f baseline %.3f (per byte; the baseline predicts each byte "
-                  "from its frequency), %lld step(s) on %d rank(s)\n",
-                  std::exp(result.epochs.back().val_loss), data.unigram_perplexity(),
-                  static_cast<long long>(result.global_step), trainer.world_size());
+      std::printf(
+          "char_lm quality: val_perplexity %.3f baseline %.3f (per byte; the baseline predicts each byte "
+          "from its frequency), %lld step(s) on %d rank(s)\n",
+          std::exp(result.epochs.back().val_loss), data.unigram_perplexity(),
+          static_cast<long long>(result.global_step), trainer.world_size());
     }
   });
 }

@@ -16,12 +16,15 @@ namespace examples {
 /// --limit-train-batches, --limit-val-batches, --ckpt-dir, --resume, --seed, --precision) into `trainer`
 /// and `batch_size`, the example's own (named in `extra`, with their defaults) into the returned map.
 /// Throws std::invalid_argument naming an unknown flag or a flag without a value.
-inline std::map<std::string, std::string> parse_flags(int argc, char** argv, lockstep::train::TrainerOptions& trainer,
-                                                      int64_t& batch_size, std::map<std::string, std::string> extra,
+inline std::map<std::string, std::string> parse_flags(int argc, char** argv,
+                                                      lockstep::train::TrainerOptions& trainer,
+                                                      int64_t& batch_size,
+                                                      std::map<std::string, std::string> extra,
                                                       const char* example) {
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value (see the top of examples/" + example + ".cpp)");
+    if (i + 1 >= argc)
+      throw std::invalid_argument(flag + " needs a value (see the top of examples/" + example + ".cpp)");
     const std::string value = argv[i + 1];
     if (flag == "--devices") {
       trainer.devices(std::stoi(value));
@@ -46,7 +49,8 @@ inline std::map<std::string, std::string> parse_flags(int argc, char** argv, loc
     } else if (flag.rfind("--", 0) == 0 && extra.count(flag.substr(2))) {
       extra[flag.substr(2)] = value;
     } else {
-      throw std::invalid_argument("unknown option '" + flag + "' (see the top of examples/" + example + ".cpp)");
+      throw std::invalid_argument("unknown option '" + flag + "' (see the top of examples/" + example +
+                                  ".cpp)");
     }
   }
   return extra;

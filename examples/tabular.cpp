@@ -52,7 +52,8 @@ struct Weather {
   static Weather load(const std::string& path) {
     std::ifstream in(path);
     if (!in) {
-      throw std::runtime_error("cannot read '" + path + "': install it with `apt-get install python3-vega-datasets`" +
+      throw std::runtime_error("cannot read '" + path +
+                               "': install it with `apt-get install python3-vega-datasets`" +
                                " or name the CSV with --csv");
     }
     const std::vector<std::string> labels = {"drizzle", "rain", "sun", "snow", "fog"};
@@ -76,8 +77,9 @@ struct Weather {
       static const int kDaysBefore[] = {0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
       const double angle = 2 * M_PI * (kDaysBefore[month - 1] + day) / 365.25;
       const int split = year == 2015 ? 1 : 0;
-      x[split].insert(x[split].end(), {std::stof(precipitation), std::stof(temp_min), std::stof(wind),
-                                       static_cast<float>(std::sin(angle)), static_cast<float>(std::cos(angle))});
+      x[split].insert(x[split].end(),
+                      {std::stof(precipitation), std::stof(temp_min), std::stof(wind),
+                       static_cast<float>(std::sin(angle)), static_cast<float>(std::cos(angle))});
       for (const std::string& label : labels) x[split].push_back(weather == label ? 1.0f : 0.0f);
       y[split].push_back(std::stof(temp_max));
     }
@@ -104,7 +106,9 @@ std::shared_ptr<data::Dataset<Rows>> rows(at::Tensor x, at::Tensor y) {
 }
 
 struct RegressorImpl : torch::nn::Module {
-  RegressorImpl() : fc1(register_module("fc1", torch::nn::Linear(10, 32))), fc2(register_module("fc2", torch::nn::Linear(32, 1))) {}
+  RegressorImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(10, 32))),
+        fc2(register_module("fc2", torch::nn::Linear(32, 1))) {}
   at::Tensor forward(const at::Tensor& x) { return fc2(torch::relu(fc1(x))).squeeze(1); }
   torch::nn::Linear fc1, fc2;
 };
@@ -142,7 +146,8 @@ class WeatherData : public train::BasicDataModule<Rows> {
     return {rows(weather_.train_x, weather_.train_y), data::LoaderOptions(batch_).drop_last(true)};
   }
   std::optional<data::DataSource<Rows>> val_data() override {
-    return data::DataSource<Rows>(rows(weather_.val_x, weather_.val_y), data::LoaderOptions(batch_)).shuffle(false);
+    return data::DataSource<Rows>(rows(weather_.val_x, weather_.val_y), data::LoaderOptions(batch_))
+        .shuffle(false);
   }
   const Weather& weather() const { return weather_; }
 
@@ -152,17 +157,19 @@ class WeatherData : public train::BasicDataModule<Rows> {
   Weather weather_;
 };
 
-void fit_with_trainer(train::TrainerOptions options, int64_t batch, const std::map<std::string, std::string>& extra) {
+void fit_with_trainer(train::TrainerOptions options, int64_t batch,
+                      const std::map<std::string, std::string>& extra) {
   WeatherData data(extra.at("csv"), batch);
   torch::manual_seed(0);  // the same initial weights whatever the world size (DDP broadcasts rank 0's)
   auto model = std::make_shared<LitRegressor>(std::stod(extra.at("lr")));
   train::Trainer trainer(options);
   const train::TrainerResult result = trainer.fit(model, data);
   if (trainer.rank() == 0 && !result.epochs.empty()) {
-    std::printf("tabular quality: val_mse %.4f baseline %.4f (°C², the baseline predicts the training mean), "
-                "%lld step(s) on %d rank(s)\n",
-                result.epochs.back().val_loss, data.weather().baseline_mse(),
-                static_cast<long long>(result.global_step), trainer.world_size());
+    std::printf(
+        "tabular quality: val_mse %.4f baseline %.4f (°C², the baseline predicts the training mean), "
+        "%lld step(s) on %d rank(s)\n",
+        result.epochs.back().val_loss, data.weather().baseline_mse(),
+        static_cast<long long>(result.global_step), trainer.world_size());
   }
 }
 
@@ -174,9 +181,10 @@ void fit_with_accelerator(const train::TrainerOptions& options, int64_t batch,
   const Weather weather = Weather::load(extra.at("csv"));
   torch::manual_seed(0);
   Regressor net;
-  auto [model, optimizer, loader] =
-      accelerator.prepare(net, torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(std::stod(extra.at("lr")))),
-                          data::DataSource<Rows>(rows(weather.train_x, weather.train_y), data::LoaderOptions(batch).drop_last(true)));
+  auto [model, optimizer, loader] = accelerator.prepare(
+      net, torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(std::stod(extra.at("lr")))),
+      data::DataSource<Rows>(rows(weather.train_x, weather.train_y),
+                             data::LoaderOptions(batch).drop_last(true)));
   for (int64_t epoch = 0; epoch < options.max_epochs(); ++epoch) {
     loader.set_epoch(epoch);
     for (auto& [x, y] : loader) {
@@ -193,8 +201,9 @@ void fit_with_accelerator(const train::TrainerOptions& options, int64_t batch,
     const double val_mse = torch::nn::functional::mse_loss(net(weather.val_x), weather.val_y).item<double>();
     if (!options.ckpt_dir().empty()) {
       std::filesystem::create_directories(options.ckpt_dir());
-      train::save_module_safetensors((std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string(), *net,
-                                     {{"format", "pt"}});
+      train::save_module_safetensors(
+          (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string(), *net,
+          {{"format", "pt"}});
     }
     accelerator.print("tabular quality: val_mse ", val_mse, " baseline ", weather.baseline_mse(),
                       " (°C², the baseline predicts the training mean), ", accelerator.step(), " step(s) on ",
@@ -209,14 +218,15 @@ int main(int argc, char** argv) {
   return examples::run_example("tabular", [&] {
     auto options = train::TrainerOptions().max_epochs(20).seed(1);
     int64_t batch = 32;
-    const auto extra = examples::parse_flags(argc, argv, options, batch,
-                                             {{"csv", kDefaultCsv}, {"lr", "0.01"}, {"style", "trainer"}}, "tabular");
+    const auto extra = examples::parse_flags(
+        argc, argv, options, batch, {{"csv", kDefaultCsv}, {"lr", "0.01"}, {"style", "trainer"}}, "tabular");
     if (extra.at("style") == "trainer") {
       fit_with_trainer(options, batch, extra);
     } else if (extra.at("style") == "accelerate") {
       fit_with_accelerator(options, batch, extra);
     } else {
-      throw std::invalid_argument("--style '" + extra.at("style") + "' is not known (expected trainer or accelerate)");
+      throw std::invalid_argument("--style '" + extra.at("style") +
+                                  "' is not known (expected trainer or accelerate)");
     }
   });
 }

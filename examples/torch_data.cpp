@@ -74,7 +74,9 @@ auto pipeline(const std::string& dir, bool train) {
 }
 
 struct NetImpl : torch::nn::Module {
-  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(784, 128))), fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(784, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
   at::Tensor forward(const at::Tensor& x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
   torch::nn::Linear fc1, fc2;
 };
@@ -98,7 +100,8 @@ class LitNet : public train::BasicTrainModule<Example> {
         train::LogOptions().sync_dist(true).prog_bar(true));
   }
   train::OptimizerConfig configure_optimizers() override {
-    return {std::make_unique<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3)), std::nullopt};
+    return {std::make_unique<torch::optim::Adam>(parameters(), torch::optim::AdamOptions(1e-3)),
+            std::nullopt};
   }
   std::string checkpoint_name() const override { return "TorchDataNet"; }
   Net net;
@@ -128,10 +131,11 @@ void fit_with_trainer(const train::TrainerOptions& options, int64_t batch, const
   train::Trainer trainer(options);
   const train::TrainerResult result = trainer.fit(model, data);
   if (trainer.rank() == 0 && !result.epochs.empty()) {
-    std::printf("torch_data quality: val_loss %.4f baseline %.4f (cross-entropy; the baseline guesses "
-                "uniformly), val_acc %.4f, %lld step(s) on %d rank(s)\n",
-                result.epochs.back().val_loss, std::log(10.0), result.epochs.back().val_acc,
-                static_cast<long long>(result.global_step), trainer.world_size());
+    std::printf(
+        "torch_data quality: val_loss %.4f baseline %.4f (cross-entropy; the baseline guesses "
+        "uniformly), val_acc %.4f, %lld step(s) on %d rank(s)\n",
+        result.epochs.back().val_loss, std::log(10.0), result.epochs.back().val_acc,
+        static_cast<long long>(result.global_step), trainer.world_size());
   }
 }
 
@@ -146,13 +150,15 @@ void fit_in_own_loop(const train::TrainerOptions& options, int64_t batch, const 
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(1e-3));
   auto train_set = pipeline(dir, true);
   // changed: was torch::data::samplers::RandomSampler(train_set.size().value())
-  data::TorchDistributedSampler sampler(static_cast<int64_t>(train_set.size().value()),
-                                        data::DistributedSamplerOptions(group.size(), group.rank()).seed(options.seed()));
+  data::TorchDistributedSampler sampler(
+      static_cast<int64_t>(train_set.size().value()),
+      data::DistributedSamplerOptions(group.size(), group.rank()).seed(options.seed()));
   const int64_t limit = options.limit_train_batches().is_fraction ? -1 : options.limit_train_batches().count;
   int64_t steps = 0;
   for (int64_t epoch = 0; epoch < options.max_epochs(); ++epoch) {
     sampler.set_epoch(epoch);  // changed: a new shuffle each epoch, the same on every rank
-    auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(batch).drop_last(true));
+    auto loader = torch::data::make_data_loader(train_set, sampler,
+                                                torch::data::DataLoaderOptions(batch).drop_last(true));
     int64_t b = 0;
     for (auto& example : *loader) {
       if (limit >= 0 && b++ == limit) break;
@@ -169,18 +175,23 @@ void fit_in_own_loop(const train::TrainerOptions& options, int64_t batch, const 
     auto val = torch::data::make_data_loader(pipeline(dir, false), torch::data::DataLoaderOptions(1000));
     for (auto& example : *val) {
       const at::Tensor logits = net(example.data);
-      loss += torch::nn::functional::cross_entropy(logits, example.target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+      loss +=
+          torch::nn::functional::cross_entropy(
+              logits, example.target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
       correct += logits.argmax(1).eq(example.target).sum().item<double>();
       count += static_cast<double>(example.target.size(0));
     }
     if (!options.ckpt_dir().empty()) {
       std::filesystem::create_directories(options.ckpt_dir());
-      train::save_module_safetensors((std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string(), *net,
-                                     {{"format", "pt"}});
+      train::save_module_safetensors(
+          (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string(), *net,
+          {{"format", "pt"}});
     }
-    std::printf("torch_data quality: val_loss %.4f baseline %.4f (cross-entropy; the baseline guesses uniformly), "
-                "val_acc %.4f, %lld step(s) on %d rank(s)\n",
-                loss / count, std::log(10.0), correct / count, static_cast<long long>(steps), group.size());
+    std::printf(
+        "torch_data quality: val_loss %.4f baseline %.4f (cross-entropy; the baseline guesses uniformly), "
+        "val_acc %.4f, %lld step(s) on %d rank(s)\n",
+        loss / count, std::log(10.0), correct / count, static_cast<long long>(steps), group.size());
   }
   group.barrier();
   group.shutdown();
@@ -200,7 +211,8 @@ int main(int argc, char** argv) {
     } else if (extra.at("style") == "loop") {
       fit_in_own_loop(options, batch, extra.at("data-dir"));
     } else {
-      throw std::invalid_argument("--style '" + extra.at("style") + "' is not known (expected trainer or loop)");
+      throw std::invalid_argument("--style '" + extra.at("style") +
+                                  "' is not known (expected trainer or loop)");
     }
   });
 }

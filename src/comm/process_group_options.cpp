@@ -1,5 +1,7 @@
 #include "lockstep/comm/process_group_options.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -35,12 +37,17 @@ ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
       collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800), env_error_)) {}
 
 ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment& environment) {
-  return ProcessGroupOptions(environment.rank, environment.world_size)
-      .master_addr(environment.master_addr)
-      .master_port(environment.master_port)
-      .run_id(environment.run_id)
-      .num_nodes(environment.num_nodes)
-      .local_world_size(environment.local_world_size);
+  auto options = ProcessGroupOptions(environment.rank, environment.world_size)
+                     .master_addr(environment.master_addr)
+                     .master_port(environment.master_port)
+                     .run_id(environment.run_id)
+                     .num_nodes(environment.num_nodes)
+                     .local_world_size(environment.local_world_size);
+  // A process started on its own is the whole job: nobody connects to its store, so it needs no port (two
+  // such programs on one host would otherwise both claim MASTER_PORT's default).
+  if (environment.source == env::Source::kSingleProcess && environment.world_size == 1)
+    options.store(c10::make_intrusive<c10d::HashStore>());
+  return options;
 }
 
 void ProcessGroupOptions::validate() const {

@@ -57,8 +57,8 @@ TEST(Collate, StacksTensorsExamplesAndTuples) {
   const Pair pair = collate(std::vector<Pair>{row(1), row(2)});
   EXPECT_TRUE(at::equal(std::get<0>(pair), at::stack({std::get<0>(row(1)), std::get<0>(row(2))})));
   EXPECT_EQ(targets_of(pair), (std::vector<int64_t>{1, 2}));
-  const auto example = collate(
-      std::vector<torch::data::Example<>>{{at::zeros({2}), at::scalar_tensor(1)}, {at::ones({2}), at::scalar_tensor(0)}});
+  const auto example = collate(std::vector<torch::data::Example<>>{{at::zeros({2}), at::scalar_tensor(1)},
+                                                                   {at::ones({2}), at::scalar_tensor(0)}});
   EXPECT_EQ(example.data.sizes(), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(example.target.sizes(), (std::vector<int64_t>{2}));
   expect_error<std::invalid_argument>([] { collate(std::vector<at::Tensor>{}); }, {"no samples"});

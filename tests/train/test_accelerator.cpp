@@ -6,8 +6,8 @@
 #include <chrono>
 #include <filesystem>
 #include <mutex>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -428,7 +428,10 @@ struct RowStream : data::IterableDataset<Rows> {
 
 data::DataSource<Rows> row_source(bool stream, int64_t batch) {
   if (stream) return {std::make_shared<RowStream>(), data::LoaderOptions(batch)};
-  return {data::make_dataset(48, [](int64_t i) { return Rows{row_table().x[i], row_table().y[i]}; }),
+  return {data::make_dataset(48,
+                             [](int64_t i) {
+                               return Rows{row_table().x[i], row_table().y[i]};
+                             }),
           data::LoaderOptions(batch)};
 }
 
@@ -439,7 +442,8 @@ std::vector<at::Tensor> accelerate_rows(bool stream, int world, int64_t batch, i
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group = make_group(rank, world, store);
-    Accelerator accelerator(group, AcceleratorOptions().gradient_accumulation_steps(steps).seed(kShuffleSeed));
+    Accelerator accelerator(group,
+                            AcceleratorOptions().gradient_accumulation_steps(steps).seed(kShuffleSeed));
     auto linear = torch::nn::Linear(3, 1);
     {
       torch::NoGradGuard no_grad;

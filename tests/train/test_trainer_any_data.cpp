@@ -137,7 +137,8 @@ std::vector<at::Tensor> train_rows(Kind kind, int world, int64_t batch, TrainerO
     auto module = std::make_shared<Regressor>();
     RowsData data(kind, batch);
     TrainerOptions options = base;
-    Trainer trainer(options.process_group(&group).environment(environment).out(quiet.file).save_final_weights(false));
+    Trainer trainer(
+        options.process_group(&group).environment(environment).out(quiet.file).save_final_weights(false));
     const TrainerResult r = trainer.fit(module, data);
     if (rank == 0) {
       for (const auto& p : module->parameters()) params.push_back(p.detach().clone());
@@ -190,8 +191,8 @@ TEST_P(AnyData, MidEpochResumeIsBitIdentical) {
   TrainerResult stopped;
   train_rows(GetParam(), 2, 6, TrainerOptions(opts).max_steps(6).ckpt_dir(dir.string()), &stopped);
   EXPECT_EQ(stopped.global_step, 6);
-  const auto resumed =
-      train_rows(GetParam(), 2, 6, TrainerOptions(opts).ckpt_dir(dir.string()).resume((dir / "last.ckpt").string()));
+  const auto resumed = train_rows(
+      GetParam(), 2, 6, TrainerOptions(opts).ckpt_dir(dir.string()).resume((dir / "last.ckpt").string()));
   ASSERT_EQ(resumed.size(), straight.size());
   for (std::size_t i = 0; i < straight.size(); ++i)
     EXPECT_TRUE(torch::equal(resumed[i], straight[i])) << i << ": " << resumed[i] << " vs " << straight[i];
@@ -211,10 +212,14 @@ TEST(AnyDataOptions, FractionLimitOnAStreamOfUnknownLengthIsAClearError) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   Quiet quiet;
   auto outcomes = run_ranks(1, [&](int rank) {
-    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 1, store, "any-data-limit"));
+    auto group =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, 1, store, "any-data-limit"));
     auto module = std::make_shared<Regressor>();
     RowsData data(Kind::kStreamUnknown, 4);
-    Trainer trainer(TrainerOptions().process_group(&group).out(quiet.file).save_final_weights(false)
+    Trainer trainer(TrainerOptions()
+                        .process_group(&group)
+                        .out(quiet.file)
+                        .save_final_weights(false)
                         .limit_train_batches(BatchLimit::parse("limit_train_batches", "0.5")));
     try {
       trainer.fit(module, data);

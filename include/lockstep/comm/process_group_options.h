@@ -26,7 +26,8 @@ class ProcessGroupOptions {
  public:
   ProcessGroupOptions(int rank, int world_size);
 
-  /// Rank, world size, master address/port and run id taken from `environment`.
+  /// Rank, world size, master address/port and run id taken from `environment`. A process started on its
+  /// own (env::Source::kSingleProcess, world size 1) gets an in-memory store: it serves no port.
   static ProcessGroupOptions from_environment(const env::Environment& environment);
 
   /// This process's rank in [0, world_size).

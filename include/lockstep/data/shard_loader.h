@@ -198,13 +198,16 @@ class StreamShardLoader : public ShardLoader<B> {
   // Batch key.index of the epoch, built by one thread at a time, in increasing order of index (one worker).
   AnyBatch build(const BatchKey& key) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!windows_ || key.epoch != epoch_ || ended_) return nullptr;
+    if (!windows_ || key.epoch != epoch_) return nullptr;
     const int64_t start = windows_->start(key.index);
+    // Behind the window (a cancelled pass's batch was read in between): open the stream again.
     if (!stream_ || position_ > start) {
       stream_ = dataset_->open(epoch_);
       if (!stream_) throw std::runtime_error("IterableDataset::open returned no stream: " + description());
       position_ = 0;
+      ended_ = false;
     }
+    if (ended_) return nullptr;  // the stream ended at position_ <= start
     if (position_ < start) {
       const int64_t skipped = stream_->skip(start - position_);
       position_ += skipped;

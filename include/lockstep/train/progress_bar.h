@@ -15,7 +15,7 @@ class ProgressBar {
   explicit ProgressBar(std::FILE* out, std::chrono::milliseconds interval = std::chrono::milliseconds(200))
       : out_(out), interval_(interval) {}
 
-  /// Starts an epoch of `total` steps.
+  /// Starts an epoch of `total` steps (-1: unknown, a stream; the bar then shows the batch count alone).
   void start(int64_t epoch, int64_t max_epochs, int64_t total);
   /// Reports progress: `done` steps, `samples` seen by all ranks so far (estimated), last loss.
   void update(int64_t done, int64_t samples, double loss);

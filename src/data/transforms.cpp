@@ -113,8 +113,9 @@ at::Tensor Transform::checked(const at::Tensor& images) const {
 // Aligned to a cache line: the speed of the table-lookup loop below depends on where it falls in the
 // binary (measured: 0.018 ms a seed-MLP batch at a 64-byte boundary, 0.030 ms 48 bytes past one, the same
 // instructions), and the default 16-byte alignment left that to whatever code the linker put before it.
-__attribute__((aligned(64))) at::Tensor Transform::run(const uint8_t* base, const int64_t* rows, int64_t count, int64_t height,
-                          int64_t width, const uint64_t* seed) const {
+__attribute__((aligned(64))) at::Tensor Transform::run(const uint8_t* base, const int64_t* rows,
+                                                       int64_t count, int64_t height, int64_t width,
+                                                       const uint64_t* seed) const {
   at::Tensor out = at::empty({count, channels_, height, width}, at::kFloat);
   float* dst = out.data_ptr<float>();
   const int64_t plane = height * width;

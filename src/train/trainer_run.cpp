@@ -378,12 +378,13 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  data::ShardPlan plan;  // every sample once, whatever the world size
+  data::ShardPlan plan;  // every sample once, in dataset order, whatever the world size
   plan.epoch = e;
   plan.world = group->size();
   plan.rank = group->rank();
   plan.seed = options.seed();
   plan.even = false;
+  plan.shuffle = false;
   const BatchLimit& limit = options.limit_val_batches();
   const int64_t available = val_loader_->batches(plan);
   plan.max_batches = available >= 0 ? limit.apply(available) : (limit.is_fraction ? -1 : limit.count);

@@ -28,6 +28,8 @@ struct ShardPlan {
   int world = 1;  ///< ranks sharing the epoch
   int rank = 0;
   uint64_t seed = 0;  ///< the shuffle's (DistributedSampler: seed + epoch)
+  /// false: keep dataset order even where the DataSource shuffles (validation).
+  bool shuffle = true;
   /// Training: every rank gets the same number of batches (map-style: DistributedSampler's padding;
   /// streams: the last samples not every rank can get are dropped). false (validation): every sample
   /// exactly once, ranks may differ by a batch.
@@ -123,7 +125,8 @@ class MapShardLoader : public ShardLoader<B> {
         static_cast<int64_t>(plan_indices(loader_.dataset().size(), options(), shuffle_, plan).size()));
   }
   void start(const ShardPlan& plan) override {
-    std::vector<int64_t> indices = plan_indices(loader_.dataset().size(), options(), shuffle_, plan);
+    std::vector<int64_t> indices =
+        plan_indices(loader_.dataset().size(), options(), shuffle_ && plan.shuffle, plan);
     total_ = count(static_cast<int64_t>(indices.size()));
     returned_ = plan.first_batch;
     loader_.start_epoch(std::move(indices), plan.epoch, plan.first_batch);

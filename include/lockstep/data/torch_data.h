@@ -3,6 +3,7 @@
 // Interop with LibTorch's own data API (torch::data): its datasets feed lockstep's Trainer and
 // Accelerator, and lockstep's DistributedSampler drives torch::data::make_data_loader.
 
+#include <torch/csrc/utils/variadic.h>  // before map.h, which uses its disable_if_t (LibTorch 1.13)
 #include <torch/data/datasets/base.h>
 #include <torch/data/datasets/map.h>
 #include <torch/data/example.h>

@@ -196,8 +196,8 @@ class DataModuleBase {
 /// Where a run's data comes from (Lightning's LightningDataModule), for batches of type `B`: a
 /// data::DataSource per split (a map-style dataset, an iterable one, a torch::data one; its loader
 /// options). The Trainer shards them itself (training: the DataSource's shuffle with the run's seed,
-/// every rank the same batch count; validation: each sample counted once), so a DataModule is the same
-/// for 1 rank and for 100.
+/// every rank the same batch count; validation: dataset order, each sample counted once), so a
+/// DataModule is the same for 1 rank and for 100.
 ///
 /// Example (ten lines: tabular rows, float features and targets):
 ///   struct Rows : BasicDataModule<std::tuple<at::Tensor, at::Tensor>> {

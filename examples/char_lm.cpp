@@ -233,9 +233,9 @@ int main(int argc, char** argv) {
     const auto extra = examples::parse_flags(
         argc, argv, options, batch,
         {{"data-dir", "/usr/share/games/fortunes"}, {"seq", "64"}, {"lr", "0.003"}}, "char_lm");
-    TextData data(extra.at("data-dir"), std::stoll(extra.at("seq")), batch);
+    TextData data(extra.at("data-dir"), examples::whole_number("--seq", extra.at("seq")), batch);
     torch::manual_seed(0);  // the same initial weights whatever the world size (DDP broadcasts rank 0's)
-    auto model = std::make_shared<CharLm>(std::stod(extra.at("lr")));
+    auto model = std::make_shared<CharLm>(examples::real_number("--lr", extra.at("lr")));
     train::Trainer trainer(options);
     const train::TrainerResult result = trainer.fit(model, data);
     if (trainer.rank() == 0 && !result.epochs.empty()) {

@@ -12,6 +12,34 @@
 
 namespace examples {
 
+/// `value` as a whole number for `flag`; throws std::invalid_argument naming both otherwise.
+inline long long whole_number(const std::string& flag, const std::string& value) {
+  std::size_t used = 0;
+  long long number = 0;
+  try {
+    number = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size())
+    throw std::invalid_argument(flag + " '" + value + "' is not a whole number");
+  return number;
+}
+
+/// `value` as a real number for `flag`; throws std::invalid_argument naming both otherwise.
+inline double real_number(const std::string& flag, const std::string& value) {
+  std::size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size())
+    throw std::invalid_argument(flag + " '" + value + "' is not a number");
+  return number;
+}
+
 /// Reads `--flag value` pairs: the Trainer's (--devices, --max-epochs, --max-steps, --batch-size,
 /// --limit-train-batches, --limit-val-batches, --ckpt-dir, --resume, --seed, --precision) into `trainer`
 /// and `batch_size`, the example's own (named in `extra`, with their defaults) into the returned map.
@@ -27,13 +55,13 @@ inline std::map<std::string, std::string> parse_flags(int argc, char** argv,
       throw std::invalid_argument(flag + " needs a value (see the top of examples/" + example + ".cpp)");
     const std::string value = argv[i + 1];
     if (flag == "--devices") {
-      trainer.devices(std::stoi(value));
+      trainer.devices(static_cast<int>(whole_number(flag, value)));
     } else if (flag == "--max-epochs") {
-      trainer.max_epochs(std::stoll(value));
+      trainer.max_epochs(whole_number(flag, value));
     } else if (flag == "--max-steps") {
-      trainer.max_steps(std::stoll(value));
+      trainer.max_steps(whole_number(flag, value));
     } else if (flag == "--batch-size") {
-      batch_size = std::stoll(value);
+      batch_size = whole_number(flag, value);
     } else if (flag == "--limit-train-batches") {
       trainer.limit_train_batches(lockstep::train::BatchLimit::parse("limit_train_batches", value));
     } else if (flag == "--limit-val-batches") {
@@ -43,7 +71,7 @@ inline std::map<std::string, std::string> parse_flags(int argc, char** argv,
     } else if (flag == "--resume") {
       trainer.resume(value);
     } else if (flag == "--seed") {
-      trainer.seed(std::stoull(value));
+      trainer.seed(static_cast<uint64_t>(whole_number(flag, value)));
     } else if (flag == "--precision") {
       trainer.precision(lockstep::train::parse_precision(value));
     } else if (flag.rfind("--", 0) == 0 && extra.count(flag.substr(2))) {

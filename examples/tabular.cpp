@@ -161,7 +161,7 @@ void fit_with_trainer(train::TrainerOptions options, int64_t batch,
                       const std::map<std::string, std::string>& extra) {
   WeatherData data(extra.at("csv"), batch);
   torch::manual_seed(0);  // the same initial weights whatever the world size (DDP broadcasts rank 0's)
-  auto model = std::make_shared<LitRegressor>(std::stod(extra.at("lr")));
+  auto model = std::make_shared<LitRegressor>(examples::real_number("--lr", extra.at("lr")));
   train::Trainer trainer(options);
   const train::TrainerResult result = trainer.fit(model, data);
   if (trainer.rank() == 0 && !result.epochs.empty()) {
@@ -182,7 +182,9 @@ void fit_with_accelerator(const train::TrainerOptions& options, int64_t batch,
   torch::manual_seed(0);
   Regressor net;
   auto [model, optimizer, loader] = accelerator.prepare(
-      net, torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(std::stod(extra.at("lr")))),
+      net,
+      torch::optim::Adam(net->parameters(),
+                         torch::optim::AdamOptions(examples::real_number("--lr", extra.at("lr")))),
       data::DataSource<Rows>(rows(weather.train_x, weather.train_y),
                              data::LoaderOptions(batch).drop_last(true)));
   for (int64_t epoch = 0; epoch < options.max_epochs(); ++epoch) {

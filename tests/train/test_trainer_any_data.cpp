@@ -199,6 +199,29 @@ TEST_P(AnyData, MidEpochResumeIsBitIdentical) {
   std::filesystem::remove_all(dir);
 }
 
+// Stopped mid-epoch by 2 ranks and resumed by 1 (and by 3): the rest of the epoch is re-sharded (the
+// sampler's rest of a map-style epoch; a stream's next positions), so the epoch's samples add up to the
+// whole set again, and the run finishes.
+TEST_P(AnyData, MidEpochResumeOnAnotherWorldSizeCoversTheEpoch) {
+  for (int world : {1, 3}) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("lockstep-any-data-reshard-" + std::to_string(static_cast<int>(GetParam())) + "-" +
+                      std::to_string(world) + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    const auto opts = TrainerOptions().max_epochs(2).seed(9);
+    train_rows(GetParam(), 2, 6, TrainerOptions(opts).max_steps(6).ckpt_dir(dir.string()));
+    TrainerResult resumed;
+    train_rows(GetParam(), world, 6,
+               TrainerOptions(opts).ckpt_dir(dir.string()).resume((dir / "last.ckpt").string()), &resumed);
+    ASSERT_EQ(resumed.epochs.size(), 1u) << "world " << world;
+    EXPECT_EQ(resumed.epochs[0].epoch, 1);
+    // 24 samples trained by the 2 old ranks before the stop, the other 24 by the new ones (3 ranks: 8
+    // each, a full batch and a short one).
+    EXPECT_EQ(resumed.epochs[0].train_samples, 48) << "world " << world;
+    std::filesystem::remove_all(dir);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, AnyData,
                          ::testing::Values(Kind::kMap, Kind::kStreamKnown, Kind::kStreamUnknown),
                          [](const ::testing::TestParamInfo<Kind>& info) {

@@ -52,9 +52,7 @@ struct PreparedLoaderState {
   }
 
   void begin_pass() {
-    const data::ShardPlan p = epoch_plan();
-    batches = loader->batches(p);
-    loader->start(p);
+    batches = loader->start(epoch_plan());
     batch_index = -1;
   }
 

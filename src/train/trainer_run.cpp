@@ -27,6 +27,21 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// The batches of an epoch that `limit` (limit_train_batches, limit_val_batches: the `option`) lets run out of
+// `available`. -1 for `available`: a stream of unknown length, to which only a count applies (-1 returned:
+// all of it); a fraction of it is refused.
+int64_t limited_batches(const BatchLimit& limit, int64_t available, const char* option,
+                        const std::string& data) {
+  if (available >= 0) return limit.apply(available);
+  if (!limit.is_fraction) return limit.count;
+  if (limit.fraction < 1.0) {
+    throw std::invalid_argument(std::string(option) + "=" + limit.to_string() +
+                                " is a fraction of an epoch, but " + data +
+                                " is a stream of unknown length: give a count of batches instead");
+  }
+  return -1;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -105,11 +120,9 @@ void Trainer::Run::setup_data(DataModuleBase& data) {
   val_loader_ = data.make_val_loader();
   batch_size_ = train_loader_->options().batch_size();
   train_batches_ = planned_batches(group->size());
-  const BatchLimit& val_limit = options.limit_val_batches();
-  if (val_loader_ && val_limit.is_fraction && val_limit.fraction < 1.0 && val_loader_->batches({}) < 0) {
-    throw std::invalid_argument("limit_val_batches=" + val_limit.to_string() +
-                                " is a fraction of an epoch, but " + val_loader_->description() +
-                                " is a stream of unknown length: give a count of batches instead");
+  if (val_loader_) {
+    val_batches_ = limited_batches(options.limit_val_batches(), val_loader_->batches(val_plan(0)),
+                                   "limit_val_batches", val_loader_->description());
   }
   if (train_batches_ == 0) {
     throw std::invalid_argument("the training data (" + train_loader_->description() +
@@ -122,16 +135,8 @@ int64_t Trainer::Run::planned_batches(int world) const {
   data::ShardPlan plan;
   plan.world = world;
   plan.seed = options.seed();
-  const int64_t available = train_loader_->batches(plan);
-  const BatchLimit& limit = options.limit_train_batches();
-  if (available >= 0) return limit.apply(available);
-  if (!limit.is_fraction) return limit.count;
-  if (limit.fraction < 1.0) {
-    throw std::invalid_argument("limit_train_batches=" + limit.to_string() +
-                                " is a fraction of an epoch, but " + train_loader_->description() +
-                                " is a stream of unknown length: give a count of batches instead");
-  }
-  return -1;
+  return limited_batches(options.limit_train_batches(), train_loader_->batches(plan), "limit_train_batches",
+                         train_loader_->description());
 }
 
 data::ShardPlan Trainer::Run::train_plan(int64_t e) const {
@@ -141,6 +146,18 @@ data::ShardPlan Trainer::Run::train_plan(int64_t e) const {
   plan.rank = group->rank();
   plan.seed = options.seed();
   plan.max_batches = train_batches_;
+  return plan;
+}
+
+data::ShardPlan Trainer::Run::val_plan(int64_t e) const {
+  data::ShardPlan plan;  // every sample once, in dataset order, whatever the world size
+  plan.epoch = e;
+  plan.world = group->size();
+  plan.rank = group->rank();
+  plan.seed = options.seed();
+  plan.even = false;
+  plan.shuffle = false;
+  plan.max_batches = val_batches_;
   return plan;
 }
 
@@ -215,8 +232,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     plan.old_planned = reshard_planned;
     plan.max_batches = -1;
   }
-  training.planned = train_loader_->batches(plan);
-  train_loader_->start(plan);
+  training.planned = train_loader_->start(plan);
   if (!resumed_epoch || !resumed_) module->logged_.clear();  // else: the checkpoint's sums
   position = TrainPosition{e, first_batch, position.step};
   epoch = e;
@@ -378,17 +394,7 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  data::ShardPlan plan;  // every sample once, in dataset order, whatever the world size
-  plan.epoch = e;
-  plan.world = group->size();
-  plan.rank = group->rank();
-  plan.seed = options.seed();
-  plan.even = false;
-  plan.shuffle = false;
-  const BatchLimit& limit = options.limit_val_batches();
-  const int64_t available = val_loader_->batches(plan);
-  plan.max_batches = available >= 0 ? limit.apply(available) : (limit.is_fraction ? -1 : limit.count);
-  val_loader_->start(plan);
+  val_loader_->start(val_plan(e));
   int64_t i = 0;
   while (const data::detail::AnyBatch batch = val_loader_->next_any()) {
     const int64_t samples = val_loader_->samples(batch.get());

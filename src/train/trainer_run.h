@@ -89,6 +89,8 @@ struct Trainer::Run {
   data::ShardPlan train_plan(int64_t e) const;
   /// Batches per rank that `world` ranks plan for an epoch (limit_train_batches applied; -1: unknown).
   int64_t planned_batches(int world) const;
+  /// This rank's part of validation epoch `e`: dataset order, every sample once, limit_val_batches applied.
+  data::ShardPlan val_plan(int64_t e) const;
   void setup_model();
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved, const std::string& path);
@@ -116,6 +118,7 @@ struct Trainer::Run {
   std::unique_ptr<data::detail::AnyShardLoader> train_loader_, val_loader_;  // val: null without validation
   int64_t batch_size_ = 0;
   int64_t train_batches_ = 0;  // per epoch, limit_train_batches applied; -1: unknown (a stream)
+  int64_t val_batches_ = -1;   // this rank's, limit_val_batches applied; -1: all (a stream, no count)
   // resume
   TrainPosition start_;
   bool resumed_ = false;

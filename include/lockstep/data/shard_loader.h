@@ -52,8 +52,9 @@ class AnyShardLoader {
   /// This rank's batch count for `plan` (from the epoch's start; max_batches applied), or -1 when it is
   /// not known before the end (a stream of unknown length).
   virtual int64_t batches(const ShardPlan& plan) const = 0;
-  /// Begins the plan's epoch at plan.first_batch, cancelling an unfinished one.
-  virtual void start(const ShardPlan& plan) = 0;
+  /// Begins the plan's epoch at plan.first_batch, cancelling an unfinished one. Returns its batch count
+  /// (batches(plan)).
+  virtual int64_t start(const ShardPlan& plan) = 0;
   /// The next batch, nullptr after the last.
   virtual AnyBatch next_any() = 0;
   /// Whether the batch next_any() returned last is the epoch's last one (streams read one batch ahead).
@@ -124,12 +125,13 @@ class MapShardLoader : public ShardLoader<B> {
     return count(
         static_cast<int64_t>(plan_indices(loader_.dataset().size(), options(), shuffle_, plan).size()));
   }
-  void start(const ShardPlan& plan) override {
+  int64_t start(const ShardPlan& plan) override {
     std::vector<int64_t> indices =
         plan_indices(loader_.dataset().size(), options(), shuffle_ && plan.shuffle, plan);
     total_ = count(static_cast<int64_t>(indices.size()));
     returned_ = plan.first_batch;
     loader_.start_epoch(std::move(indices), plan.epoch, plan.first_batch);
+    return total_;
   }
   AnyBatch next_any() override {
     std::optional<B> batch = loader_.next();
@@ -175,7 +177,7 @@ class StreamShardLoader : public ShardLoader<B> {
     const std::optional<int64_t> size = dataset_->size();
     return stream_batches(size ? *size : -1, options_, plan);
   }
-  void start(const ShardPlan& plan) override {
+  int64_t start(const ShardPlan& plan) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       windows_.emplace(options_, plan);
@@ -187,6 +189,7 @@ class StreamShardLoader : public ShardLoader<B> {
     total_ = batches(plan);
     core_.start_stream(plan.epoch, plan.first_batch, total_ >= 0 ? total_ : plan.max_batches);
     pending_ = core_.next();
+    return total_;
   }
   AnyBatch next_any() override {
     AnyBatch batch = std::move(pending_);

@@ -15,6 +15,8 @@ c10::intrusive_ptr<NativeBackend> make_gloo(const c10::intrusive_ptr<c10d::Store
                                             const ProcessGroupOptions& options);
 c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
                                             const ProcessGroupOptions& options);
+/// Whether make_nccl can make a group (lockstep was built with NCCL's headers against a CUDA LibTorch).
+bool nccl_available();
 c10::intrusive_ptr<NativeBackend> make_shm(const c10::intrusive_ptr<c10d::Store>& store,
                                            const ProcessGroupOptions& options);
 

@@ -1,6 +1,6 @@
-// Backend::kAuto: what a torchrun user would pick by hand for CPU tensors (lockstep's DDP, loader and
-// Trainer keep tensors on the CPU until the GPU issue lands, so auto never picks nccl: a CUDA build of
-// LibTorch, such as PyPI's torch, must train on a machine without a GPU). Multi-node
+// Backend::kAuto: what a torchrun user would pick by hand. Ranks on CUDA devices (ProcessGroupOptions::cuda):
+// nccl (gloo when lockstep was built without it). On the CPU — also a CUDA build of LibTorch, such as
+// PyPI's torch, on a machine without a GPU, and the host backend beside nccl — multi-node
 // jobs with the same ranks on every node: hier; for single-node ranks,
 // shm when every rank shares this host's /dev/shm (each rank publishes its host identity in the store and
 // rank 0 compares them: an assumption from the environment could be wrong under containers) and
@@ -45,6 +45,7 @@ bool shm_has_room(int world) {
 
 Backend resolve_backend(const c10::intrusive_ptr<c10d::Store>& store, const ProcessGroupOptions& options) {
   if (options.backend() != Backend::kAuto) return options.backend();
+  if (options.cuda()) return nccl_available() ? Backend::kNccl : Backend::kGloo;
   if (options.num_nodes() > 1) {
     // Uniform nodes (every rank computes the same answer from the same validated numbers), and room in
     // every node's /dev/shm: each rank reports its own, rank 0 decides for everyone.

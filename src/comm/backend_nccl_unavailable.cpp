@@ -7,6 +7,10 @@
 
 namespace lockstep::comm::detail {
 
+bool nccl_available() {
+  return false;
+}
+
 c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>&,
                                             const ProcessGroupOptions& options) {
   throw CommError(options.rank(), "init_process_group",

@@ -51,21 +51,29 @@ const char* name_of(ReduceOp op) {
   return "?";
 }
 
+// Backends that average themselves (with detail::divide_for_average, on their own thread).
+bool averages_itself(const c10::intrusive_ptr<NativeBackend>& backend) {
+  if (!backend) return false;
+  const std::string name = backend->getBackendName();
+  return name == "shm" || name == "hier" || name == "mpi";
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
                            c10::intrusive_ptr<c10d::Store> root_store,
-                           c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options)
+                           c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options,
+                           c10::intrusive_ptr<NativeBackend> host)
     : native_(std::move(native)),
       backend_(detail::backend_of(native_)),
+      host_(std::move(host)),
       root_store_(std::move(root_store)),
       job_store_(std::move(job_store)),
       options_(std::move(options)),
       rank_(options_.rank()),
       size_(options_.world_size()),
-      // Backends that average themselves (with detail::divide_for_average, on their own thread).
-      native_average_(native_ && (native_->getBackendName() == "shm" || native_->getBackendName() == "hier" ||
-                                  native_->getBackendName() == "mpi")),
+      native_average_(averages_itself(backend_)),
+      host_average_(averages_itself(host_)),
       shut_down_(false) {
   if (native_) {
     progress_ = std::make_shared<detail::Progress>(job_store_, rank_, size_, options_.progress_interval(),
@@ -84,6 +92,7 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
   if (this != &other) {
     native_ = std::move(other.native_);
     backend_ = std::move(other.backend_);
+    host_ = std::move(other.host_);
     root_store_ = std::move(other.root_store_);
     job_store_ = std::move(other.job_store_);
     options_ = other.options_;
@@ -91,6 +100,7 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
     size_ = other.size_;
     sequence_ = other.sequence_;
     native_average_ = other.native_average_;
+    host_average_ = other.host_average_;
     shut_down_ = other.shut_down_;
     progress_ = std::move(other.progress_);
     diagnose_ = other.diagnose_;
@@ -112,10 +122,12 @@ void ProcessGroup::release_backend() {
     // own timeout, and destroying the backend would join them. Leave it to the end of the process.
     (void)native_.release();
     (void)backend_.release();
+    (void)host_.release();
   }
   progress_.reset();
   native_.reset();
   backend_.reset();
+  host_.reset();
 }
 
 void ProcessGroup::check_open(const char* op) const {
@@ -134,12 +146,21 @@ std::string ProcessGroup::describe(const char* op, const std::vector<at::Tensor>
   return out.str();
 }
 
+ProcessGroup::Route ProcessGroup::route(const std::vector<at::Tensor>& tensors) const {
+  const bool on_host = tensors.empty() || tensors.front().device().is_cpu();
+  if (host_ && on_host) return {host_.get(), host_average_, false};
+  return {backend_.get(), native_average_, !on_host && backend() == Backend::kNccl};
+}
+
 Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
-                           std::function<void()> finish) {
+                           std::function<void()> finish, bool on_stream) {
   if (progress_) progress_->issued(sequence_, description);
+  // Its wait will not block the host: the progress thread watches it for the timeout instead.
+  if (on_stream && progress_) progress_->watch(sequence_, description, native, options_.collective_timeout());
   Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(),
             std::move(finish));
   work.track(progress_, sequence_, diagnose_);
+  if (on_stream) work.wait_on_stream();
   return work;
 }
 
@@ -150,21 +171,25 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
 
 Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   check_open("all_reduce");
+  const Route to = route(tensors);
   c10d::AllreduceOptions opts;
-  opts.reduceOp = op == ReduceOp::kAvg && native_average_ ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
+  opts.reduceOp = op == ReduceOp::kAvg && to.averages ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
   opts.timeout = options_.collective_timeout();
   auto description = describe("allreduce", tensors) + " " + name_of(op);
   std::function<void()> finish;
-  if (op == ReduceOp::kAvg && size_ > 1 && !native_average_) {
+  if (op == ReduceOp::kAvg && size_ > 1 && !to.averages) {
     finish = [tensors, size = size_]() mutable {
       for (auto& t : tensors) detail::divide_for_average(t, size);
     };
   }
-  return tracked(backend_->allreduce(tensors, opts), std::move(description), std::move(finish));
+  return tracked(to.backend->allreduce(tensors, opts), std::move(description), std::move(finish),
+                 to.on_stream);
 }
 
 bool ProcessGroup::can_reduce(at::ScalarType dtype) const {
-  const bool gloo_inside = backend() == Backend::kGloo || backend() == Backend::kHier;
+  // The CPU tensors of an nccl group go through its host backend, which may be Gloo.
+  const bool gloo_inside = backend() == Backend::kGloo || backend() == Backend::kHier ||
+                           (host_ && host_->getBackendName() != "shm" && host_->getBackendName() != "mpi");
   return !gloo_inside || detail::gloo_can_reduce(dtype);
 }
 
@@ -189,7 +214,8 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   opts.rootTensor = 0;
   opts.timeout = options_.collective_timeout();
   auto description = describe("broadcast", tensors) + " from rank " + std::to_string(root);
-  return tracked(backend_->broadcast(tensors, opts), std::move(description));
+  const Route to = route(tensors);
+  return tracked(to.backend->broadcast(tensors, opts), std::move(description), {}, to.on_stream);
 }
 
 at::Tensor ProcessGroup::all_gather_stacked(const at::Tensor& input) {
@@ -231,18 +257,19 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
               size_, "), got ", outputs.size());
   std::vector<std::vector<at::Tensor>> out{outputs};
   std::vector<at::Tensor> in{input};
+  const Route to = route(in);
   if (input.numel() == 0) {
     // Gloo's all-gather divides by the element count (SIGFPE on empty tensors): with nothing to move,
     // a barrier is the same synchronisation (every rank passes an empty input, as sizes must match).
     c10d::BarrierOptions barrier;
     barrier.timeout = options_.collective_timeout();
     auto description = describe("allgather", in) + " (empty: barrier)";
-    return tracked(backend_->barrier(barrier), std::move(description));
+    return tracked(route({}).backend->barrier(barrier), std::move(description));
   }
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);
-  return tracked(backend_->allgather(out, in, opts), std::move(description));
+  return tracked(to.backend->allgather(out, in, opts), std::move(description), {}, to.on_stream);
 }
 
 void ProcessGroup::barrier() {
@@ -250,7 +277,7 @@ void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("barrier", {});
-  tracked(backend_->barrier(opts), std::move(description)).wait();
+  tracked(route({}).backend->barrier(opts), std::move(description)).wait();  // on the host
 }
 
 void ProcessGroup::shutdown() {
@@ -275,33 +302,49 @@ void ProcessGroup::shutdown() {
   root_store_.reset();
 }
 
+namespace {
+
+c10::intrusive_ptr<NativeBackend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                               const ProcessGroupOptions& resolved) {
+  switch (resolved.backend()) {
+    case Backend::kGloo:
+      return detail::make_gloo(store, resolved);
+    case Backend::kShm:
+      return detail::make_shm(store, resolved);
+    case Backend::kHier:
+      return detail::make_hier(store, resolved);
+    case Backend::kNccl:
+      return detail::make_nccl(store, resolved);
+    case Backend::kMpi:
+      return detail::make_mpi(store, resolved);
+    case Backend::kAuto:
+      break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
+}
+
+// Beside nccl, which moves only CUDA tensors: what kAuto picks on the CPU, under its own store prefix.
+c10::intrusive_ptr<NativeBackend> make_host_backend(const c10::intrusive_ptr<c10d::Store>& job_store,
+                                                    const ProcessGroupOptions& options) {
+  auto store = c10::make_intrusive<c10d::PrefixStore>("pg_host", job_store);
+  ProcessGroupOptions host = options;
+  host.cuda(false).backend(Backend::kAuto);
+  host.backend(detail::resolve_backend(store, host));
+  return make_backend(store, host);
+}
+
+}  // namespace
+
 ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   RendezvousResult rdzv = rendezvous(options);
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", rdzv.job_store);
   ProcessGroupOptions resolved = options;
   resolved.backend(detail::resolve_backend(pg_store, options));
-  c10::intrusive_ptr<NativeBackend> native;
-  switch (resolved.backend()) {
-    case Backend::kGloo:
-      native = detail::make_gloo(pg_store, resolved);
-      break;
-    case Backend::kShm:
-      native = detail::make_shm(pg_store, resolved);
-      break;
-    case Backend::kHier:
-      native = detail::make_hier(pg_store, resolved);
-      break;
-    case Backend::kNccl:
-      native = detail::make_nccl(pg_store, resolved);
-      break;
-    case Backend::kMpi:
-      native = detail::make_mpi(pg_store, resolved);
-      break;
-    case Backend::kAuto:
-      TORCH_INTERNAL_ASSERT(false, "resolve_backend returned auto");
-  }
-  return ProcessGroup(detail::as_process_group(native, pg_store), std::move(rdzv.root_store),
-                      std::move(rdzv.job_store), resolved);
+  c10::intrusive_ptr<NativeBackend> native = make_backend(pg_store, resolved);
+  c10::intrusive_ptr<NativeBackend> host;
+  if (resolved.backend() == Backend::kNccl) host = make_host_backend(rdzv.job_store, resolved);
+  return ProcessGroup(detail::as_process_group(native, pg_store, host), std::move(rdzv.root_store),
+                      std::move(rdzv.job_store), resolved, host);
 }
 
 }  // namespace lockstep::comm

@@ -202,8 +202,41 @@ void Progress::run() {
   while (!stopping_) {
     lock.unlock();
     publish();
+    check_watched();
     lock.lock();
     wake_.wait_for(lock, interval_, [this] { return stopping_; });
+  }
+}
+
+void Progress::watch(std::uint64_t sequence, const std::string& description,
+                     c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
+                     std::function<void(const std::string&)> report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (report) report_ = std::move(report);
+  watched_.push_back({sequence, description, std::move(work), std::chrono::steady_clock::now() + timeout});
+}
+
+void Progress::check_watched() {
+  Watched late;
+  std::function<void(const std::string&)> report;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!watched_.empty() && watched_.front().work->isCompleted()) watched_.pop_front();
+    if (watched_.empty() || std::chrono::steady_clock::now() < watched_.front().deadline) return;
+    late = std::move(watched_.front());
+    watched_.clear();  // reported once: the group is broken from here on
+    report = report_;
+  }
+  const std::string sentence =
+      "lockstep: rank " + std::to_string(rank_) + ": " + late.description +
+      " has not finished on the GPU within the collective timeout (collective_timeout, "
+      "LOCKSTEP_TIMEOUT)." +
+      explain_missing(late.sequence);
+  if (report) {
+    report(sentence);
+  } else {
+    std::fprintf(stderr, "%s\n", sentence.c_str());
+    std::fflush(stderr);
   }
 }
 

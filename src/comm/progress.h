@@ -19,6 +19,12 @@
 //     with what each did last and whether its record is still fresh (alive but busy elsewhere) or stale
 //     (stopped, hung in the kernel, dead).
 // The launcher reads the heartbeats to find a rank stuck outside collectives (launcher.cpp).
+//
+// Collectives whose wait does not block the host (NCCL on CUDA tensors: Work::wait_on_stream) are watched
+// by the same thread instead: each interval it drops the finished ones (a CUDA event query, no
+// synchronisation) and, once the oldest has run past the collective timeout, reports it once through
+// `report` with explain_missing()'s sentence — before NCCL's own watchdog, whose timeout lockstep sets a
+// little later (backend_nccl.cpp), aborts the communicator.
 
 #include <atomic>
 #include <chrono>
@@ -30,8 +36,11 @@
 #include <thread>
 #include <utility>
 
+#include <functional>
+
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace lockstep::comm::detail {
 
@@ -87,9 +96,25 @@ class Progress {
   /// record is; or a sentence saying every rank had issued it. Never throws.
   std::string explain_missing(std::uint64_t sequence);
 
+  /// Watches collective `sequence` (`description`), whose wait did not block the host, until `work`
+  /// completes; past `timeout` the thread calls `report` once with a sentence naming this rank, the
+  /// collective and the ranks missing from it (see above). `report` is shared by all watched collectives:
+  /// the last one given is used (default: a line on stderr).
+  void watch(std::uint64_t sequence, const std::string& description, c10::intrusive_ptr<c10d::Work> work,
+             std::chrono::milliseconds timeout, std::function<void(const std::string&)> report = {});
+
  private:
   void run();
   void publish();
+  /// The watched collectives' check, once an interval (see above).
+  void check_watched();
+
+  struct Watched {
+    std::uint64_t sequence;
+    std::string description;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point deadline;
+  };
   ProgressRecord snapshot() const;
   std::string key_of(int rank) const { return "progress/" + std::to_string(rank); }
   bool read_record(int rank, ProgressRecord& out, std::string& problem);
@@ -106,6 +131,8 @@ class Progress {
   bool store_failed_ = false;
   std::atomic<bool> abandoned_{false};
   ProgressRecord mine_;
+  std::deque<Watched> watched_;  // oldest first; guarded by mutex_
+  std::function<void(const std::string&)> report_;
   std::thread thread_;
 };
 

@@ -56,7 +56,9 @@ void Work::wait() {
   const auto deadline = Clock::now() + timeout_;
   std::string mismatch;
   try {
-    if (!diagnose_) {
+    if (on_stream_) {
+      work_->wait();  // no timeout: the stream waits on an event, the host goes on (see work.h)
+    } else if (!diagnose_) {
       work_->wait(timeout_);
     } else {
       // In slices: between them, another rank's record may show a different collective under this

@@ -6,9 +6,11 @@
 
 #include <ATen/ops/ones.h>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../../src/comm/progress.h"
 #include "lockstep/comm/process_group.h"
@@ -134,6 +136,56 @@ TEST(Progress, PublishesThisRanksRecordPeriodically) {
   const ProgressRecord after = ProgressRecord::parse(std::string(last.begin(), last.end()));
   EXPECT_EQ(after.finished, 1u);
   EXPECT_FALSE(after.waiting);
+}
+
+// A collective whose wait does not block the host (NCCL on CUDA tensors), as the progress thread sees it.
+class FakeDeviceWork : public c10d::Work {
+ public:
+  explicit FakeDeviceWork(bool done) : done_(done) {}
+  bool isCompleted() override { return done_; }
+
+ private:
+  bool done_;
+};
+
+TEST(Progress, WatchedCollectivePastItsTimeoutIsReportedOnceNamingTheMissingRank) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Progress mine(store, /*rank=*/0, /*world_size=*/3, 20ms, -1);
+  const auto now = unix_ms_now();
+  put_record(*store, 1, record(now, 5, 4, true, {{5, "allreduce #5 (Float[8]) avg"}}));   // arrived
+  put_record(*store, 2, record(now, 4, 4, false, {{4, "allreduce #4 (Float[8]) avg"}}));  // busy elsewhere
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  auto report = [&](const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reports.push_back(text);
+  };
+  // #4 finished on the device (dropped, never reported although its deadline passes first); #5 never does.
+  mine.issued(4, "allreduce #4 (Float[8]) avg");
+  mine.watch(4, "allreduce #4 (Float[8]) avg", c10::make_intrusive<FakeDeviceWork>(true), 1ms, report);
+  mine.issued(5, "allreduce #5 (Float[8]) avg");
+  mine.watch(5, "allreduce #5 (Float[8]) avg", c10::make_intrusive<FakeDeviceWork>(false), 50ms);
+  // Counted, not timed: 30 s bounds a hang only.
+  size_t seen = 0;
+  for (int i = 0; i < 30000 && seen == 0; ++i) {
+    std::this_thread::sleep_for(1ms);
+    std::lock_guard<std::mutex> lock(mutex);
+    seen = reports.size();
+  }
+  ASSERT_EQ(seen, 1u) << "the late collective was not reported";
+  std::this_thread::sleep_for(100ms);  // five more intervals of the thread: still once
+  mine.stop();
+  ASSERT_EQ(reports.size(), 1u);
+  const std::string& text = reports.front();
+  EXPECT_EQ(text.rfind("lockstep: rank 0: allreduce #5 (Float[8]) avg has not finished on the GPU within the "
+                       "collective timeout",
+                       0),
+            0u)
+      << text;
+  EXPECT_NE(text.find("rank 2 (last allreduce #4 (Float[8]) avg, finished; its record is fresh"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("rank 1 ("), std::string::npos) << text;
 }
 
 ProcessGroupOptions gloo_options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,

@@ -56,9 +56,11 @@ namespace detail {
 
 /// The c10d::ProcessGroup through which PyTorch code calls `backend`: the backend itself in 1.x; in 2.x a
 /// front whose getBackendName() is the backend's ("gloo", "shm", ...), with `backend` registered for the
-/// device types it serves (gloo: CPU and CUDA; nccl: CUDA; lockstep's own: CPU). `store` is the group's.
+/// device types it serves (gloo: CPU and CUDA; nccl: CUDA; lockstep's own: CPU), and `host` (when given,
+/// beside nccl) registered for CPU. `store` is the group's.
 c10::intrusive_ptr<c10d::ProcessGroup> as_process_group(const c10::intrusive_ptr<NativeBackend>& backend,
-                                                        const c10::intrusive_ptr<c10d::Store>& store);
+                                                        const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const c10::intrusive_ptr<NativeBackend>& host = {});
 
 /// The backend behind `group` (its default backend in 2.x; `group` itself in 1.x).
 c10::intrusive_ptr<NativeBackend> backend_of(const c10::intrusive_ptr<c10d::ProcessGroup>& group);

@@ -42,9 +42,11 @@ class ProcessGroup {
  public:
   ProcessGroup() = default;
   /// Normally made by init_process_group. `native` carries out the collectives: in LibTorch 2.x its default
-  /// backend does (c10d_compat.h: detail::as_process_group makes such a front).
+  /// backend does (c10d_compat.h: detail::as_process_group makes such a front). `host`, when given, carries
+  /// out those of CPU tensors (and barriers) instead: beside nccl, which moves only CUDA tensors.
   ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native, c10::intrusive_ptr<c10d::Store> root_store,
-               c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options);
+               c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options,
+               c10::intrusive_ptr<NativeBackend> host = {});
   ProcessGroup(ProcessGroup&&) noexcept;
   ProcessGroup& operator=(ProcessGroup&&) noexcept;
   ProcessGroup(const ProcessGroup&) = delete;
@@ -101,16 +103,26 @@ class ProcessGroup {
   const c10::intrusive_ptr<c10d::Store>& store() const { return job_store_; }
 
  private:
+  /// Which backend carries out a collective of `tensors` (no tensors: a barrier), whether it averages
+  /// itself, and whether waiting is ordered on the CUDA stream (nccl on device tensors:
+  /// Work::wait_on_stream).
+  struct Route {
+    NativeBackend* backend;
+    bool averages;
+    bool on_stream;
+  };
+  Route route(const std::vector<at::Tensor>& tensors) const;
   std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
   /// The handle of the collective just described, tracked in this rank's progress records.
   Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
-               std::function<void()> finish = {});
+               std::function<void()> finish = {}, bool on_stream = false);
   void check_open(const char* op) const;
   /// Drops the progress records and the backend (left alive when a wait abandoned a collective in it).
   void release_backend();
 
   c10::intrusive_ptr<c10d::ProcessGroup> native_;  // the front (c10d_compat.h); in 1.x, backend_ itself
-  c10::intrusive_ptr<NativeBackend> backend_;      // what every collective calls
+  c10::intrusive_ptr<NativeBackend> backend_;      // what every collective calls (see route())
+  c10::intrusive_ptr<NativeBackend> host_;         // CPU tensors beside nccl; null otherwise
   c10::intrusive_ptr<c10d::Store> root_store_;
   c10::intrusive_ptr<c10d::Store> job_store_;
   ProcessGroupOptions options_{0, 1};
@@ -118,6 +130,7 @@ class ProcessGroup {
   int size_ = 1;
   std::uint64_t sequence_ = 0;
   bool native_average_ = false;  // the backend averages itself (one pass fewer than sum, then divide)
+  bool host_average_ = false;    // the same for host_
   bool shut_down_ = true;
   std::shared_ptr<detail::Progress> progress_;  // records of this rank's collectives (progress.h)
   bool diagnose_ = false;  // waits check the other ranks' records (the shm backend checks itself)

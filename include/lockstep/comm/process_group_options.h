@@ -58,6 +58,10 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, int, local_world_size)
   /// Gloo worker threads per process group.
   LOCKSTEP_OPTION(ProcessGroupOptions, int, gloo_threads)
+  /// The ranks train on CUDA devices, one each (the Trainer's accelerator 'gpu'): Backend::kAuto then
+  /// resolves to nccl, and an nccl group gets a host backend beside it for the CPU tensors of the layers
+  /// above (metrics, votes, strings): what kAuto would pick on the CPU.
+  LOCKSTEP_OPTION(ProcessGroupOptions, bool, cuda)
   /// Use this store instead of connecting to rank 0's TcpStore (tests run ranks as threads over a
   /// c10d::HashStore).
   LOCKSTEP_OPTION(ProcessGroupOptions, c10::intrusive_ptr<c10d::Store>, store)
@@ -82,6 +86,7 @@ class ProcessGroupOptions {
   int num_nodes_ = 1;
   int local_world_size_ = 0;
   int gloo_threads_ = 2;
+  bool cuda_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;
   std::string env_error_;  // a malformed timeout variable, reported by validate()

@@ -39,6 +39,13 @@ class Work {
   /// `diagnose`, wait in slices and check the other ranks' records between them.
   void track(std::shared_ptr<detail::Progress> progress, std::uint64_t sequence, bool diagnose);
 
+  /// Used by ProcessGroup for collectives of CUDA tensors on NCCL: wait() then makes the calling thread's
+  /// current CUDA stream wait for the collective (an event, no host synchronisation), and the timeout is
+  /// NCCL's watchdog (the group's collective timeout; with TORCH_NCCL_ASYNC_ERROR_HANDLING, which
+  /// lockstep's launcher sets, it aborts the communicator and the process instead of hanging). The
+  /// completion step is queued on that stream after the collective.
+  void wait_on_stream() { on_stream_ = true; }
+
   /// True when the collective has finished (successfully or not). Does not run the completion step.
   bool is_completed() const;
 
@@ -54,6 +61,7 @@ class Work {
   std::shared_ptr<detail::Progress> progress_;
   std::uint64_t sequence_ = 0;
   bool diagnose_ = false;
+  bool on_stream_ = false;
   bool done_ = false;
 };
 

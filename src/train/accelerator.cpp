@@ -10,7 +10,6 @@
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
-#include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -20,6 +19,7 @@
 #include "lockstep/env/environment.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/device.h"
 
 namespace lockstep::train {
 namespace detail {
@@ -161,9 +161,11 @@ void PreparedOptimizer::zero_grad() {
 Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(options)) {
   options_.validate();  // before any connection: a bad option fails at once, on every rank
   const env::Environment environment = env::from_env();
-  init(environment.local_rank);
-  owned_group_ = std::make_unique<comm::ProcessGroup>(comm::init_process_group(
-      comm::ProcessGroupOptions::from_environment(environment).backend(options_.backend())));
+  init(environment.local_rank, environment.local_world_size, options_.backend() == comm::Backend::kGloo);
+  owned_group_ = std::make_unique<comm::ProcessGroup>(
+      comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
+                                   .backend(options_.backend())
+                                   .cuda(device_.is_cuda())));
   group_ = owned_group_.get();
 }
 
@@ -174,19 +176,19 @@ Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
   int local_world_size = group_options.local_world_size();
   if (local_world_size <= 0)
     local_world_size = std::max(1, group.size() / std::max(1, group_options.num_nodes()));
-  init(group.rank() % local_world_size);
+  // Ranks may share a GPU over any backend but nccl (device_choice.h).
+  init(group.rank() % local_world_size, std::min(local_world_size, group.size()),
+       group.backend() != comm::Backend::kNccl);
 }
 
 Accelerator::~Accelerator() = default;
 
-void Accelerator::init(int local_rank) {
+void Accelerator::init(int local_rank, int local_world_size, bool share_gpus) {
   local_process_index_ = local_rank;
   precision_ = options_.mixed_precision();
-  if (!options_.cpu() && torch::cuda::is_available()) {
-    // One GPU per local rank, as torchrun's LOCAL_RANK convention expects.
-    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(
-                                          local_rank % static_cast<int>(torch::cuda::device_count())));
-  }
+  const AcceleratorKind kind = options_.cpu() ? AcceleratorKind::kCpu : options_.accelerator();
+  device_ = training_device(kind, local_rank, local_world_size, share_gpus);
+  use_device(device_);
   check_precision_supported(precision_, device_.type());
   GradScalerOptions scaler_options = options_.scaler();
   scaler_options.enabled = scaler_options.enabled && precision_ == Precision::k16Mixed;
@@ -234,6 +236,7 @@ std::shared_ptr<detail::PreparedLoaderState> Accelerator::prepare_loader_state(
                                 std::to_string(loader->options().batch_size()) + " on " +
                                 std::to_string(num_processes()) + " rank(s): pass one with more samples");
   }
+  if (device_.is_cuda()) loader->pin_memory();  // Accelerate's default for GPUs: non_blocking copies
   auto state =
       std::make_shared<detail::PreparedLoaderState>(std::move(loader), plan, gradient_state_, device_);
   loaders_.push_back(state);
@@ -390,7 +393,8 @@ void Accelerator::load_state(const std::string& dir) {
   }
   torch::serialize::InputArchive archive;
   load_checksummed_archive(archive, path, "Accelerator::load_state: accelerator state",
-                           "load an older state saved by Accelerator::save_state, or start from scratch");
+                           "load an older state saved by Accelerator::save_state, or start from scratch",
+                           device_);
   const c10::IValue version = read_value(archive, path, "lockstep_accelerator_state_version");
   if (!version.isInt() || version.toInt() != kAcceleratorStateVersion) {
     throw std::runtime_error("Accelerator::load_state: '" + path + "' has format version " +
@@ -427,18 +431,18 @@ void Accelerator::load_state(const std::string& dir) {
                                std::to_string(i) + ": " + e.what_without_backtrace());
     }
   }
-  scaler_.load_state(read_tensor(archive, path, "scaler"));
+  scaler_.load_state(read_tensor(archive, path, "scaler").cpu());
   gradient_state_->sync_steps = read_value(archive, path, "step").toInt();
   gradient_state_->micro_steps = read_value(archive, path, "micro_steps").toInt();
   gradient_state_->group_size = read_value(archive, path, "group_size").toInt();
   gradient_state_->sync_gradients = true;
-  const at::Tensor epochs = read_tensor(archive, path, "loader_epochs");
+  const at::Tensor epochs = read_tensor(archive, path, "loader_epochs").cpu();
   for (size_t i = 0; i < loaders_.size() && static_cast<int64_t>(i) < epochs.numel(); ++i) {
     auto loader = loaders_[i].lock();
     const int64_t epoch = epochs[static_cast<int64_t>(i)].item<int64_t>();
     if (loader && epoch >= 0) loader->epoch = epoch;
   }
-  const at::Tensor rng_states = read_tensor(archive, path, "rng_states");
+  const at::Tensor rng_states = read_tensor(archive, path, "rng_states").cpu();
   if (rng_states.dim() == 2 && rng_states.size(0) == num_processes()) {
     set_cpu_rng_state(rng_states[process_index()]);
   }

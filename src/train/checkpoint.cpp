@@ -118,12 +118,15 @@ void save_checksummed_archive(torch::serialize::OutputArchive& archive, const st
 }
 
 void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path,
-                              const std::string& what, const std::string& fix) {
+                              const std::string& what, const std::string& fix,
+                              std::optional<c10::Device> device) {
   const std::string payload = read_checksummed_file(path, what, fix);
   // The checksum is right, so these bytes are the ones lockstep wrote; a failure here means the writer
   // itself was wrong (or the file was built to look like ours).
   try {
-    archive.load_from(payload.data(), payload.size());
+    // c10::optional: LibTorch 1.13's own (std::optional since 2.x).
+    archive.load_from(payload.data(), payload.size(),
+                      device ? c10::optional<c10::Device>(*device) : c10::optional<c10::Device>());
   } catch (const c10::Error& e) {
     throw std::runtime_error(what + " '" + path + "' has a correct checksum but is not a LibTorch archive (" +
                              e.what_without_backtrace() + "): " + fix);
@@ -140,10 +143,12 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
                              "' does not exist: check resume (or leave it empty to start from scratch)");
   }
   torch::serialize::InputArchive archive;
+  const auto parameters = model.parameters();
   load_checksummed_archive(
       archive, path, "checkpoint",
       "resume from an older checkpoint (resume 'PATH'), copy the file again if it was copied, "
-      "or start from scratch");
+      "or start from scratch",
+      parameters.empty() ? c10::Device(c10::kCPU) : parameters.front().device());
   c10::IValue version;
   if (!archive.try_read("lockstep_checkpoint_version", version)) {
     throw std::runtime_error("'" + path + "' is not a lockstep checkpoint (no lockstep_checkpoint_version)");
@@ -161,7 +166,7 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   state.world_size = static_cast<int>(read_value(archive, path, "world_size").toInt());
   state.model = read_value(archive, path, "model_name").toStringRef();
   state.config = read_value(archive, path, "config").toStringRef();
-  state.rng_states = read_tensor(archive, path, "rng_states");
+  state.rng_states = read_tensor(archive, path, "rng_states").cpu();
   for (const auto& item : read_value(archive, path, "logged_states").toListRef()) {
     state.logged_states.push_back(item.toStringRef());
   }
@@ -169,7 +174,7 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
     state.callback_states.emplace(item.key().toStringRef(), item.value().toStringRef());
   }
   at::Tensor scaler;
-  if (archive.try_read("scaler_state", scaler, /*is_buffer=*/true)) state.scaler_state = scaler;
+  if (archive.try_read("scaler_state", scaler, /*is_buffer=*/true)) state.scaler_state = scaler.cpu();
   state.reshard_world = static_cast<int>(read_value(archive, path, "reshard_world").toInt());
   state.reshard_batch = read_value(archive, path, "reshard_batch").toInt();
   if (state.model != model_name) {

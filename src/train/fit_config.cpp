@@ -87,25 +87,20 @@ void check_monitor_options(const FitConfig& config) {
   }
 }
 
-// What `lockstep fit` asks of the Trainer's options beyond TrainerOptions::validate: it trains on the CPU,
-// at least one epoch.
+// What `lockstep fit` asks of the Trainer's options beyond TrainerOptions::validate: at least one epoch.
 void check_fit_trainer_options(const TrainerOptions& trainer) {
-  if (trainer.backend() == comm::Backend::kNccl) {
-    throw std::invalid_argument(
-        "backend 'nccl' is not available to lockstep fit, which trains on the CPU (use backend 'auto', "
-        "'shm', 'hier', 'gloo' or 'mpi')");
-  }
-  if (trainer.precision() == Precision::k16Mixed) {
-    // CPU autocast has no float16 (and the Trainer would refuse it too).
-    throw std::invalid_argument(
-        "precision '16-mixed' needs a CUDA device (float16 autocast with a gradient scaler); lockstep fit "
-        "trains on the CPU: use precision 'bf16-mixed' (or '32')");
-  }
   check_at_least<int64_t>("max_epochs", trainer.max_epochs(), 1);
 }
 
 // data, data_dir and synthetic_*: the dataset exists and fits in memory.
 void check_data_options(const FitConfig& config) {
+  if (config.data_on_device && config.resolved_augment()) {
+    throw std::invalid_argument(
+        "data_on_device keeps the images normalised once on the device, where they cannot be augmented, and "
+        "augment 'on' is " +
+        std::string(config.augment ? "asked for" : "the default for data '" + config.data + "'") +
+        ": set augment 'off', or leave data_on_device off");
+  }
   check_at_least<int64_t>("synthetic_size", config.synthetic_size, 8);
   if (config.synthetic_shape && config.data != "synthetic") {
     throw std::invalid_argument("synthetic_shape applies to data 'synthetic' only (data '" + config.data +

@@ -80,7 +80,22 @@ void TrainerOptions::validate() const {
     throw std::invalid_argument("ckpt_every_n_steps " + text(ckpt_every_n_steps_) +
                                 " needs ckpt_dir, where last.ckpt is written");
   }
+  if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
+}
+
+void TrainerOptions::check_cpu_training(const std::string& why) const {
+  if (backend_ == comm::Backend::kNccl) {
+    throw std::invalid_argument("backend 'nccl' moves CUDA tensors, and this run trains on the CPU (" + why +
+                                "): use accelerator 'gpu' on a machine with GPUs, or backend 'auto', 'shm', "
+                                "'hier', 'gloo' or 'mpi' on the CPU");
+  }
+  if (precision_ == Precision::k16Mixed) {
+    throw std::invalid_argument(
+        "precision '16-mixed' needs a CUDA device (float16 autocast with a gradient scaler), and this run "
+        "trains on the CPU (" +
+        why + "): use precision 'bf16-mixed' (or '32'), or accelerator 'gpu' on a machine with GPUs");
+  }
 }
 
 std::string TrainerOptions::resume_path() const {

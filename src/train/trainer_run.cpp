@@ -18,6 +18,7 @@
 
 #include "epoch_reduce.h"
 #include "lockstep/train/atomic_file.h"
+#include "lockstep/train/device.h"
 #include "lockstep/train/safetensors.h"
 
 namespace lockstep::train {
@@ -91,6 +92,7 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   }
   if (is_main_ && !options.metrics_file().empty())
     metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
+  choose_device();
   connect();
   setup_data(data);
   setup_model();
@@ -98,11 +100,29 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
 
 Trainer::Run::~Run() = default;
 
+void Trainer::Run::choose_device() {
+  const comm::ProcessGroup* given = options.process_group();
+  const int local_world = given && !options.environment() ? given->size() : environment.local_world_size;
+  // Ranks may share a GPU over any backend but nccl (device_choice.h): gloo named, or a group of threads.
+  const comm::Backend backend = given ? given->backend() : options.backend();
+  const bool share = backend != comm::Backend::kNccl && (given || backend != comm::Backend::kAuto);
+  device_ = training_device(options.accelerator(), local_rank_, local_world, share);
+  use_device(device_);
+  check_precision_supported(precision_, device_.type());  // 16-mixed where auto found no GPU
+}
+
+data::detail::AnyBatch Trainer::Run::on_device(const data::detail::AnyShardLoader& loader,
+                                               data::detail::AnyBatch batch) const {
+  return device_.is_cpu() || !batch ? batch : loader.to_device(batch, device_);
+}
+
 void Trainer::Run::connect() {
   if (options.process_group()) {
     group = options.process_group();
   } else {
-    auto group_options = comm::ProcessGroupOptions::from_environment(environment).backend(options.backend());
+    auto group_options = comm::ProcessGroupOptions::from_environment(environment)
+                             .backend(options.backend())
+                             .cuda(device_.is_cuda());
     if (options.collective_timeout()) group_options.collective_timeout(*options.collective_timeout());
     owned_group.emplace(comm::init_process_group(group_options));
     group = &*owned_group;
@@ -113,11 +133,16 @@ void Trainer::Run::connect() {
 
 // Prepared once per node, then loaded everywhere.
 void Trainer::Run::setup_data(DataModuleBase& data) {
+  data.device_ = device_;
   if (local_rank_ == 0) data.prepare_data();
   group->barrier();
   data.setup();
   train_loader_ = data.make_train_loader();
   val_loader_ = data.make_val_loader();
+  if (device_.is_cuda()) {  // workers build batches in pinned memory: copies to the GPU do not block
+    train_loader_->pin_memory();
+    if (val_loader_) val_loader_->pin_memory();
+  }
   batch_size_ = train_loader_->options().batch_size();
   train_batches_ = planned_batches(group->size());
   if (val_loader_) {
@@ -165,6 +190,7 @@ data::ShardPlan Trainer::Run::val_plan(int64_t e) const {
 void Trainer::Run::setup_model() {
   const int world = group->size();
   const int rank = group->rank();
+  if (!device_.is_cpu()) module->to(device_);
   // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
   ddp = std::make_unique<Ddp>(
       module, *group, ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb()));
@@ -176,6 +202,7 @@ void Trainer::Run::setup_model() {
   TrainingPlan& plan = module->plan_;
   plan.world_size = world;
   plan.rank = rank;
+  plan.device = device_.str();
   plan.max_epochs = options.max_epochs();
   plan.batches_per_epoch = train_batches_;
   plan.steps_per_epoch = train_batches_ < 0 ? -1 : ceil_div(train_batches_, accumulate);
@@ -246,7 +273,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   const int64_t accumulate = options.accumulate_grad_batches();
   bool ended = training.planned >= 0 && first_batch >= training.planned;
   for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
-    const data::detail::AnyBatch batch = train_loader_->next_any();
+    const data::detail::AnyBatch batch = on_device(*train_loader_, train_loader_->next_any());
     if (!batch) {  // a stream that ended exactly after a batch
       TORCH_INTERNAL_ASSERT(training.planned < 0, "loader ended after ", b, " of ", training.planned,
                             " batches");
@@ -287,7 +314,7 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   ddp->before_forward();
   at::Tensor loss;
   {
-    AutocastScope autocast(precision_, c10::DeviceType::CPU);
+    AutocastScope autocast(precision_, device_.type());
     loss = module->erased_training_step(batch, b);
   }
   if (!loss.defined() || loss.numel() != 1) {
@@ -396,10 +423,10 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   torch::NoGradGuard no_grad;
   val_loader_->start(val_plan(e));
   int64_t i = 0;
-  while (const data::detail::AnyBatch batch = val_loader_->next_any()) {
+  while (const data::detail::AnyBatch batch = on_device(*val_loader_, val_loader_->next_any())) {
     const int64_t samples = val_loader_->samples(batch.get());
     module->batch_size_ = samples;
-    AutocastScope autocast(precision_, c10::DeviceType::CPU);
+    AutocastScope autocast(precision_, device_.type());
     module->erased_validation_step(batch.get(), i++);
     validation.samples += samples;
   }

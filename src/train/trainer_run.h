@@ -83,7 +83,12 @@ struct Trainer::Run {
     double seconds = 0.0;
   };
 
+  /// This rank's device (options.accelerator(), device_choice.h), made current.
+  void choose_device();
   void connect();
+  /// `batch` (from `loader`) on this rank's device.
+  data::detail::AnyBatch on_device(const data::detail::AnyShardLoader& loader,
+                                   data::detail::AnyBatch batch) const;
   void setup_data(DataModuleBase& data);
   /// This rank's part of training epoch `e` (limit_train_batches applied; no resume position).
   data::ShardPlan train_plan(int64_t e) const;
@@ -113,6 +118,7 @@ struct Trainer::Run {
   const Clock::time_point started_ = Clock::now();
   bool is_main_ = false;
   int local_rank_ = 0;
+  c10::Device device_{c10::kCPU};  // this rank's (device.h): the model's, the batches', autocast's
   Precision precision_ = Precision::k32;
   // data
   std::unique_ptr<data::detail::AnyShardLoader> train_loader_, val_loader_;  // val: null without validation

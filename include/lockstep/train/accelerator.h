@@ -27,6 +27,7 @@
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
 
 namespace lockstep::train {
@@ -49,8 +50,11 @@ class AcceleratorOptions {
   LOCKSTEP_OPTION(AcceleratorOptions, comm::Backend, backend)
   /// Seeds the shuffle of every prepared data loader (DistributedSampler: seed + epoch).
   LOCKSTEP_OPTION(AcceleratorOptions, uint64_t, seed)
-  /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`).
+  /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`; the same as accelerator kCpu).
   LOCKSTEP_OPTION(AcceleratorOptions, bool, cpu)
+  /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
+  /// sees one, one device per local rank.
+  LOCKSTEP_OPTION(AcceleratorOptions, AcceleratorKind, accelerator)
   /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
   /// (no second copy of the gradients).
   LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
@@ -66,6 +70,7 @@ class AcceleratorOptions {
   comm::Backend backend_ = comm::Backend::kAuto;
   uint64_t seed_ = 0;
   bool cpu_ = false;
+  AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
   GradScalerOptions scaler_;
 };
@@ -407,8 +412,8 @@ class Accelerator {
   int process_index() const { return group_->rank(); }
   int local_process_index() const { return local_process_index_; }
   int num_processes() const { return group_->size(); }
-  /// Where prepared models and batches live: cuda:<local rank> when LibTorch sees a GPU (and not cpu()),
-  /// else cpu. (The CUDA path is not exercised by lockstep's CPU-only CI.)
+  /// Where prepared models and batches live: cuda:<local rank> for accelerator gpu (or auto when LibTorch
+  /// sees a GPU; never with cpu()), else cpu. See device_choice.h.
   const c10::Device& device() const { return device_; }
   Precision mixed_precision() const { return precision_; }
   int64_t gradient_accumulation_steps() const { return options_.gradient_accumulation_steps(); }
@@ -457,7 +462,7 @@ class Accelerator {
   void end_training();
 
  private:
-  void init(int local_rank);
+  void init(int local_rank, int local_world_size, bool share_gpus);
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 /// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, truncated,
 /// changed after it was written (its crc32 differs from the one stored: both are named), not a lockstep
 /// checkpoint, of another format version, or holds a model named other than `model_name` or
-/// whose parameters do not have this model's names and shapes.
+/// whose parameters do not have this model's names and shapes. Tensors are restored onto the device of
+/// `model`'s first parameter (a checkpoint of a GPU run resumes on the CPU too).
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
@@ -87,9 +89,11 @@ void save_checksummed_archive(torch::serialize::OutputArchive& archive, const st
 /// Verifies `path`'s checksum trailer (read_checksummed_file) and loads the archive before it into
 /// `archive`. Throws std::runtime_error starting with `what` and the path ("checkpoint 'ck/last.ckpt'")
 /// and ending with `fix` when the file is truncated, changed since lockstep wrote it, not written by
-/// lockstep, or (checksum right) not a LibTorch archive.
+/// lockstep, or (checksum right) not a LibTorch archive. With `device`, every tensor is restored onto it
+/// whatever device wrote it (a checkpoint written on a GPU resumes on the CPU, and the other way round).
 void load_checksummed_archive(torch::serialize::InputArchive& archive, const std::string& path,
-                              const std::string& what, const std::string& fix);
+                              const std::string& what, const std::string& fix,
+                              std::optional<c10::Device> device = std::nullopt);
 
 namespace detail {
 /// Called with the temporary file's path after a checkpoint's bytes are written and before it is renamed

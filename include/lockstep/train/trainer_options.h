@@ -13,6 +13,7 @@
 #include "lockstep/env/environment.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
+#include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision_mode.h"
 
 namespace lockstep::comm {
@@ -45,7 +46,10 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, devices)
   /// Nodes; must agree with the launcher's when set.
   LOCKSTEP_OPTION(TrainerOptions, std::optional<int>, num_nodes)
-  /// The comm backend (comm::Backend; kAuto picks one for the machine).
+  /// cpu, gpu (one CUDA device per rank: cuda:LOCAL_RANK) or auto (gpu when one is visible); see
+  /// device_choice.h.
+  LOCKSTEP_OPTION(TrainerOptions, AcceleratorKind, accelerator)
+  /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
   LOCKSTEP_OPTION(TrainerOptions, int, threads)
@@ -106,6 +110,10 @@ class TrainerOptions {
   /// Throws std::invalid_argument naming the option, the bad value and what is accepted; a resume path
   /// that cannot be opened is an error here, before any rank waits on another.
   void validate() const;
+  /// Throws std::invalid_argument as validate() does for accelerator 'cpu' (backend nccl, precision
+  /// 16-mixed), saying `why` the run is on the CPU ("accelerator 'auto' and no GPU is visible"). The CLI
+  /// calls it when auto finds no GPU, so that the mistake is named before any rank starts.
+  void check_cpu_training(const std::string& why) const;
   /// The checkpoint resume() names: "" when not resuming, ckpt_dir/last.ckpt for "last", and for "auto"
   /// when that file exists ("" when it does not), else resume() itself. Looks at the file system each call
   /// (every rank resolves it before training starts, so before rank 0 can write a checkpoint).
@@ -114,6 +122,7 @@ class TrainerOptions {
  private:
   std::optional<int> devices_;
   std::optional<int> num_nodes_;
+  AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;

@@ -184,7 +184,17 @@ void LoaderCore::finish_epoch() {
   if (!options_.persistent_workers()) stop_workers();
 }
 
+void LoaderCore::pin_with(PinBatchFn pin) {
+  stop_workers();  // they read pin_ without a lock: restarted by the next epoch
+  pin_ = std::move(pin);
+}
+
 AnyBatch LoaderCore::build(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const {
+  AnyBatch built = build_unpinned(indices, batch, epoch);
+  return built && pin_ ? pin_(built) : built;
+}
+
+AnyBatch LoaderCore::build_unpinned(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const {
   if (state_->build_hook) state_->build_hook(batch);
   // The batch's randomness depends on (seed, epoch, batch) only: the same bytes whichever thread builds it.
   const BatchKey key{

@@ -176,6 +176,7 @@ class FitDataModule : public DataModule {
   data::LoaderOptions val_loader_options() override {
     return loader_options(config_, data_.transform, /*augment=*/false, workers_);
   }
+  bool data_on_device() override { return config_.data_on_device; }
   const detail::FitData& data() const { return data_; }
   int64_t workers() const { return workers_; }
 
@@ -239,13 +240,15 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
     std::fprintf(
         output.out,
         "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
-        "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %lld loader thread(s)/rank\n",
+        "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %s, on %s\n",
         config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), loaded.name.c_str(),
         static_cast<long long>(loaded.train->size()), static_cast<long long>(loaded.test->size()),
         plan.world_size, static_cast<long long>(config.batch_size),
         describe_lr(config, plan.world_size).c_str(), to_string(config.trainer.precision()),
         static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
-        static_cast<long long>(data.workers()));
+        config.data_on_device ? ("data kept on " + plan.device).c_str()
+                              : (std::to_string(data.workers()) + " loader thread(s)/rank").c_str(),
+        plan.device.c_str());
     std::fflush(output.out);
   };
   auto module = std::make_shared<FitModule>(config, model, banner);

@@ -1,6 +1,8 @@
 // TrainModule::log and the table it fills: see include/lockstep/train/train_module.h.
 #include "lockstep/train/train_module.h"
 
+#include "lockstep/data/device_dataset.h"
+
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -73,18 +75,33 @@ void TrainModuleBase::log(const std::string& name, const at::Tensor& value, cons
   log(name, value.detach().item<double>(), options);
 }
 
+data::DataSource<data::Batch> DataModule::source(std::shared_ptr<const data::TensorDataset> images,
+                                                 data::LoaderOptions options) {
+  if (!data_on_device()) return data::DataSource<data::Batch>(std::move(images), std::move(options));
+  if (options.augment()) {
+    throw std::invalid_argument(
+        "the DataModule keeps its data on the device (data_on_device), where it cannot be augmented: turn "
+        "augmentation off, or keep the data on the host");
+  }
+  const data::TransformOptions normalise =
+      data::TransformOptions(options.transform()).random_crop_padding(0).horizontal_flip(false);
+  return data::DataSource<data::Batch>(
+      std::make_shared<const data::DeviceImageDataset>(std::move(images), normalise, device()),
+      options.num_workers(0));  // index_select on the device: nothing for a thread to prepare
+}
+
 data::DataSource<data::Batch> DataModule::train_data() {
   std::shared_ptr<const data::TensorDataset> train = train_dataset();
   if (!train || train->size() == 0) {
     throw std::invalid_argument("the DataModule's train_dataset() is empty: nothing to train on");
   }
-  return data::DataSource<data::Batch>(train, train_loader_options());
+  return source(train, train_loader_options());
 }
 
 std::optional<data::DataSource<data::Batch>> DataModule::val_data() {
   std::shared_ptr<const data::TensorDataset> val = val_dataset();
   if (!val || val->size() == 0) return std::nullopt;
-  return data::DataSource<data::Batch>(val, val_loader_options()).shuffle(false);
+  return source(val, val_loader_options()).shuffle(false);
 }
 
 }  // namespace lockstep::train

@@ -19,8 +19,10 @@
 
 #include "data_test_util.h"
 #include "lockstep/data/batch.h"
+#include "lockstep/data/device_dataset.h"
 #include "lockstep/data/distributed_sampler.h"
 #include "lockstep/data/shard_loader.h"
+#include "lockstep/data/synthetic_dataset.h"
 #include "lockstep/data/torch_data.h"
 
 namespace lockstep::data {
@@ -62,6 +64,54 @@ TEST(Collate, StacksTensorsExamplesAndTuples) {
   EXPECT_EQ(example.data.sizes(), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(example.target.sizes(), (std::vector<int64_t>{2}));
   expect_error<std::invalid_argument>([] { collate(std::vector<at::Tensor>{}); }, {"no samples"});
+}
+
+// Pinning is optional in a batch type's traits: the built-in ones have it, a user type without it is copied
+// from pageable memory (batch_pin returns it as it is).
+struct NoPin {
+  at::Tensor x;
+};
+}  // namespace
+template <>
+struct BatchTraits<NoPin> {
+  static int64_t size(const NoPin& b) { return b.x.size(0); }
+  static NoPin to(const NoPin& b, const c10::Device& d) { return {b.x.to(d)}; }
+};
+namespace {
+
+TEST(BatchTraits, PinningIsOptional) {
+  static_assert(can_pin<Batch>::value && can_pin<at::Tensor>::value && can_pin<Pair>::value &&
+                can_pin<std::vector<at::Tensor>>::value &&
+                can_pin<std::pair<at::Tensor, at::Tensor>>::value && can_pin<torch::data::Example<>>::value);
+  static_assert(!can_pin<NoPin>::value);
+  const NoPin same = batch_pin(NoPin{at::ones({2})});
+  EXPECT_TRUE(at::equal(same.x, at::ones({2})));
+}
+
+// DeviceImageDataset on the CPU (the logic is the device's): a batch holds exactly the bytes ImageDataset
+// builds for the same indices, and augmentation is refused.
+TEST(DeviceImageDataset, BatchesHoldTheLoadersBytes) {
+  const auto images = std::make_shared<SyntheticDataset>(
+      SyntheticOptions().size(40).channels(3).height(6).width(5).seed(2), Split::kTrain);
+  const auto normalise = TransformOptions().mean({0.5, 0.4, 0.3}).std({0.2, 0.25, 0.3});
+  const ImageDataset host(images, normalise, /*augment=*/false);
+  const DeviceImageDataset kept(images, normalise, c10::Device(c10::kCPU));
+  EXPECT_EQ(kept.size(), 40);
+  EXPECT_NE(kept.description().find("(on cpu)"), std::string::npos) << kept.description();
+  for (const std::vector<int64_t>& rows :
+       std::vector<std::vector<int64_t>>{{0}, {39, 3, 3, 17}, {5, 6, 7, 8, 9, 10}}) {
+    const Batch a = host.get_batch(rows, BatchKey{});
+    const Batch b = kept.get_batch(rows, BatchKey{});
+    EXPECT_TRUE(at::equal(a.data, b.data));
+    EXPECT_TRUE(at::equal(a.target, b.target));
+  }
+  expect_error<std::invalid_argument>(
+      [&] {
+        DeviceImageDataset(images, TransformOptions(normalise).horizontal_flip(true), c10::Device(c10::kCPU));
+      },
+      {"asks for augmentation", "horizontal_flip on", "turn augmentation off"});
+  expect_error<std::invalid_argument>([] { DeviceImageDataset(nullptr, {}, c10::Device(c10::kCPU)); },
+                                      {"null or empty"});
 }
 
 // A dataset from a sample function, batched in order by BasicLoader, with and without workers; the

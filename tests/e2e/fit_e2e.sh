@@ -2,7 +2,7 @@
 # End-to-end checks of `lockstep fit` with real processes.
 # Usage: fit_e2e.sh CASE LOCKSTEP PYTHON3
 #   CASE: fashion_1rank | fashion_2ranks | synthetic_worlds | under_run | devices_mismatch | bad_flags |
-#         missing_data | safetensors | config_file | accumulate_equivalence
+#         missing_data | safetensors | config_file | accumulate_equivalence | data_on_device
 set -u
 case_name=$1 lockstep=$2 python=$3
 work=$(mktemp -d)
@@ -78,7 +78,10 @@ devices_mismatch)
 bad_flags)
   expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18)" -- "$lockstep" fit --model nope
   expect_failure 2 "--limit-train-batches '1.5' is not a batch count" -- "$lockstep" fit --limit-train-batches 1.5
-  expect_failure 2 "--precision '16-mixed' needs a CUDA device" -- "$lockstep" fit --precision 16-mixed
+  # No GPU on CI machines: auto trains on the CPU, and the CLI says so before any rank starts.
+  expect_failure 2 "--precision '16-mixed' needs a CUDA device (float16 autocast with a gradient scaler), and this run trains on the CPU (--accelerator 'auto', and no GPU is visible)" -- "$lockstep" fit --precision 16-mixed
+  expect_failure 2 "--backend 'nccl' moves CUDA tensors, and this run trains on the CPU (--accelerator 'cpu')" -- "$lockstep" fit --accelerator cpu --backend nccl
+  expect_failure 2 "--accelerator 'tpu' is not known (expected one of: auto, cpu, gpu)" -- "$lockstep" fit --accelerator tpu
   expect_failure 2 "--precision 'fp8' is not known (expected one of: 32, bf16-mixed, 16-mixed;" -- "$lockstep" fit --precision fp8
   expect_failure 2 "--max-epochs must be >= 1, got 0" -- "$lockstep" fit --max-epochs 0
   expect_failure 2 "--num-workers 'two' is not a number of loader threads" -- "$lockstep" fit --num-workers two
@@ -256,6 +259,21 @@ PY
   grep -q "swapped" "$work/err" || fail "the magic error does not suggest swapped files"
   check_idx_error "$work/counts" "12 images"
   grep -q "11 labels" "$work/err" || fail "the count error does not name the labels' count"
+  ;;
+data_on_device)
+  # --data-on-device (here the CPU is the device): the images normalised once and gathered with
+  # index_select give the loader's bytes, so 2 ranks train bit-identical weights either way. The same
+  # flags with --augment on are refused before any rank starts.
+  common=(fit --devices 2 --data synthetic --synthetic-size 512 --max-epochs 2 --model mlp --progress off
+          --batch-size 32 --threads 1)
+  "$lockstep" "${common[@]}" --ckpt-dir "$work/host" >"$work/host.out" 2>&1 || { cat "$work/host.out"; fail "host run failed"; }
+  "$lockstep" "${common[@]}" --data-on-device --ckpt-dir "$work/dev" >"$work/dev.out" 2>&1 \
+    || { cat "$work/dev.out"; fail "--data-on-device run failed"; }
+  cmp "$work/host/final.safetensors" "$work/dev/final.safetensors" || fail "--data-on-device trained other weights"
+  grep -q "data kept on cpu, on cpu$" "$work/dev.out" || fail "the banner does not say the data is kept on the device"
+  grep -Eq "[0-9]+ loader thread\(s\)/rank, on cpu$" "$work/host.out" || fail "the banner does not name the loader threads and the device"
+  expect_failure 2 "--data-on-device keeps the images normalised once on the device, where they cannot be augmented, and --augment 'on' is asked for: set --augment 'off'" -- \
+    "$lockstep" fit --data synthetic --data-on-device --augment on
   ;;
 accumulate_equivalence)
   # 2 ranks x 16 x --accumulate-grad-batches 2 sees the same 64 samples per optimizer step as 1 rank x 64

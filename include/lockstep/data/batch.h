@@ -26,6 +26,10 @@ struct Batch {
 /// to a device. Defined here for Batch, at::Tensor, std::vector<at::Tensor>, std::tuple / std::pair of
 /// tensors and torch::data::Example<at::Tensor, T> (the sample count is dim 0 of the first tensor).
 ///
+/// Optionally a third, `static B pin(const B&)`: the batch in pinned (page-locked) host memory, which the
+/// loader's workers call when LoaderOptions::pin_memory is on (training on a GPU), so that the copy to the
+/// device is asynchronous. The built-in types have it; a type without it is copied from pageable memory.
+///
 /// A batch type of your own specialises it (two static functions), for example:
 ///   struct TokenBatch { at::Tensor tokens, next; };
 ///   template <> struct lockstep::data::BatchTraits<TokenBatch> {
@@ -48,8 +52,15 @@ inline int64_t leading_size(const at::Tensor& tensor) {
   }
   return tensor.size(0);
 }
+/// `tensor` on `device`; from pinned host memory to a CUDA device without blocking the host (the copy is
+/// ordered on the current stream, before the kernels that use it).
 inline at::Tensor moved(const at::Tensor& tensor, const c10::Device& device) {
-  return tensor.defined() ? tensor.to(device) : tensor;
+  if (!tensor.defined()) return tensor;
+  const bool async = device.is_cuda() && tensor.is_cpu() && tensor.is_pinned();
+  return tensor.to(device, /*non_blocking=*/async);
+}
+inline at::Tensor pinned(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.is_cpu() ? tensor.pin_memory() : tensor;
 }
 }  // namespace detail
 
@@ -59,6 +70,7 @@ struct BatchTraits<Batch> {
   static Batch to(const Batch& batch, const c10::Device& device) {
     return {detail::moved(batch.data, device), detail::moved(batch.target, device)};
   }
+  static Batch pin(const Batch& batch) { return {detail::pinned(batch.data), detail::pinned(batch.target)}; }
 };
 
 template <>
@@ -67,6 +79,7 @@ struct BatchTraits<at::Tensor> {
   static at::Tensor to(const at::Tensor& batch, const c10::Device& device) {
     return detail::moved(batch, device);
   }
+  static at::Tensor pin(const at::Tensor& batch) { return detail::pinned(batch); }
 };
 
 template <>
@@ -81,6 +94,12 @@ struct BatchTraits<std::vector<at::Tensor>> {
     for (const at::Tensor& t : batch) out.push_back(detail::moved(t, device));
     return out;
   }
+  static std::vector<at::Tensor> pin(const std::vector<at::Tensor>& batch) {
+    std::vector<at::Tensor> out;
+    out.reserve(batch.size());
+    for (const at::Tensor& t : batch) out.push_back(detail::pinned(t));
+    return out;
+  }
 };
 
 template <typename... Ts>
@@ -90,6 +109,9 @@ struct BatchTraits<std::tuple<Ts...>, std::enable_if_t<(std::is_same_v<Ts, at::T
   static std::tuple<Ts...> to(const std::tuple<Ts...>& batch, const c10::Device& device) {
     return std::apply([&](const auto&... t) { return std::tuple<Ts...>(detail::moved(t, device)...); },
                       batch);
+  }
+  static std::tuple<Ts...> pin(const std::tuple<Ts...>& batch) {
+    return std::apply([](const auto&... t) { return std::tuple<Ts...>(detail::pinned(t)...); }, batch);
   }
 };
 
@@ -102,6 +124,9 @@ struct BatchTraits<std::pair<at::Tensor, at::Tensor>> {
                                               const c10::Device& device) {
     return {detail::moved(batch.first, device), detail::moved(batch.second, device)};
   }
+  static std::pair<at::Tensor, at::Tensor> pin(const std::pair<at::Tensor, at::Tensor>& batch) {
+    return {detail::pinned(batch.first), detail::pinned(batch.second)};
+  }
 };
 
 /// LibTorch's torch::data::Example<> (data and target), as its Stack<> transform makes it.
@@ -111,6 +136,9 @@ struct BatchTraits<torch::data::Example<at::Tensor, at::Tensor>> {
   static int64_t size(const Example& batch) { return detail::leading_size(batch.data); }
   static Example to(const Example& batch, const c10::Device& device) {
     return {detail::moved(batch.data, device), detail::moved(batch.target, device)};
+  }
+  static Example pin(const Example& batch) {
+    return {detail::pinned(batch.data), detail::pinned(batch.target)};
   }
 };
 
@@ -122,6 +150,7 @@ struct BatchTraits<torch::data::Example<at::Tensor, torch::data::example::NoTarg
   static Example to(const Example& batch, const c10::Device& device) {
     return Example(detail::moved(batch.data, device));
   }
+  static Example pin(const Example& batch) { return Example(detail::pinned(batch.data)); }
 };
 
 /// The number of samples in `batch` (BatchTraits<B>::size).
@@ -134,6 +163,22 @@ int64_t batch_size(const B& batch) {
 template <typename B>
 B batch_to(const B& batch, const c10::Device& device) {
   return BatchTraits<B>::to(batch, device);
+}
+
+/// Whether BatchTraits<B> has pin().
+template <typename B, typename = void>
+struct can_pin : std::false_type {};
+template <typename B>
+struct can_pin<B, std::void_t<decltype(BatchTraits<B>::pin(std::declval<const B&>()))>> : std::true_type {};
+
+/// `batch` in pinned host memory (BatchTraits<B>::pin), or `batch` itself when B's traits have no pin().
+template <typename B>
+B batch_pin(const B& batch) {
+  if constexpr (can_pin<B>::value) {
+    return BatchTraits<B>::pin(batch);
+  } else {
+    return batch;
+  }
 }
 
 }  // namespace lockstep::data

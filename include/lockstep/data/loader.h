@@ -65,6 +65,15 @@ using AnyBatch = std::shared_ptr<void>;
 /// Builds the batch `key.index` of an epoch from its `rows` (empty for streams, which have no indices).
 /// Returns nullptr when the epoch has no such batch (a stream that ended).
 using BuildBatchFn = std::function<AnyBatch(c10::ArrayRef<int64_t> rows, const BatchKey& key)>;
+/// The same batch in pinned host memory (BasicLoader<B>: batch_pin).
+using PinBatchFn = std::function<AnyBatch(const AnyBatch& batch)>;
+/// batch_pin for batches of type B.
+template <typename B>
+PinBatchFn pin_batches() {
+  return [](const AnyBatch& b) -> AnyBatch {
+    return std::make_shared<B>(batch_pin(*static_cast<const B*>(b.get())));
+  };
+}
 
 /// The type-free part of every loader: the epoch's batch plan, the worker threads and the prefetch window.
 ///
@@ -96,12 +105,16 @@ class LoaderCore {
   AnyBatch next();
   int64_t num_batches() const;
   const LoaderOptions& options() const { return options_; }
+  /// From the next epoch on, each batch is passed through `pin` by the thread that built it (pinned host
+  /// memory, so that its copy to a GPU does not block: PyTorch's pin_memory=True). Call between epochs.
+  void pin_with(PinBatchFn pin);
 
  private:
   friend struct LoaderTesting;
   void begin(std::shared_ptr<const std::vector<int64_t>> indices, int64_t epoch, int64_t first_batch,
              int64_t batches);
   AnyBatch build(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const;
+  AnyBatch build_unpinned(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const;
   void finish_epoch();
   void start_workers();
   void stop_workers();
@@ -109,6 +122,7 @@ class LoaderCore {
 
   LoaderOptions options_;
   BuildBatchFn build_;
+  PinBatchFn pin_;  // empty: batches stay where build_ made them
   int64_t dataset_size_;
   std::string description_;
   std::unique_ptr<LoaderState> state_;
@@ -163,6 +177,9 @@ class BasicLoader {
 
   /// Batches in the current epoch (0 before the first start_epoch()).
   int64_t num_batches() const { return core_.num_batches(); }
+  /// From the next epoch on, the workers put each batch in pinned host memory (batch_pin), so that its
+  /// copy to a GPU is asynchronous. Needs a CUDA LibTorch and a GPU. Call between epochs.
+  void pin_memory() { core_.pin_with(detail::pin_batches<B>()); }
   const LoaderOptions& options() const { return core_.options(); }
   const Dataset<B>& dataset() const { return *dataset_; }
 

@@ -63,6 +63,8 @@ class AnyShardLoader {
   virtual int64_t samples(const void* batch) const = 0;
   /// A batch this loader returned, on `device`.
   virtual AnyBatch to_device(const AnyBatch& batch, const c10::Device& device) const = 0;
+  /// From the next epoch on, batches are built in pinned host memory (LoaderCore::pin_with): for a GPU.
+  virtual void pin_memory() = 0;
   virtual const LoaderOptions& options() const = 0;
   virtual std::string description() const = 0;
 };
@@ -133,6 +135,7 @@ class MapShardLoader : public ShardLoader<B> {
     loader_.start_epoch(std::move(indices), plan.epoch, plan.first_batch);
     return total_;
   }
+  void pin_memory() override { loader_.pin_memory(); }
   AnyBatch next_any() override {
     std::optional<B> batch = loader_.next();
     if (!batch) return nullptr;
@@ -191,6 +194,7 @@ class StreamShardLoader : public ShardLoader<B> {
     pending_ = core_.next();
     return total_;
   }
+  void pin_memory() override { core_.pin_with(pin_batches<B>()); }
   AnyBatch next_any() override {
     AnyBatch batch = std::move(pending_);
     if (batch) pending_ = core_.next();

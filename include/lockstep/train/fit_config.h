@@ -69,7 +69,10 @@ struct FitConfig {
   /// Image shape of data synthetic (unset: 1,28,28, Fashion-MNIST's; 3,32,32 is CIFAR-10's). Setting it
   /// with any other data is an error: real datasets have their own shape.
   std::optional<ImageShape> synthetic_shape;
-  std::optional<bool> augment;    ///< random crop + flip; default on for cifar10 only
+  std::optional<bool> augment;  ///< random crop + flip; default on for cifar10 only
+  /// Keep the dataset on the training device, normalised once, batched there (DataModule::data_on_device);
+  /// not with augmentation.
+  bool data_on_device = false;
   std::optional<double> dropout;  ///< the model's dropout probability; unset: the model's own (0.2)
 
   // The optimizer and its schedule.

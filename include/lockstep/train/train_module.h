@@ -97,6 +97,8 @@ struct TrainingPlan {
   int64_t batch_size = 0;  ///< per rank
   /// Optimizer steps of the whole run: steps_per_epoch x max_epochs (or max_steps when smaller).
   int64_t estimated_stepping_batches = 0;
+  /// This rank's device: "cpu", "cuda:0", ... (TrainerOptions::accelerator).
+  std::string device = "cpu";
 };
 
 /// What every TrainModule has, whatever its batch type: logging, the position, the optimizers. The
@@ -185,8 +187,14 @@ class DataModuleBase {
   /// Called on every rank after prepare_data(): load the datasets.
   virtual void setup() {}
 
+ protected:
+  /// The device the Trainer trains this rank on (cpu, or cuda:LOCAL_RANK), known from prepare_data() on:
+  /// for data kept on it (data::DeviceImageDataset).
+  const c10::Device& device() const { return device_; }
+
  private:
   friend class Trainer;
+  c10::Device device_{c10::kCPU};
   template <typename B>
   friend class BasicDataModule;
   virtual std::unique_ptr<data::detail::AnyShardLoader> make_train_loader() = 0;
@@ -238,11 +246,20 @@ class DataModule : public BasicDataModule<data::Batch> {
   virtual data::LoaderOptions train_loader_options() = 0;
   /// The validation loader's (default: the training ones without augmentation).
   virtual data::LoaderOptions val_loader_options() { return train_loader_options().augment(false); }
+  /// Keep both splits on the training device, normalised once, and batch them there
+  /// (data::DeviceImageDataset: for a dataset that fits, such as Fashion-MNIST on a GPU). Default false:
+  /// the loader's threads build each batch on the host. Augmentation cannot be kept on the device.
+  virtual bool data_on_device() { return false; }
 
   /// train_dataset() with train_loader_options(), shuffled.
   data::DataSource<data::Batch> train_data() final;
   /// val_dataset() with val_loader_options(), in order; none when it is null or empty.
   std::optional<data::DataSource<data::Batch>> val_data() final;
+
+ private:
+  /// `images` with `options`: on the host (ImageDataset), or kept on the device (data_on_device()).
+  data::DataSource<data::Batch> source(std::shared_ptr<const data::TensorDataset> images,
+                                       data::LoaderOptions options);
 };
 
 }  // namespace lockstep::train

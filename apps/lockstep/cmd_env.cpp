@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "gpu_report.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/launch/nproc_per_node.h"
 
 namespace lockstep::cli {
 
@@ -17,7 +19,15 @@ int env_main(int argc, char** argv) {
       "(torchrun's variables, Slurm, OpenMPI or TF_CONFIG, in that order of precedence).",
       "lockstep env"};
   bool json = false;
+  bool gpu = false;
   app.add_flag("--json", json, "one JSON object instead of KEY=VALUE lines");
+  app.add_flag(
+      "--gpu", gpu,
+      "also the GPUs (nvidia-smi), the CUDA and NCCL versions lockstep was built with, the topology\n"
+      "between the GPUs (nvidia-smi topo -m) and advice for it; on by itself where a GPU is visible");
+  app.footer(
+      "\nOn a GPU node the report says what NCCL needs: NCCL_P2P_DISABLE=1 where two GPUs reach each\n"
+      "other only over SYS (another NUMA node), NCCL_DEBUG=INFO for a job that hangs at init.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -25,9 +35,11 @@ int env_main(int argc, char** argv) {
   }
   try {
     const env::Environment e = env::from_env();
+    std::vector<std::string> gpu_lines;
+    if (gpu || launch::visible_cuda_device_count() > 0) gpu_lines = gpu_report_lines();
     if (json) {
       // nlohmann::json escapes the strings (a run id or host may hold quotes or backslashes).
-      const nlohmann::ordered_json object = {
+      nlohmann::ordered_json object = {
           {"source", env::to_string(e.source)},
           {"rank", e.rank},
           {"local_rank", e.local_rank},
@@ -40,6 +52,20 @@ int env_main(int argc, char** argv) {
           {"restart_count", e.restart_count},
           {"run_id", e.run_id},
       };
+      if (!gpu_lines.empty()) {
+        nlohmann::ordered_json report = nlohmann::ordered_json::object();
+        for (const std::string& line : gpu_lines) {
+          const auto eq = line.find('=');
+          const std::string key = line.substr(0, eq);
+          const std::string value = line.substr(eq + 1);
+          if (key == "gpu" || key == "topology" || key == "advice") {
+            report[key].push_back(value);  // repeated: a list
+          } else {
+            report[key] = value;
+          }
+        }
+        object["gpu"] = report;
+      }
       // Invalid UTF-8 (environment values are bytes) becomes U+FFFD instead of an exception.
       std::printf("%s\n", object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
@@ -49,6 +75,7 @@ int env_main(int argc, char** argv) {
           "master_addr=%s\nmaster_port=%d\nrestart_count=%d\nrun_id=%s\n",
           env::to_string(e.source), e.rank, e.local_rank, e.world_size, e.local_world_size, e.node_rank,
           e.num_nodes, e.master_addr.c_str(), e.master_port, e.restart_count, e.run_id.c_str());
+      for (const std::string& line : gpu_lines) std::printf("%s\n", line.c_str());
     }
     return 0;
   } catch (const env::EnvError& error) {

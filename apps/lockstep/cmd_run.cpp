@@ -147,10 +147,10 @@ int run_main(int argc, char** argv) {
       run_id, collective_timeout;
   bool standalone = false;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                 "Workers to start on this node: a count, or 'auto' (one per\n"
-                 "GPU when there are GPUs, else one per online CPU core).\n"
-                 "Default: 1")
-      ->type_name("N|auto");
+                 "Workers to start on this node: a count, 'auto' (one per\n"
+                 "GPU when there are GPUs, else one per online CPU core), or\n"
+                 "'gpu' (one per visible GPU; an error without one). Default: 1")
+      ->type_name("N|auto|gpu");
   app.add_option("--nnodes", nnodes,
                  "Nodes in the job; start one launcher per node with the same\n"
                  "flags except --node-rank. Default: 1")

@@ -12,6 +12,7 @@
 #include "cli_parse.h"
 #include "lockstep/detail/worker_contract.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <regex>
@@ -97,9 +98,21 @@ const char* to_string(SlurmStyle style) {
   return "unknown";
 }
 
+// --gres gpu:N / gpu:TYPE:N: N, or -1 when the text is not such a request.
+int gres_gpus(const std::string& gres) {
+  static const std::regex gres_re("gpu(:[A-Za-z0-9_.-]+)?:([1-9][0-9]{0,3})");
+  std::smatch m;
+  return std::regex_match(gres, m, gres_re) ? std::stoi(m[2].str()) : -1;
+}
+
+int SlurmScriptOptions::gpus() const {
+  if (gpus_per_node > 0 || gres.empty()) return gpus_per_node;
+  return std::max(0, gres_gpus(gres));
+}
+
 int SlurmScriptOptions::ranks_per_node() const {
   if (ntasks_per_node) return *ntasks_per_node;
-  return gpus_per_node > 0 ? gpus_per_node : 1;
+  return gpus() > 0 ? gpus() : 1;
 }
 
 void SlurmScriptOptions::validate() const {
@@ -112,13 +125,21 @@ void SlurmScriptOptions::validate() const {
     bad("--gpus-per-node=" + std::to_string(gpus_per_node) +
         " is not valid (expected an integer >= 0; 0 = no GPUs)");
   }
+  if (!gres.empty()) {
+    if (gres_gpus(gres) < 0)
+      bad("--gres='" + gres +
+          "' is not a GPU request (expected gpu:N or gpu:TYPE:N, e.g. gpu:4 or gpu:a100:4)");
+    if (gpus_per_node > 0 && gpus_per_node != gres_gpus(gres)) {
+      bad("--gres=" + gres + " and --gpus-per-node=" + std::to_string(gpus_per_node) +
+          " ask for different GPU counts: give one of them");
+    }
+  }
   if (cpus_per_task && *cpus_per_task < 1) {
     bad("--cpus-per-task=" + std::to_string(*cpus_per_task) + " is not valid (expected an integer >= 1)");
   }
-  if (style == SlurmStyle::kDdp && ntasks_per_node && gpus_per_node > 0 &&
-      *ntasks_per_node != gpus_per_node) {
+  if (style == SlurmStyle::kDdp && ntasks_per_node && gpus() > 0 && *ntasks_per_node != gpus()) {
     bad("--style ddp runs one task per device, but --ntasks-per-node=" + std::to_string(*ntasks_per_node) +
-        " differs from --gpus-per-node=" + std::to_string(gpus_per_node) +
+        " differs from the GPUs per node (" + std::to_string(gpus()) + ")" +
         ": make them equal (or drop --ntasks-per-node), or use --style torchrun");
   }
   static const std::regex time_re("([0-9]+-)?[0-9]+(:[0-9]+){0,2}|UNLIMITED|INFINITE");
@@ -202,7 +223,11 @@ std::string slurm_script(const SlurmScriptOptions& options) {
   s << "#SBATCH --job-name=" << options.job_name << "\n";
   s << "#SBATCH --nodes=" << options.nodes << "\n";
   s << "#SBATCH --ntasks-per-node=" << (ddp ? ranks : 1) << "\n";
-  if (options.gpus_per_node > 0) s << "#SBATCH --gpus-per-node=" << options.gpus_per_node << "\n";
+  if (!options.gres.empty()) {
+    s << "#SBATCH --gres=" << options.gres << "\n";
+  } else if (options.gpus_per_node > 0) {
+    s << "#SBATCH --gpus-per-node=" << options.gpus_per_node << "\n";
+  }
   if (options.cpus_per_task) s << "#SBATCH --cpus-per-task=" << *options.cpus_per_task << "\n";
   if (!options.time.empty()) s << "#SBATCH --time=" << options.time << "\n";
   if (!options.partition.empty()) s << "#SBATCH --partition=" << options.partition << "\n";
@@ -285,6 +310,10 @@ int parse_slurm_flags(int argc, char** argv, SlurmScriptOptions& options, std::s
       ->type_name("N");
   app.add_option("--gpus-per-node", options.gpus_per_node, "GPUs to request per node (0 = none)")
       ->capture_default_str();
+  app.add_option("--gres", options.gres,
+                 "GPUs as a generic resource, gpu:N or gpu:TYPE:N (instead of --gpus-per-node;\n"
+                 "N sets the GPUs per node)")
+      ->type_name("gpu:[TYPE:]N");
   app.add_option("--cpus-per-task", options.cpus_per_task,
                  "CPUs per task (Slurm's meaning: with torchrun and lightning one task holds\n"
                  "all ranks of its node)")

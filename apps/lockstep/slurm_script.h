@@ -29,6 +29,9 @@ struct SlurmScriptOptions {
   int nodes = 1;                       ///< --nodes: nodes of the job (>= 1)
   std::optional<int> ntasks_per_node;  ///< --ntasks-per-node: ranks per node; unset: gpus_per_node, else 1
   int gpus_per_node = 0;               ///< --gpus-per-node: GPUs requested per node; 0 = none requested
+  /// --gres: Slurm's generic resource request instead ("gpu:4", "gpu:a100:4"); its count sets gpus_per_node,
+  /// and the script asks with `#SBATCH --gres=` (clusters that predate --gpus-per-node).
+  std::string gres;
   std::optional<int>
       cpus_per_task;      ///< --cpus-per-task: Slurm's meaning (one launcher task holds a node's ranks)
   std::string time;       ///< --time: Slurm's time limit ("2:00:00", "1-00:00:00"); "" = the partition's
@@ -42,7 +45,9 @@ struct SlurmScriptOptions {
   std::string lockstep = "lockstep";  ///< --lockstep: the program the torchrun style runs as `lockstep run`
   std::vector<std::string> command;   ///< the training command, one argument per element
 
-  /// Ranks started on each node: ntasks_per_node, else gpus_per_node when > 0, else 1.
+  /// GPUs per node: gpus_per_node, or the count of gres.
+  int gpus() const;
+  /// Ranks started on each node: ntasks_per_node, else gpus() when > 0, else 1.
   int ranks_per_node() const;
 
   /// Throws std::invalid_argument naming the flag, the bad value and what is accepted: nodes,

@@ -19,8 +19,15 @@ NprocPerNode NprocPerNode::automatic() {
   return n;
 }
 
+NprocPerNode NprocPerNode::gpus() {
+  NprocPerNode n;
+  n.gpu_ = true;
+  return n;
+}
+
 NprocPerNode NprocPerNode::parse(const std::string& text) {
   if (text == "auto") return automatic();
+  if (text == "gpu") return gpus();
   // Decimal digits only: no sign, no spaces (strtol would take "+2" and " 2"), at most INT_MAX.
   long long value = 0;
   bool ok = !text.empty() && text.size() <= 10;
@@ -32,14 +39,21 @@ NprocPerNode NprocPerNode::parse(const std::string& text) {
     value = value * 10 + (c - '0');
   }
   if (!ok || value < 1 || value > INT_MAX) {
-    throw LaunchError("nproc_per_node='" + text + "' is not valid (expected a positive integer or 'auto')");
+    throw LaunchError("nproc_per_node='" + text +
+                      "' is not valid (expected a positive integer, 'auto' or 'gpu')");
   }
   return NprocPerNode(static_cast<int>(value));
 }
 
 int NprocPerNode::resolve(const DeviceCounter& count_devices) const {
-  if (!auto_) return count_;
+  if (!auto_ && !gpu_) return count_;
   const int devices = count_devices ? count_devices() : 0;
+  if (gpu_ && devices == 0) {
+    throw LaunchError(
+        "nproc_per_node='gpu' starts one worker per GPU, and this node shows none (the NVIDIA driver's "
+        "/proc/driver/nvidia/gpus, limited by CUDA_VISIBLE_DEVICES): give a count, or 'auto' (a worker per "
+        "CPU core where there is no GPU)");
+  }
   return devices > 0 ? devices : detail::online_cpu_count();
 }
 

@@ -84,6 +84,18 @@ TEST(SlurmScript, GpusPerNodeSetTheRanksPerNode) {
   EXPECT_TRUE(contains(slurm_script(o), "#SBATCH --ntasks-per-node=4\n"));
 }
 
+TEST(SlurmScript, GresAsksForGpusTheOlderWay) {
+  SlurmScriptOptions o;
+  o.gres = "gpu:a100:2";
+  o.command = {"./train"};
+  EXPECT_EQ(o.gpus(), 2);
+  EXPECT_EQ(o.ranks_per_node(), 2);
+  const std::string script = slurm_script(o);
+  EXPECT_TRUE(contains(script, "#SBATCH --gres=gpu:a100:2\n")) << script;
+  EXPECT_FALSE(contains(script, "--gpus-per-node")) << script;
+  EXPECT_TRUE(contains(script, "lockstep run --nproc-per-node 2 -- ./train\n")) << script;
+}
+
 TEST(SlurmScript, ShapeFlagsBecomeSbatchLines) {
   SlurmScriptOptions o = two_by_two(SlurmStyle::kTorchrun);
   o.cpus_per_task = 8;
@@ -211,13 +223,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"Gpus", [](SlurmScriptOptions& o) { o.gpus_per_node = -1; },
                 "--gpus-per-node=-1 is not valid"},
         BadFlag{"Cpus", [](SlurmScriptOptions& o) { o.cpus_per_task = 0; }, "--cpus-per-task=0 is not valid"},
-        BadFlag{
-            "DdpTasksNotDevices",
-            [](SlurmScriptOptions& o) {
-              o.style = SlurmStyle::kDdp;
-              o.gpus_per_node = 4;
-            },
-            "--style ddp runs one task per device, but --ntasks-per-node=2 differs from --gpus-per-node=4"},
+        BadFlag{"DdpTasksNotDevices",
+                [](SlurmScriptOptions& o) {
+                  o.style = SlurmStyle::kDdp;
+                  o.gpus_per_node = 4;
+                },
+                "--style ddp runs one task per device, but --ntasks-per-node=2 differs from the GPUs per "
+                "node (4)"},
+        BadFlag{"GresNotGpus", [](SlurmScriptOptions& o) { o.gres = "mps:100"; },
+                "--gres='mps:100' is not a GPU request (expected gpu:N or gpu:TYPE:N"},
+        BadFlag{"GresAndGpusDisagree",
+                [](SlurmScriptOptions& o) {
+                  o.gres = "gpu:a100:4";
+                  o.gpus_per_node = 2;
+                },
+                "--gres=gpu:a100:4 and --gpus-per-node=2 ask for different GPU counts"},
         BadFlag{"Time", [](SlurmScriptOptions& o) { o.time = "2 hours"; },
                 "--time='2 hours' is not valid (expected Slurm's time limit"},
         BadFlag{"Partition", [](SlurmScriptOptions& o) { o.partition = "gpu\n#SBATCH"; }, "--partition='gpu"},

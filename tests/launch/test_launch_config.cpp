@@ -95,7 +95,24 @@ TEST(Resolve, AutoUsesOnlineCoresWithoutDevices) {
   EXPECT_EQ(d.nproc_per_node, cores());
 }
 
+TEST(Resolve, GpuUsesTheDeviceCountAndRefusesANodeWithout) {
+  EXPECT_EQ(
+      resolve(opts().nproc_per_node(NprocPerNode::gpus()).device_counter([] { return 4; })).nproc_per_node,
+      4);
+  try {
+    resolve(opts().nproc_per_node(NprocPerNode::gpus()).device_counter([] { return 0; }));
+    ADD_FAILURE() << "gpu resolved on a node without GPUs";
+  } catch (const LaunchError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "nproc_per_node='gpu' starts one worker per GPU, and this node shows none"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(NprocPerNode, ParsesCountsAndAuto) {
+  EXPECT_TRUE(NprocPerNode::parse("gpu").is_gpu());
+  EXPECT_FALSE(NprocPerNode::parse("gpu").is_auto());
   EXPECT_TRUE(NprocPerNode::parse("auto").is_auto());
   EXPECT_FALSE(NprocPerNode::parse("4").is_auto());
   EXPECT_EQ(NprocPerNode::parse("4").count(), 4);

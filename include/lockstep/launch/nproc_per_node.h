@@ -8,10 +8,10 @@ namespace lockstep::launch {
 /// Counts the accelerators (GPUs) this node offers its workers; 0 when there are none.
 using DeviceCounter = std::function<int()>;
 
-/// The value of `--nproc-per-node`: a count of workers, or `auto`.
+/// The value of `--nproc-per-node`: a count of workers, `auto` or `gpu` (torchrun's spellings).
 ///
 /// `auto` means one worker per accelerator when the node has any (as torchrun does for CUDA), else one
-/// per online CPU core.
+/// per online CPU core; `gpu` one worker per visible GPU, and an error on a node without one.
 ///
 /// Example:
 ///   LaunchOptions(cmd).nproc_per_node(4);
@@ -25,23 +25,27 @@ class NprocPerNode {
 
   /// `auto`: accelerators if any, else online CPU cores.
   static NprocPerNode automatic();
+  /// `gpu`: one worker per accelerator; resolve() throws when there is none.
+  static NprocPerNode gpus();
 
-  /// Parses a command-line value: "auto" or a positive integer. Throws `LaunchError` naming
+  /// Parses a command-line value: "auto", "gpu" or a positive integer. Throws `LaunchError` naming
   /// --nproc-per-node and the value otherwise.
   static NprocPerNode parse(const std::string& text);
 
   bool is_auto() const { return auto_; }
+  bool is_gpu() const { return gpu_; }
   /// The fixed count; meaningless when `is_auto()`.
   int count() const { return count_; }
 
   /// The number of workers: the fixed count, or for `auto` `count_devices()` when that is > 0, else
-  /// the online CPU cores (at least 1).
+  /// the online CPU cores (at least 1); for `gpu` `count_devices()`, or LaunchError when it is 0.
   int resolve(const DeviceCounter& count_devices) const;
 
  private:
   NprocPerNode() = default;
   int count_ = 1;
   bool auto_ = false;
+  bool gpu_ = false;
 };
 
 /// The accelerators visible to this process without loading any GPU runtime: NVIDIA GPUs listed by the

@@ -3,11 +3,14 @@
 // memory; each epoch shuffles with torch::randperm and gathers batches with index_select.
 //
 //   build/bench/bare_loop [--data-dir DIR] [--epochs N] [--batch-size B] [--threads T] [--seed S]
-//                         [--limit-train-batches N] [--optimizer torch|fused]
+//                         [--limit-train-batches N] [--optimizer torch|fused] [--device cpu|cuda]
 //
 // --optimizer torch (the default, the W1 baseline) is LibTorch's Adam; fused is lockstep's FusedAdam
 // (bit-identical updates, one pass per parameter), to show how much of lockstep fit's speed is its
 // optimizer rather than its data-parallel engine.
+//
+// --device cuda keeps the data and the model on cuda:0 and shuffles there (the issue's GPU baseline: "a
+// bare LibTorch C++ loop, data on the GPU, randperm, index_select"); the loss is still read each step.
 //
 // Prints one JSON line per epoch: {"epoch", "train_loss", "epoch_s", "samples_per_s", "steps"}.
 // epoch_s is the wall time of the training part only (shuffle + gather + forward/backward/step).
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   int64_t limit = 0;
   std::string optimizer_name = "torch";
+  std::string device_name = "cpu";
   for (int i = 1; i < argc; ++i) {
     auto next = [&](const char* flag) -> const char* {
       if (i + 1 >= argc) {
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
       limit = std::atoll(next("--limit-train-batches"));
     else if (!std::strcmp(argv[i], "--optimizer"))
       optimizer_name = next("--optimizer");
+    else if (!std::strcmp(argv[i], "--device"))
+      device_name = next("--device");
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -64,14 +70,25 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   torch::manual_seed(seed);
+  if (device_name != "cpu" && device_name != "cuda") {
+    std::fprintf(stderr, "--device must be cpu or cuda, got %s\n", device_name.c_str());
+    return 2;
+  }
+  if (device_name == "cuda" && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "--device cuda: this LibTorch sees no CUDA device\n");
+    return 2;
+  }
+  const torch::Device device =
+      device_name == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
 
   auto train = lockstep::data::IdxDataset::from_dir(data_dir, lockstep::data::Split::kTrain);
   // Same normalisation as lockstep fit and the peer: x / 255, then (x - 0.2860) / 0.3530, in float32.
-  at::Tensor images = ((train.images().to(at::kFloat) / 255.0f) - 0.2860f) / 0.3530f;
-  at::Tensor labels = train.labels();
+  at::Tensor images = (((train.images().to(at::kFloat) / 255.0f) - 0.2860f) / 0.3530f).to(device);
+  at::Tensor labels = train.labels().to(device);
   const int64_t n = train.size();
 
   lockstep::models::Mlp model;
+  model->to(device);
   model->train();
   if (optimizer_name != "torch" && optimizer_name != "fused") {
     std::fprintf(stderr, "--optimizer must be torch or fused, got %s\n", optimizer_name.c_str());
@@ -90,7 +107,7 @@ int main(int argc, char** argv) {
 
   for (int epoch = 0; epoch < epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
-    at::Tensor perm = torch::randperm(n, at::TensorOptions().dtype(at::kLong));
+    at::Tensor perm = torch::randperm(n, at::TensorOptions().dtype(at::kLong).device(device));
     double loss_sum = 0.0;
     int64_t samples = 0;
     for (int64_t s = 0; s < steps_per_epoch; ++s) {

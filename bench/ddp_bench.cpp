@@ -12,6 +12,9 @@
 //                 within [1, 25] MiB)
 //   --backend NAME: the process group's backend (default auto)
 //   --bucket-view on|off: DdpOptions::gradient_as_bucket_view (default off; lockstep fit uses on)
+//   --device cpu|cuda: where the model and the batches live (cuda: cuda:LOCAL_RANK; the clock stops after
+//                 the device has finished the timed steps)
+//   --batch N: samples per step (default 64 for mlp, 32 otherwise)
 //   --malloc heap|glibc: heap (default) keeps step-sized blocks in glibc's heap, as lockstep-fit does
 //                 (lockstep/train/step_memory.h); glibc keeps glibc's defaults
 // Besides the step time it prints the CPU time spent per timed step: cpu_ms by this process (user +
@@ -30,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
 #include <torch/nn.h>
 #include <torch/optim.h>
 
@@ -37,6 +41,7 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/models/resnet18.h"
+#include "lockstep/train/device.h"
 #include "lockstep/train/step_memory.h"
 
 namespace {
@@ -100,7 +105,8 @@ double machine_busy_s() {
 
 int main(int argc, char** argv) {
   std::string mode = "bare", model_name = "mlp", backend = "auto", malloc_mode = "heap";
-  std::string bucket_view = "off";
+  std::string bucket_view = "off", device_name = "cpu";
+  int64_t batch_flag = 0;
   int steps = 300, warmup = 30;
   std::optional<double> bucket_cap_mb;  // unset: DdpOptions' default
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -123,12 +129,16 @@ int main(int argc, char** argv) {
       malloc_mode = argv[i + 1];
     else if (flag == "--bucket-view")
       bucket_view = argv[i + 1];
+    else if (flag == "--device")
+      device_name = argv[i + 1];
+    else if (flag == "--batch")
+      batch_flag = std::atoll(argv[i + 1]);
     else {
       std::fprintf(
           stderr,
           "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
           "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB|auto, --backend NAME, --malloc "
-          "heap|glibc, --bucket-view on|off)\n",
+          "heap|glibc, --bucket-view on|off, --device cpu|cuda, --batch N)\n",
           flag.c_str());
       return 2;
     }
@@ -136,7 +146,8 @@ int main(int argc, char** argv) {
   if ((mode != "bare" && mode != "ddp" && mode != "allreduce") ||
       (model_name != "mlp" && model_name != "wide" && model_name != "resnet18") || steps < 1 || warmup < 0 ||
       (bucket_cap_mb && !(*bucket_cap_mb > 0)) || (malloc_mode != "heap" && malloc_mode != "glibc") ||
-      (bucket_view != "on" && bucket_view != "off")) {
+      (bucket_view != "on" && bucket_view != "off") || (device_name != "cpu" && device_name != "cuda") ||
+      batch_flag < 0) {
     std::fprintf(
         stderr,
         "ddp_bench: bad --mode '%s' / --model '%s' / --steps %d / --malloc '%s' / --bucket-view '%s' / "
@@ -155,20 +166,34 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     auto model = make_model(model_name);
     const bool mlp = model_name == "mlp";
-    const int64_t batch = mlp ? 64 : 32;
+    const int64_t batch = batch_flag > 0 ? batch_flag : mlp ? 64 : 32;
     const int64_t features = mlp ? 784 : 1024;
+    const auto me = lockstep::env::from_env();
+    const c10::Device device =
+        lockstep::train::training_device(device_name == "cuda" ? lockstep::train::AcceleratorKind::kGpu
+                                                               : lockstep::train::AcceleratorKind::kCpu,
+                                         me.local_rank, me.local_world_size, /*share_gpus=*/true);
+    lockstep::train::use_device(device);
+    model->to(device);
     // 16 distinct in-memory batches, cycled.
     auto xs =
         model_name == "resnet18" ? torch::randn({16, batch, 3, 32, 32}) : torch::randn({16, batch, features});
     auto ys = torch::randint(0, 10, {16, batch}, torch::kLong);
+    xs = xs.to(device);
+    ys = ys.to(device);
+    // The clock reads host time: let the device finish what was queued before it is read.
+    auto settle = [&] {
+      if (device.is_cuda()) torch::cuda::synchronize();
+    };
 
     std::unique_ptr<lockstep::comm::ProcessGroup> group;
     std::unique_ptr<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>> ddp;
     if (mode != "bare") {
       const auto env = lockstep::env::from_env();
-      group = std::make_unique<lockstep::comm::ProcessGroup>(lockstep::comm::init_process_group(
-          lockstep::comm::ProcessGroupOptions::from_environment(env).backend(
-              lockstep::comm::parse_backend(backend))));
+      group = std::make_unique<lockstep::comm::ProcessGroup>(
+          lockstep::comm::init_process_group(lockstep::comm::ProcessGroupOptions::from_environment(env)
+                                                 .backend(lockstep::comm::parse_backend(backend))
+                                                 .cuda(device.is_cuda())));
       ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<torch::nn::Sequential>>(
           model, *group,
           lockstep::ddp::DdpOptions()
@@ -188,7 +213,7 @@ int main(int argc, char** argv) {
       for (const auto& bucket : ddp->reducer().bucket_indices()) {
         int64_t numel = 0;
         for (size_t index : bucket) numel += params.at(index).numel();
-        bucket_buffers.push_back(torch::ones({numel}));
+        bucket_buffers.push_back(torch::ones({numel}, torch::TensorOptions().device(device)));
       }
     }
 
@@ -209,9 +234,11 @@ int main(int argc, char** argv) {
       if (i == steps - 1) last_loss = loss.item<double>();
     };
     for (int i = 0; i < warmup; ++i) step(i);
+    settle();
     const double cpu_start = process_cpu_s(), busy_start = machine_busy_s();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step(i);
+    settle();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu_ms = 1000.0 * (process_cpu_s() - cpu_start) / steps;
     const double busy_ms = 1000.0 * (machine_busy_s() - busy_start) / steps;
@@ -223,11 +250,12 @@ int main(int argc, char** argv) {
     std::printf(
         "mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
         "bucket_bytes=%lld buckets=%zu peak_rss_kib=%ld threads=%d last_loss=%.6f cpu_ms=%.1f "
-        "machine_busy_ms=%.1f machine_cores=%ld malloc=%s bucket_view=%s\n",
+        "machine_busy_ms=%.1f machine_cores=%ld malloc=%s bucket_view=%s device=%s batch=%lld\n",
         mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
         static_cast<long long>(grad_bytes), static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0),
         ddp ? ddp->reducer().bucket_indices().size() : size_t{0}, peak_rss_kib(), at::get_num_threads(),
-        last_loss, cpu_ms, busy_ms, sysconf(_SC_NPROCESSORS_ONLN), malloc_mode.c_str(), bucket_view.c_str());
+        last_loss, cpu_ms, busy_ms, sysconf(_SC_NPROCESSORS_ONLN), malloc_mode.c_str(), bucket_view.c_str(),
+        device.str().c_str(), static_cast<long long>(batch));
     ddp.reset();
     if (group) group->shutdown();
     return 0;

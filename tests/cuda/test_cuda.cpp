@@ -1,0 +1,244 @@
+// The GPU paths (ctest -L cuda), on a machine with a CUDA device; where LibTorch sees none every case skips
+// with the reason (tests/allowed-skips.txt: CI has no GPU). What they prove: a rank trains on its local GPU;
+// an nccl group moves CUDA tensors and routes CPU tensors to its host backend; the Trainer on a GPU (one
+// rank, and two ranks sharing the GPU over Gloo) trains what one CPU process trains on the global batch;
+// 16-mixed trains with the GradScaler; the loader's pinned batches; checkpoints cross devices.
+#include <gtest/gtest.h>
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "../comm/thread_group.h"
+#include "lockstep/train/device.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::train::cuda_test {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+
+#define LOCKSTEP_REQUIRE_GPU()      \
+  if (!torch::cuda::is_available()) \
+  GTEST_SKIP() << "no CUDA device: LibTorch sees none (the GPU machine runs these: docs/gpu.md)"
+
+// 64 rows of 4 features and a target from a fixed linear rule plus noise; made once (thread ranks).
+const std::pair<at::Tensor, at::Tensor>& rows() {
+  static const std::pair<at::Tensor, at::Tensor> made = [] {
+    const auto generator = at::detail::createCPUGenerator(5);
+    at::Tensor x = at::randn({64, 4}, generator);
+    at::Tensor y = x.matmul(torch::tensor({0.5f, -1.0f, 2.0f, 0.25f})) + 0.1 * at::randn({64}, generator);
+    return std::make_pair(x, y);
+  }();
+  return made;
+}
+
+class TwoLayer : public BasicTrainModule<Pair> {
+ public:
+  TwoLayer()
+      : a(register_module("a", torch::nn::Linear(4, 8))), b(register_module("b", torch::nn::Linear(8, 1))) {
+    torch::NoGradGuard no_grad;  // the same start everywhere, whatever the generator did before
+    a->weight.copy_(at::linspace(-0.5, 0.5, 32).reshape({8, 4}));
+    a->bias.fill_(0.05);
+    b->weight.copy_(at::linspace(0.3, -0.3, 8).reshape({1, 8}));
+    b->bias.zero_();
+  }
+  at::Tensor loss_of(const Pair& batch) {
+    const at::Tensor out = b(torch::relu(a(std::get<0>(batch)))).squeeze(1);
+    return torch::nn::functional::mse_loss(out.to(at::kFloat), std::get<1>(batch));
+  }
+  at::Tensor training_step(const Pair& batch, int64_t) override {
+    at::Tensor loss = loss_of(batch);
+    log("train_loss", loss, LogOptions().sync_dist(true));
+    return loss;
+  }
+  void validation_step(const Pair& batch, int64_t) override {
+    log("val_loss", loss_of(batch), LogOptions().sync_dist(true));
+  }
+  OptimizerConfig configure_optimizers() override {
+    return {std::make_unique<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.05)), std::nullopt};
+  }
+  torch::nn::Linear a, b;
+};
+
+class PairData : public BasicDataModule<Pair> {
+ public:
+  explicit PairData(int64_t batch) : batch_(batch) {}
+  data::DataSource<Pair> train_data() override { return source(); }
+  std::optional<data::DataSource<Pair>> val_data() override { return source().shuffle(false); }
+
+ private:
+  data::DataSource<Pair> source() const {
+    const auto [x, y] = rows();
+    return {data::make_dataset(x.size(0),
+                               [x = x, y = y](int64_t i) {
+                                 return Pair{x[i], y[i]};
+                               }),
+            data::LoaderOptions(batch_).num_workers(1)};
+  }
+  int64_t batch_;
+};
+
+struct Quiet {
+  std::FILE* file = std::fopen("/dev/null", "w");
+  ~Quiet() { std::fclose(file); }
+};
+
+// Trains TwoLayer on `world` thread ranks sharing this machine's GPU 0 (Gloo moves CUDA tensors; NCCL
+// refuses two ranks on one device), or the CPU; returns rank 0's parameters on the CPU.
+std::vector<at::Tensor> train(int world, int64_t batch, TrainerOptions base,
+                              TrainerResult* result = nullptr) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Quiet quiet;
+  std::vector<at::Tensor> params;
+  auto outcomes = run_ranks(world, [&](int rank) {
+    auto group = comm::init_process_group(
+        lockstep::testing::thread_group_options(rank, world, store, "cuda").backend(comm::Backend::kGloo));
+    auto module = std::make_shared<TwoLayer>();
+    PairData data(batch);
+    TrainerOptions options = base;  // each rank its own copy
+    Trainer trainer(options.process_group(&group).out(quiet.file).save_final_weights(false));
+    const TrainerResult r = trainer.fit(module, data);
+    if (rank == 0) {
+      for (const auto& p : module->parameters()) params.push_back(p.detach().cpu().clone());
+      if (result) *result = r;
+    }
+    group.shutdown();
+  });
+  expect_all_ok(outcomes);
+  return params;
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double rtol,
+                  double atol) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], rtol, atol)) << "parameter " << i << "\n" << a[i] << "\n" << b[i];
+}
+
+TEST(Cuda, RankTrainsOnItsLocalGpu) {
+  LOCKSTEP_REQUIRE_GPU();
+  const int count = static_cast<int>(torch::cuda::device_count());
+  for (AcceleratorKind kind : {AcceleratorKind::kAuto, AcceleratorKind::kGpu}) {
+    const c10::Device device = training_device(kind, count - 1, count, false);
+    EXPECT_TRUE(device.is_cuda());
+    EXPECT_EQ(device.index(), count - 1);
+    use_device(device);
+    EXPECT_EQ(c10::cuda::current_device(), count - 1);
+  }
+  EXPECT_TRUE(training_device(AcceleratorKind::kCpu, 0, 1, false).is_cpu());
+  EXPECT_THROW(training_device(AcceleratorKind::kGpu, 0, count + 1, false), std::invalid_argument);
+  use_device(c10::Device(c10::kCUDA, 0));
+}
+
+TEST(Cuda, NcclGroupMovesDeviceTensorsAndRoutesHostTensorsToItsHostBackend) {
+  LOCKSTEP_REQUIRE_GPU();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto group =
+      comm::init_process_group(lockstep::testing::thread_group_options(0, 1, store, "nccl").cuda(true));
+  EXPECT_EQ(group.backend(), comm::Backend::kNccl);  // auto, on a GPU
+  EXPECT_EQ(group.native()->getBackendName(), "nccl");
+  at::Tensor on_gpu = at::full({5}, 3.0f, at::TensorOptions().device(at::kCUDA));
+  group.all_reduce(on_gpu, comm::ReduceOp::kAvg).wait();  // ordered on the stream, no host wait
+  EXPECT_TRUE(at::equal(on_gpu.cpu(), at::full({5}, 3.0f)));
+  at::Tensor on_host = at::full({3}, 2.0, at::kDouble);  // NCCL refuses CPU tensors: the host backend
+  group.all_reduce(on_host, comm::ReduceOp::kSum).wait();
+  EXPECT_TRUE(at::equal(on_host, at::full({3}, 2.0, at::kDouble)));
+  EXPECT_EQ(group.all_gather_strings("one"), std::vector<std::string>{"one"});
+  group.barrier();
+  group.shutdown();
+}
+
+TEST(Cuda, TrainerOnTheGpuTrainsWhatOneCpuProcessTrains) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto options = TrainerOptions().max_epochs(2).seed(4);
+  TrainerResult result;
+  const auto cpu = train(1, 16, TrainerOptions(options).accelerator(AcceleratorKind::kCpu));
+  const auto gpu = train(1, 16, TrainerOptions(options).accelerator(AcceleratorKind::kGpu), &result);
+  EXPECT_EQ(result.global_step, 8);
+  expect_close(gpu, cpu, 1e-4, 1e-5);  // the same steps; GPU kernels round differently
+  // Two ranks sharing the GPU over Gloo, 8 each: DDP on CUDA buckets, the same global batch.
+  const auto two = train(2, 8, TrainerOptions(options).accelerator(AcceleratorKind::kGpu), &result);
+  EXPECT_EQ(result.global_step, 8);
+  expect_close(two, gpu, 1e-4, 1e-5);
+  // The check can fail: a different batch trains different parameters.
+  const auto other = train(1, 8, TrainerOptions(options).accelerator(AcceleratorKind::kGpu));
+  EXPECT_FALSE(torch::allclose(other[0], gpu[0], 1e-4, 1e-5));
+}
+
+TEST(Cuda, SixteenMixedTrainsWithTheGradScaler) {
+  LOCKSTEP_REQUIRE_GPU();
+  TrainerResult result;
+  const auto base = TrainerOptions().max_epochs(3).seed(4).accelerator(AcceleratorKind::kGpu);
+  const auto fp32 = train(1, 16, base);
+  const auto fp16 = train(1, 16, TrainerOptions(base).precision(Precision::k16Mixed), &result);
+  ASSERT_EQ(result.epochs.size(), 3u);
+  EXPECT_LT(result.epochs.back().train_loss, result.epochs.front().train_loss);
+  for (const auto& p : fp16) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  expect_close(fp16, fp32, 5e-2, 5e-3);  // float16's rounding, same steps
+}
+
+TEST(Cuda, LoaderBuildsPinnedBatchesThatCopyWithoutBlocking) {
+  LOCKSTEP_REQUIRE_GPU();
+  const auto [x, y] = rows();
+  auto dataset = data::make_dataset(x.size(0), [x = x, y = y](int64_t i) { return Pair{x[i], y[i]}; });
+  data::BasicLoader<Pair> plain(dataset, data::LoaderOptions(16).num_workers(2));
+  data::BasicLoader<Pair> pinned(dataset, data::LoaderOptions(16).num_workers(2));
+  pinned.pin_memory();
+  std::vector<int64_t> order(64);
+  for (int64_t i = 0; i < 64; ++i) order[i] = (i * 7) % 64;
+  plain.start_epoch(order, 0);
+  pinned.start_epoch(order, 0);
+  int batches = 0;
+  while (auto a = plain.next()) {
+    auto b = pinned.next();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_FALSE(std::get<0>(*a).is_pinned());
+    EXPECT_TRUE(std::get<0>(*b).is_pinned());
+    EXPECT_TRUE(std::get<1>(*b).is_pinned());
+    const Pair on_gpu = data::batch_to(*b, c10::Device(c10::kCUDA, 0));
+    EXPECT_TRUE(at::equal(std::get<0>(on_gpu).cpu(), std::get<0>(*a)));
+    EXPECT_TRUE(at::equal(std::get<1>(on_gpu).cpu(), std::get<1>(*a)));
+    ++batches;
+  }
+  EXPECT_EQ(batches, 4);
+}
+
+TEST(Cuda, CheckpointsCrossDevices) {
+  LOCKSTEP_REQUIRE_GPU();
+  const std::string dir = ::testing::TempDir() + "lockstep_cuda_ckpt";
+  std::filesystem::remove_all(dir);
+  const auto base = TrainerOptions().seed(4).ckpt_dir(dir);
+  TrainerResult result;
+  // Written on the GPU, resumed on the CPU, and the other way round; each resume continues the steps.
+  train(1, 16, TrainerOptions(base).max_epochs(1).accelerator(AcceleratorKind::kGpu));
+  const auto resumed_on_cpu = train(
+      1, 16, TrainerOptions(base).max_epochs(2).resume("last").accelerator(AcceleratorKind::kCpu), &result);
+  EXPECT_EQ(result.global_step, 8);
+  const auto straight =
+      train(1, 16, TrainerOptions().seed(4).max_epochs(2).accelerator(AcceleratorKind::kCpu));
+  expect_close(resumed_on_cpu, straight, 1e-4, 1e-5);
+  train(1, 16, TrainerOptions(base).max_epochs(3).resume("last").accelerator(AcceleratorKind::kGpu), &result);
+  EXPECT_EQ(result.global_step, 12);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lockstep::train::cuda_test

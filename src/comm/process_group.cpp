@@ -7,6 +7,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -270,6 +271,91 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);
   return tracked(to.backend->allgather(out, in, opts), std::move(description), {}, to.on_stream);
+}
+
+namespace {
+
+// `flat` as size() contiguous chunks of `n` elements (views).
+std::vector<at::Tensor> chunks_of(const at::Tensor& flat, int64_t n, int world) {
+  std::vector<at::Tensor> out;
+  for (int r = 0; r < world; ++r) out.push_back(flat.narrow(0, r * n, n));
+  return out;
+}
+
+void check_flat(const at::Tensor& many, const at::Tensor& one, int world, const char* op,
+                const char* many_name, const char* one_name) {
+  TORCH_CHECK(many.is_contiguous() && one.is_contiguous() && many.dim() == 1 && one.dim() == 1, op, ": ",
+              many_name, " and ", one_name, " must be contiguous 1-D tensors");
+  TORCH_CHECK(many.numel() == one.numel() * world && many.scalar_type() == one.scalar_type(), op, ": ",
+              many_name, " must hold world size (", world, ") x ", one_name, "'s ", one.numel(),
+              " elements of its dtype, got ", many.scalar_type(), "[", many.numel(), "] and ",
+              one.scalar_type(), "[", one.numel(), "]");
+}
+
+// Backends whose flat collectives lockstep uses as they are; Gloo and hier take lists of chunk views.
+bool has_flat_collectives(const NativeBackend& backend) {
+  const std::string name = backend.getBackendName();
+  return name == "shm" || name == "mpi" || name == "nccl";
+}
+
+}  // namespace
+
+Work ProcessGroup::all_gather_into(at::Tensor& output, at::Tensor& input) {
+  check_open("all_gather_into");
+  check_flat(output, input, size_, "all_gather_into", "output", "input");
+  std::vector<at::Tensor> in{input};
+  const Route to = route(in);
+  c10d::AllgatherOptions opts;
+  opts.timeout = options_.collective_timeout();
+  auto description = describe("allgather_into", in);
+  if (input.numel() == 0) {  // nothing to move (Gloo divides by the element count): a barrier
+    c10d::BarrierOptions barrier;
+    barrier.timeout = options_.collective_timeout();
+    return tracked(route({}).backend->barrier(barrier), description + " (empty: barrier)");
+  }
+  if (has_flat_collectives(*to.backend))
+    return tracked(to.backend->_allgather_base(output, input, opts), std::move(description), {},
+                   to.on_stream);
+  std::vector<std::vector<at::Tensor>> out{chunks_of(output, input.numel(), size_)};
+  return tracked(to.backend->allgather(out, in, opts), std::move(description), {}, to.on_stream);
+}
+
+Work ProcessGroup::reduce_scatter(at::Tensor& output, at::Tensor& input, ReduceOp op) {
+  check_open("reduce_scatter");
+  check_flat(input, output, size_, "reduce_scatter", "input", "output");
+  std::vector<at::Tensor> in{input};
+  const Route to = route(in);
+  auto description = describe("reduce_scatter", in) + " " + name_of(op);
+  // Only the flat collectives average themselves; the others sum, and the average divides afterwards.
+  const bool flat = has_flat_collectives(*to.backend);
+  const bool native_average = flat && to.averages;
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = op == ReduceOp::kAvg && native_average ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
+  opts.timeout = options_.collective_timeout();
+  const bool average_after = op == ReduceOp::kAvg && size_ > 1 && !native_average;
+  std::function<void()> finish;
+  if (average_after) finish = [output, size = size_]() mutable { detail::divide_for_average(output, size); };
+  if (flat) {
+    return tracked(to.backend->_reduce_scatter_base(output, input, opts), std::move(description),
+                   std::move(finish), to.on_stream);
+  }
+  if (TORCH_VERSION_MAJOR >= 2) {  // Gloo, and hier (whose reduce-scatter is its flat Gloo group's)
+    std::vector<at::Tensor> out{output};
+    std::vector<std::vector<at::Tensor>> ins{chunks_of(input, output.numel(), size_)};
+    return tracked(to.backend->reduce_scatter(out, ins, opts), std::move(description), std::move(finish),
+                   to.on_stream);
+  }
+  // LibTorch 1.13's Gloo has none: all-reduce a copy, keep this rank's chunk.
+  std::vector<at::Tensor> scratch{input.clone()};
+  c10d::AllreduceOptions all;
+  all.reduceOp = to_c10d(op);
+  all.timeout = options_.collective_timeout();
+  auto keep = [output, scratch, rank = rank_, average_after, size = size_]() mutable {
+    output.copy_(scratch[0].narrow(0, rank * output.numel(), output.numel()));
+    if (average_after) detail::divide_for_average(output, size);
+  };
+  return tracked(to.backend->allreduce(scratch, all), description + " (as an all-reduce: Gloo 1.x)",
+                 std::move(keep));
 }
 
 void ProcessGroup::barrier() {

@@ -94,6 +94,50 @@ TEST_P(ProcessGroupWorld, BroadcastFromEveryRootAndAllGather) {
   }));
 }
 
+// The flat collectives of sharded training (reduce-scatter, all-gather into one tensor) on Gloo (1.13: an
+// all-reduce underneath) and shm, against the closed form: rank r contributes r + 1 + i at position i.
+TEST_P(ProcessGroupWorld, FlatReduceScatterAndAllGatherOnGlooAndShm) {
+  const int world = GetParam();
+  for (Backend backend : {Backend::kGloo, Backend::kShm}) {
+    SCOPED_TRACE(to_string(backend));
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto pg = init_process_group(thread_options(rank, world, store).backend(backend));
+      for (int64_t n : {0, 1, 5, 1000}) {
+        at::Tensor in = at::arange(n * world, at::kFloat) + static_cast<float>(rank + 1);
+        at::Tensor out = at::full({n}, -7.0f);
+        pg.reduce_scatter(out, in, ReduceOp::kSum).wait();
+        // sum over ranks of (r + 1 + i) = world * i + world * (world + 1) / 2, for i in this rank's chunk
+        const at::Tensor i = at::arange(rank * n, (rank + 1) * n, at::kFloat);
+        ASSERT_TRUE(at::equal(out, i * world + static_cast<float>(world * (world + 1) / 2))) << "n=" << n;
+        at::Tensor avg = at::empty({n}, at::kFloat);
+        pg.reduce_scatter(avg, in, ReduceOp::kAvg).wait();
+        ASSERT_TRUE(at::allclose(avg, i + (world + 1) / 2.0f)) << "n=" << n;
+        at::Tensor ints_in = at::full({n * world}, rank + 2, at::kLong);
+        at::Tensor ints = at::empty({n}, at::kLong);
+        pg.reduce_scatter(ints, ints_in, ReduceOp::kMax).wait();
+        ASSERT_TRUE(at::equal(ints, at::full({n}, world + 1, at::kLong)));
+        at::Tensor mine = at::full({n}, static_cast<double>(rank * rank), at::kDouble);
+        at::Tensor all = at::full({n * world}, -1.0, at::kDouble);
+        pg.all_gather_into(all, mine).wait();
+        for (int r = 0; r < world; ++r)
+          ASSERT_TRUE(
+              at::equal(all.narrow(0, r * n, n), at::full({n}, static_cast<double>(r * r), at::kDouble)));
+      }
+      try {
+        at::Tensor wrong = at::empty({3}, at::kFloat);
+        at::Tensor in = at::empty({3 * world + 1}, at::kFloat);
+        pg.reduce_scatter(wrong, in);
+        ADD_FAILURE() << "a mismatched reduce_scatter was accepted";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what_without_backtrace()).find("input must hold world size"),
+                  std::string::npos);
+      }
+      pg.shutdown();
+    }));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ProcessGroupWorld, ::testing::Values(1, 2, 3, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "world" + std::to_string(info.param);

@@ -71,6 +71,16 @@ class ProcessGroup {
   Work all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input);
   /// Every rank's `input` stacked along a new first dimension: [size(), input's sizes...]. Blocks.
   at::Tensor all_gather_stacked(const at::Tensor& input);
+  /// Flat all-gather: `output` (contiguous, size() x input's elements, input's dtype) receives rank r's
+  /// `input` (contiguous) at [r * n, (r + 1) * n). Backends with a flat collective (shm, mpi, nccl) use
+  /// it; Gloo and hier gather into views of `output`.
+  Work all_gather_into(at::Tensor& output, at::Tensor& input);
+  /// Flat reduce-scatter: `input` (contiguous, size() x output's elements) is reduced elementwise over the
+  /// ranks by `op`, and `output` receives chunk rank() of the result. shm, mpi and nccl have it flat, hier
+  /// and Gloo on LibTorch 2.x as a list of chunk views; LibTorch 1.13's Gloo has no reduce-scatter at all,
+  /// so there it is an all-reduce of a copy of `input` whose chunk is kept (twice the bytes on the wire:
+  /// docs/benchmarks.md measures it).
+  Work reduce_scatter(at::Tensor& output, at::Tensor& input, ReduceOp op = ReduceOp::kSum);
   /// Every rank's string, in rank order (two all-gathers: lengths, then the padded bytes). Blocks.
   std::vector<std::string> all_gather_strings(const std::string& mine);
   /// Rank `root`'s `text` on every rank (the others' `text` is ignored). Blocks.

@@ -6,8 +6,8 @@
 //
 // Layers, bottom up (docs/architecture.md): env (who this process is), launch (starting ranks), comm
 // (process groups and collectives), ddp (DistributedDataParallel), data (datasets, the sampler, the
-// loader), models, optim, train (the Trainer, callbacks, checkpoints, the Accelerator). Include a layer's
-// own headers instead to compile less.
+// loader), models, optim, shard (ZeRO-1), train (the Trainer, callbacks, checkpoints, the Accelerator).
+// Include a layer's own headers instead to compile less.
 
 #include "lockstep/env/environment.h"
 #include "lockstep/env/slurm.h"
@@ -30,6 +30,7 @@
 #include "lockstep/data/collate.h"
 #include "lockstep/data/data_error.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/data/device_dataset.h"
 #include "lockstep/data/distributed_sampler.h"
 #include "lockstep/data/idx_dataset.h"
 #include "lockstep/data/image_dataset.h"
@@ -46,10 +47,14 @@
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
 
+#include "lockstep/shard/zero_optimizer.h"
+
 #include "lockstep/train/accelerator.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/device.h"
+#include "lockstep/train/device_choice.h"
 #include "lockstep/train/early_stopping.h"
 #include "lockstep/train/lr_monitor.h"
 #include "lockstep/train/model_checkpoint.h"

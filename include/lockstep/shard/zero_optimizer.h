@@ -1,0 +1,111 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include "lockstep/comm/process_group.h"
+
+namespace lockstep::shard {
+
+/*
+ * ZeRO stage 1: the optimizer's state sharded over the ranks.
+ *
+ * Every parameter is cut into world-size chunks of ceil(numel / world) elements (the last ones shorter,
+ * or empty); rank r keeps chunk r of every parameter, as a tensor sharing the parameter's memory, and the
+ * user's optimizer is re-targeted from the parameters to these chunks. So its state — Adam's two moments,
+ * 8 of DDP's 16 bytes a parameter — is 1/world per rank.
+ *
+ * Why it is exact: an elementwise optimizer (SGD with momentum, Adam, AdamW, lockstep's FusedAdam,
+ * RMSprop, Adagrad) updates each element from that element's gradient and state alone, so the chunks step
+ * exactly as the whole parameters would. A parameter without a gradient leaves its chunks without one, and
+ * the optimizer skips them as it skips the parameter. Per-parameter chunks (not one flat vector cut in N)
+ * keep this true for any mix of used and unused parameters, and keep each parameter group's options.
+ *
+ * A step: each chunk's gradient is a view of the averaged gradient DDP left in the parameter's .grad; the
+ * optimizer steps the chunks (in place, in the parameters' memory); then the chunks are all-gathered back
+ * into the parameters. A parameter of at least 1 MiB whose size divides by the world is gathered straight
+ * into its own memory (no copy but its chunk's); the others are packed, rank by rank, into buckets whose
+ * gathered size stays under 16 MiB, and copied out. So the gathers need at most 16 MiB besides the largest
+ * chunk, not a second copy of the model (which would take back much of what sharding saved). The optimizer's
+ * options live in this object's param_groups (so a learning-rate schedule or the GradScaler sees the
+ * parameters and their full gradients, as with DDP) and are handed to the inner optimizer before each step.
+ *
+ * Checkpoints hold the state whole, in the inner optimizer's own format: consolidate() (every rank) gathers
+ * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
+ * optimizer writes in a DDP run; load() (every rank) reads such a state and keeps this rank's chunks of it.
+ * So a checkpoint resumes with ddp or zero1 on any world size.
+ */
+class ZeroOptimizer : public torch::optim::Optimizer {
+ public:
+  /// `optimizer` was built over the model's parameters (configure_optimizers) and has no state yet. It is
+  /// re-targeted to this rank's chunks. Every rank calls this with the same parameters, in the same
+  /// order. Throws std::invalid_argument naming the problem when the optimizer is null, already has state,
+  /// or a parameter is not contiguous.
+  ZeroOptimizer(std::unique_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group);
+
+  /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
+  /// A closure is not supported (LBFGS-style optimizers are not elementwise).
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// Gathers the whole optimizer state onto rank `root` for save() (a collective: every rank calls it,
+  /// between steps). Throws std::runtime_error naming the parameter when an optimizer's state is not
+  /// elementwise (a state tensor not shaped like its chunk).
+  void consolidate(int root = 0);
+  /// On the rank that consolidate() gathered onto: the inner optimizer's own save() of the whole state.
+  /// Elsewhere, or before consolidate(): std::logic_error.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  /// Every rank: the inner optimizer's load() of a whole state (written by save(), or by the same optimizer
+  /// in a DDP run), of which this rank keeps its chunks.
+  void load(torch::serialize::InputArchive& archive) override;
+
+  /// The optimizer stepping this rank's chunks.
+  const torch::optim::Optimizer& inner() const { return *inner_; }
+  /// Bytes of the inner optimizer's state tensors on this rank.
+  int64_t state_bytes() const;
+  /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length).
+  struct Range {
+    int64_t begin = 0;
+    int64_t length = 0;
+  };
+  static Range chunk(int64_t numel, int rank, int world);
+
+ private:
+  struct Slot {
+    at::Tensor param;           // the model's
+    at::Tensor chunk;           // this rank's part of it, sharing its memory
+    int64_t chunk_size = 0;     // ceil(numel / world): the stride of the packed buffer
+    int64_t offset = 0;         // where this parameter's chunk sits in a rank's packed buffer (consolidate)
+    int bucket = -1;            // its gather bucket; -1: gathered straight into the parameter
+    int64_t bucket_offset = 0;  // where its chunk sits in a rank's part of that bucket
+  };
+  void plan_gathers(const at::TensorOptions& buffer);
+  void gather_chunks();
+  using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+  /// Runs `fn` with the inner optimizer pointed at the whole parameters and holding `whole` as its state
+  /// (then puts the chunks and their state back).
+  void with_whole_parameters(StateMap& whole, const std::function<void()>& fn) const;
+
+  std::unique_ptr<torch::optim::Optimizer> inner_;
+  comm::ProcessGroup* group_;
+  std::vector<std::vector<Slot>> slots_;  // per param group
+  int64_t packed_ = 0;                    // elements of one rank's packed buffer (all parameters)
+  std::vector<int64_t> buckets_;          // elements of one rank's part of each gather bucket
+  at::Tensor send_, receive_;             // the largest bucket (or direct chunk), and its gathered size
+  at::TensorOptions options_;             // the parameters' dtype and device
+  mutable StateMap consolidated_;         // the whole state, on the root of the last consolidate()
+  int consolidated_root_ = -1;
+};
+
+/// The tensors an optimizer's per-parameter state holds, by the names its serialize() gives them (Adam:
+/// exp_avg, exp_avg_sq, ...; OptimizerParamState has no other generic accessor).
+std::vector<std::pair<std::string, at::Tensor>> state_tensors(const torch::optim::OptimizerParamState& state);
+
+}  // namespace lockstep::shard

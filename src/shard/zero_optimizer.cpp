@@ -1,0 +1,361 @@
+// ZeRO stage 1: see the block comment in include/lockstep/shard/zero_optimizer.h.
+#include "lockstep/shard/zero_optimizer.h"
+
+#include "../optim/param_state_key.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace lockstep::shard {
+namespace {
+
+// A tensor of `length` elements at `begin` of `param`'s memory: the optimizer's view of a chunk. Not an
+// autograd view (set_ on the storage), so the optimizer may treat it as a leaf of its own.
+at::Tensor chunk_of(const at::Tensor& param, int64_t begin, int64_t length) {
+  at::Tensor chunk = at::empty({0}, param.options().requires_grad(false));
+  chunk.set_(param.storage(), param.storage_offset() + begin, {length}, {1});
+  return chunk;
+}
+
+const torch::optim::Optimizer& checked(const std::unique_ptr<torch::optim::Optimizer>& optimizer) {
+  if (!optimizer) throw std::invalid_argument("ZeroOptimizer: the optimizer is null");
+  if (!optimizer->state().empty()) {
+    throw std::invalid_argument(
+        "ZeroOptimizer: the optimizer already has state (it has stepped): shard it before its first step");
+  }
+  return *optimizer;
+}
+
+std::vector<torch::optim::OptimizerParamGroup> groups_of(const torch::optim::Optimizer& optimizer) {
+  std::vector<torch::optim::OptimizerParamGroup> out;
+  for (const auto& group : optimizer.param_groups()) out.emplace_back(group);  // clones the options
+  return out;
+}
+
+// A parameter this large whose size divides by the world is gathered straight into its memory: below it,
+// one collective for many small parameters costs less than one each (measured: docs/benchmarks.md).
+constexpr int64_t kDirectBytes = int64_t{64} << 10;
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> state_tensors(
+    const torch::optim::OptimizerParamState& state) {
+  torch::serialize::OutputArchive out;
+  state.serialize(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream input(bytes.str());
+  torch::serialize::InputArchive in;
+  in.load_from(input);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const std::string& key : in.keys()) {
+    c10::IValue value;
+    if (in.try_read(key, value) && value.isTensor()) tensors.emplace_back(key, value.toTensor());
+  }
+  return tensors;
+}
+
+ZeroOptimizer::Range ZeroOptimizer::chunk(int64_t numel, int rank, int world) {
+  const int64_t size = (numel + world - 1) / world;
+  const int64_t begin = std::min(numel, size * rank);
+  return {begin, std::min(numel, begin + size) - begin};
+}
+
+ZeroOptimizer::ZeroOptimizer(std::unique_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group)
+    : torch::optim::Optimizer(groups_of(checked(optimizer)), checked(optimizer).defaults().clone()),
+      inner_(std::move(optimizer)),
+      group_(&group) {
+  const int world = group.size();
+  const int rank = group.rank();
+  at::TensorOptions buffer;
+  bool first = true;
+  for (auto& inner_group : inner_->param_groups()) {
+    std::vector<Slot> slots;
+    std::vector<at::Tensor> chunks;
+    for (const at::Tensor& param : inner_group.params()) {
+      if (!param.is_contiguous()) {
+        throw std::invalid_argument("ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
+                                    " is not contiguous: its chunks must be plain ranges of its memory");
+      }
+      if (first) {
+        buffer = param.options().requires_grad(false);
+        first = false;
+      } else if (param.scalar_type() != buffer.dtype().toScalarType() || param.device() != buffer.device()) {
+        throw std::invalid_argument("ZeroOptimizer: the parameters mix " + c10::str(buffer.dtype()) + " on " +
+                                    buffer.device().str() + " with " + c10::str(param.scalar_type()) +
+                                    " on " + param.device().str() + ": shard one dtype on one device");
+      }
+      const Range mine = chunk(param.numel(), rank, world);
+      Slot slot{param, chunk_of(param, mine.begin, mine.length), (param.numel() + world - 1) / world,
+                packed_};
+      packed_ += slot.chunk_size;
+      chunks.push_back(slot.chunk);
+      slots.push_back(std::move(slot));
+    }
+    inner_group.params() = std::move(chunks);  // the inner optimizer steps the chunks from now on
+    slots_.push_back(std::move(slots));
+  }
+  plan_gathers(buffer);
+}
+
+void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
+  const int world = group_->size();
+  const int64_t element = static_cast<int64_t>(c10::elementSize(buffer.dtype().toScalarType()));
+  const int64_t bucket_cap = std::max<int64_t>(1, (int64_t{16} << 20) / (element * world));
+  int64_t send = 0;
+  for (auto& group : slots_) {
+    for (Slot& slot : group) {
+      if (slot.param.numel() % world == 0 && slot.param.numel() * element >= kDirectBytes) {
+        send = std::max(send, slot.chunk_size);  // straight into the parameter
+        continue;
+      }
+      if (buckets_.empty() || (buckets_.back() > 0 && buckets_.back() + slot.chunk_size > bucket_cap))
+        buckets_.push_back(0);
+      slot.bucket = static_cast<int>(buckets_.size()) - 1;
+      slot.bucket_offset = buckets_.back();
+      buckets_.back() += slot.chunk_size;
+      send = std::max(send, buckets_.back());
+    }
+  }
+  int64_t largest_bucket = 0;
+  for (int64_t b : buckets_) largest_bucket = std::max(largest_bucket, b);
+  send_ = at::empty({send}, buffer);
+  receive_ = at::empty({largest_bucket * world}, buffer);
+  options_ = buffer;
+}
+
+int64_t ZeroOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& entry : inner_->state()) {
+    for (const auto& [name, tensor] : state_tensors(*entry.second))
+      bytes += static_cast<int64_t>(tensor.nbytes());
+  }
+  return bytes;
+}
+
+at::Tensor ZeroOptimizer::step(LossClosure closure) {
+  TORCH_CHECK(!closure,
+              "ZeroOptimizer::step: a closure is not supported (its optimizer must be elementwise)");
+  torch::NoGradGuard no_grad;
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    auto& inner_group = inner_->param_groups()[g];
+    inner_group.set_options(param_groups()[g].options().clone());  // a schedule changed the outer ones
+    for (Slot& slot : slots_[g]) {
+      const at::Tensor& grad = slot.param.grad();
+      if (!grad.defined()) {
+        slot.chunk.mutable_grad() = at::Tensor();  // skipped, as the whole parameter would be
+        continue;
+      }
+      const Range mine = chunk(slot.param.numel(), group_->rank(), group_->size());
+      slot.chunk.mutable_grad() = grad.reshape({-1}).narrow(0, mine.begin, mine.length);
+    }
+  }
+  inner_->step();
+  for (auto& group : slots_) {
+    for (Slot& slot : group) slot.chunk.mutable_grad() = at::Tensor();  // no hold on the gradients
+  }
+  gather_chunks();
+  return {};
+}
+
+void ZeroOptimizer::gather_chunks() {
+  const int world = group_->size();
+  const int rank = group_->rank();
+  for (auto& group : slots_) {  // straight into the parameters
+    for (Slot& slot : group) {
+      if (slot.bucket >= 0) continue;
+      at::Tensor mine = send_.narrow(0, 0, slot.chunk_size);
+      mine.copy_(slot.chunk);
+      at::Tensor flat = slot.param.view({-1});
+      group_->all_gather_into(flat, mine).wait();
+    }
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {  // the others, packed
+    at::Tensor mine = send_.narrow(0, 0, buckets_[b]);
+    at::Tensor all = receive_.narrow(0, 0, buckets_[b] * world);
+    for (const auto& group : slots_) {
+      for (const Slot& slot : group) {
+        if (slot.bucket == static_cast<int>(b) && slot.chunk.numel() > 0)
+          mine.narrow(0, slot.bucket_offset, slot.chunk.numel()).copy_(slot.chunk);
+      }
+    }
+    group_->all_gather_into(all, mine).wait();
+    for (const auto& group : slots_) {
+      for (const Slot& slot : group) {
+        if (slot.bucket != static_cast<int>(b)) continue;
+        at::Tensor flat = slot.param.view({-1});
+        for (int r = 0; r < world; ++r) {
+          const Range theirs = chunk(slot.param.numel(), r, world);
+          if (r == rank || theirs.length == 0) continue;  // its own chunk was stepped in place
+          flat.narrow(0, theirs.begin, theirs.length)
+              .copy_(all.narrow(0, r * buckets_[b] + slot.bucket_offset, theirs.length));
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The bytes `write` puts in an archive, read back as one.
+void round_trip(const std::function<void(torch::serialize::OutputArchive&)>& write,
+                torch::serialize::InputArchive& into) {
+  torch::serialize::OutputArchive out;
+  write(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream input(bytes.str());
+  into.load_from(input);
+}
+
+// A copy of `like` (its type, its scalars such as Adam's step) whose tensors named in `tensors` are those.
+std::unique_ptr<torch::optim::OptimizerParamState> with_tensors(
+    const torch::optim::OptimizerParamState& like, const std::map<std::string, at::Tensor>& tensors) {
+  torch::serialize::InputArchive fields;
+  round_trip([&](torch::serialize::OutputArchive& out) { like.serialize(out); }, fields);
+  torch::serialize::InputArchive replaced;
+  round_trip(
+      [&](torch::serialize::OutputArchive& out) {
+        for (const std::string& key : fields.keys()) {
+          c10::IValue value;
+          fields.try_read(key, value);
+          const auto it = tensors.find(key);
+          out.write(key, it != tensors.end() ? c10::IValue(it->second) : value);
+        }
+      },
+      replaced);
+  std::unique_ptr<torch::optim::OptimizerParamState> state = like.clone();
+  state->serialize(replaced);
+  return state;
+}
+
+}  // namespace
+
+void ZeroOptimizer::with_whole_parameters(StateMap& whole, const std::function<void()>& fn) const {
+  std::vector<std::vector<at::Tensor>> chunks;
+  for (size_t g = 0; g < slots_.size(); ++g) {
+    auto& params = inner_->param_groups()[g].params();
+    chunks.push_back(params);
+    params.clear();
+    for (const Slot& slot : slots_[g]) params.push_back(slot.param);
+  }
+  std::swap(inner_->state(), whole);
+  struct Restore {  // also when fn throws
+    const ZeroOptimizer* self;
+    StateMap& whole;
+    std::vector<std::vector<at::Tensor>>& chunks;
+    ~Restore() {
+      std::swap(self->inner_->state(), whole);
+      for (size_t g = 0; g < chunks.size(); ++g) self->inner_->param_groups()[g].params() = chunks[g];
+    }
+  } restore{this, whole, chunks};
+  fn();
+}
+
+void ZeroOptimizer::consolidate(int root) {
+  const int world = group_->size();
+  const int rank = group_->rank();
+  auto& state = inner_->state();
+  // The state tensors' names: every rank steps the same parameters (DDP agrees on which have gradients),
+  // so the first parameter with state is the same everywhere.
+  std::vector<std::string> names;
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) {
+      const auto it = state.find(optim::detail::param_state_key(slot.chunk));
+      if (it == state.end() || !names.empty()) continue;
+      for (const auto& [name, tensor] : state_tensors(*it->second))
+        if (tensor.defined()) names.push_back(name);
+    }
+  }
+  std::map<std::string, at::Tensor> gathered;        // name -> every rank's packed chunks
+  at::Tensor send = at::zeros({packed_}, options_);  // whole-model temporaries, for the checkpoint only
+  for (const std::string& name : names) {
+    send.zero_();
+    for (const auto& group : slots_) {
+      for (const Slot& slot : group) {
+        const auto it = state.find(optim::detail::param_state_key(slot.chunk));
+        if (it == state.end()) continue;
+        for (const auto& [field, tensor] : state_tensors(*it->second)) {
+          if (field != name || !tensor.defined()) continue;
+          if (tensor.numel() != slot.chunk.numel() || tensor.scalar_type() != send.scalar_type()) {
+            throw std::runtime_error("ZeroOptimizer: the optimizer's state '" + name +
+                                     "' of a parameter of shape " + c10::str(slot.param.sizes()) + " is " +
+                                     c10::str(tensor.scalar_type()) + "[" + std::to_string(tensor.numel()) +
+                                     "], not shaped like its chunk: this optimizer is not elementwise");
+          }
+          send.narrow(0, slot.offset, tensor.numel()).copy_(tensor.reshape({-1}));
+        }
+      }
+    }
+    at::Tensor all = at::empty({packed_ * world}, options_);
+    group_->all_gather_into(all, send).wait();
+    gathered[name] = all;
+  }
+  consolidated_.clear();
+  consolidated_root_ = root;
+  if (rank != root) return;
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) {
+      const auto it = state.find(optim::detail::param_state_key(slot.chunk));
+      if (it == state.end()) continue;  // never stepped: no state, as in one process
+      std::map<std::string, at::Tensor> whole;
+      for (const auto& [name, all] : gathered) {
+        at::Tensor tensor = at::empty({slot.param.numel()}, all.options());
+        for (int r = 0; r < world; ++r) {
+          const Range theirs = chunk(slot.param.numel(), r, world);
+          if (theirs.length > 0)
+            tensor.narrow(0, theirs.begin, theirs.length)
+                .copy_(all.narrow(0, r * packed_ + slot.offset, theirs.length));
+        }
+        whole[name] = tensor.view(slot.param.sizes());
+      }
+      consolidated_[optim::detail::param_state_key(slot.param)] = with_tensors(*it->second, whole);
+    }
+  }
+}
+
+void ZeroOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  if (consolidated_root_ != group_->rank()) {
+    throw std::logic_error("ZeroOptimizer::save on rank " + std::to_string(group_->rank()) +
+                           ", which holds no consolidated state: call consolidate(" +
+                           std::to_string(group_->rank()) + ") on every rank first");
+  }
+  with_whole_parameters(consolidated_, [&] { inner_->save(archive); });
+}
+
+void ZeroOptimizer::load(torch::serialize::InputArchive& archive) {
+  StateMap whole;
+  with_whole_parameters(whole, [&] { inner_->load(archive); });
+  // The options the archive held (the learning rates of each group...) are the outer ones from now on.
+  for (size_t g = 0; g < slots_.size(); ++g)
+    param_groups()[g].set_options(inner_->param_groups()[g].options().clone());
+  auto& state = inner_->state();
+  state.clear();
+  const int world = group_->size();
+  const int rank = group_->rank();
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) {
+      const auto it = whole.find(optim::detail::param_state_key(slot.param));
+      if (it == whole.end()) continue;
+      const Range mine = chunk(slot.param.numel(), rank, world);
+      std::map<std::string, at::Tensor> chunks;
+      for (const auto& [name, tensor] : state_tensors(*it->second)) {
+        if (tensor.defined() && tensor.numel() == slot.param.numel())
+          chunks[name] = tensor.reshape({-1}).narrow(0, mine.begin, mine.length).clone();
+      }
+      state[optim::detail::param_state_key(slot.chunk)] = with_tensors(*it->second, chunks);
+    }
+  }
+  consolidated_.clear();
+  consolidated_root_ = -1;
+}
+
+}  // namespace lockstep::shard

@@ -103,6 +103,12 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
                         [&t](const int& n) { t.devices(n); })
       ->type_name("N");
   add_trainer_flag<std::string>(
+      app, "--strategy",
+      "ddp, or zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps\n"
+      "1/N of Adam's moments; exact against ddp; checkpoints hold the whole state)",
+      [&t](const std::string& text) { t.strategy(train::parse_strategy(text)); }, to_string(t.strategy()))
+      ->type_name("ddp|zero1");
+  add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"
       "auto = gpu when this process sees a CUDA device, else cpu",
@@ -231,6 +237,7 @@ struct FitFlagText {
   std::optional<std::string> augment;
   std::string num_workers = "auto";
   std::optional<std::string> synthetic_shape;
+  std::optional<std::string> mlp_hidden;
 };
 
 // Every flag of `lockstep fit` but --config and --print-config.
@@ -285,6 +292,11 @@ void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
       ->capture_default_str();
   app.add_option("--dropout", config.dropout, "Dropout probability of mlp and cnn. Default: the model's, 0.2")
       ->type_name("P");
+  app.add_option(
+         "--mlp-hidden,--mlp_hidden", text.mlp_hidden,
+         "Hidden widths of --model mlp, e.g. 4096,4096,4096 (a wide model for memory work). Default:\n"
+         "256,128")
+      ->type_name("W,W,...");
   app.add_option("--augment", text.augment,
                  "Random crop (padding 4) + horizontal flip. Default: on for cifar10")
       ->type_name("on|off");
@@ -337,6 +349,22 @@ void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
 
 // Sets what FitFlagText held once the flags are parsed.
 void apply_flag_text(const FitFlagText& text, train::FitConfig& config) {
+  if (text.mlp_hidden) {
+    std::vector<int64_t> widths;
+    std::stringstream items(*text.mlp_hidden);
+    for (std::string item; std::getline(items, item, ',');) {
+      const bool digits =
+          !item.empty() && item.size() <= 9 && item.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) {
+        throw std::invalid_argument(
+            "--mlp-hidden '" + *text.mlp_hidden +
+            "' is not a list of widths (expected whole numbers separated by commas, e.g. "
+            "4096,4096,4096)");
+      }
+      widths.push_back(std::stoll(item));
+    }
+    config.mlp_hidden = widths;
+  }
   if (text.synthetic_shape) {
     config.synthetic_shape = train::ImageShape::parse("--synthetic-shape", *text.synthetic_shape);
   }

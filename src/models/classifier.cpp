@@ -15,7 +15,10 @@ std::vector<std::string> model_names() {
 }
 
 std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape,
-                                           std::optional<double> dropout) {
+                                           std::optional<double> dropout,
+                                           std::optional<std::vector<int64_t>> mlp_hidden) {
+  if (mlp_hidden && name != "mlp")
+    throw std::invalid_argument("hidden widths apply to the mlp only, not to '" + name + "'");
   TORCH_CHECK(shape.channels > 0 && shape.height > 0 && shape.width > 0 && shape.num_classes > 0,
               "make_model: InputShape fields must be > 0, got channels=", shape.channels,
               " height=", shape.height, " width=", shape.width, " num_classes=", shape.num_classes);
@@ -23,6 +26,7 @@ std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputS
     MlpOptions options =
         MlpOptions().in_features(shape.channels * shape.height * shape.width).num_classes(shape.num_classes);
     if (dropout) options.dropout(*dropout);
+    if (mlp_hidden) options.hidden(*mlp_hidden);
     return std::make_shared<MlpImpl>(options);
   }
   if (name == "cnn") {

@@ -30,6 +30,8 @@ std::string EpochMetrics::to_json() const {
   object["train_samples"] = train_samples;
   object["lr"] = lr;
   object["world_size"] = world_size;
+  object["peak_rss_mb"] = peak_rss_mb;
+  object["model_state_mb"] = model_state_mb;
   return object.dump();
 }
 

@@ -38,7 +38,8 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
   }
   at::Tensor reduced = at::tensor(sums, at::kDouble);
   group.all_reduce(reduced).wait();
-  at::Tensor times = at::tensor({mine.train_s, mine.val_s}, at::kDouble);
+  at::Tensor times =
+      at::tensor({mine.train_s, mine.val_s, mine.peak_rss_mb, mine.model_state_mb}, at::kDouble);
   group.all_reduce(times, comm::ReduceOp::kMax).wait();
   const auto s = reduced.accessor<double, 1>();
   const auto t = times.accessor<double, 1>();
@@ -48,6 +49,8 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
   out.val_samples = static_cast<int64_t>(s[1]);
   out.train_s = t[0];
   out.val_s = t[1];
+  out.peak_rss_mb = t[2];
+  out.model_state_mb = t[3];
   std::map<std::string, double> means;
   int64_t k = 2;  // entries() and the sums above walk the names in the same order
   for (const auto& [name, entry] : logged.entries()) {

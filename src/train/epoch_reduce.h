@@ -27,6 +27,8 @@ struct RankEpoch {
   int64_t val_samples = 0;
   double train_s = 0.0;
   double val_s = 0.0;
+  double peak_rss_mb = 0.0;
+  double model_state_mb = 0.0;
 };
 
 /// One logged value as every rank sees it.
@@ -40,8 +42,10 @@ struct MetricValue {
 struct ReducedEpoch {
   int64_t train_samples = 0;
   int64_t val_samples = 0;
-  double train_s = 0.0;
+  double train_s = 0.0;  // the slowest rank's, as val_s
   double val_s = 0.0;
+  double peak_rss_mb = 0.0;  // the largest over the ranks, as model_state_mb
+  double model_state_mb = 0.0;
   std::vector<MetricValue> metrics;
 };
 

@@ -235,20 +235,20 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
                                  /*num_classes=*/10};
   torch::manual_seed(
       config.trainer.seed());  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
-  Model model = models::make_model(config.model, shape, config.dropout);
+  Model model = models::make_model(config.model, shape, config.dropout, config.mlp_hidden);
   auto banner = [&](const TrainingPlan& plan) {
-    std::fprintf(
-        output.out,
-        "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
-        "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %s, on %s\n",
-        config.model.c_str(), static_cast<long long>(models::count_parameters(*model)), loaded.name.c_str(),
-        static_cast<long long>(loaded.train->size()), static_cast<long long>(loaded.test->size()),
-        plan.world_size, static_cast<long long>(config.batch_size),
-        describe_lr(config, plan.world_size).c_str(), to_string(config.trainer.precision()),
-        static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
-        config.data_on_device ? ("data kept on " + plan.device).c_str()
-                              : (std::to_string(data.workers()) + " loader thread(s)/rank").c_str(),
-        plan.device.c_str());
+    std::fprintf(output.out,
+                 "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
+                 "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %s, on %s\n",
+                 config.model.c_str(), static_cast<long long>(models::count_parameters(*model)),
+                 loaded.name.c_str(), static_cast<long long>(loaded.train->size()),
+                 static_cast<long long>(loaded.test->size()), plan.world_size,
+                 static_cast<long long>(config.batch_size), describe_lr(config, plan.world_size).c_str(),
+                 to_string(config.trainer.precision()), static_cast<long long>(config.trainer.max_epochs()),
+                 at::get_num_threads(),
+                 config.data_on_device ? ("data kept on " + plan.device).c_str()
+                                       : (std::to_string(data.workers()) + " loader thread(s)/rank").c_str(),
+                 plan.device.c_str());
     std::fflush(output.out);
   };
   auto module = std::make_shared<FitModule>(config, model, banner);

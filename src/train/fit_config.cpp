@@ -93,6 +93,19 @@ void check_fit_trainer_options(const TrainerOptions& trainer) {
 }
 
 // data, data_dir and synthetic_*: the dataset exists and fits in memory.
+void check_mlp_hidden(const FitConfig& config) {
+  if (!config.mlp_hidden) return;
+  if (config.model != "mlp") {
+    throw std::invalid_argument("mlp_hidden applies to model 'mlp' only (model '" + config.model +
+                                "' has its own layers): leave it unset, or use model 'mlp'");
+  }
+  for (int64_t width : *config.mlp_hidden) {
+    if (width < 1 || width > (int64_t{1} << 16)) {
+      throw std::invalid_argument("mlp_hidden widths must be in 1..65536, got " + text(width));
+    }
+  }
+}
+
 void check_data_options(const FitConfig& config) {
   if (config.data_on_device && config.resolved_augment()) {
     throw std::invalid_argument(
@@ -217,6 +230,7 @@ void FitConfig::validate() const {
   trainer.validate();
   check_optimizer_options(*this);
   check_data_options(*this);
+  check_mlp_hidden(*this);
   if (num_workers != -1) check_at_least<int64_t>("num_workers", num_workers, 0);
   check_at_least<int64_t>("prefetch_factor", prefetch_factor, 1);
   check_at_least("max_restarts", max_restarts, 0);

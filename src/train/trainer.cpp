@@ -1,6 +1,8 @@
 // The Trainer: see include/lockstep/train/trainer.h.
 #include "lockstep/train/trainer.h"
 
+#include "lockstep/shard/zero_optimizer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -131,6 +133,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
       group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());
+  // A sharded optimizer state is gathered whole onto rank 0, which writes it in the optimizer's own format.
+  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get())) zero->consolidate(0);
   if (group.rank() != 0) return;
   CheckpointState state;
   state.position = run.position;

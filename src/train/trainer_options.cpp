@@ -51,6 +51,21 @@ OnNan parse_on_nan(const std::string& text) {
   throw std::invalid_argument("on_nan '" + text + "' is not known (expected one of: stop, skip)");
 }
 
+Strategy parse_strategy(const std::string& text) {
+  if (text == "ddp") return Strategy::kDdp;
+  if (text == "zero1") return Strategy::kZero1;
+  if (text == "zero2" || text == "fsdp") {
+    throw std::invalid_argument(
+        "strategy '" + text +
+        "' is not built yet (only the optimizer state is sharded so far): use ddp or zero1");
+  }
+  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: ddp, zero1)");
+}
+
+const char* to_string(Strategy strategy) {
+  return strategy == Strategy::kZero1 ? "zero1" : "ddp";
+}
+
 const char* to_string(OnNan on_nan) {
   return on_nan == OnNan::kSkip ? "skip" : "stop";
 }

@@ -2,6 +2,7 @@
 #include "trainer_run.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <ATen/Parallel.h>
@@ -17,6 +18,7 @@
 #include <stdexcept>
 
 #include "epoch_reduce.h"
+#include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/device.h"
 #include "lockstep/train/safetensors.h"
@@ -45,6 +47,12 @@ int64_t limited_batches(const BatchLimit& limit, int64_t available, const char* 
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {
@@ -218,6 +226,8 @@ void Trainer::Run::setup_model() {
   }
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
+  if (options.strategy() == Strategy::kZero1)  // the same optimizer, stepping this rank's chunks only
+    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group);
 }
 
 // ---- the epochs ----
@@ -438,7 +448,7 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
 EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training,
                                         const Validation& validation) {
   const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds,
-                               validation.seconds};
+                               validation.seconds,      peak_rss_mb(),      model_state_mb()};
   const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
   EpochMetrics m;
   m.epoch = e;
@@ -450,6 +460,8 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.samples_per_s = reduced.train_s > 0 ? static_cast<double>(reduced.train_samples) / reduced.train_s : 0.0;
   m.lr = lr;
   m.world_size = group->size();
+  m.peak_rss_mb = reduced.peak_rss_mb;
+  m.model_state_mb = reduced.model_state_mb;
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
     callback_metrics[metric.name] = metric.value;
@@ -528,6 +540,17 @@ TrainerResult Trainer::Run::finish() {
                 static_cast<long long>(result_.global_step), group->size(), seconds_since(started_));
   print_line(summary);
   return result_;
+}
+
+double Trainer::Run::model_state_mb() const {
+  int64_t bytes = ddp ? static_cast<int64_t>(ddp->reducer().bucket_bytes()) : 0;
+  for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  const torch::optim::Optimizer* optimizer = optim.optimizer.get();
+  if (const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optimizer)) optimizer = &zero->inner();
+  for (const auto& entry : optimizer->state())
+    for (const auto& named : shard::state_tensors(*entry.second))
+      bytes += static_cast<int64_t>(named.second.nbytes());
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 
 // Rank 0 speaks; the others are silent.

@@ -114,6 +114,8 @@ struct Trainer::Run {
   bool report_cut_short(int64_t epoch, const EpochTraining& training);
   TrainerResult finish();
   void print_line(const std::string& line) const;
+  /// This rank's parameters, gradient buckets and optimizer state tensors, MiB (EpochMetrics).
+  double model_state_mb() const;
 
   const Clock::time_point started_ = Clock::now();
   bool is_main_ = false;

@@ -136,4 +136,21 @@ TEST(DeviceChoice, TrainerOptionsRefuseWhatTheCpuCannotRun) {
   EXPECT_NO_THROW(TrainerOptions().check_cpu_training("accelerator 'cpu'"));
 }
 
+TEST(Strategy, ParsesLightningsNamesAndSaysWhatIsNotBuiltYet) {
+  using lockstep::train::parse_strategy;
+  using lockstep::train::Strategy;
+  EXPECT_EQ(parse_strategy("ddp"), Strategy::kDdp);
+  EXPECT_EQ(parse_strategy("zero1"), Strategy::kZero1);
+  EXPECT_STREQ(to_string(Strategy::kZero1), "zero1");
+  for (const char* later : {"zero2", "fsdp"}) {
+    try {
+      parse_strategy(later);
+      ADD_FAILURE() << later << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is not built yet"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_strategy("deepspeed"), std::invalid_argument);
+}
+
 }  // namespace

@@ -43,9 +43,11 @@ struct InputShape {
 ///   auto model = lockstep::models::make_model("resnet18", {/*channels=*/3, /*height=*/32, /*width=*/32,
 ///                                                          /*num_classes=*/10});
 /// `dropout`, when given, replaces the model's dropout probability (mlp, cnn: 0.2); resnet18 has no
-/// dropout and rejects one (std::invalid_argument).
+/// dropout and rejects one (std::invalid_argument). `mlp_hidden`, when given, replaces the mlp's hidden
+/// widths (256, 128): a wide model for memory work; the other models reject it.
 std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputShape& shape,
-                                           std::optional<double> dropout = std::nullopt);
+                                           std::optional<double> dropout = std::nullopt,
+                                           std::optional<std::vector<int64_t>> mlp_hidden = std::nullopt);
 
 /// The names make_model() accepts, in the order they are listed in its error message.
 std::vector<std::string> model_names();

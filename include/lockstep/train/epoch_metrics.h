@@ -22,6 +22,12 @@ struct EpochMetrics {
   int64_t train_samples = 0;   ///< training samples of all ranks this epoch
   double lr = 0.0;             ///< learning rate of the epoch's last step
   int world_size = 1;
+  /// Peak resident memory of a rank's process so far (getrusage's maxrss), the largest over the ranks, MiB.
+  double peak_rss_mb = 0.0;
+  /// Bytes a rank holds of the model's training state, the largest over the ranks, MiB: its parameters,
+  /// DDP's gradient buckets and the optimizer's state tensors (Adam under ddp: 16 bytes a parameter; under
+  /// zero1 the optimizer's share is 1/world).
+  double model_state_mb = 0.0;
   /// The values the module logged (TrainModule::log), in the order logged, reduced as asked. When set,
   /// the JSON holds these instead of train_loss/val_loss/val_acc (which a module need not log).
   std::vector<std::pair<std::string, double>> logged;

@@ -32,6 +32,16 @@ enum class OnNan {
 OnNan parse_on_nan(const std::string& text);
 const char* to_string(OnNan on_nan);
 
+/// How the model's training state is spread over the ranks (Lightning's `strategy`).
+enum class Strategy {
+  kDdp,    ///< every rank holds parameters, gradients and optimizer state; gradients all-reduced (DDP)
+  kZero1,  ///< DDP, with the optimizer's state sharded over the ranks (shard/zero_optimizer.h): exact
+};
+/// "ddp" | "zero1"; "zero2" and "fsdp" are named as not built yet; throws std::invalid_argument naming the
+/// text and the accepted values.
+Strategy parse_strategy(const std::string& text);
+const char* to_string(Strategy strategy);
+
 /// How a Trainer trains (Lightning's Trainer arguments, same names and defaults where they exist).
 ///
 /// Free of LibTorch (lockstep::fit_config), so that `lockstep fit` builds and validates one without
@@ -49,6 +59,8 @@ class TrainerOptions {
   /// cpu, gpu (one CUDA device per rank: cuda:LOCAL_RANK) or auto (gpu when one is visible); see
   /// device_choice.h.
   LOCKSTEP_OPTION(TrainerOptions, AcceleratorKind, accelerator)
+  /// ddp (the default) or zero1 (Strategy).
+  LOCKSTEP_OPTION(TrainerOptions, Strategy, strategy)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
@@ -123,6 +135,7 @@ class TrainerOptions {
   std::optional<int> devices_;
   std::optional<int> num_nodes_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
+  Strategy strategy_ = Strategy::kDdp;
   comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;

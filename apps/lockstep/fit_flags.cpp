@@ -349,22 +349,7 @@ void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
 
 // Sets what FitFlagText held once the flags are parsed.
 void apply_flag_text(const FitFlagText& text, train::FitConfig& config) {
-  if (text.mlp_hidden) {
-    std::vector<int64_t> widths;
-    std::stringstream items(*text.mlp_hidden);
-    for (std::string item; std::getline(items, item, ',');) {
-      const bool digits =
-          !item.empty() && item.size() <= 9 && item.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) {
-        throw std::invalid_argument(
-            "--mlp-hidden '" + *text.mlp_hidden +
-            "' is not a list of widths (expected whole numbers separated by commas, e.g. "
-            "4096,4096,4096)");
-      }
-      widths.push_back(std::stoll(item));
-    }
-    config.mlp_hidden = widths;
-  }
+  if (text.mlp_hidden) config.mlp_hidden = train::FitConfig::parse_widths("--mlp-hidden", *text.mlp_hidden);
   if (text.synthetic_shape) {
     config.synthetic_shape = train::ImageShape::parse("--synthetic-shape", *text.synthetic_shape);
   }

@@ -252,6 +252,14 @@ std::string ProcessGroup::broadcast_string(const std::string& text, int root) {
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n));
 }
 
+Work ProcessGroup::empty_gather(std::string description) {
+  // Gloo's all-gather divides by the element count (SIGFPE on empty tensors): with nothing to move, a
+  // barrier is the same synchronisation (every rank passes an empty input, as sizes must match).
+  c10d::BarrierOptions barrier;
+  barrier.timeout = options_.collective_timeout();
+  return tracked(route({}).backend->barrier(barrier), std::move(description) + " (empty: barrier)");
+}
+
 Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& input) {
   check_open("all_gather");
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "all_gather needs one output tensor per rank (",
@@ -259,14 +267,7 @@ Work ProcessGroup::all_gather(std::vector<at::Tensor>& outputs, at::Tensor& inpu
   std::vector<std::vector<at::Tensor>> out{outputs};
   std::vector<at::Tensor> in{input};
   const Route to = route(in);
-  if (input.numel() == 0) {
-    // Gloo's all-gather divides by the element count (SIGFPE on empty tensors): with nothing to move,
-    // a barrier is the same synchronisation (every rank passes an empty input, as sizes must match).
-    c10d::BarrierOptions barrier;
-    barrier.timeout = options_.collective_timeout();
-    auto description = describe("allgather", in) + " (empty: barrier)";
-    return tracked(route({}).backend->barrier(barrier), std::move(description));
-  }
+  if (input.numel() == 0) return empty_gather(describe("allgather", in));
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather", in);
@@ -308,11 +309,7 @@ Work ProcessGroup::all_gather_into(at::Tensor& output, at::Tensor& input) {
   c10d::AllgatherOptions opts;
   opts.timeout = options_.collective_timeout();
   auto description = describe("allgather_into", in);
-  if (input.numel() == 0) {  // nothing to move (Gloo divides by the element count): a barrier
-    c10d::BarrierOptions barrier;
-    barrier.timeout = options_.collective_timeout();
-    return tracked(route({}).backend->barrier(barrier), description + " (empty: barrier)");
-  }
+  if (input.numel() == 0) return empty_gather(std::move(description));
   if (has_flat_collectives(*to.backend))
     return tracked(to.backend->_allgather_base(output, input, opts), std::move(description), {},
                    to.on_stream);

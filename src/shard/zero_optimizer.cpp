@@ -25,7 +25,7 @@ at::Tensor chunk_of(const at::Tensor& param, int64_t begin, int64_t length) {
   return chunk;
 }
 
-const torch::optim::Optimizer& checked(const std::unique_ptr<torch::optim::Optimizer>& optimizer) {
+const torch::optim::Optimizer& checked(const std::shared_ptr<torch::optim::Optimizer>& optimizer) {
   if (!optimizer) throw std::invalid_argument("ZeroOptimizer: the optimizer is null");
   if (!optimizer->state().empty()) {
     throw std::invalid_argument(
@@ -69,7 +69,7 @@ ZeroOptimizer::Range ZeroOptimizer::chunk(int64_t numel, int rank, int world) {
   return {begin, std::min(numel, begin + size) - begin};
 }
 
-ZeroOptimizer::ZeroOptimizer(std::unique_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group)
+ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group)
     : torch::optim::Optimizer(groups_of(checked(optimizer)), checked(optimizer).defaults().clone()),
       inner_(std::move(optimizer)),
       group_(&group) {
@@ -132,13 +132,17 @@ void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
   options_ = buffer;
 }
 
-int64_t ZeroOptimizer::state_bytes() const {
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   int64_t bytes = 0;
-  for (const auto& entry : inner_->state()) {
-    for (const auto& [name, tensor] : state_tensors(*entry.second))
-      bytes += static_cast<int64_t>(tensor.nbytes());
+  for (const auto& entry : optimizer.state()) {
+    for (const auto& named : state_tensors(*entry.second))
+      bytes += static_cast<int64_t>(named.second.nbytes());
   }
   return bytes;
+}
+
+int64_t ZeroOptimizer::state_bytes() const {
+  return optimizer_state_bytes(*inner_);
 }
 
 at::Tensor ZeroOptimizer::step(LossClosure closure) {

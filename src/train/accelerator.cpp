@@ -17,6 +17,7 @@
 
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/device.h"
@@ -220,6 +221,8 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
         "Accelerator: mixed_precision fp16 supports one prepared optimizer, got a second: "
         "put all parameters in one optimizer (parameter groups), or use bf16");
   }
+  if (options_.strategy() == Strategy::kZero1)  // the same optimizer, stepping this rank's chunks only
+    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_);
   optimizers_.push_back(optimizer);
   return PreparedOptimizer(std::move(optimizer), *this);
 }
@@ -333,6 +336,9 @@ at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
 void Accelerator::save_state(const std::string& dir) {
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
+  for (const auto& optimizer : optimizers_) {  // a sharded state, gathered whole onto the main process
+    if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizer.get())) zero->consolidate(0);
+  }
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   std::string error;
   if (is_main_process()) {

@@ -205,6 +205,20 @@ ImageShape ImageShape::parse(const std::string& option, const std::string& text_
   return shape;
 }
 
+std::vector<int64_t> FitConfig::parse_widths(const std::string& option, const std::string& text_value) {
+  std::vector<int64_t> widths;
+  for (const std::string& item : split_commas(text_value)) {
+    if (!is_whole_number(item) || item.size() > 9) {
+      throw std::invalid_argument(
+          option + " '" + text_value +
+          "' is not a list of widths (expected whole numbers separated by commas, e.g. "
+          "4096,4096,4096)");
+    }
+    widths.push_back(std::stoll(item));
+  }
+  return widths;
+}
+
 void ImageShape::check(const std::string& option) const {
   const char* names[] = {"channels", "height", "width"};
   const int64_t values[] = {channels, height, width};

@@ -545,11 +545,8 @@ TrainerResult Trainer::Run::finish() {
 double Trainer::Run::model_state_mb() const {
   int64_t bytes = ddp ? static_cast<int64_t>(ddp->reducer().bucket_bytes()) : 0;
   for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
-  const torch::optim::Optimizer* optimizer = optim.optimizer.get();
-  if (const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optimizer)) optimizer = &zero->inner();
-  for (const auto& entry : optimizer->state())
-    for (const auto& named : shard::state_tensors(*entry.second))
-      bytes += static_cast<int64_t>(named.second.nbytes());
+  const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
+  bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 

@@ -26,6 +26,7 @@ for i, m in enumerate(lines):
     correct = m["val_acc"] * m["val_samples"]
     assert abs(correct - round(correct)) < 1e-6, f"val_acc {m['val_acc']} is not a count over {val_samples}"
     assert m["epoch_s"] > 0 and m["samples_per_s"] > 0 and m["val_s"] >= 0, m
+    assert m["peak_rss_mb"] > 0 and m["model_state_mb"] > 0, m
     assert abs(m["samples_per_s"] - train_samples / m["epoch_s"]) < 1e-6 * m["samples_per_s"], m
 assert lines[-1]["val_acc"] >= min_acc, f"final val_acc {lines[-1]['val_acc']} < {min_acc}"
 assert lines[-1]["train_loss"] < lines[0]["train_loss"] or len(lines) == 1, "training loss did not fall"
@@ -267,8 +268,19 @@ zero1)
   common=(fit --devices 2 --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off
           --batch-size 16 --threads 1 --lr-schedule constant)
   run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
-  run --max-epochs 2 --ckpt-dir "$work/ddp"
-  run --max-epochs 2 --ckpt-dir "$work/zero" --strategy zero1
+  run --max-epochs 2 --ckpt-dir "$work/ddp" --metrics-file "$work/ddp.jsonl"
+  run --max-epochs 2 --ckpt-dir "$work/zero" --strategy zero1 --metrics-file "$work/zero.jsonl"
+  # Model state per rank, MLP 784-256-128-10 with Adam: ddp 16 bytes a parameter; zero1 keeps parameters and
+  # gradient buckets whole (8 bytes) and Adam's 8 bytes for its chunks only, ceil(n / 2) of each parameter.
+  "$python" - "$work/ddp.jsonl" "$work/zero.jsonl" <<'PY' || fail "model_state_mb is not what ddp and zero1 hold"
+import json, sys
+sizes = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]
+ddp, zero = (json.loads(open(p).read().splitlines()[-1])["model_state_mb"] for p in sys.argv[1:3])
+want_ddp = 16 * sum(sizes) / 2**20
+want_zero = (8 * sum(sizes) + 8 * sum((n + 1) // 2 for n in sizes)) / 2**20
+assert abs(ddp - want_ddp) < 1e-9 and abs(zero - want_zero) < 1e-9, (ddp, want_ddp, zero, want_zero)
+print(f"model state: ddp {ddp:.3f} MiB, zero1 {zero:.3f} MiB ({zero / ddp:.3f}x)")
+PY
   "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/zero/final.safetensors" "$work/ddp/final.safetensors" \
     || fail "zero1 trained other weights than ddp"
   run --max-epochs 1 --ckpt-dir "$work/a"

@@ -97,14 +97,6 @@ void none_grads(Net& net) {
   for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
 }
 
-int64_t full_state_bytes(const torch::optim::Optimizer& optimizer) {
-  int64_t bytes = 0;
-  for (const auto& entry : optimizer.state())
-    for (const auto& named : state_tensors(*entry.second))
-      bytes += static_cast<int64_t>(named.second.nbytes());
-  return bytes;
-}
-
 std::vector<torch::Tensor> one_process(Opt opt, int64_t* state_bytes) {
   auto net = make_net(7);
   auto optimizer = make_optimizer(net, opt);
@@ -114,7 +106,7 @@ std::vector<torch::Tensor> one_process(Opt opt, int64_t* state_bytes) {
     torch::mse_loss(net->forward(x, uses_branch(step)), y).backward();
     optimizer->step();
   }
-  *state_bytes = full_state_bytes(*optimizer);
+  *state_bytes = optimizer_state_bytes(*optimizer);
   std::vector<torch::Tensor> out;
   for (const auto& p : net->parameters()) out.push_back(p.detach().clone());
   return out;

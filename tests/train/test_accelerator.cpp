@@ -111,13 +111,13 @@ std::vector<at::Tensor> reference_params(const std::shared_ptr<const data::Tenso
 // `world` ranks with the Accelerator (batch per rank, accumulation `steps`); each rank's final parameters.
 std::vector<std::vector<at::Tensor>> accelerate_params(
     const std::shared_ptr<const data::TensorDataset>& dataset, Opt opt, int world, int64_t batch,
-    int64_t steps, int epochs) {
+    int64_t steps, int epochs, Strategy strategy = Strategy::kDdp) {
   std::vector<std::vector<at::Tensor>> result(world);
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group = make_group(rank, world, store);
-    Accelerator accelerator(group,
-                            AcceleratorOptions().gradient_accumulation_steps(steps).seed(kShuffleSeed));
+    Accelerator accelerator(
+        group, AcceleratorOptions().gradient_accumulation_steps(steps).seed(kShuffleSeed).strategy(strategy));
     auto net = make_net(rank == 0 ? 7 : 100 + rank);  // prepare must broadcast rank 0's weights
     auto [model, optimizer, loader] = accelerator.prepare(
         net, make_optimizer(net, opt), DataLoaderSpec(dataset, data::LoaderOptions(batch)));
@@ -136,11 +136,11 @@ std::vector<std::vector<at::Tensor>> accelerate_params(
   return result;
 }
 
-void expect_accumulation_exact(Opt opt, int64_t samples) {
+void expect_accumulation_exact(Opt opt, int64_t samples, Strategy strategy = Strategy::kDdp) {
   const auto dataset = make_dataset(samples);
   const int64_t b = 4;
   const auto want = reference_params(dataset, opt, /*batch=*/4 * b, /*epochs=*/2);
-  const auto got = accelerate_params(dataset, opt, /*world=*/2, b, /*steps=*/2, /*epochs=*/2);
+  const auto got = accelerate_params(dataset, opt, /*world=*/2, b, /*steps=*/2, /*epochs=*/2, strategy);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_EQ(got[rank].size(), want.size());
     EXPECT_LE(max_difference(got[rank], want), 1e-5) << "rank " << rank;
@@ -196,7 +196,13 @@ TEST(Accelerator, SyncStepsFollowGroupsAndPassEnds) {
   }));
 }
 
-TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
+// strategy zero1: the optimizer's state sharded over the ranks, the same steps as one process.
+TEST(Accelerator, Zero1AccumulationEqualsOneProcessOnTheGlobalBatch) {
+  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kZero1);
+  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero1);
+}
+
+void expect_save_then_load_continues(Strategy strategy) {
   const auto dataset = make_dataset(48);
   const auto dir =
       std::filesystem::temp_directory_path() / ("lockstep_accelerator_state_" + std::to_string(::getpid()));
@@ -211,7 +217,7 @@ TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
       optimizer.zero_grad();
     }
   };
-  const auto options = AcceleratorOptions().gradient_accumulation_steps(2).seed(3);
+  const auto options = AcceleratorOptions().gradient_accumulation_steps(2).seed(3).strategy(strategy);
   {
     auto store = new_store();
     expect_all_ok(run_ranks(world, [&](int rank) {
@@ -253,6 +259,11 @@ TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
+  expect_save_then_load_continues(Strategy::kDdp);
+  expect_save_then_load_continues(Strategy::kZero1);  // the state gathered whole, then sharded again
 }
 
 TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {

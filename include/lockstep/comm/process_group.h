@@ -122,6 +122,8 @@ class ProcessGroup {
     bool on_stream;
   };
   Route route(const std::vector<at::Tensor>& tensors) const;
+  /// An all-gather of empty inputs, `description`d: a barrier.
+  Work empty_gather(std::string description);
   std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
   /// The handle of the collective just described, tracked in this rank's progress records.
   Work tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,

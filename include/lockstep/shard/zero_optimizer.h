@@ -46,10 +46,10 @@ namespace lockstep::shard {
 class ZeroOptimizer : public torch::optim::Optimizer {
  public:
   /// `optimizer` was built over the model's parameters (configure_optimizers) and has no state yet. It is
-  /// re-targeted to this rank's chunks. Every rank calls this with the same parameters, in the same
-  /// order. Throws std::invalid_argument naming the problem when the optimizer is null, already has state,
-  /// or a parameter is not contiguous.
-  ZeroOptimizer(std::unique_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group);
+  /// re-targeted to this rank's chunks (step this object from now on, not it). Every rank calls this with the
+  /// same parameters, in the same order. Throws std::invalid_argument naming the problem when the optimizer
+  /// is null, already has state, or a parameter is not contiguous.
+  ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group);
 
   /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
   /// A closure is not supported (LBFGS-style optimizers are not elementwise).
@@ -68,7 +68,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
 
   /// The optimizer stepping this rank's chunks.
   const torch::optim::Optimizer& inner() const { return *inner_; }
-  /// Bytes of the inner optimizer's state tensors on this rank.
+  /// Bytes of the inner optimizer's state tensors on this rank (optimizer_state_bytes).
   int64_t state_bytes() const;
   /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length).
   struct Range {
@@ -93,7 +93,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   /// (then puts the chunks and their state back).
   void with_whole_parameters(StateMap& whole, const std::function<void()>& fn) const;
 
-  std::unique_ptr<torch::optim::Optimizer> inner_;
+  std::shared_ptr<torch::optim::Optimizer> inner_;
   comm::ProcessGroup* group_;
   std::vector<std::vector<Slot>> slots_;  // per param group
   int64_t packed_ = 0;                    // elements of one rank's packed buffer (all parameters)
@@ -107,5 +107,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
 /// The tensors an optimizer's per-parameter state holds, by the names its serialize() gives them (Adam:
 /// exp_avg, exp_avg_sq, ...; OptimizerParamState has no other generic accessor).
 std::vector<std::pair<std::string, at::Tensor>> state_tensors(const torch::optim::OptimizerParamState& state);
+/// Bytes of every state tensor `optimizer` holds (state_tensors of each parameter's state).
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace lockstep::shard

@@ -29,6 +29,7 @@
 #include "lockstep/detail/option.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
+#include "lockstep/train/trainer_options.h"
 
 namespace lockstep::train {
 
@@ -55,6 +56,9 @@ class AcceleratorOptions {
   /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
   /// sees one, one device per local rank.
   LOCKSTEP_OPTION(AcceleratorOptions, AcceleratorKind, accelerator)
+  /// ddp (the default) or zero1: prepare_optimizer then shards the optimizer's state over the ranks
+  /// (shard::ZeroOptimizer; step the prepared optimizer, not the one given). save_state gathers it whole.
+  LOCKSTEP_OPTION(AcceleratorOptions, Strategy, strategy)
   /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
   /// (no second copy of the gradients).
   LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
@@ -71,6 +75,7 @@ class AcceleratorOptions {
   uint64_t seed_ = 0;
   bool cpu_ = false;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
+  Strategy strategy_ = Strategy::kDdp;
   ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
   GradScalerOptions scaler_;
 };

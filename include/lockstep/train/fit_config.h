@@ -77,6 +77,9 @@ struct FitConfig {
   /// The mlp's hidden widths (`--mlp-hidden 4096,4096,4096`: about 37M parameters on Fashion-MNIST, for
   /// memory work); unset: 256, 128.
   std::optional<std::vector<int64_t>> mlp_hidden;
+  /// Parses "W,W,..." (whole numbers) for mlp_hidden; throws std::invalid_argument naming `option` (as the
+  /// caller spells it), the value and an accepted example. The range is validate()'s.
+  static std::vector<int64_t> parse_widths(const std::string& option, const std::string& text);
 
   // The optimizer and its schedule.
   int64_t batch_size = 64;         ///< per rank

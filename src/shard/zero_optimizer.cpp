@@ -103,6 +103,10 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
     inner_group.params() = std::move(chunks);  // the inner optimizer steps the chunks from now on
     slots_.push_back(std::move(slots));
   }
+  // shm, Gloo and NCCL read the input before writing the output; MPI forbids aliasing them (MPI_IN_PLACE).
+  const comm::Backend backend = group.backend();
+  in_place_ =
+      backend == comm::Backend::kShm || backend == comm::Backend::kGloo || backend == comm::Backend::kNccl;
   plan_gathers(buffer);
 }
 
@@ -114,7 +118,7 @@ void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
   for (auto& group : slots_) {
     for (Slot& slot : group) {
       if (slot.param.numel() % world == 0 && slot.param.numel() * element >= kDirectBytes) {
-        send = std::max(send, slot.chunk_size);  // straight into the parameter
+        if (!in_place_) send = std::max(send, slot.chunk_size);  // straight into the parameter
         continue;
       }
       if (buckets_.empty() || (buckets_.back() > 0 && buckets_.back() + slot.chunk_size > bucket_cap))
@@ -176,9 +180,11 @@ void ZeroOptimizer::gather_chunks() {
   for (auto& group : slots_) {  // straight into the parameters
     for (Slot& slot : group) {
       if (slot.bucket >= 0) continue;
-      at::Tensor mine = send_.narrow(0, 0, slot.chunk_size);
-      mine.copy_(slot.chunk);
-      at::Tensor flat = slot.param.view({-1});
+      // detach(): a backend may write from a thread of its own, where grad mode is on, and an autograd view
+      // of a parameter must not be written there.
+      at::Tensor flat = slot.param.detach().view({-1});
+      at::Tensor mine = slot.chunk;  // its own place in `flat`: gathered in place where the backend allows
+      if (!in_place_) mine = send_.narrow(0, 0, slot.chunk_size).copy_(slot.chunk);
       group_->all_gather_into(flat, mine).wait();
     }
   }

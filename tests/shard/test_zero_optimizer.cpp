@@ -252,8 +252,8 @@ TEST(ZeroOptimizer, CheckpointsHoldTheWholeStateAndResumeOnAnotherWorld) {
 }
 
 // A parameter of 1 MiB or more whose size divides by the world is all-gathered straight into its own memory
-// (the others through the packed buckets): 131072 doubles of a 512 x 256 layer on 2 and 4 ranks (on 3 it
-// does not divide, and goes through a bucket).
+// (the others through the packed buckets), with its own chunk as the input on shm and Gloo: 131072 doubles
+// of a 512 x 256 layer on 2 and 4 ranks (on 3 it does not divide, and goes through a bucket).
 TEST(ZeroOptimizer, LargeParametersGatherStraightIntoTheirMemory) {
   auto make = [](uint64_t seed) {
     static std::mutex generator_mutex;
@@ -277,11 +277,13 @@ TEST(ZeroOptimizer, LargeParametersGatherStraightIntoTheirMemory) {
   auto one = make(3);
   torch::optim::Adam adam(one->parameters(), torch::optim::AdamOptions(0.01));
   run(one, adam, nullptr, 0, 1);
-  for (int world : {2, 3, 4}) {
+  for (auto [world, backend] : {std::pair{2, comm::Backend::kShm}, std::pair{2, comm::Backend::kGloo},
+                                std::pair{3, comm::Backend::kShm}, std::pair{4, comm::Backend::kGloo}}) {
+    SCOPED_TRACE(comm::to_string(backend));
     auto store = c10::make_intrusive<c10d::HashStore>();
-    expect_all_ok(run_ranks(world, [&](int rank) {
-      auto pg =
-          comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "zero1-big"));
+    expect_all_ok(run_ranks(world, [&, world = world, backend = backend](int rank) {
+      auto pg = comm::init_process_group(
+          lockstep::testing::thread_group_options(rank, world, store, "zero1-big").backend(backend));
       auto net = make(rank == 0 ? 3 : 50 + rank);
       ddp::DistributedDataParallel<torch::nn::Sequential> ddp(net, pg);
       ZeroOptimizer optimizer(

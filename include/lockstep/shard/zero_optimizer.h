@@ -32,11 +32,12 @@ namespace lockstep::shard {
  * A step: each chunk's gradient is a view of the averaged gradient DDP left in the parameter's .grad; the
  * optimizer steps the chunks (in place, in the parameters' memory); then the chunks are all-gathered back
  * into the parameters. A parameter of at least 1 MiB whose size divides by the world is gathered straight
- * into its own memory (no copy but its chunk's); the others are packed, rank by rank, into buckets whose
- * gathered size stays under 16 MiB, and copied out. So the gathers need at most 16 MiB besides the largest
- * chunk, not a second copy of the model (which would take back much of what sharding saved). The optimizer's
- * options live in this object's param_groups (so a learning-rate schedule or the GradScaler sees the
- * parameters and their full gradients, as with DDP) and are handed to the inner optimizer before each step.
+ * into its own memory (its own chunk as the input, where the backend allows it); the others are packed, rank
+ * by rank, into buckets whose gathered size stays under 16 MiB, and copied out. So the gathers need at most
+ * 16 MiB besides the largest chunk, not a second copy of the model (which would take back much of what
+ * sharding saved). The optimizer's options live in this object's param_groups (so a learning-rate schedule or
+ * the GradScaler sees the parameters and their full gradients, as with DDP) and are handed to the inner
+ * optimizer before each step.
  *
  * Checkpoints hold the state whole, in the inner optimizer's own format: consolidate() (every rank) gathers
  * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
@@ -100,6 +101,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   std::vector<int64_t> buckets_;          // elements of one rank's part of each gather bucket
   at::Tensor send_, receive_;             // the largest bucket (or direct chunk), and its gathered size
   at::TensorOptions options_;             // the parameters' dtype and device
+  bool in_place_ = false;                 // the backend gathers a chunk that lies inside the output
   mutable StateMap consolidated_;         // the whole state, on the root of the last consolidate()
   int consolidated_root_ = -1;
 };

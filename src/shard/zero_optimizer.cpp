@@ -44,17 +44,34 @@ std::vector<torch::optim::OptimizerParamGroup> groups_of(const torch::optim::Opt
 // one collective for many small parameters costs less than one each (measured: docs/benchmarks.md).
 constexpr int64_t kDirectBytes = int64_t{64} << 10;
 
+// The bytes `write` puts in an archive, read back as one.
+void round_trip(const std::function<void(torch::serialize::OutputArchive&)>& write,
+                torch::serialize::InputArchive& into) {
+  torch::serialize::OutputArchive out;
+  write(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream input(bytes.str());
+  into.load_from(input);
+}
+
+// Into `flat` (a parameter's elements), every rank's chunk of it but `skip`'s from `all`, the gathered
+// packed buffers: rank r's at r * stride + offset.
+void copy_chunks_out(at::Tensor& flat, const at::Tensor& all, int64_t stride, int64_t offset, int world,
+                     int skip) {
+  for (int r = 0; r < world; ++r) {
+    const ZeroOptimizer::Range theirs = ZeroOptimizer::chunk(flat.numel(), r, world);
+    if (r == skip || theirs.length == 0) continue;
+    flat.narrow(0, theirs.begin, theirs.length).copy_(all.narrow(0, r * stride + offset, theirs.length));
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> state_tensors(
     const torch::optim::OptimizerParamState& state) {
-  torch::serialize::OutputArchive out;
-  state.serialize(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  std::istringstream input(bytes.str());
   torch::serialize::InputArchive in;
-  in.load_from(input);
+  round_trip([&](torch::serialize::OutputArchive& out) { state.serialize(out); }, in);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const std::string& key : in.keys()) {
     c10::IValue value;
@@ -201,30 +218,14 @@ void ZeroOptimizer::gather_chunks() {
     for (const auto& group : slots_) {
       for (const Slot& slot : group) {
         if (slot.bucket != static_cast<int>(b)) continue;
-        at::Tensor flat = slot.param.view({-1});
-        for (int r = 0; r < world; ++r) {
-          const Range theirs = chunk(slot.param.numel(), r, world);
-          if (r == rank || theirs.length == 0) continue;  // its own chunk was stepped in place
-          flat.narrow(0, theirs.begin, theirs.length)
-              .copy_(all.narrow(0, r * buckets_[b] + slot.bucket_offset, theirs.length));
-        }
+        at::Tensor flat = slot.param.view({-1});  // its own chunk was stepped in place
+        copy_chunks_out(flat, all, buckets_[b], slot.bucket_offset, world, rank);
       }
     }
   }
 }
 
 namespace {
-
-// The bytes `write` puts in an archive, read back as one.
-void round_trip(const std::function<void(torch::serialize::OutputArchive&)>& write,
-                torch::serialize::InputArchive& into) {
-  torch::serialize::OutputArchive out;
-  write(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  std::istringstream input(bytes.str());
-  into.load_from(input);
-}
 
 // A copy of `like` (its type, its scalars such as Adam's step) whose tensors named in `tensors` are those.
 std::unique_ptr<torch::optim::OptimizerParamState> with_tensors(
@@ -319,12 +320,7 @@ void ZeroOptimizer::consolidate(int root) {
       std::map<std::string, at::Tensor> whole;
       for (const auto& [name, all] : gathered) {
         at::Tensor tensor = at::empty({slot.param.numel()}, all.options());
-        for (int r = 0; r < world; ++r) {
-          const Range theirs = chunk(slot.param.numel(), r, world);
-          if (theirs.length > 0)
-            tensor.narrow(0, theirs.begin, theirs.length)
-                .copy_(all.narrow(0, r * packed_ + slot.offset, theirs.length));
-        }
+        copy_chunks_out(tensor, all, packed_, slot.offset, world, /*skip=*/-1);
         whole[name] = tensor.view(slot.param.sizes());
       }
       consolidated_[optim::detail::param_state_key(slot.param)] = with_tensors(*it->second, whole);

@@ -104,10 +104,11 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       ->type_name("N");
   add_trainer_flag<std::string>(
       app, "--strategy",
-      "ddp, or zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps\n"
-      "1/N of Adam's moments; exact against ddp; checkpoints hold the whole state)",
+      "ddp, zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps 1/N of\n"
+      "Adam's moments), or zero2 (zero1, and gradients reduce-scattered during backward: each rank\n"
+      "keeps 1/N of them). Exact against ddp; checkpoints hold the whole state",
       [&t](const std::string& text) { t.strategy(train::parse_strategy(text)); }, to_string(t.strategy()))
-      ->type_name("ddp|zero1");
+      ->type_name("ddp|zero1|zero2");
   add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"

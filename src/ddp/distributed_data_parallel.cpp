@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 namespace lockstep::ddp {
 namespace {
@@ -77,17 +78,33 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
     buffer_groups_ = flat_groups(buffers);
     broadcast_flat(buffer_groups_, 0);
   }
-  reducer_ = std::make_unique<Reducer>(std::move(trainable), std::move(trainable_names), group_, options_);
+  if (options_.gradient_sync()) {
+    sync_ = options_.gradient_sync()(std::move(trainable), std::move(trainable_names), group_, options_);
+    TORCH_CHECK(sync_, "DdpOptions::gradient_sync returned no synchroniser");
+  } else {
+    sync_ = std::make_unique<Reducer>(std::move(trainable), std::move(trainable_names), group_, options_);
+  }
+}
+
+Reducer& DdpCore::reducer() {
+  auto* reducer = dynamic_cast<Reducer*>(sync_.get());
+  if (reducer == nullptr) {
+    throw std::logic_error(
+        "DistributedDataParallel::reducer(): this model synchronises gradients with "
+        "DdpOptions::gradient_sync, "
+        "not the Reducer: use gradient_sync()");
+  }
+  return *reducer;
 }
 
 DdpCore::~DdpCore() = default;
 
 void DdpCore::before_forward() {
-  reducer_->refresh_hooks();  // weights loaded into the wrapped model since the last forward
+  sync_->refresh_hooks();  // weights loaded into the wrapped model since the last forward
   if (joining_) {
     // [ranks still training, ranks that will synchronise this backward]; joined ranks add zeros.
     join_flags_[0] = 1;
-    join_flags_[1] = reducer_->sync() ? 1 : 0;
+    join_flags_[1] = sync_->sync() ? 1 : 0;
     group_.all_reduce(join_flags_).wait();
     ++join_iterations_;
   }
@@ -110,7 +127,7 @@ void DdpCore::finish_join() {
     group_.all_reduce(join_flags_).wait();
     if (join_flags_[0].item<int64_t>() == 0) break;  // everyone has joined
     sync_buffers();
-    if (join_flags_[1].item<int64_t>() > 0) reducer_->reduce_zeros();
+    if (join_flags_[1].item<int64_t>() > 0) sync_->reduce_zeros();
   }
   // The rank that trained the most iterations (highest rank on ties) holds the final model.
   auto key = at::full({1}, join_iterations_ * group_.size() + group_.rank(), at::kLong);

@@ -4,8 +4,6 @@
 #include <ATen/ATen.h>
 #include <ATen/TensorUtils.h>
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <mutex>
@@ -36,11 +34,6 @@ struct ReducerState {
   std::shared_ptr<CommHook> hook;
   std::vector<Bucket> buckets;
   std::vector<std::pair<size_t, size_t>> locate;  // param -> (bucket, slot)
-  // Held, or backward makes fresh AccumulateGrad nodes without our hooks (a tensor keeps only a weak
-  // reference). The pointer type is LibTorch's: std::shared_ptr before 2.x's c10::intrusive_ptr.
-  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))>
-      accumulators;
-  std::vector<uintptr_t> hook_keys;
 
   std::mutex mutex;
   bool sync = true;
@@ -242,21 +235,6 @@ void ReducerState::finalize() {
   reset_iteration();
 }
 
-// The post-hook on one parameter's AccumulateGrad node.
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  GradReadyHook(std::weak_ptr<ReducerState> state, size_t index) : state_(std::move(state)), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto state = state_.lock()) state->on_gradient(index_, state);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<ReducerState> state_;
-  size_t index_;
-};
-
 }  // namespace detail
 
 Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
@@ -346,35 +324,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.reset_iteration();
 
   // Hooks last: nothing can fire before the buckets exist.
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    TORCH_INTERNAL_ASSERT(accumulator, "no AccumulateGrad node for parameter ", s.names[i]);
-    s.hook_keys.push_back(
-        accumulator->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i)));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  hooks_ = std::make_unique<GradHooks>(s.params, [weak = std::weak_ptr(state_)](size_t index) {
+    if (auto state = weak.lock()) state->on_gradient(index, state);
+  });
 }
 
-Reducer::~Reducer() {
-  auto& s = *state_;
-  for (size_t i = 0; i < s.accumulators.size(); ++i) s.accumulators[i]->del_post_hook(s.hook_keys[i]);
-  // The timeline flushes itself when its last owner (this state, or a pending callback) lets go.
-}
+Reducer::~Reducer() = default;  // the hooks go first: the timeline flushes when its last owner lets go
 
 size_t Reducer::refresh_hooks() {
-  auto& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mutex);
-  size_t moved = 0;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto current = torch::autograd::impl::grad_accumulator(s.params[i]);
-    if (!current || current == s.accumulators[i]) continue;
-    s.accumulators[i]->del_post_hook(s.hook_keys[i]);
-    s.hook_keys[i] =
-        current->add_post_hook(std::make_unique<detail::GradReadyHook>(std::weak_ptr(state_), i));
-    s.accumulators[i] = std::move(current);
-    ++moved;
-  }
-  return moved;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return hooks_->refresh();
 }
 
 void Reducer::set_sync(bool sync) {

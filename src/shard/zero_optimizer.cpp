@@ -86,10 +86,12 @@ ZeroOptimizer::Range ZeroOptimizer::chunk(int64_t numel, int rank, int world) {
   return {begin, std::min(numel, begin + size) - begin};
 }
 
-ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group)
+ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                             ShardedReducer* gradients)
     : torch::optim::Optimizer(groups_of(checked(optimizer)), checked(optimizer).defaults().clone()),
       inner_(std::move(optimizer)),
-      group_(&group) {
+      group_(&group),
+      gradients_(gradients) {
   const int world = group.size();
   const int rank = group.rank();
   at::TensorOptions buffer;
@@ -113,6 +115,14 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
       const Range mine = chunk(param.numel(), rank, world);
       Slot slot{param, chunk_of(param, mine.begin, mine.length), (param.numel() + world - 1) / world,
                 packed_};
+      if (gradients_ != nullptr) {
+        slot.gradient = gradients_->index_of(param);
+        if (slot.gradient < 0) {
+          throw std::invalid_argument("ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
+                                      " is not one the ZeRO-2 reducer synchronises: build the optimizer over "
+                                      "the trainable parameters of the model DDP wraps");
+        }
+      }
       packed_ += slot.chunk_size;
       chunks.push_back(slot.chunk);
       slots.push_back(std::move(slot));
@@ -174,6 +184,10 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
     auto& inner_group = inner_->param_groups()[g];
     inner_group.set_options(param_groups()[g].options().clone());  // a schedule changed the outer ones
     for (Slot& slot : slots_[g]) {
+      if (gradients_ != nullptr) {  // ZeRO-2: the chunk's gradient is all there is
+        slot.chunk.mutable_grad() = gradients_->gradient(static_cast<size_t>(slot.gradient));
+        continue;
+      }
       const at::Tensor& grad = slot.param.grad();
       if (!grad.defined()) {
         slot.chunk.mutable_grad() = at::Tensor();  // skipped, as the whole parameter would be
@@ -187,6 +201,7 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
   for (auto& group : slots_) {
     for (Slot& slot : group) slot.chunk.mutable_grad() = at::Tensor();  // no hold on the gradients
   }
+  if (gradients_ != nullptr) gradients_->clear();  // consumed
   gather_chunks();
   return {};
 }

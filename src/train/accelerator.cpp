@@ -146,6 +146,11 @@ void AcceleratorOptions::validate() const {
                                 std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
   ddp_.validate();
+  if (strategy_ == Strategy::kZero2 && mixed_precision_ == Precision::k16Mixed) {
+    throw std::invalid_argument(
+        "AcceleratorOptions: strategy zero2 does not support mixed_precision fp16 yet (the gradient scaler "
+        "would need the sharded gradients): use bf16 or no mixed precision, or strategy zero1");
+  }
 }
 
 // ---- PreparedOptimizer
@@ -203,7 +208,24 @@ void Accelerator::move_to_device(torch::nn::Module& module) const {
   if (device_.type() != c10::kCPU) module.to(device_);
 }
 
-void Accelerator::register_model(std::shared_ptr<torch::nn::Module> module, ddp::Reducer& reducer,
+ddp::DdpOptions Accelerator::model_ddp_options() const {
+  ddp::DdpOptions options = options_.ddp();
+  if (options_.strategy() == Strategy::kZero2) {
+    if (!models_.empty()) {
+      throw std::invalid_argument(
+          "Accelerator: strategy zero2 shards one prepared model's gradients, and a second model was "
+          "prepared: put both in one module, or use strategy zero1");
+    }
+    options.gradient_sync(shard::ShardedReducer::factory());
+  }
+  return options;
+}
+
+shard::ShardedReducer* Accelerator::sharded_reducer() const {
+  return models_.empty() ? nullptr : dynamic_cast<shard::ShardedReducer*>(models_.front().reducer);
+}
+
+void Accelerator::register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
                                  std::shared_ptr<void> ddp) {
   models_.push_back(ModelEntry{std::move(module), &reducer, std::move(ddp)});
 }
@@ -221,8 +243,13 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
         "Accelerator: mixed_precision fp16 supports one prepared optimizer, got a second: "
         "put all parameters in one optimizer (parameter groups), or use bf16");
   }
-  if (options_.strategy() == Strategy::kZero1)  // the same optimizer, stepping this rank's chunks only
-    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_);
+  if (options_.strategy() == Strategy::kZero2 && sharded_reducer() == nullptr) {
+    throw std::invalid_argument(
+        "Accelerator::prepare_optimizer: strategy zero2 steps the gradients the prepared model's reducer "
+        "shards: prepare the model before its optimizer");
+  }
+  if (options_.strategy() != Strategy::kDdp)  // the same optimizer, stepping this rank's chunks only
+    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_, sharded_reducer());
   optimizers_.push_back(optimizer);
   return PreparedOptimizer(std::move(optimizer), *this);
 }
@@ -302,6 +329,7 @@ void Accelerator::optimizer_step(PreparedOptimizer& optimizer) {
 void Accelerator::optimizer_zero_grad(PreparedOptimizer& optimizer) {
   if (!gradient_state_->sync_gradients) return;
   optimizer.optimizer_->zero_grad();
+  if (auto* sharded = sharded_reducer()) sharded->clear();
 }
 
 std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_type) {
@@ -309,6 +337,14 @@ std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_
   // Clip the true gradients, not the scaled ones (torch's "unscale before clipping").
   if (scaler_.enabled()) {
     for (auto& optimizer : optimizers_) scaler_.unscale(*optimizer);
+  }
+  if (auto* sharded = sharded_reducer()) {
+    if (norm_type != 2.0) {
+      throw std::invalid_argument(
+          "Accelerator::clip_grad_norm_: strategy zero2 clips by the 2-norm, got norm_type " +
+          std::to_string(norm_type));
+    }
+    return sharded->clip_grad_norm_(max_norm);  // the global norm over every rank's chunks
   }
   std::vector<at::Tensor> parameters;
   for (const auto& model : models_) {

@@ -54,16 +54,24 @@ OnNan parse_on_nan(const std::string& text) {
 Strategy parse_strategy(const std::string& text) {
   if (text == "ddp") return Strategy::kDdp;
   if (text == "zero1") return Strategy::kZero1;
-  if (text == "zero2" || text == "fsdp") {
+  if (text == "zero2") return Strategy::kZero2;
+  if (text == "fsdp") {
     throw std::invalid_argument(
-        "strategy '" + text +
-        "' is not built yet (only the optimizer state is sharded so far): use ddp or zero1");
+        "strategy 'fsdp' is not built yet (parameters are not sharded so far): use ddp, zero1 or zero2");
   }
-  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: ddp, zero1)");
+  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: ddp, zero1, zero2)");
 }
 
 const char* to_string(Strategy strategy) {
-  return strategy == Strategy::kZero1 ? "zero1" : "ddp";
+  switch (strategy) {
+    case Strategy::kZero1:
+      return "zero1";
+    case Strategy::kZero2:
+      return "zero2";
+    case Strategy::kDdp:
+      break;
+  }
+  return "ddp";
 }
 
 const char* to_string(OnNan on_nan) {
@@ -94,6 +102,11 @@ void TrainerOptions::validate() const {
   if (ckpt_every_n_steps_ > 0 && ckpt_dir_.empty()) {
     throw std::invalid_argument("ckpt_every_n_steps " + text(ckpt_every_n_steps_) +
                                 " needs ckpt_dir, where last.ckpt is written");
+  }
+  if (strategy_ == Strategy::kZero2 && precision_ == Precision::k16Mixed) {
+    throw std::invalid_argument(
+        "strategy 'zero2' does not support precision '16-mixed' yet (the gradient scaler would need the "
+        "sharded gradients): use precision 'bf16-mixed' or '32', or strategy 'zero1'");
   }
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);

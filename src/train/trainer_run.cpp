@@ -199,9 +199,12 @@ void Trainer::Run::setup_model() {
   const int world = group->size();
   const int rank = group->rank();
   if (!device_.is_cpu()) module->to(device_);
-  // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step.
-  ddp = std::make_unique<Ddp>(
-      module, *group, ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb()));
+  // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step. With
+  // zero2 the buckets are reduce-scattered instead, and .grad released once they are.
+  auto ddp_options = ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb());
+  if (options.strategy() == Strategy::kZero2) ddp_options.gradient_sync(shard::ShardedReducer::factory());
+  ddp = std::make_unique<Ddp>(module, *group, ddp_options);
+  sharded = dynamic_cast<shard::ShardedReducer*>(&ddp->gradient_sync());
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options.process_group())
@@ -226,8 +229,8 @@ void Trainer::Run::setup_model() {
   }
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
-  if (options.strategy() == Strategy::kZero1)  // the same optimizer, stepping this rank's chunks only
-    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group);
+  if (options.strategy() != Strategy::kDdp)  // the same optimizer, stepping this rank's chunks only
+    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group, sharded);
 }
 
 // ---- the epochs ----
@@ -358,6 +361,7 @@ bool Trainer::Run::step(int64_t b) {
     group_has_nan_ = false;
     if (skip) {
       optimizer.zero_grad();
+      if (sharded) sharded->clear();
       ++result_.skipped_steps;
       print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " +
                  std::to_string(epoch) + ", batch " + std::to_string(b) + "): non-finite loss on a rank");
@@ -366,7 +370,11 @@ bool Trainer::Run::step(int64_t b) {
   }
   if (options.gradient_clip_val() > 0) {
     scaler.unscale(optimizer);
-    torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
+    if (sharded) {
+      sharded->clip_grad_norm_(options.gradient_clip_val());  // the global norm over every rank's chunks
+    } else {
+      torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
+    }
   }
   if (optim.lr_schedule) {
     lr = optim.lr_schedule->at(position.step);
@@ -543,7 +551,7 @@ TrainerResult Trainer::Run::finish() {
 }
 
 double Trainer::Run::model_state_mb() const {
-  int64_t bytes = ddp ? static_cast<int64_t>(ddp->reducer().bucket_bytes()) : 0;
+  int64_t bytes = ddp ? static_cast<int64_t>(ddp->gradient_sync().bucket_bytes()) : 0;
   for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
   const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
   bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);

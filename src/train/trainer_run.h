@@ -10,6 +10,7 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/progress_bar.h"
@@ -55,6 +56,7 @@ struct Trainer::Run {
   comm::ProcessGroup* group = nullptr;
   std::shared_ptr<TrainModuleBase> module;
   std::unique_ptr<Ddp> ddp;
+  shard::ShardedReducer* sharded = nullptr;  // zero2: ddp's gradient sync, holding the chunk gradients
   OptimizerConfig optim;
   GradScaler scaler;
   std::unique_ptr<MetricsWriter> metrics_writer;

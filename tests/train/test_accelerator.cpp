@@ -202,6 +202,34 @@ TEST(Accelerator, Zero1AccumulationEqualsOneProcessOnTheGlobalBatch) {
   expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero1);
 }
 
+// strategy zero2: the gradients reduce-scattered during backward as well; accumulation keeps the full ones
+// until the sync step, and clip_grad_norm_ clips the shards by the global norm (compared with one process
+// clipping the whole gradients in the Trainer's tests: here only that it is the same on every rank).
+TEST(Accelerator, Zero2AccumulationEqualsOneProcessOnTheGlobalBatch) {
+  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kZero2);
+  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero2);
+}
+
+TEST(Accelerator, Zero2NeedsTheModelBeforeItsOptimizerAndNoFp16) {
+  EXPECT_THROW(
+      AcceleratorOptions().strategy(Strategy::kZero2).mixed_precision(Precision::k16Mixed).validate(),
+      std::invalid_argument);
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    Accelerator accelerator(group, AcceleratorOptions().strategy(Strategy::kZero2));
+    auto net = make_net(1);
+    try {
+      accelerator.prepare(torch::optim::Adam(net->parameters(), 0.01));
+      ADD_FAILURE() << "an optimizer prepared before its model was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("prepare the model before its optimizer"), std::string::npos)
+          << e.what();
+    }
+    group.shutdown();
+  }));
+}
+
 void expect_save_then_load_continues(Strategy strategy) {
   const auto dataset = make_dataset(48);
   const auto dir =
@@ -264,6 +292,7 @@ void expect_save_then_load_continues(Strategy strategy) {
 TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
   expect_save_then_load_continues(Strategy::kDdp);
   expect_save_then_load_continues(Strategy::kZero1);  // the state gathered whole, then sharded again
+  expect_save_then_load_continues(Strategy::kZero2);
 }
 
 TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "lockstep/ddp/comm_hook.h"
+#include "lockstep/ddp/gradient_sync.h"
 
 namespace lockstep::ddp {
 
@@ -34,6 +35,9 @@ class DdpOptions {
   LOCKSTEP_OPTION(DdpOptions, bool, check_model_consistency)
   /// How a full bucket is communicated. Default: mean all-reduce (AllReduceHook).
   LOCKSTEP_OPTION(DdpOptions, std::shared_ptr<CommHook>, comm_hook)
+  /// What synchronises the gradients during backward. Default (empty): the Reducer (an all-reduce per
+  /// bucket); shard::ShardedReducer::factory() gives ZeRO-2's reduce-scatter instead.
+  LOCKSTEP_OPTION(DdpOptions, GradientSyncFactory, gradient_sync)
 
   /// Throws std::invalid_argument naming the field and the value when an option is out of range.
   void validate() const;
@@ -46,6 +50,7 @@ class DdpOptions {
   bool gradient_as_bucket_view_ = false;
   bool check_model_consistency_ = true;
   std::shared_ptr<CommHook> comm_hook_;
+  GradientSyncFactory gradient_sync_;
 };
 
 }  // namespace lockstep::ddp

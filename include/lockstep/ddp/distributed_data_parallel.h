@@ -34,7 +34,10 @@ class DdpCore {
   void finish_join();
   bool joining() const { return joining_; }
 
-  Reducer& reducer() { return *reducer_; }
+  /// What synchronises the gradients (the Reducer unless DdpOptions::gradient_sync says otherwise).
+  GradientSync& gradient_sync() { return *sync_; }
+  /// The Reducer; std::logic_error when gradient_sync() is something else.
+  Reducer& reducer();
   comm::ProcessGroup& group() { return group_; }
   const DdpOptions& options() const { return options_; }
 
@@ -53,7 +56,7 @@ class DdpCore {
   comm::ProcessGroup& group_;
   DdpOptions options_;
   std::vector<at::Tensor> parameters_;
-  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<GradientSync> sync_;
   bool joining_ = false;
   int64_t join_iterations_ = 0;  // forwards this rank ran in join mode
   at::Tensor join_flags_;        // [active, sync], reused every iteration
@@ -98,21 +101,19 @@ class JoinGuard {
 /// inside accumulate locally; the first backward after it reduces the accumulated sum.
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(Reducer& reducer) : reducer_(&reducer), previous_(reducer.sync()) {
-    reducer.set_sync(false);
-  }
+  explicit NoSyncGuard(GradientSync& sync) : sync_(&sync), previous_(sync.sync()) { sync.set_sync(false); }
   ~NoSyncGuard() {
-    if (reducer_) reducer_->set_sync(previous_);
+    if (sync_) sync_->set_sync(previous_);
   }
-  NoSyncGuard(NoSyncGuard&& other) noexcept : reducer_(other.reducer_), previous_(other.previous_) {
-    other.reducer_ = nullptr;
+  NoSyncGuard(NoSyncGuard&& other) noexcept : sync_(other.sync_), previous_(other.previous_) {
+    other.sync_ = nullptr;
   }
   NoSyncGuard(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(NoSyncGuard&&) = delete;
 
  private:
-  Reducer* reducer_;
+  GradientSync* sync_;
   bool previous_;
 };
 
@@ -160,9 +161,10 @@ class DistributedDataParallel {
   [[nodiscard]] JoinGuard join() { return JoinGuard(core_); }
 
   /// Gradient synchronisation off until the returned guard is destroyed.
-  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(core_.reducer()); }
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(core_.gradient_sync()); }
 
   ModuleType& module() { return module_; }
+  GradientSync& gradient_sync() { return core_.gradient_sync(); }
   Reducer& reducer() { return core_.reducer(); }
 
  private:

@@ -9,6 +9,8 @@
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/ddp_options.h"
+#include "lockstep/ddp/grad_hooks.h"
+#include "lockstep/ddp/gradient_sync.h"
 
 namespace lockstep::ddp {
 
@@ -19,9 +21,8 @@ struct ReducerState;
 /*
  * The reducer: gradient averaging that overlaps with backward.
  *
- * At construction each parameter's AccumulateGrad node gets a post-hook (the node is kept alive here:
- * a tensor holds it only weakly, and backward would otherwise make a fresh node without the hook).
- * During backward, when autograd has accumulated parameter p's gradient, the hook copies p.grad into
+ * At construction each parameter's AccumulateGrad node gets a post-hook (GradHooks). During backward,
+ * when autograd has accumulated parameter p's gradient, the hook copies p.grad into
  * p's slice of its bucket (or, with gradient_as_bucket_view, p.grad already *is* that slice) and counts
  * the bucket down; a bucket whose last gradient arrived is handed to the comm hook — an asynchronous
  * all-reduce — while backward goes on computing earlier layers. Buckets go out strictly in bucket order
@@ -43,39 +44,37 @@ struct ReducerState;
  *
  * Steady state allocates nothing per step: buckets, views and works are reused.
  */
-class Reducer {
+class Reducer : public GradientSync {
  public:
   /// `parameters` in registration order with their `names`. The group must outlive the reducer.
   Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> names, comm::ProcessGroup& group,
           DdpOptions options);
-  ~Reducer();
+  ~Reducer() override;
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
   /// When false (no_sync), backward passes leave gradients local.
-  void set_sync(bool sync);
-  bool sync() const;
+  void set_sync(bool sync) override;
+  bool sync() const override;
 
   /// Parameter indices per bucket, in bucket (= launch) order.
   std::vector<std::vector<size_t>> bucket_indices() const;
   /// Bytes held by the buckets (the reducer's extra gradient memory; shared with .grad in view mode).
-  size_t bucket_bytes() const;
+  size_t bucket_bytes() const override;
   /// Synchronised backward passes completed.
   int64_t iterations() const;
 
   /// For a rank that has joined (run out of inputs): takes part in one backward's bucket all-reduces
   /// with zero gradients, in bucket order, so the ranks still training are matched. Blocking.
-  void reduce_zeros();
+  void reduce_zeros() override;
 
-  /// Moves the gradient hooks to parameters' new gradient accumulators, if any were replaced: LibTorch's
-  /// Module::load (InputArchive::read) and set_data() give a parameter a fresh AccumulateGrad node, and
-  /// hooks left on the old node would never fire again (no all-reduce, silently). Cheap (a pointer
-  /// comparison per parameter); DistributedDataParallel calls it before every forward. Returns how many
-  /// parameters were re-hooked.
-  size_t refresh_hooks();
+  /// Moves the gradient hooks to parameters' new gradient accumulators, if any were replaced (else a
+  /// reloaded model would silently skip its all-reduce): GradHooks::refresh.
+  size_t refresh_hooks() override;
 
  private:
   std::shared_ptr<detail::ReducerState> state_;
+  std::unique_ptr<GradHooks> hooks_;
 };
 
 }  // namespace lockstep::ddp

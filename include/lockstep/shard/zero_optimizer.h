@@ -12,6 +12,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "lockstep/comm/process_group.h"
+#include "lockstep/shard/sharded_reducer.h"
 
 namespace lockstep::shard {
 
@@ -39,6 +40,10 @@ namespace lockstep::shard {
  * the GradScaler sees the parameters and their full gradients, as with DDP) and are handed to the inner
  * optimizer before each step.
  *
+ * ZeRO stage 2 (built with a ShardedReducer): the gradients arrive already sharded (the reducer
+ * reduce-scatters them during backward and releases the full ones), and the chunks step from the reducer's
+ * chunk gradients, which step() consumes (ShardedReducer::clear). Everything else is as above.
+ *
  * Checkpoints hold the state whole, in the inner optimizer's own format: consolidate() (every rank) gathers
  * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
  * optimizer writes in a DDP run; load() (every rank) reads such a state and keeps this rank's chunks of it.
@@ -48,9 +53,12 @@ class ZeroOptimizer : public torch::optim::Optimizer {
  public:
   /// `optimizer` was built over the model's parameters (configure_optimizers) and has no state yet. It is
   /// re-targeted to this rank's chunks (step this object from now on, not it). Every rank calls this with the
-  /// same parameters, in the same order. Throws std::invalid_argument naming the problem when the optimizer
-  /// is null, already has state, or a parameter is not contiguous.
-  ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group);
+  /// same parameters, in the same order. With `gradients` (ZeRO-2; it must outlive this object) the chunks
+  /// step from its chunk gradients instead of views of .grad. Throws std::invalid_argument naming the
+  /// problem when the optimizer is null, already has state, or a parameter is not contiguous (or not one
+  /// of the reducer's).
+  ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                ShardedReducer* gradients = nullptr);
 
   /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
   /// A closure is not supported (LBFGS-style optimizers are not elementwise).
@@ -86,6 +94,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
     int64_t offset = 0;         // where this parameter's chunk sits in a rank's packed buffer (consolidate)
     int bucket = -1;            // its gather bucket; -1: gathered straight into the parameter
     int64_t bucket_offset = 0;  // where its chunk sits in a rank's part of that bucket
+    int64_t gradient = -1;      // ZeRO-2: its index in the reducer
   };
   void plan_gathers(const at::TensorOptions& buffer);
   void gather_chunks();
@@ -96,6 +105,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
 
   std::shared_ptr<torch::optim::Optimizer> inner_;
   comm::ProcessGroup* group_;
+  ShardedReducer* gradients_;             // ZeRO-2's chunk gradients; null for ZeRO-1
   std::vector<std::vector<Slot>> slots_;  // per param group
   int64_t packed_ = 0;                    // elements of one rank's packed buffer (all parameters)
   std::vector<int64_t> buckets_;          // elements of one rank's part of each gather bucket

@@ -27,6 +27,7 @@
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/trainer_options.h"
@@ -56,8 +57,10 @@ class AcceleratorOptions {
   /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
   /// sees one, one device per local rank.
   LOCKSTEP_OPTION(AcceleratorOptions, AcceleratorKind, accelerator)
-  /// ddp (the default) or zero1: prepare_optimizer then shards the optimizer's state over the ranks
-  /// (shard::ZeroOptimizer; step the prepared optimizer, not the one given). save_state gathers it whole.
+  /// ddp (the default), zero1 or zero2: prepare_optimizer then shards the optimizer's state over the ranks
+  /// (shard::ZeroOptimizer; step the prepared optimizer, not the one given); zero2 also reduce-scatters the
+  /// gradients (shard::ShardedReducer: prepare the one model before its optimizer; clip_grad_norm_ clips
+  /// the shards by the global 2-norm; not with fp16). save_state gathers the state whole.
   LOCKSTEP_OPTION(AcceleratorOptions, Strategy, strategy)
   /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
   /// (no second copy of the gradients).
@@ -300,7 +303,7 @@ class PreparedModel {
 /// a sync step.
 class AccumulateGuard {
  public:
-  AccumulateGuard(bool sync, ddp::Reducer& reducer) {
+  AccumulateGuard(bool sync, ddp::GradientSync& reducer) {
     if (!sync) no_sync_.emplace(reducer);
   }
   AccumulateGuard(const AccumulateGuard&) = delete;
@@ -394,7 +397,7 @@ class Accelerator {
   /// the forward.
   template <typename M>
   [[nodiscard]] AccumulateGuard accumulate(PreparedModel<M>& model) {
-    return AccumulateGuard(begin_micro_step(), model.ddp().reducer());
+    return AccumulateGuard(begin_micro_step(), model.ddp().gradient_sync());
   }
   /// Whether the current micro-step synchronises gradients (true outside accumulate()).
   bool sync_gradients() const;
@@ -471,7 +474,11 @@ class Accelerator {
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;
-  void register_model(std::shared_ptr<torch::nn::Module> module, ddp::Reducer& reducer,
+  /// DdpOptions for prepare(model): options().ddp(), with ZeRO-2's reducer for strategy zero2.
+  ddp::DdpOptions model_ddp_options() const;
+  /// zero2: the prepared model's reducer (null for other strategies, or before the model is prepared).
+  shard::ShardedReducer* sharded_reducer() const;
+  void register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
                       std::shared_ptr<void> ddp);
   bool begin_micro_step();
   void optimizer_step(PreparedOptimizer& optimizer);
@@ -480,7 +487,7 @@ class Accelerator {
 
   struct ModelEntry {
     std::shared_ptr<torch::nn::Module> module;
-    ddp::Reducer* reducer;
+    ddp::GradientSync* reducer;
     std::shared_ptr<void> ddp;  // keeps the wrapper (and its reducer) alive
   };
 
@@ -504,8 +511,9 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
                 "torch::nn::Module subclass");
   std::shared_ptr<torch::nn::Module> module = detail::module_ptr(model);
   move_to_device(*module);
-  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(std::move(model), *group_, options_.ddp());
-  register_model(std::move(module), wrapped->reducer(), wrapped);
+  auto wrapped =
+      std::make_shared<ddp::DistributedDataParallel<M>>(std::move(model), *group_, model_ddp_options());
+  register_model(std::move(module), wrapped->gradient_sync(), wrapped);
   return PreparedModel<M>(std::move(wrapped), precision_, device_.type());
 }
 

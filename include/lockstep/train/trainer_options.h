@@ -36,8 +36,9 @@ const char* to_string(OnNan on_nan);
 enum class Strategy {
   kDdp,    ///< every rank holds parameters, gradients and optimizer state; gradients all-reduced (DDP)
   kZero1,  ///< DDP, with the optimizer's state sharded over the ranks (shard/zero_optimizer.h): exact
+  kZero2,  ///< zero1, and gradients reduce-scattered during backward (shard/sharded_reducer.h): exact
 };
-/// "ddp" | "zero1"; "zero2" and "fsdp" are named as not built yet; throws std::invalid_argument naming the
+/// "ddp" | "zero1" | "zero2"; "fsdp" is named as not built yet; throws std::invalid_argument naming the
 /// text and the accepted values.
 Strategy parse_strategy(const std::string& text);
 const char* to_string(Strategy strategy);
@@ -59,7 +60,8 @@ class TrainerOptions {
   /// cpu, gpu (one CUDA device per rank: cuda:LOCAL_RANK) or auto (gpu when one is visible); see
   /// device_choice.h.
   LOCKSTEP_OPTION(TrainerOptions, AcceleratorKind, accelerator)
-  /// ddp (the default) or zero1 (Strategy).
+  /// ddp (the default), zero1 or zero2 (Strategy). zero2 needs every trainable parameter used in every
+  /// step, and precision other than 16-mixed.
   LOCKSTEP_OPTION(TrainerOptions, Strategy, strategy)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)

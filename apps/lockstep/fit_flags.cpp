@@ -105,10 +105,11 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
   add_trainer_flag<std::string>(
       app, "--strategy",
       "ddp, zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps 1/N of\n"
-      "Adam's moments), or zero2 (zero1, and gradients reduce-scattered during backward: each rank\n"
-      "keeps 1/N of them). Exact against ddp; checkpoints hold the whole state",
+      "Adam's moments), zero2 (zero1, and gradients reduce-scattered during backward: each rank keeps\n"
+      "1/N of them), or fsdp (zero2, and parameters sharded too: each unit of layers gathered when used,\n"
+      "released after; --model mlp). Exact against ddp; checkpoints hold the whole state",
       [&t](const std::string& text) { t.strategy(train::parse_strategy(text)); }, to_string(t.strategy()))
-      ->type_name("ddp|zero1|zero2");
+      ->type_name("ddp|zero1|zero2|fsdp");
   add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"
@@ -147,6 +148,11 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
   add_trainer_flag<double>(
       app, "--gradient-clip-val", "Clip the gradients' global L2 norm; 0 = off",
       [&t](const double& v) { t.gradient_clip_val(v); }, shown(t.gradient_clip_val()));
+  add_trainer_flag<int64_t>(
+      app, "--fsdp-min-unit-params",
+      "--strategy fsdp's auto-wrap: consecutive layers join one unit (gathered together) until it\n"
+      "holds this many parameters (PyTorch's size_based_auto_wrap_policy min_num_params)",
+      [&t](const int64_t& n) { t.fsdp_min_unit_params(n); }, shown(t.fsdp_min_unit_params()));
   add_trainer_flag<std::string>(
       app, "--bucket-cap-mb,--bucket_cap_mb",
       "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"

@@ -33,9 +33,17 @@ at::Tensor MlpImpl::forward(at::Tensor x) {
   TORCH_CHECK(x.size(1) == options_.in_features(), "Mlp::forward: expected ", options_.in_features(),
               " features per sample (MlpOptions::in_features), got ", x.size(1));
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    x = dropouts_[i]->forward(torch::relu(layers_[i]->forward(x)));
+    x = run_stage(i, std::move(x),
+                  [&](at::Tensor h) { return dropouts_[i]->forward(torch::relu(layers_[i]->forward(h))); });
   }
-  return layers_.back()->forward(x);
+  return run_stage(layers_.size() - 1, std::move(x),
+                   [&](at::Tensor h) { return layers_.back()->forward(h); });
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> MlpImpl::stage_modules() {
+  std::vector<std::shared_ptr<torch::nn::Module>> stages;
+  for (const auto& layer : layers_) stages.push_back(layer.ptr());
+  return stages;
 }
 
 }  // namespace lockstep::models

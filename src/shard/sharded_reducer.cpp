@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "chunk_layout.h"
 #include "lockstep/ddp/bucket.h"
 #include "lockstep/shard/zero_optimizer.h"
 
@@ -67,7 +69,9 @@ struct ShardedReducerState {
   void launch_ready_buckets();
   void launch(size_t b);
   void pack(ShardBucket& bucket, at::Tensor& staging) const;
-  void plan_buckets(const ddp::DdpOptions& options);
+  /// DDP-like buckets for `options`' caps (the parameters' indices per bucket, in launch order).
+  std::vector<std::vector<size_t>> plan_buckets(const ddp::DdpOptions& options) const;
+  void lay_out(const std::vector<std::vector<size_t>>& planned);
   void finish(size_t b);
   void finalize();
   void reset_iteration();
@@ -107,16 +111,9 @@ void ShardedReducerState::launch_ready_buckets() {
 // Rank r's part of `staging` receives chunk r of each member's gradient.
 void ShardedReducerState::pack(ShardBucket& bucket, at::Tensor& staging) const {
   const int world = group->size();
-  at::Tensor parts = staging.narrow(0, 0, world * bucket.part).view({world, bucket.part});
+  at::Tensor rows = staging.view({world, bucket.part});
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    const int64_t stride = bucket.strides[j];
-    if (stride == 0) continue;  // an empty parameter
-    const at::Tensor flat = params[bucket.params[j]].grad().reshape({-1});
-    at::Tensor to = parts.narrow(1, bucket.offsets[j], stride);
-    const int64_t rows = flat.numel() / stride;  // whole chunks; the last one may be short
-    const int64_t rest = flat.numel() - rows * stride;
-    if (rows > 0) to.narrow(0, 0, rows).copy_(flat.narrow(0, 0, rows * stride).view({rows, stride}));
-    if (rest > 0) to.select(0, rows).narrow(0, 0, rest).copy_(flat.narrow(0, rows * stride, rest));
+    pack_chunks(rows, bucket.offsets[j], bucket.strides[j], params[bucket.params[j]].grad().reshape({-1}));
   }
 }
 
@@ -148,7 +145,7 @@ void ShardedReducerState::finish(size_t b) {
 // From the last parameter to the first (the order autograd produces gradients in): a parameter of at least
 // kDirectBytes whose size divides by the world gets a bucket of its own, sent straight from its .grad; the
 // others are packed, up to the first bucket's cap, then the later buckets' (DDP's caps, bucket.h).
-void ShardedReducerState::plan_buckets(const ddp::DdpOptions& options) {
+std::vector<std::vector<size_t>> ShardedReducerState::plan_buckets(const ddp::DdpOptions& options) const {
   const int world = group->size();
   size_t gradient_bytes = 0;
   for (const at::Tensor& p : params) gradient_bytes += p.nbytes();
@@ -175,6 +172,24 @@ void ShardedReducerState::plan_buckets(const ddp::DdpOptions& options) {
     planned.back().push_back(k);
     open_bytes += p.nbytes();
   }
+  return planned;
+}
+
+// Each bucket's part holds chunk r of each of its parameters, one after the other; the parts of all the
+// buckets lie one after the other in `shards`.
+void ShardedReducerState::lay_out(const std::vector<std::vector<size_t>>& planned) {
+  const int world = group->size();
+  std::vector<char> placed(params.size(), 0);
+  for (const auto& bucket : planned) {
+    TORCH_CHECK(!bucket.empty(), "ShardedReducer: an empty bucket");
+    for (size_t i : bucket) {
+      TORCH_CHECK(i < params.size() && !placed[i], "ShardedReducer: parameter #", i,
+                  " is not one of the parameters, or in two buckets");
+      placed[i] = 1;
+    }
+  }
+  TORCH_CHECK(std::count(placed.begin(), placed.end(), 1) == static_cast<std::ptrdiff_t>(params.size()),
+              "ShardedReducer: the buckets leave parameters out");
   locate.resize(params.size());
   int64_t shard_elements = 0;
   for (size_t b = 0; b < planned.size(); ++b) {
@@ -256,14 +271,27 @@ ShardedReducer::ShardedReducer(std::vector<at::Tensor> parameters, std::vector<s
     : state_(std::make_shared<detail::ShardedReducerState>()) {
   options.validate();
   check_options(options);
+  init(std::move(parameters), std::move(names), group);
+  state_->lay_out(state_->plan_buckets(options));
+  install_hooks();
+}
+
+ShardedReducer::ShardedReducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+                               comm::ProcessGroup& group, std::vector<std::vector<size_t>> buckets)
+    : state_(std::make_shared<detail::ShardedReducerState>()) {
+  init(std::move(parameters), std::move(names), group);
+  state_->lay_out(buckets);
+  install_hooks();
+}
+
+void ShardedReducer::init(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+                          comm::ProcessGroup& group) {
   auto& s = *state_;
   TORCH_CHECK(parameters.size() == names.size(), "ShardedReducer: ", parameters.size(), " parameters but ",
               names.size(), " names");
   s.params = std::move(parameters);
   s.names = std::move(names);
   s.group = &group;
-  const int world = group.size();
-  const int rank = group.rank();
   for (size_t i = 0; i < s.params.size(); ++i) {
     const at::Tensor& p = s.params[i];
     TORCH_CHECK(p.requires_grad() && p.is_leaf(), "ShardedReducer: parameter '", s.names[i],
@@ -277,12 +305,16 @@ ShardedReducer::ShardedReducer(std::vector<at::Tensor> parameters, std::vector<s
     }
     s.index[p.unsafeGetTensorImpl()] = i;
   }
-  s.plan_buckets(options);
+}
+
+void ShardedReducer::install_hooks() {
+  auto& s = *state_;
   s.chunk_grads.resize(s.params.size());
   for (const detail::ShardBucket& bucket : s.buckets) {
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t i = bucket.params[j];
-      const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(s.params[i].numel(), group.rank(), group.size());
+      const ZeroOptimizer::Range mine =
+          ZeroOptimizer::chunk(s.params[i].numel(), s.group->rank(), s.group->size());
       s.chunk_grads[i] = s.shards.narrow(0, bucket.shard_offset + bucket.offsets[j], mine.length);
     }
   }

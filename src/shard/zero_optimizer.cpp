@@ -92,6 +92,21 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
       inner_(std::move(optimizer)),
       group_(&group),
       gradients_(gradients) {
+  build(nullptr);
+}
+
+ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                             ShardedReducer& gradients, const ChunkSource& chunks)
+    : torch::optim::Optimizer(groups_of(checked(optimizer)), checked(optimizer).defaults().clone()),
+      inner_(std::move(optimizer)),
+      group_(&group),
+      gradients_(&gradients),
+      gathers_(false) {
+  build(chunks);
+}
+
+void ZeroOptimizer::build(const ChunkSource& chunk_source) {
+  comm::ProcessGroup& group = *group_;
   const int world = group.size();
   const int rank = group.rank();
   at::TensorOptions buffer;
@@ -113,14 +128,21 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
                                     " on " + param.device().str() + ": shard one dtype on one device");
       }
       const Range mine = chunk(param.numel(), rank, world);
-      Slot slot{param, chunk_of(param, mine.begin, mine.length), (param.numel() + world - 1) / world,
-                packed_};
+      Slot slot{param, chunk_source ? chunk_source(param) : chunk_of(param, mine.begin, mine.length),
+                (param.numel() + world - 1) / world, packed_};
+      if (!slot.chunk.defined() || slot.chunk.numel() != mine.length) {
+        throw std::invalid_argument("ZeroOptimizer: the chunk given for a parameter of shape " +
+                                    c10::str(param.sizes()) + " does not hold its " +
+                                    std::to_string(mine.length) + " elements of rank " +
+                                    std::to_string(rank));
+      }
       if (gradients_ != nullptr) {
         slot.gradient = gradients_->index_of(param);
         if (slot.gradient < 0) {
-          throw std::invalid_argument("ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
-                                      " is not one the ZeRO-2 reducer synchronises: build the optimizer over "
-                                      "the trainable parameters of the model DDP wraps");
+          throw std::invalid_argument(
+              "ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
+              " is not one the sharded reducer synchronises: build the optimizer over "
+              "the trainable parameters of the model DDP or FSDP wraps");
         }
       }
       packed_ += slot.chunk_size;
@@ -134,7 +156,8 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   const comm::Backend backend = group.backend();
   in_place_ =
       backend == comm::Backend::kShm || backend == comm::Backend::kGloo || backend == comm::Backend::kNccl;
-  plan_gathers(buffer);
+  if (gathers_) plan_gathers(buffer);
+  options_ = buffer;
 }
 
 void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
@@ -160,7 +183,6 @@ void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
   for (int64_t b : buckets_) largest_bucket = std::max(largest_bucket, b);
   send_ = at::empty({send}, buffer);
   receive_ = at::empty({largest_bucket * world}, buffer);
-  options_ = buffer;
 }
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
@@ -202,7 +224,7 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
     for (Slot& slot : group) slot.chunk.mutable_grad() = at::Tensor();  // no hold on the gradients
   }
   if (gradients_ != nullptr) gradients_->clear();  // consumed
-  gather_chunks();
+  if (gathers_) gather_chunks();
   return {};
 }
 

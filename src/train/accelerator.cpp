@@ -146,6 +146,11 @@ void AcceleratorOptions::validate() const {
                                 std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
   ddp_.validate();
+  if (strategy_ == Strategy::kFsdp) {
+    throw std::invalid_argument(
+        "AcceleratorOptions: strategy fsdp is not built for the Accelerator yet (its models are wrapped in "
+        "DDP): use it with the Trainer (TrainerOptions::strategy), or strategy zero2 here");
+  }
   if (strategy_ == Strategy::kZero2 && mixed_precision_ == Precision::k16Mixed) {
     throw std::invalid_argument(
         "AcceleratorOptions: strategy zero2 does not support mixed_precision fp16 yet (the gradient scaler "

@@ -154,6 +154,8 @@ class FitModule : public TrainModule {
   }
 
   std::string checkpoint_name() const override { return config_.model; }
+  // The model's children are registered here directly (its parameter names stay "fc1.weight"...).
+  models::Staged* staged_model() override { return dynamic_cast<models::Staged*>(model_.get()); }
   const Model& model() const { return model_; }
 
  private:

@@ -133,8 +133,10 @@ void Trainer::save_checkpoint(const std::string& path) {
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
       group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());
-  // A sharded optimizer state is gathered whole onto rank 0, which writes it in the optimizer's own format.
+  // A sharded optimizer state is gathered whole onto rank 0, which writes it in the optimizer's own format,
+  // and so are sharded parameters (fsdp).
   if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get())) zero->consolidate(0);
+  const Run::WholeParameters whole(run);
   if (group.rank() != 0) return;
   CheckpointState state;
   state.position = run.position;

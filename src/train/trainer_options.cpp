@@ -55,11 +55,9 @@ Strategy parse_strategy(const std::string& text) {
   if (text == "ddp") return Strategy::kDdp;
   if (text == "zero1") return Strategy::kZero1;
   if (text == "zero2") return Strategy::kZero2;
-  if (text == "fsdp") {
-    throw std::invalid_argument(
-        "strategy 'fsdp' is not built yet (parameters are not sharded so far): use ddp, zero1 or zero2");
-  }
-  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: ddp, zero1, zero2)");
+  if (text == "fsdp") return Strategy::kFsdp;
+  throw std::invalid_argument("strategy '" + text +
+                              "' is not known (expected one of: ddp, zero1, zero2, fsdp)");
 }
 
 const char* to_string(Strategy strategy) {
@@ -68,6 +66,8 @@ const char* to_string(Strategy strategy) {
       return "zero1";
     case Strategy::kZero2:
       return "zero2";
+    case Strategy::kFsdp:
+      return "fsdp";
     case Strategy::kDdp:
       break;
   }
@@ -94,6 +94,7 @@ void TrainerOptions::validate() const {
                                 text(*bucket_cap_mb_));
   }
   check_finite_at_least_zero("gradient_clip_val", gradient_clip_val_, "0 = off");
+  check_at_least<int64_t>("fsdp_min_unit_params", fsdp_min_unit_params_, 1);
   if (collective_timeout_ && collective_timeout_->count() <= 0) {
     throw std::invalid_argument(
         "collective_timeout must be > 0 (unset: LOCKSTEP_TIMEOUT, else 1800 s), got " +
@@ -103,10 +104,11 @@ void TrainerOptions::validate() const {
     throw std::invalid_argument("ckpt_every_n_steps " + text(ckpt_every_n_steps_) +
                                 " needs ckpt_dir, where last.ckpt is written");
   }
-  if (strategy_ == Strategy::kZero2 && precision_ == Precision::k16Mixed) {
-    throw std::invalid_argument(
-        "strategy 'zero2' does not support precision '16-mixed' yet (the gradient scaler would need the "
-        "sharded gradients): use precision 'bf16-mixed' or '32', or strategy 'zero1'");
+  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) && precision_ == Precision::k16Mixed) {
+    throw std::invalid_argument(std::string("strategy '") + to_string(strategy_) +
+                                "' does not support precision '16-mixed' yet (the gradient scaler would need "
+                                "the sharded gradients): use precision 'bf16-mixed' or '32', or strategy "
+                                "'zero1'");
   }
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);

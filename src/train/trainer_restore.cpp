@@ -30,7 +30,11 @@ void Trainer::Run::restore() {
   resumed_ = true;
   const int world = group->size();
   const int rank = group->rank();
-  const CheckpointState saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
+  CheckpointState saved;
+  {
+    const WholeParameters whole(*this, /*reshard_from_parameters=*/true);
+    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
+  }
   start_ = saved.position;
   for (const auto& callback : options.callbacks()) {
     if (auto it = saved.callback_states.find(callback->state_key()); it != saved.callback_states.end()) {

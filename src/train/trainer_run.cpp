@@ -201,10 +201,17 @@ void Trainer::Run::setup_model() {
   if (!device_.is_cpu()) module->to(device_);
   // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step. With
   // zero2 the buckets are reduce-scattered instead, and .grad released once they are.
-  auto ddp_options = ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb());
-  if (options.strategy() == Strategy::kZero2) ddp_options.gradient_sync(shard::ShardedReducer::factory());
-  ddp = std::make_unique<Ddp>(module, *group, ddp_options);
-  sharded = dynamic_cast<shard::ShardedReducer*>(&ddp->gradient_sync());
+  // fsdp shards the parameters too (the model must be Staged: shard/fully_sharded_data_parallel.h).
+  if (options.strategy() == Strategy::kFsdp) {
+    fsdp = std::make_unique<shard::FullyShardedDataParallel>(
+        module, *group, shard::FsdpOptions().min_unit_params(options.fsdp_min_unit_params()),
+        module->staged_model());
+  } else {
+    auto ddp_options = ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb());
+    if (options.strategy() == Strategy::kZero2) ddp_options.gradient_sync(shard::ShardedReducer::factory());
+    ddp = std::make_unique<Ddp>(module, *group, ddp_options);
+  }
+  sharded = dynamic_cast<shard::ShardedReducer*>(&gradient_sync());
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options.process_group())
@@ -229,8 +236,11 @@ void Trainer::Run::setup_model() {
   }
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
-  if (options.strategy() != Strategy::kDdp)  // the same optimizer, stepping this rank's chunks only
+  if (fsdp) {  // the same optimizer, stepping this rank's chunks only
+    optim.optimizer = fsdp->make_optimizer(std::move(optim.optimizer));
+  } else if (options.strategy() != Strategy::kDdp) {
     optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group, sharded);
+  }
 }
 
 // ---- the epochs ----
@@ -323,8 +333,8 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   if (skip_nan) logged_before_ = module->logged_;
   // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
   std::optional<ddp::NoSyncGuard> no_sync;
-  if (!steps_now) no_sync.emplace(ddp->no_sync());
-  ddp->before_forward();
+  if (!steps_now) no_sync.emplace(gradient_sync());
+  if (ddp) ddp->before_forward();  // fsdp's runs inside the model's forward
   at::Tensor loss;
   {
     AutocastScope autocast(precision_, device_.type());
@@ -439,6 +449,7 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
+  const WholeParameters whole(*this);  // fsdp: the ranks may run different numbers of batches here
   val_loader_->start(val_plan(e));
   int64_t i = 0;
   while (const data::detail::AnyBatch batch = on_device(*val_loader_, val_loader_->next_any())) {
@@ -527,6 +538,7 @@ TrainerResult Trainer::Run::finish() {
   }
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
+    const WholeParameters whole(*this);
     result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
     result_.safetensors_path = (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string();
     if (is_main_) {
@@ -550,9 +562,27 @@ TrainerResult Trainer::Run::finish() {
   return result_;
 }
 
+ddp::GradientSync& Trainer::Run::gradient_sync() {
+  return fsdp ? static_cast<ddp::GradientSync&>(fsdp->reducer()) : ddp->gradient_sync();
+}
+
+Trainer::Run::WholeParameters::WholeParameters(Run& run, bool reshard_from_parameters)
+    : fsdp_(run.fsdp.get()), from_parameters_(reshard_from_parameters) {
+  if (fsdp_ != nullptr) fsdp_->gather_all();
+}
+
+Trainer::Run::WholeParameters::~WholeParameters() {
+  if (fsdp_ != nullptr) fsdp_->reshard(from_parameters_);
+}
+
 double Trainer::Run::model_state_mb() const {
-  int64_t bytes = ddp ? static_cast<int64_t>(ddp->gradient_sync().bucket_bytes()) : 0;
-  for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  int64_t bytes = 0;
+  if (fsdp) {
+    bytes += static_cast<int64_t>(fsdp->shard_bytes() + fsdp->reducer().bucket_bytes());
+  } else {
+    bytes += static_cast<int64_t>(ddp->gradient_sync().bucket_bytes());
+    for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+  }
   const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
   bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);
   return static_cast<double>(bytes) / (1024.0 * 1024.0);

@@ -10,6 +10,7 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
@@ -55,8 +56,9 @@ struct Trainer::Run {
   std::optional<comm::ProcessGroup> owned_group;
   comm::ProcessGroup* group = nullptr;
   std::shared_ptr<TrainModuleBase> module;
-  std::unique_ptr<Ddp> ddp;
-  shard::ShardedReducer* sharded = nullptr;  // zero2: ddp's gradient sync, holding the chunk gradients
+  std::unique_ptr<Ddp> ddp;                               // ddp, zero1, zero2
+  std::unique_ptr<shard::FullyShardedDataParallel> fsdp;  // fsdp
+  shard::ShardedReducer* sharded = nullptr;  // zero2, fsdp: the gradient sync holding the chunk gradients
   OptimizerConfig optim;
   GradScaler scaler;
   std::unique_ptr<MetricsWriter> metrics_writer;
@@ -70,6 +72,23 @@ struct Trainer::Run {
   bool stop_requested = false;
   std::string stop_reason;
   double lr = 0.0;
+
+  /// What synchronises the gradients (ddp's reducer, or FSDP's).
+  ddp::GradientSync& gradient_sync();
+  /// With fsdp, every parameter whole for the scope (a collective: every rank), then released again,
+  /// re-sharded from the parameters when `reshard_from_parameters` (weights were loaded into them). Without
+  /// fsdp, nothing.
+  class WholeParameters {
+   public:
+    WholeParameters(Run& run, bool reshard_from_parameters = false);
+    ~WholeParameters();
+    WholeParameters(const WholeParameters&) = delete;
+    WholeParameters& operator=(const WholeParameters&) = delete;
+
+   private:
+    shard::FullyShardedDataParallel* fsdp_;
+    bool from_parameters_;
+  };
 
  private:
   /// What one epoch's training part did on this rank.

@@ -163,7 +163,9 @@ TEST_P(ShardedReducerWorld, MatchesOneProcessWithAccumulationClippingAndASkipped
           gradient_elements += p.numel();
         }
         EXPECT_EQ(static_cast<int64_t>(reducer.bucket_bytes()), 8 * parts);
-        if (world >= 4) EXPECT_LT(static_cast<int64_t>(reducer.bucket_bytes()), 8 * gradient_elements / 2);
+        if (world >= 4) {
+          EXPECT_LT(static_cast<int64_t>(reducer.bucket_bytes()), 8 * gradient_elements / 2);
+        }
         state_bytes += optimizer.state_bytes();
         EXPECT_EQ(reducer.iterations(),
                   kSteps / 2 * 1 + kSteps / 2 * 2 + 1);  // even steps sync once; one skipped

@@ -10,6 +10,7 @@
 
 #include "lockstep/detail/option.h"
 #include "lockstep/models/classifier.h"
+#include "lockstep/models/staged.h"
 
 namespace lockstep::models {
 
@@ -37,19 +38,20 @@ class MlpOptions {
 /// The seeds' multilayer perceptron: flatten, then for each hidden width Linear → ReLU → Dropout, then
 /// a Linear to the logits. Parameters are named "fc1.weight", "fc1.bias", …, "fc<n>.weight" (the last
 /// one is the classifier), so the default model has fc1 (784→256), fc2 (256→128), fc3 (128→10):
-/// 235,146 parameters.
+/// 235,146 parameters. Staged: stage i is fc<i+1> (with its ReLU and dropout).
 ///
 /// Example:
 ///   torch::manual_seed(0);
 ///   Mlp model;                                        // MlpOptions() defaults
 ///   auto logits = model->forward(torch::rand({64, 1, 28, 28}));   // [64, 10]
-class MlpImpl : public ClassifierImpl {
+class MlpImpl : public ClassifierImpl, public Staged {
  public:
   /// Throws c10::Error naming the field for a non-positive size or a dropout outside [0, 1).
   explicit MlpImpl(MlpOptions options = {});
 
   /// `x`: [B, ...] with in_features values per sample (e.g. [B, 1, 28, 28] or [B, 784]).
   at::Tensor forward(at::Tensor x) override;
+  std::vector<std::shared_ptr<torch::nn::Module>> stage_modules() override;
 
   const MlpOptions& options() const { return options_; }
 

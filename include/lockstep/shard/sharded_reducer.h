@@ -55,6 +55,10 @@ class ShardedReducer : public ddp::GradientSync {
   /// of `options`. The group must outlive the reducer. Collective (it allocates comm buffers).
   ShardedReducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
                  comm::ProcessGroup& group, const ddp::DdpOptions& options);
+  /// FSDP's: the buckets are `buckets` (parameter indices, in the order backward completes them: one per
+  /// unit).
+  ShardedReducer(std::vector<at::Tensor> parameters, std::vector<std::string> names,
+                 comm::ProcessGroup& group, std::vector<std::vector<size_t>> buckets);
   ~ShardedReducer() override;
   ShardedReducer(const ShardedReducer&) = delete;
   ShardedReducer& operator=(const ShardedReducer&) = delete;
@@ -87,6 +91,9 @@ class ShardedReducer : public ddp::GradientSync {
   int64_t iterations() const;
 
  private:
+  void init(std::vector<at::Tensor> parameters, std::vector<std::string> names, comm::ProcessGroup& group);
+  void install_hooks();
+
   std::shared_ptr<detail::ShardedReducerState> state_;
   std::unique_ptr<ddp::GradHooks> hooks_;
 };

@@ -40,6 +40,9 @@ namespace lockstep::shard {
  * the GradScaler sees the parameters and their full gradients, as with DDP) and are handed to the inner
  * optimizer before each step.
  *
+ * FSDP (fully_sharded_data_parallel.h) keeps the chunks itself and frees the parameters between uses:
+ * the chunks step where it keeps them, and nothing is gathered after the step.
+ *
  * ZeRO stage 2 (built with a ShardedReducer): the gradients arrive already sharded (the reducer
  * reduce-scatters them during backward and releases the full ones), and the chunks step from the reducer's
  * chunk gradients, which step() consumes (ShardedReducer::clear). Everything else is as above.
@@ -59,6 +62,13 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   /// of the reducer's).
   ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
                 ShardedReducer* gradients = nullptr);
+  /// Where a parameter's chunk lives when the parameter's own memory does not hold it between steps.
+  using ChunkSource = std::function<at::Tensor(const at::Tensor& param)>;
+  /// FSDP's: the chunks are `chunks(param)` (this rank's Range of each parameter, kept by FSDP), their
+  /// gradients come from `gradients`, and step() gathers nothing (FSDP gathers the parameters when they
+  /// are used).
+  ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                ShardedReducer& gradients, const ChunkSource& chunks);
 
   /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
   /// A closure is not supported (LBFGS-style optimizers are not elementwise).
@@ -96,6 +106,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
     int64_t bucket_offset = 0;  // where its chunk sits in a rank's part of that bucket
     int64_t gradient = -1;      // ZeRO-2: its index in the reducer
   };
+  void build(const ChunkSource& chunks);
   void plan_gathers(const at::TensorOptions& buffer);
   void gather_chunks();
   using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
@@ -112,6 +123,7 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   at::Tensor send_, receive_;             // the largest bucket (or direct chunk), and its gathered size
   at::TensorOptions options_;             // the parameters' dtype and device
   bool in_place_ = false;                 // the backend gathers a chunk that lies inside the output
+  bool gathers_ = true;                   // step() gathers the chunks into the parameters (not FSDP)
   mutable StateMap consolidated_;         // the whole state, on the root of the last consolidate()
   int consolidated_root_ = -1;
 };

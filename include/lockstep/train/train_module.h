@@ -15,6 +15,7 @@
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/data/tensor_dataset.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/models/staged.h"
 #include "lockstep/optim/lr_schedule.h"
 
 namespace torch::optim {
@@ -110,6 +111,9 @@ class TrainModuleBase : public torch::nn::Module {
   virtual OptimizerConfig configure_optimizers() = 0;
   /// The name checkpoints record and check on resume: a checkpoint of another module is refused.
   virtual std::string checkpoint_name() const { return "TrainModule"; }
+  /// strategy fsdp: the Staged model to shard (models/staged.h), when it is not one of this module's
+  /// submodules (null: FSDP looks among them).
+  virtual models::Staged* staged_model() { return nullptr; }
 
   /// Records a value for this epoch (see LogOptions). From training_step or validation_step.
   void log(const std::string& name, double value, const LogOptions& options = {});

@@ -37,9 +37,9 @@ enum class Strategy {
   kDdp,    ///< every rank holds parameters, gradients and optimizer state; gradients all-reduced (DDP)
   kZero1,  ///< DDP, with the optimizer's state sharded over the ranks (shard/zero_optimizer.h): exact
   kZero2,  ///< zero1, and gradients reduce-scattered during backward (shard/sharded_reducer.h): exact
+  kFsdp,   ///< zero2, and parameters sharded: gathered per unit when used (fully_sharded_data_parallel.h)
 };
-/// "ddp" | "zero1" | "zero2"; "fsdp" is named as not built yet; throws std::invalid_argument naming the
-/// text and the accepted values.
+/// "ddp" | "zero1" | "zero2" | "fsdp"; throws std::invalid_argument naming the text and the accepted values.
 Strategy parse_strategy(const std::string& text);
 const char* to_string(Strategy strategy);
 
@@ -60,8 +60,8 @@ class TrainerOptions {
   /// cpu, gpu (one CUDA device per rank: cuda:LOCAL_RANK) or auto (gpu when one is visible); see
   /// device_choice.h.
   LOCKSTEP_OPTION(TrainerOptions, AcceleratorKind, accelerator)
-  /// ddp (the default), zero1 or zero2 (Strategy). zero2 needs every trainable parameter used in every
-  /// step, and precision other than 16-mixed.
+  /// ddp (the default), zero1, zero2 or fsdp (Strategy). zero2 and fsdp need every trainable parameter
+  /// used in every step, and precision other than 16-mixed; fsdp needs a Staged model (models/staged.h).
   LOCKSTEP_OPTION(TrainerOptions, Strategy, strategy)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
@@ -77,6 +77,9 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, int64_t, accumulate_grad_batches)
   /// Max global L2 norm of the gradients before each step; 0 = off.
   LOCKSTEP_OPTION(TrainerOptions, double, gradient_clip_val)
+  /// fsdp's auto-wrap (shard::FsdpOptions::min_unit_params): consecutive stages join one unit until it holds
+  /// this many parameters (>= 1).
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, fsdp_min_unit_params)
   /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0). Unset: DDP's default,
   /// a 16th of the model's gradients within [1, 25] MiB.
   LOCKSTEP_OPTION(TrainerOptions, std::optional<double>, bucket_cap_mb)
@@ -147,6 +150,7 @@ class TrainerOptions {
   int64_t accumulate_grad_batches_ = 1;
   double gradient_clip_val_ = 0.0;
   std::optional<double> bucket_cap_mb_;
+  int64_t fsdp_min_unit_params_ = int64_t{1} << 20;
   Precision precision_ = Precision::k32;
   uint64_t seed_ = 0;
   std::string ckpt_dir_;

@@ -1,0 +1,371 @@
+// FSDP: see the block comment in include/lockstep/shard/fully_sharded_data_parallel.h.
+#include "lockstep/shard/fully_sharded_data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "chunk_layout.h"
+
+namespace lockstep::shard {
+namespace {
+
+size_t bytes_of(const at::Tensor& param) {
+  return static_cast<size_t>(param.numel()) * param.element_size();
+}
+
+// The parameter's memory given back: its storage holds nothing until materialize(); its shape stays.
+void release_memory(const at::Tensor& param) {
+  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, param.device()));
+  storage->set_nbytes(0);
+}
+
+// Fresh memory for a released parameter (its values are written next).
+void materialize(const at::Tensor& param) {
+  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
+  const size_t bytes = bytes_of(param);
+  if (storage->nbytes() == bytes) return;
+  c10::Allocator* allocator = storage->allocator();
+  if (allocator == nullptr) allocator = c10::GetAllocator(param.device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+// The parameter's elements as a flat tensor of its own: writing to it does not count as an in-place change
+// of the parameter (autograd saved the parameter for backward and checks its version).
+at::Tensor own_alias(const at::Tensor& param) {
+  at::Tensor flat = at::empty({0}, param.options().requires_grad(false));
+  flat.set_(param.storage(), 0, {param.numel()}, {1});
+  return flat;
+}
+
+}  // namespace
+
+void FsdpOptions::validate() const {
+  if (min_unit_params_ < 1) {
+    throw std::invalid_argument("FsdpOptions::min_unit_params must be >= 1, got " +
+                                std::to_string(min_unit_params_));
+  }
+  for (size_t k = 0; k < unit_starts_.size(); ++k) {
+    if ((k == 0 && unit_starts_[0] != 0) || (k > 0 && unit_starts_[k] <= unit_starts_[k - 1])) {
+      throw std::invalid_argument(
+          "FsdpOptions::unit_starts must start at stage 0 and ascend (the first stage of each unit), got " +
+          std::to_string(unit_starts_[k]) + " at position " + std::to_string(k));
+    }
+  }
+}
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Module> root,
+                                                   comm::ProcessGroup& group, FsdpOptions options,
+                                                   models::Staged* staged)
+    : root_(std::move(root)), staged_(staged), group_(group), options_(std::move(options)) {
+  options_.validate();
+  if (!root_) throw std::invalid_argument("FullyShardedDataParallel: the model is null");
+  for (const auto& module : root_->modules(/*include_self=*/true)) {
+    if (staged != nullptr) break;
+    if (auto* staged = dynamic_cast<models::Staged*>(module.get())) {
+      if (staged_ != nullptr) {
+        throw std::invalid_argument("FullyShardedDataParallel: the model holds two Staged modules (" +
+                                    module->name() + " and another): wrap the one that is the model");
+      }
+      staged_ = staged;
+    }
+  }
+  if (staged_ == nullptr) {
+    throw std::invalid_argument(
+        "FullyShardedDataParallel: the model " + root_->name() +
+        " is not Staged: LibTorch modules have no forward hooks, so FSDP needs a model that runs its stages "
+        "through models::Staged::run_stage (lockstep's Mlp does; see models/staged.h), or strategy zero2");
+  }
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  std::vector<std::string> names;
+  for (const auto& item : root_->named_parameters(/*recurse=*/true)) {
+    named.emplace_back(item.key(), item.value());
+    if (!item.value().requires_grad()) continue;
+    params_.push_back(item.value());
+    names.push_back(item.key());
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (!p.is_contiguous() || p.storage_offset() != 0 || p.storage().nbytes() != bytes_of(p)) {
+      throw std::invalid_argument("FullyShardedDataParallel: parameter '" + names[i] +
+                                  "' does not have memory of its own (a view, or sharing a storage): "
+                                  "FSDP releases each parameter's memory between uses");
+    }
+  }
+  plan_units(staged_->stage_modules());
+  std::vector<std::vector<size_t>> buckets;  // backward completes the units last to first
+  for (size_t u = units_.size(); u-- > 0;) buckets.push_back(units_[u].params);
+  std::vector<std::pair<std::string, at::Tensor>> buffers;
+  for (const auto& item : root_->named_buffers(/*recurse=*/true))
+    buffers.emplace_back(item.key(), item.value());
+  core_ = std::make_unique<ddp::DdpCore>(
+      named, buffers, group_,
+      ddp::DdpOptions().gradient_sync([buckets](std::vector<at::Tensor> parameters,
+                                                std::vector<std::string> n, comm::ProcessGroup& g,
+                                                const ddp::DdpOptions&) {
+        return std::make_unique<ShardedReducer>(std::move(parameters), std::move(n), g, buckets);
+      }));
+  // Rank 0's weights are everywhere now: keep this rank's chunks, give the rest back.
+  const int world = group_.size();
+  const int rank = group_.rank();
+  for (Unit& unit : units_) {
+    unit.shard = at::zeros({unit.part}, params_[unit.params.front()].options().requires_grad(false));
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      const at::Tensor& p = params_[unit.params[j]];
+      const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), rank, world);
+      unit.shard.narrow(0, unit.offsets[j], mine.length)
+          .copy_(own_alias(p).narrow(0, mine.begin, mine.length));
+    }
+    unit.gathered = true;
+    release(unit);
+  }
+  hooks_ = std::make_unique<ddp::GradHooks>(params_, [this](size_t index) { on_gradient(index); });
+  staged_->set_stage_runner(this);
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  staged_->set_stage_runner(nullptr);
+}
+
+// Units of consecutive stages: the user's starts, or closed as soon as one holds min_unit_params (the rest
+// after the last such unit joins it... or forms the last unit).
+void FullyShardedDataParallel::plan_units(const std::vector<std::shared_ptr<torch::nn::Module>>& stages) {
+  if (stages.empty()) throw std::invalid_argument("FullyShardedDataParallel: the model has no stages");
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
+  std::vector<std::vector<size_t>> stage_params(stages.size());
+  std::vector<int64_t> stage_size(stages.size(), 0);
+  std::vector<char> placed(params_.size(), 0);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (const auto& p : stages[s]->parameters(/*recurse=*/true)) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found == index.end() || placed[found->second]) continue;  // frozen, or counted already
+      placed[found->second] = 1;
+      stage_params[s].push_back(found->second);
+      stage_size[s] += p.numel();
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!placed[i]) {
+      std::ostringstream names;
+      for (const auto& item : root_->named_parameters(true))
+        if (item.value().unsafeGetTensorImpl() == params_[i].unsafeGetTensorImpl()) names << item.key();
+      throw std::invalid_argument("FullyShardedDataParallel: parameter '" + names.str() +
+                                  "' belongs to no stage of the model: every trainable parameter must be in "
+                                  "one of Staged::stage_modules()");
+    }
+  }
+  std::vector<size_t> starts = options_.unit_starts();
+  if (starts.empty()) {
+    int64_t open = 0;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      if (s == 0 || open >= options_.min_unit_params()) {
+        starts.push_back(s);
+        open = 0;
+      }
+      open += stage_size[s];
+    }
+  } else if (starts.back() >= stages.size()) {
+    throw std::invalid_argument("FsdpOptions::unit_starts names stage " + std::to_string(starts.back()) +
+                                ", and the model has " + std::to_string(stages.size()) + " stages");
+  }
+  const int world = group_.size();
+  unit_of_stage_.assign(stages.size(), 0);
+  unit_of_param_.assign(params_.size(), 0);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    Unit unit;
+    const size_t end = k + 1 < starts.size() ? starts[k + 1] : stages.size();
+    for (size_t s = starts[k]; s < end; ++s) {
+      unit.stages.push_back(s);
+      unit_of_stage_[s] = units_.size();
+      for (size_t i : stage_params[s]) {
+        unit.params.push_back(i);
+        unit.strides.push_back((params_[i].numel() + world - 1) / world);
+        unit.offsets.push_back(unit.part);
+        unit.part += unit.strides.back();
+        unit_of_param_[i] = units_.size();
+      }
+    }
+    if (unit.params.empty()) {
+      throw std::invalid_argument("FullyShardedDataParallel: unit " + std::to_string(units_.size()) +
+                                  " (stages " + std::to_string(starts[k]) + "-" + std::to_string(end - 1) +
+                                  ") has no trainable parameter: start units at stages that have some");
+    }
+    units_.push_back(std::move(unit));
+  }
+}
+
+void FullyShardedDataParallel::start_gather(Unit& unit) {
+  if (unit.gathered || unit.in_flight) return;
+  unit.receive = at::empty({unit.part * group_.size()}, unit.shard.options());
+  unit.pending = group_.all_gather_into(unit.receive, unit.shard).then({}, " of an FSDP unit's parameters");
+  unit.in_flight = true;
+}
+
+void FullyShardedDataParallel::finish_gather(Unit& unit) {
+  if (unit.gathered) return;
+  start_gather(unit);
+  unit.pending.wait();
+  unit.in_flight = false;
+  const at::Tensor rows = unit.receive.view({group_.size(), unit.part});
+  at::NoGradGuard no_grad;
+  for (size_t j = 0; j < unit.params.size(); ++j) {
+    const at::Tensor& p = params_[unit.params[j]];
+    materialize(p);
+    detail::unpack_chunks(rows, unit.offsets[j], unit.strides[j], own_alias(p));
+  }
+  unit.receive = at::Tensor();
+  unit.gathered = true;
+  peak_gathered_ = std::max(peak_gathered_, gathered_units());
+}
+
+void FullyShardedDataParallel::release(Unit& unit) {
+  if (unit.in_flight) {  // prefetched, not used: let it land, then drop it
+    unit.pending.wait();
+    unit.in_flight = false;
+    unit.receive = at::Tensor();
+  }
+  if (!unit.gathered) return;
+  for (size_t i : unit.params) release_memory(params_[i]);
+  unit.gathered = false;
+}
+
+void FullyShardedDataParallel::release_all() {
+  for (Unit& unit : units_) release(unit);
+}
+
+at::Tensor FullyShardedDataParallel::run_stage(size_t index,
+                                               const std::function<at::Tensor(at::Tensor)>& stage,
+                                               at::Tensor x) {
+  TORCH_CHECK(index < unit_of_stage_.size(), "FullyShardedDataParallel: stage ", index, " of a model with ",
+              unit_of_stage_.size(), " stages");
+  if (held_) return stage(std::move(x));  // whole until reshard()
+  const size_t u = unit_of_stage_[index];
+  Unit& unit = units_[u];
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index == 0) {
+      core_->before_forward();  // buffers from rank 0; gradient hooks moved to replaced accumulators
+      hooks_->refresh();
+      release_all();  // each forward starts from the shards, which a step may have changed
+    }
+    if (index == unit.stages.front()) {
+      finish_gather(unit);
+      if (options_.prefetch() && u + 1 < units_.size()) start_gather(units_[u + 1]);
+    }
+  }
+  at::Tensor out = stage(std::move(x));
+  if (index == unit.stages.back()) {
+    const bool backward_follows = at::GradMode::is_enabled() && out.defined() && out.requires_grad();
+    if (backward_follows) out.register_hook([this, u](const auto&) { before_backward(u); });
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!backward_follows || u + 1 < units_.size()) release(unit);  // backward starts with the last unit
+  }
+  return out;
+}
+
+// The gradient of unit u's output is complete: u's own backward comes next.
+void FullyShardedDataParallel::before_backward(size_t u) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!in_backward_) {
+    in_backward_ = true;
+    for (Unit& unit : units_) unit.waiting = unit.params.size();
+    // Runs when this backward is over, before backward() returns.
+    torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      std::lock_guard<std::mutex> end(mutex_);
+      if (!held_) release_all();
+      in_backward_ = false;
+    });
+  }
+  finish_gather(units_[u]);
+  if (options_.prefetch() && u > 0) start_gather(units_[u - 1]);
+}
+
+// A parameter's gradient is in: the unit is released with its last one (its backward used it last then).
+void FullyShardedDataParallel::on_gradient(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!in_backward_ || held_) return;
+  Unit& unit = units_[unit_of_param_[index]];
+  if (unit.waiting > 0 && --unit.waiting == 0) release(unit);
+}
+
+std::unique_ptr<ZeroOptimizer> FullyShardedDataParallel::make_optimizer(
+    std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  ShardedReducer& gradients = reducer();
+  const int world = group_.size();
+  const int rank = group_.rank();
+  return std::make_unique<ZeroOptimizer>(
+      std::move(optimizer), group_, gradients, [this, &gradients, world, rank](const at::Tensor& param) {
+        const int64_t i = gradients.index_of(param);
+        if (i < 0) return at::Tensor();
+        const Unit& unit = units_[unit_of_param_[static_cast<size_t>(i)]];
+        size_t j = 0;
+        while (unit.params[j] != static_cast<size_t>(i)) ++j;
+        return unit.shard.narrow(0, unit.offsets[j], ZeroOptimizer::chunk(param.numel(), rank, world).length);
+      });
+}
+
+ShardedReducer& FullyShardedDataParallel::reducer() {
+  return dynamic_cast<ShardedReducer&>(core_->gradient_sync());
+}
+
+ddp::NoSyncGuard FullyShardedDataParallel::no_sync() {
+  return ddp::NoSyncGuard(core_->gradient_sync());
+}
+
+void FullyShardedDataParallel::gather_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Unit& unit : units_) start_gather(unit);
+  for (Unit& unit : units_) finish_gather(unit);
+  held_ = true;
+}
+
+void FullyShardedDataParallel::reshard(bool from_parameters) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int world = group_.size();
+  const int rank = group_.rank();
+  for (Unit& unit : units_) {
+    if (from_parameters) {
+      TORCH_CHECK(unit.gathered,
+                  "FullyShardedDataParallel::reshard: the parameters are not whole: "
+                  "gather_all() before loading weights into them");
+      for (size_t j = 0; j < unit.params.size(); ++j) {
+        const at::Tensor& p = params_[unit.params[j]];
+        const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), rank, world);
+        unit.shard.narrow(0, unit.offsets[j], mine.length)
+            .copy_(own_alias(p).narrow(0, mine.begin, mine.length));
+      }
+    }
+    release(unit);
+  }
+  held_ = false;
+}
+
+std::vector<std::vector<size_t>> FullyShardedDataParallel::units() const {
+  std::vector<std::vector<size_t>> out;
+  for (const Unit& unit : units_) out.push_back(unit.stages);
+  return out;
+}
+
+size_t FullyShardedDataParallel::shard_bytes() const {
+  size_t bytes = 0;
+  for (const Unit& unit : units_) bytes += unit.shard.nbytes();
+  return bytes;
+}
+
+size_t FullyShardedDataParallel::gathered_units() const {
+  size_t count = 0;
+  for (const Unit& unit : units_) count += unit.gathered ? 1 : 0;
+  return count;
+}
+
+}  // namespace lockstep::shard

@@ -1,0 +1,231 @@
+// FSDP (shard/fully_sharded_data_parallel.h) with real ranks (threads over an in-memory store, worlds 1, 2,
+// 3, 4, 8 over shm, 2 and 3 over Gloo), on lockstep's Mlp (a Staged model): each rank on B/N samples must
+// end with the parameters of one process on all B, after several Adam steps with weight decay, gradient
+// accumulation (no_sync on some steps, two synchronised backward passes on others), clipping by the global
+// norm and a skipped step. Between steps no parameter holds memory and each rank keeps 1/N of them; at most
+// two units are whole at once. Units follow the size policy or the user's starts; gather_all/reshard give
+// the whole model for checkpoints and take loaded weights back.
+#include <gtest/gtest.h>
+
+#include <torch/nn.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../comm/thread_group.h"
+#include "lockstep/models/mlp.h"
+#include "lockstep/shard/fully_sharded_data_parallel.h"
+
+namespace lockstep::shard::fsdp_test {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+
+constexpr int64_t kMicroBatch = 24;  // divisible by 1, 2, 3, 4 and 8
+constexpr int kSteps = 6;
+constexpr int kSkippedStep = 3;
+constexpr double kMaxNorm = 0.5;
+
+// Stages of 132, 520, 656 and 51 parameters (the last bias of 3: empty chunks on 4 and 8 ranks).
+models::Mlp make_mlp(uint64_t seed) {
+  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(seed);
+  models::Mlp mlp(models::MlpOptions().in_features(10).hidden({12, 40, 16}).num_classes(3).dropout(0.0));
+  mlp->to(torch::kDouble);
+  return mlp;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_adam(models::Mlp& mlp) {
+  const auto params = mlp->parameters();
+  std::vector<torch::Tensor> first(params.begin(), params.begin() + 2),
+      rest(params.begin() + 2, params.end());
+  std::vector<torch::optim::OptimizerParamGroup> groups{
+      torch::optim::OptimizerParamGroup(first, std::make_unique<torch::optim::AdamOptions>(
+                                                   torch::optim::AdamOptions(0.01).weight_decay(0.01))),
+      torch::optim::OptimizerParamGroup(rest, std::make_unique<torch::optim::AdamOptions>(
+                                                  torch::optim::AdamOptions(0.003).weight_decay(0.01)))};
+  return std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(0.01));
+}
+
+std::pair<torch::Tensor, torch::Tensor> batch(int micro, int64_t begin, int64_t count) {
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  auto index = torch::arange(begin, begin + count, options).unsqueeze(1);
+  return {torch::sin(index * torch::arange(1, 11, options) * 0.37 + micro),
+          torch::cos(index * torch::arange(1, 4, options) * 0.11 - micro) * 3.0};
+}
+
+struct Reference {
+  std::vector<torch::Tensor> params;
+  std::vector<double> norms;
+  torch::Tensor probe_output;  // the trained model on a probe batch
+};
+
+Reference one_process() {
+  auto mlp = make_mlp(7);
+  auto optimizer = make_adam(mlp);
+  Reference out;
+  for (int step = 0; step < kSteps; ++step) {
+    for (auto& p : mlp->parameters()) p.mutable_grad() = torch::Tensor();
+    for (int micro = 0; micro < 2; ++micro) {
+      auto [x, y] = batch(2 * step + micro, 0, kMicroBatch);
+      torch::mse_loss(mlp->forward(x), y).backward();
+    }
+    out.norms.push_back(torch::nn::utils::clip_grad_norm_(mlp->parameters(), kMaxNorm));
+    optimizer->step();
+  }
+  for (const auto& p : mlp->parameters()) out.params.push_back(p.detach().clone());
+  torch::NoGradGuard no_grad;
+  out.probe_output = mlp->forward(batch(100, 0, 5).first);
+  return out;
+}
+
+using Case = std::tuple<int, comm::Backend>;
+
+class FsdpWorld : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FsdpWorld, MatchesOneProcessWithAccumulationClippingAndASkippedStep) {
+  const auto [world, backend] = GetParam();
+  const Reference want = one_process();
+  ASSERT_GT(want.norms.front(), kMaxNorm) << "clipping must act on the first step";
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&, world = world, backend = backend](int rank) {
+    auto pg = comm::init_process_group(
+        lockstep::testing::thread_group_options(rank, world, store, "fsdp").backend(backend));
+    auto mlp = make_mlp(rank == 0 ? 7 : 40 + rank);  // FSDP broadcasts rank 0's weights
+    FullyShardedDataParallel fsdp(mlp.ptr(), pg, FsdpOptions().min_unit_params(100));
+    ASSERT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0}, {1}, {2}, {3}}));
+    auto optimizer = fsdp.make_optimizer(make_adam(mlp));
+    ShardedReducer& reducer = fsdp.reducer();
+    const int64_t per_rank = kMicroBatch / world;
+    const auto nothing_whole = [&](const char* when) {
+      EXPECT_EQ(fsdp.gathered_units(), 0u) << when;
+      for (const auto& p : mlp->parameters()) {
+        EXPECT_EQ(p.storage().nbytes(), 0u) << when << ": a parameter holds memory";
+        EXPECT_FALSE(p.grad().defined()) << when << ": a full gradient is left";
+      }
+    };
+    nothing_whole("after construction");
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == kSkippedStep) {
+        auto [x, y] = batch(99, rank * per_rank, per_rank);
+        torch::mse_loss(mlp->forward(x), y * 100.0).backward();
+        reducer.clear();  // what a skipped step does
+      }
+      for (int micro = 0; micro < 2; ++micro) {
+        auto [x, y] = batch(2 * step + micro, rank * per_rank, per_rank);
+        if (micro == 0 && step % 2 == 0) {
+          auto local = fsdp.no_sync();
+          torch::mse_loss(mlp->forward(x), y).backward();
+        } else {
+          torch::mse_loss(mlp->forward(x), y).backward();
+          nothing_whole("after a synchronised backward");
+        }
+      }
+      EXPECT_NEAR(reducer.clip_grad_norm_(kMaxNorm), want.norms[step], 1e-9 * want.norms[step]) << step;
+      optimizer->step();
+    }
+    EXPECT_LE(fsdp.peak_gathered_units(), 2u) << "more than two units were whole at once";
+    // 1/N of the parameters here (whole chunks), and the weights one process trained.
+    int64_t chunks = 0;
+    for (const auto& p : mlp->parameters()) chunks += (p.numel() + world - 1) / world;
+    EXPECT_EQ(static_cast<int64_t>(fsdp.shard_bytes()), 8 * chunks);
+    {
+      torch::NoGradGuard no_grad;
+      const auto probe = mlp->forward(batch(100, 0, 5).first);  // gathered unit by unit, released after
+      EXPECT_TRUE(torch::allclose(probe, want.probe_output, 1e-10, 1e-12));
+      EXPECT_EQ(fsdp.gathered_units(), 0u);
+    }
+    fsdp.gather_all();
+    const auto got = mlp->parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(got[i], want.params[i], 1e-10, 1e-12))
+          << "rank " << rank << ", parameter " << i << " off by "
+          << (got[i] - want.params[i]).abs().max().item<double>();
+    }
+    fsdp.reshard();
+    nothing_whole("after reshard");
+    pg.shutdown();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, FsdpWorld,
+                         ::testing::Values(Case{1, comm::Backend::kShm}, Case{2, comm::Backend::kShm},
+                                           Case{3, comm::Backend::kShm}, Case{4, comm::Backend::kShm},
+                                           Case{8, comm::Backend::kShm}, Case{2, comm::Backend::kGloo},
+                                           Case{3, comm::Backend::kGloo}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  comm::to_string(std::get<1>(info.param));
+                         });
+
+// The size policy closes a unit once it holds min_unit_params; the user's starts override it. Weights
+// loaded into the whole parameters are taken back by reshard(true): the next forward computes with them.
+TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg = comm::init_process_group(lockstep::testing::thread_group_options(rank, 2, store, "fsdp-units"));
+    auto mlp = make_mlp(3);
+    {
+      FullyShardedDataParallel fsdp(mlp.ptr(), pg, FsdpOptions().min_unit_params(600));
+      EXPECT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}}));  // 652, 656, 51
+      fsdp.gather_all();
+    }
+    {
+      FullyShardedDataParallel fsdp(mlp.ptr(), pg, FsdpOptions().unit_starts({0, 3}));
+      EXPECT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0, 1, 2}, {3}}));
+      auto other = make_mlp(11);
+      fsdp.gather_all();
+      {
+        torch::NoGradGuard no_grad;
+        const auto mine = mlp->parameters(), theirs = other->parameters();
+        for (size_t i = 0; i < mine.size(); ++i) mine[i].copy_(theirs[i]);  // as a checkpoint load would
+      }
+      fsdp.reshard(/*from_parameters=*/true);
+      torch::NoGradGuard no_grad;
+      const auto x = batch(5, 0, 4).first;
+      EXPECT_TRUE(torch::allclose(mlp->forward(x), other->forward(x)));
+      fsdp.gather_all();
+    }
+    pg.shutdown();
+  }));
+}
+
+TEST(Fsdp, RefusesWhatItCannotShard) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto pg = comm::init_process_group(lockstep::testing::thread_group_options(0, 1, store, "fsdp-refuse"));
+  const auto refused = [&](const std::function<void()>& build, const std::string& says) {
+    try {
+      build();
+      ADD_FAILURE() << "accepted; expected an error saying " << says;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  torch::nn::Sequential plain(torch::nn::Linear(3, 4));
+  refused([&] { FullyShardedDataParallel(plain.ptr(), pg); }, "is not Staged");
+  auto mlp = make_mlp(1);
+  refused(
+      [&] {
+        FullyShardedDataParallel(mlp.ptr(), pg, FsdpOptions().unit_starts({1, 2}));
+      },
+      "must start at stage 0");
+  refused(
+      [&] {
+        FullyShardedDataParallel(mlp.ptr(), pg, FsdpOptions().unit_starts({0, 9}));
+      },
+      "names stage 9");
+  refused([&] { FullyShardedDataParallel(mlp.ptr(), pg, FsdpOptions().min_unit_params(0)); },
+          "min_unit_params must be >= 1");
+  pg.shutdown();
+}
+
+}  // namespace
+}  // namespace lockstep::shard::fsdp_test

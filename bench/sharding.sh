@@ -5,11 +5,11 @@
 #   speed:  2 ranks on shm, W1 (the seeds' MLP, batch 64) and the wide MLP: epoch_s of the second epoch,
 #           strategies alternating ROUNDS times; medians, and each strategy's ratio to ddp.
 #
-#   bash bench/sharding.sh BUILD_DIR [ROUNDS=3] [STRATEGIES="ddp zero1 zero2"]
+#   bash bench/sharding.sh BUILD_DIR [ROUNDS=3] [STRATEGIES="ddp zero1 zero2 fsdp"]
 set -euo pipefail
 build=${1:?usage: sharding.sh BUILD_DIR [ROUNDS] [STRATEGIES]}
 rounds=${2:-3}
-strategies=${3:-ddp zero1 zero2}
+strategies=${3:-ddp zero1 zero2 fsdp}
 lockstep=$build/lockstep
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,22 +23,12 @@ size_t bytes_of(const at::Tensor& param) {
   return static_cast<size_t>(param.numel()) * param.element_size();
 }
 
-// The parameter's memory given back: its storage holds nothing until materialize(); its shape stays.
-void release_memory(const at::Tensor& param) {
+// The parameter's memory taken from it: its storage holds nothing until materialized; its shape stays.
+at::DataPtr take_memory(const at::Tensor& param) {
   c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, param.device()));
+  at::DataPtr memory = storage->set_data_ptr(at::DataPtr(nullptr, param.device()));
   storage->set_nbytes(0);
-}
-
-// Fresh memory for a released parameter (its values are written next).
-void materialize(const at::Tensor& param) {
-  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
-  const size_t bytes = bytes_of(param);
-  if (storage->nbytes() == bytes) return;
-  c10::Allocator* allocator = storage->allocator();
-  if (allocator == nullptr) allocator = c10::GetAllocator(param.device().type());
-  storage->set_data_ptr_noswap(allocator->allocate(bytes));
-  storage->set_nbytes(bytes);
+  return memory;
 }
 
 // The parameter's elements as a flat tensor of its own: writing to it does not count as an in-place change
@@ -102,8 +94,20 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     }
   }
   plan_units(staged_->stage_modules());
-  std::vector<std::vector<size_t>> buckets;  // backward completes the units last to first
-  for (size_t u = units_.size(); u-- > 0;) buckets.push_back(units_[u].params);
+  // Backward completes the units last to first. A unit's packed members are reduced together, each direct
+  // one alone, straight from its .grad (as ZeRO-2's reducer would plan them).
+  std::vector<std::vector<size_t>> buckets;
+  for (size_t u = units_.size(); u-- > 0;) {
+    const Unit& unit = units_[u];
+    std::vector<size_t> packed;
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      if (!unit.direct[j]) packed.push_back(unit.params[j]);
+    }
+    if (!packed.empty()) buckets.push_back(packed);
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      if (unit.direct[j]) buckets.push_back({unit.params[j]});
+    }
+  }
   std::vector<std::pair<std::string, at::Tensor>> buffers;
   for (const auto& item : root_->named_buffers(/*recurse=*/true))
     buffers.emplace_back(item.key(), item.value());
@@ -184,17 +188,28 @@ void FullyShardedDataParallel::plan_units(const std::vector<std::shared_ptr<torc
   for (size_t k = 0; k < starts.size(); ++k) {
     Unit unit;
     const size_t end = k + 1 < starts.size() ? starts[k + 1] : stages.size();
+    std::vector<size_t> members;
     for (size_t s = starts[k]; s < end; ++s) {
       unit.stages.push_back(s);
       unit_of_stage_[s] = units_.size();
-      for (size_t i : stage_params[s]) {
-        unit.params.push_back(i);
-        unit.strides.push_back((params_[i].numel() + world - 1) / world);
-        unit.offsets.push_back(unit.part);
-        unit.part += unit.strides.back();
-        unit_of_param_[i] = units_.size();
-      }
+      members.insert(members.end(), stage_params[s].begin(), stage_params[s].end());
     }
+    const auto is_direct = [&](size_t i) { return detail::sent_directly(params_[i], world); };
+    // The packed members first (their chunks are gathered together), then the direct ones.
+    std::stable_partition(members.begin(), members.end(), [&](size_t i) { return !is_direct(i); });
+    size_t unit_bytes = 0;
+    for (size_t i : members) {
+      unit.params.push_back(i);
+      unit.direct.push_back(is_direct(i) ? 1 : 0);
+      unit.strides.push_back((params_[i].numel() + world - 1) / world);
+      unit.offsets.push_back(unit.part);
+      unit.part += unit.strides.back();
+      if (!unit.direct.back()) unit.packed_part = unit.part;
+      unit_of_param_[i] = units_.size();
+      unit_bytes += bytes_of(params_[i]);
+    }
+    spare_cap_ = std::max(spare_cap_, 2 * unit_bytes);
+    if (std::getenv("XX_SPARE")) spare_cap_ = size_t{1} << 40;
     if (unit.params.empty()) {
       throw std::invalid_argument("FullyShardedDataParallel: unit " + std::to_string(units_.size()) +
                                   " (stages " + std::to_string(starts[k]) + "-" + std::to_string(end - 1) +
@@ -204,24 +219,61 @@ void FullyShardedDataParallel::plan_units(const std::vector<std::shared_ptr<torc
   }
 }
 
+void FullyShardedDataParallel::materialize(const at::Tensor& param) {
+  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
+  const size_t bytes = bytes_of(param);
+  if (storage->nbytes() == bytes) return;
+  at::DataPtr memory;
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->first != bytes) continue;
+    memory = std::move(it->second);
+    spare_bytes_ -= bytes;
+    spare_.erase(it);
+    break;
+  }
+  if (!memory) {
+    c10::Allocator* allocator = storage->allocator();
+    if (allocator == nullptr) allocator = c10::GetAllocator(param.device().type());
+    memory = allocator->allocate(bytes);
+  }
+  storage->set_data_ptr_noswap(std::move(memory));
+  storage->set_nbytes(bytes);
+}
+
+// A member of at least detail::kDirectBytes whose size divides by the world is gathered straight into its own
+// memory, its chunk (in the shard) as the input: no second copy of it. The others' chunks lie first in the
+// shard and are gathered together into `receive`, then copied out.
 void FullyShardedDataParallel::start_gather(Unit& unit) {
   if (unit.gathered || unit.in_flight) return;
-  unit.receive = at::empty({unit.part * group_.size()}, unit.shard.options());
-  unit.pending = group_.all_gather_into(unit.receive, unit.shard).then({}, " of an FSDP unit's parameters");
+  for (size_t i : unit.params) materialize(params_[i]);
+  const std::string what = " of an FSDP unit's parameters";
+  if (unit.packed_part > 0) {
+    unit.receive = at::empty({unit.packed_part * group_.size()}, unit.shard.options());
+    at::Tensor mine = unit.shard.narrow(0, 0, unit.packed_part);
+    unit.pending.push_back(group_.all_gather_into(unit.receive, mine).then({}, what));
+  }
+  for (size_t j = 0; j < unit.params.size(); ++j) {
+    if (!unit.direct[j]) continue;
+    at::Tensor whole = own_alias(params_[unit.params[j]]);
+    at::Tensor mine = unit.shard.narrow(0, unit.offsets[j], unit.strides[j]);
+    unit.pending.push_back(group_.all_gather_into(whole, mine).then({}, what));
+  }
   unit.in_flight = true;
 }
 
 void FullyShardedDataParallel::finish_gather(Unit& unit) {
   if (unit.gathered) return;
   start_gather(unit);
-  unit.pending.wait();
+  for (comm::Work& work : unit.pending) work.wait();
+  unit.pending.clear();
   unit.in_flight = false;
-  const at::Tensor rows = unit.receive.view({group_.size(), unit.part});
-  at::NoGradGuard no_grad;
-  for (size_t j = 0; j < unit.params.size(); ++j) {
-    const at::Tensor& p = params_[unit.params[j]];
-    materialize(p);
-    detail::unpack_chunks(rows, unit.offsets[j], unit.strides[j], own_alias(p));
+  if (unit.packed_part > 0) {
+    const at::Tensor rows = unit.receive.view({group_.size(), unit.packed_part});
+    at::NoGradGuard no_grad;
+    for (size_t j = 0; j < unit.params.size(); ++j) {
+      if (!unit.direct[j])
+        detail::unpack_chunks(rows, unit.offsets[j], unit.strides[j], own_alias(params_[unit.params[j]]));
+    }
   }
   unit.receive = at::Tensor();
   unit.gathered = true;
@@ -229,13 +281,22 @@ void FullyShardedDataParallel::finish_gather(Unit& unit) {
 }
 
 void FullyShardedDataParallel::release(Unit& unit) {
-  if (unit.in_flight) {  // prefetched, not used: let it land, then drop it
-    unit.pending.wait();
+  if (unit.in_flight) {  // prefetched, not used: let it land
+    for (comm::Work& work : unit.pending) work.wait();
+    unit.pending.clear();
     unit.in_flight = false;
     unit.receive = at::Tensor();
+    unit.gathered = true;  // its memory is given back below
   }
   if (!unit.gathered) return;
-  for (size_t i : unit.params) release_memory(params_[i]);
+  for (size_t i : unit.params) {
+    const size_t bytes = bytes_of(params_[i]);
+    at::DataPtr memory = take_memory(params_[i]);
+    if (bytes > 0 && spare_bytes_ + bytes <= spare_cap_) {
+      spare_.emplace_back(bytes, std::move(memory));
+      spare_bytes_ += bytes;
+    }
+  }
   unit.gathered = false;
 }
 

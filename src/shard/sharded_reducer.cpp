@@ -19,9 +19,6 @@
 namespace lockstep::shard {
 namespace detail {
 
-// A parameter this large whose size divides by the world is its own bucket (sent from its .grad, no copy).
-constexpr int64_t kDirectBytes = int64_t{64} << 10;
-
 std::string bucket_label(size_t b, int64_t elements, const at::Tensor& like) {
   std::ostringstream label;
   label << "bucket " << b << " ("
@@ -158,7 +155,7 @@ std::vector<std::vector<size_t>> ShardedReducerState::plan_buckets(const ddp::Dd
   bool open = false;  // the last planned bucket takes more parameters
   for (size_t k = params.size(); k-- > 0;) {
     const at::Tensor& p = params[k];
-    if (p.numel() % world == 0 && static_cast<int64_t>(p.nbytes()) >= kDirectBytes) {
+    if (sent_directly(p, world)) {
       planned.push_back({k});
       open = false;
       continue;

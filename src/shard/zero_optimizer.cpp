@@ -2,6 +2,7 @@
 #include "lockstep/shard/zero_optimizer.h"
 
 #include "../optim/param_state_key.h"
+#include "chunk_layout.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -39,10 +40,6 @@ std::vector<torch::optim::OptimizerParamGroup> groups_of(const torch::optim::Opt
   for (const auto& group : optimizer.param_groups()) out.emplace_back(group);  // clones the options
   return out;
 }
-
-// A parameter this large whose size divides by the world is gathered straight into its memory: below it,
-// one collective for many small parameters costs less than one each (measured: docs/benchmarks.md).
-constexpr int64_t kDirectBytes = int64_t{64} << 10;
 
 // The bytes `write` puts in an archive, read back as one.
 void round_trip(const std::function<void(torch::serialize::OutputArchive&)>& write,
@@ -167,7 +164,7 @@ void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
   int64_t send = 0;
   for (auto& group : slots_) {
     for (Slot& slot : group) {
-      if (slot.param.numel() % world == 0 && slot.param.numel() * element >= kDirectBytes) {
+      if (detail::sent_directly(slot.param, world)) {
         if (!in_place_) send = std::max(send, slot.chunk_size);  // straight into the parameter
         continue;
       }

@@ -33,12 +33,14 @@ constexpr int kSteps = 6;
 constexpr int kSkippedStep = 3;
 constexpr double kMaxNorm = 0.5;
 
-// Stages of 132, 520, 656 and 51 parameters (the last bias of 3: empty chunks on 4 and 8 ranks).
+// Stages of 132, 9100, 11216 and 51 parameters: the 8400 and 11200 weights (66 and 88 KB) are gathered
+// straight into their memory on every world here, the others packed; the last bias of 3 has empty chunks on
+// 4 and 8 ranks.
 models::Mlp make_mlp(uint64_t seed) {
   static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(seed);
-  models::Mlp mlp(models::MlpOptions().in_features(10).hidden({12, 40, 16}).num_classes(3).dropout(0.0));
+  models::Mlp mlp(models::MlpOptions().in_features(10).hidden({12, 700, 16}).num_classes(3).dropout(0.0));
   mlp->to(torch::kDouble);
   return mlp;
 }
@@ -175,7 +177,7 @@ TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
     auto mlp = make_mlp(3);
     {
       FullyShardedDataParallel fsdp(mlp.ptr(), pg, FsdpOptions().min_unit_params(600));
-      EXPECT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}}));  // 652, 656, 51
+      EXPECT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}}));  // 9232, 11216, 51
       fsdp.gather_all();
     }
     {

@@ -119,18 +119,22 @@ class FullyShardedDataParallel : public models::StageRunner {
     std::vector<size_t> params;    // indices into params_
     std::vector<int64_t> strides;  // per member: ceil(numel / world)
     std::vector<int64_t> offsets;  // per member: where its chunk sits in a rank's part
+    std::vector<char> direct;      // per member: gathered straight into its memory (see start_gather)
     int64_t part = 0;
-    at::Tensor shard;  // this rank's part, persistent
+    int64_t packed_part = 0;  // the other members' chunks, first in the part
+    at::Tensor shard;         // this rank's part, persistent
     bool gathered = false;
-    comm::Work pending;  // a gather under way (prefetch), when in_flight
+    std::vector<comm::Work> pending;  // the gathers under way (prefetch), when in_flight
     bool in_flight = false;
-    at::Tensor receive;  // its output
+    at::Tensor receive;  // the packed members' gather
     size_t waiting = 0;  // parameters whose gradient has not arrived in this backward
   };
   void plan_units(const std::vector<std::shared_ptr<torch::nn::Module>>& stages);
   void start_gather(Unit& unit);
   void finish_gather(Unit& unit);
   void release(Unit& unit);
+  /// Memory for a released parameter: a block released before of the same size, or a fresh one.
+  void materialize(const at::Tensor& param);
   void release_all();
   void before_backward(size_t u);
   void on_gradient(size_t index);
@@ -148,6 +152,11 @@ class FullyShardedDataParallel : public models::StageRunner {
   std::mutex mutex_;
   bool in_backward_ = false;
   bool held_ = false;  // gather_all() until reshard()
+  // Released parameters' memory kept for the next gather (up to two units' worth: about what a pass holds
+  // at once anyway), so that a gather does not fault in fresh pages each time.
+  std::vector<std::pair<size_t, at::DataPtr>> spare_;
+  size_t spare_bytes_ = 0;
+  size_t spare_cap_ = 0;
   size_t peak_gathered_ = 0;
 };
 

@@ -145,10 +145,27 @@ std::vector<DdpCore::FlatGroup> DdpCore::flat_groups(const std::vector<at::Tenso
     if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(t.detach());
   }
   std::vector<FlatGroup> groups;
+  const auto close = [&groups](std::vector<at::Tensor>& members, int64_t total) {
+    if (members.empty()) return;
+    // One contiguous tensor travels as it is; several are packed into a flat copy.
+    at::Tensor flat = members.size() == 1 && members.front().is_contiguous()
+                          ? members.front().view({-1})
+                          : at::empty({total}, members.front().options());
+    groups.push_back({flat, std::move(members)});
+    members.clear();
+  };
   for (auto& [dtype, members] : by_dtype) {
+    std::vector<at::Tensor> open;
     int64_t total = 0;
-    for (const auto& t : members) total += t.numel();
-    groups.push_back({at::empty({total}, members.front().options()), std::move(members)});
+    for (auto& t : members) {
+      if (!open.empty() && (total + t.numel()) * t.element_size() > kFlatGroupBytes) {
+        close(open, total);
+        total = 0;
+      }
+      open.push_back(t);
+      total += t.numel();
+    }
+    close(open, total);
   }
   return groups;
 }
@@ -161,6 +178,10 @@ void DdpCore::sync_buffers() {
 void DdpCore::broadcast_flat(std::vector<FlatGroup>& groups, int root) {
   at::NoGradGuard no_grad;
   for (auto& [flat, tensors] : groups) {
+    if (tensors.size() == 1 && flat.data_ptr() == tensors.front().data_ptr()) {  // travels as it is
+      group_.broadcast(flat, root).wait();
+      continue;
+    }
     int64_t offset = 0;
     if (group_.rank() == root) {
       for (auto& t : tensors) {

@@ -42,7 +42,9 @@ class DdpCore {
   const DdpOptions& options() const { return options_; }
 
  private:
-  /// Tensors of one dtype travelling as one flat tensor (kept between calls for the buffers).
+  /// Tensors of one dtype travelling as one flat tensor (kept between calls for the buffers): at most
+  /// kFlatGroupBytes each, so the copy is never a second model; a larger tensor travels alone, as it is.
+  static constexpr int64_t kFlatGroupBytes = int64_t{16} << 20;
   struct FlatGroup {
     at::Tensor flat;
     std::vector<at::Tensor> tensors;  // detached aliases of the originals

@@ -6,7 +6,9 @@
 //   build/lockstep run --nproc-per-node 2 --standalone -- build/lockstep-bench-allreduce [flags]
 //
 // For each size (--min-size .. --max-size of float32, sum, each --factor times the previous) it times
-// two paths in the same run:
+// two paths in the same run (with --op reduce-scatter the lockstep path is ProcessGroup::reduce_scatter of
+// the message, each rank receiving its 1/N, against the baseline's all-reduce of the same message: what a
+// reduce-scatter must beat, and what LibTorch 1.13's Gloo, which has none, does instead):
 //   lockstep : lockstep::comm::ProcessGroup::all_reduce(t).wait() with --backend (sequence numbers,
 //              timeout, CommError); t from ProcessGroup::new_comm_buffer, as DDP's buckets (--buffer
 //              comm, the default: shared memory with shm), or at::zeros (--buffer plain)
@@ -65,7 +67,8 @@ struct Args {
   int factor = 4;
   int iters = 50;  // timed iterations per path for sizes up to 1 MiB
   std::string json;
-  bool comm_buffer = true;  // --buffer comm (ProcessGroup::new_comm_buffer) or plain (at::zeros)
+  bool comm_buffer = true;      // --buffer comm (ProcessGroup::new_comm_buffer) or plain (at::zeros)
+  bool reduce_scatter = false;  // --op reduce-scatter: the lockstep path reduce-scatters the message
   bool check_flags = false;
 };
 
@@ -132,14 +135,19 @@ Args parse_args(int argc, char** argv) {
       args.iters = parse_int(flag, value, 1);
     } else if (flag == "--json") {
       args.json = value;
+    } else if (flag == "--op") {
+      if (value != "allreduce" && value != "reduce-scatter")
+        throw UsageError("--op must be allreduce or reduce-scatter, got '" + value + "'");
+      args.reduce_scatter = value == "reduce-scatter";
     } else if (flag == "--buffer") {
       if (value != "comm" && value != "plain")
         throw UsageError("--buffer must be comm or plain, got '" + value + "'");
       args.comm_buffer = value == "comm";
     } else {
-      throw UsageError("unknown flag " + flag +
-                       " (expected --backend, --min-size, --max-size, --factor, --iters, --json, --buffer, "
-                       "--check-flags)");
+      throw UsageError(
+          "unknown flag " + flag +
+          " (expected --backend, --min-size, --max-size, --factor, --iters, --json, --buffer, --op, "
+          "--check-flags)");
     }
   }
   if (args.min_size > args.max_size) {
@@ -268,11 +276,12 @@ int run(const Args& args) {
   const char* backend_name = comm::to_string(backend);
   const std::string chosen = args.backend_name == backend_name ? "" : ", from " + args.backend_name;
   const std::string baseline_name = gloo_group ? "c10d gloo" : "c10d gloo (same group)";
+  const char* op = args.reduce_scatter ? "reduce_scatter" : "all_reduce";
   if (printer) {
     std::printf(
-        "all_reduce sum float32, %d rank(s); lockstep: ProcessGroup (%s%s); baseline: raw %s; "
-        "message: %s\n",
+        "%s sum float32, %d rank(s); lockstep: ProcessGroup (%s%s); baseline: raw %s%s; message: %s\n", op,
         world, backend_name, chosen.c_str(), baseline_name.c_str(),
+        args.reduce_scatter ? " all_reduce of the same message" : "",
         args.comm_buffer ? "new_comm_buffer" : "at::zeros");
     std::printf("| %9s | %5s | %12s | %10s | %10s | %12s | %10s | %10s | %6s |\n", "size", "iters",
                 "lockstep us", "algbw GB/s", "busbw GB/s", "baseline us", "algbw GB/s", "busbw GB/s",
@@ -283,21 +292,35 @@ int run(const Args& args) {
                 std::string(11, '-').c_str(), std::string(7, '-').c_str());
     std::fflush(stdout);
   }
+  // nccl-tests' bus bandwidth factors: a ring all-reduce moves 2(n-1)/n of the message over each rank's link,
+  // a reduce-scatter (n-1)/n.
   const double bus_factor = 2.0 * (world - 1) / world;
+  const double lockstep_bus_factor = args.reduce_scatter ? bus_factor / 2 : bus_factor;
   for (int64_t bytes = args.min_size; bytes <= args.max_size;) {
     // Zeros stay zeros under repeated sums (no overflow to inf over the iterations).
     const int64_t numel = bytes / static_cast<int64_t>(sizeof(float));
     auto tensor =
         args.comm_buffer ? group.new_comm_buffer(numel, at::kFloat) : at::zeros({numel}, at::kFloat);
     std::vector<at::Tensor> tensors{tensor};
+    // --op reduce-scatter: each rank receives its 1/N of the reduced message (sizes a multiple of N).
+    const int64_t chunk = numel / world;
+    auto output = at::zeros({chunk}, at::kFloat);
+    auto input = tensor.narrow(0, 0, chunk * world);
+    const std::function<void()> lockstep_op = [&] {
+      if (args.reduce_scatter) {
+        group.reduce_scatter(output, input).wait();
+      } else {
+        group.all_reduce(tensor).wait();
+      }
+    };
     const int iters =
         bytes <= (1LL << 20)
             ? args.iters
             : std::min(args.iters, std::max(5, static_cast<int>(args.iters * (1LL << 20) / bytes)));
     const int warmup = std::max(2, iters / 10);
-    const auto timings = time_alternating([&] { group.all_reduce(tensor).wait(); },
-                                          [&] { baseline->allreduce(tensors)->wait(); },
-                                          [&] { gloo.barrier(); }, warmup, iters, std::min(iters, 5));
+    const auto timings = time_alternating(
+        lockstep_op, [&] { baseline->allreduce(tensors)->wait(); }, [&] { gloo.barrier(); }, warmup, iters,
+        std::min(iters, 5));
     // The slowest rank's mean (and median) is the collective's latency.
     auto stats =
         at::tensor({mean(timings.a), mean(timings.b), median(timings.a), median(timings.b)}, at::kDouble);
@@ -308,8 +331,8 @@ int run(const Args& args) {
       const double base_algbw = bytes / s[1] / 1e9;
       const double ratio = s[0] / s[1];
       std::printf("| %9s | %5d | %12.1f | %10.3f | %10.3f | %12.1f | %10.3f | %10.3f | %6.3f |\n",
-                  human(bytes).c_str(), iters, s[0] * 1e6, algbw, algbw * bus_factor, s[1] * 1e6, base_algbw,
-                  base_algbw * bus_factor, ratio);
+                  human(bytes).c_str(), iters, s[0] * 1e6, algbw, algbw * lockstep_bus_factor, s[1] * 1e6,
+                  base_algbw, base_algbw * bus_factor, ratio);
       std::fflush(stdout);
       if (json) {
         std::fprintf(
@@ -317,10 +340,11 @@ int run(const Args& args) {
             "{\"bytes\": %lld, \"world_size\": %d, \"backend\": \"%s\", \"baseline\": \"%s\", "
             "\"iters\": %d, \"lockstep_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
             "\"raw_c10d_us\": %.3f, \"raw_algbw_gbps\": %.4f, \"raw_busbw_gbps\": %.4f, "
-            "\"ratio\": %.4f, \"lockstep_p50_us\": %.3f, \"raw_c10d_p50_us\": %.3f, \"buffer\": \"%s\"}\n",
+            "\"ratio\": %.4f, \"lockstep_p50_us\": %.3f, \"raw_c10d_p50_us\": %.3f, \"buffer\": \"%s\", "
+            "\"op\": \"%s\"}\n",
             static_cast<long long>(bytes), world, backend_name, baseline_name.c_str(), iters, s[0] * 1e6,
-            algbw, algbw * bus_factor, s[1] * 1e6, base_algbw, base_algbw * bus_factor, ratio, s[2] * 1e6,
-            s[3] * 1e6, args.comm_buffer ? "comm" : "plain");
+            algbw, algbw * lockstep_bus_factor, s[1] * 1e6, base_algbw, base_algbw * bus_factor, ratio,
+            s[2] * 1e6, s[3] * 1e6, args.comm_buffer ? "comm" : "plain", op);
       }
     }
     if (bytes > args.max_size / args.factor) break;
@@ -328,7 +352,8 @@ int run(const Args& args) {
   }
   if (printer) {
     std::printf(
-        "latency: the slowest rank's mean per call; algbw = size / latency; busbw = algbw * 2(n-1)/n;\n"
+        "latency: the slowest rank's mean per call; algbw = size / latency; busbw = algbw * 2(n-1)/n\n"
+        "(a reduce-scatter's: (n-1)/n);\n"
         "ratio = lockstep latency / baseline latency (below 1: lockstep is faster)\n");
     std::fflush(stdout);
   }

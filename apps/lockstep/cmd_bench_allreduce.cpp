@@ -112,6 +112,7 @@ int bench_allreduce_main(int argc, char** argv) {
   std::string max_size = "64M";
   std::string json;
   std::string buffer = "comm";
+  std::string op = "allreduce";
   app.add_option("--nproc", nproc, "Local ranks (processes)")->capture_default_str();
   app.add_option("--backend", backend,
                  "Backend of lockstep's ProcessGroup: a name that\n"
@@ -133,6 +134,13 @@ int bench_allreduce_main(int argc, char** argv) {
                  "Where the message lives: comm (new_comm_buffer,\n"
                  "as DDP's buckets) or plain (at::zeros)")
       ->type_name("comm|plain")
+      ->capture_default_str();
+  app.add_option("--op", op,
+                 "allreduce, or reduce-scatter: lockstep's path\n"
+                 "reduce-scatters the message (each rank gets\n"
+                 "1/N; ZeRO-2 and FSDP send their gradients so),\n"
+                 "the baseline still all-reduces it")
+      ->type_name("allreduce|reduce-scatter")
       ->capture_default_str();
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
   if (nproc < 1)
@@ -166,7 +174,8 @@ int bench_allreduce_main(int argc, char** argv) {
                                  "--max-size", max_size,
                                  "--factor", std::to_string(factor),
                                  "--iters", std::to_string(iters),
-                                 "--buffer", buffer};
+                                 "--buffer", buffer,
+                                 "--op", op};
   // clang-format on
   if (!json.empty()) flags.insert(flags.end(), {"--json", json});
 

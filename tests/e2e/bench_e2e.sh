@@ -28,21 +28,25 @@ run_ok() {
 # then the ratio), positive latencies, busbw = algbw * 2(n-1)/n and ratio = lockstep / baseline latency
 # (to the printed precision).
 check_allreduce_rows() {
-  local file=$1 world=$2
+  local file=$1 world=$2 lockstep_factor=2
   shift 2
+  if [ "$1" = --reduce-scatter ]; then  # the lockstep column's busbw is a reduce-scatter's, (n-1)/n
+    lockstep_factor=1
+    shift
+  fi
   local want
   want=$(printf '%s\n' "$@")
   local got
   got=$(grep -E '^\| +[0-9]+ (B|KiB|MiB|GiB) \|' "$file" | awk -F'|' '{ gsub(/^ +| +$/, "", $2); print $2 }')
   [ "$got" = "$want" ] || fail "size rows: got [$(echo $got)], expected [$(echo $want)]"
-  grep -E '^\| +[0-9]+ (B|KiB|MiB|GiB) \|' "$file" | awk -F'|' -v n="$world" '
+  grep -E '^\| +[0-9]+ (B|KiB|MiB|GiB) \|' "$file" | awk -F'|' -v n="$world" -v lf="$lockstep_factor" '
     function num(s) { gsub(/ /, "", s); if (s !~ /^[0-9]+(\.[0-9]+)?$/) { bad = bad " [" s "]"; return -1 } return s + 0 }
     {
       iters = num($3); lat = num($4); alg = num($5); bus = num($6); blat = num($7); balg = num($8); bbus = num($9); ratio = num($10)
       if (bad != "") { print "non-numeric field(s)" bad " in: " $0; exit 1 }
       if (iters < 1 || lat <= 0 || blat <= 0) { print "iters/latency not positive: " $0; exit 1 }
-      f = 2 * (n - 1) / n
-      if (bus - alg * f > 0.0016 || alg * f - bus > 0.0016) { print "busbw != algbw * " f ": " $0; exit 1 }
+      f = 2 * (n - 1) / n; lfn = lf * (n - 1) / n
+      if (bus - alg * lfn > 0.0016 || alg * lfn - bus > 0.0016) { print "busbw != algbw * " lfn ": " $0; exit 1 }
       if (bbus - balg * f > 0.0016 || balg * f - bbus > 0.0016) { print "baseline busbw != algbw * " f ": " $0; exit 1 }
       # Latencies are printed to 0.1 us and the ratio to 0.001: allow for that rounding.
       r = lat / blat; tol = r * (0.051 / lat + 0.051 / blat) + 0.0006
@@ -88,6 +92,16 @@ allreduce_backend)
   grep -Eq 'lockstep: ProcessGroup \(shm\); baseline: raw c10d gloo; message: at::zeros$' "$work/out" ||
     fail "--buffer plain: header"
   check_allreduce_rows "$work/out" 2 "4 KiB"
+  # --op reduce-scatter: lockstep's path reduce-scatters (ZeRO-2's and FSDP's gradients), the baseline still
+  # all-reduces the same message; on shm and on Gloo (LibTorch 1.13's has no reduce-scatter of its own).
+  for backend in shm gloo; do
+    run_ok "$lockstep" bench allreduce --backend $backend --max-size 16K --iters 2 --op reduce-scatter
+    grep -Eq "^reduce_scatter sum float32, 2 rank\(s\); lockstep: ProcessGroup \($backend\); baseline: raw c10d gloo( \(same group\))? all_reduce of the same message; message: new_comm_buffer\$" \
+      "$work/out" || fail "--op reduce-scatter on $backend: header"
+    check_allreduce_rows "$work/out" 2 --reduce-scatter "4 KiB" "16 KiB"
+  done
+  expect_failure 2 "--op must be allreduce or reduce-scatter, got 'gather'" -- \
+    "$lockstep" bench allreduce --op gather
   ;;
 allreduce_under_run)
   # The helper is also a plain rank program; build/bench/allreduce_bench (docs/benchmarks.md) links to it.

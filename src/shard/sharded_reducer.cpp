@@ -139,9 +139,14 @@ void ShardedReducerState::finish(size_t b) {
   bucket.work = comm::Work();
 }
 
+// A parameter this large whose size divides by the world is a bucket of its own, sent from its .grad: a
+// smaller one costs less packed with others (a copy) than in a collective of its own (measured on W1,
+// docs/benchmarks.md: with kDirectBytes here zero2 ran 3 reduce-scatters a step where DDP runs 1 all-reduce).
+constexpr int64_t kOwnBucketBytes = int64_t{1} << 20;
+
 // From the last parameter to the first (the order autograd produces gradients in): a parameter of at least
-// kDirectBytes whose size divides by the world gets a bucket of its own, sent straight from its .grad; the
-// others are packed, up to the first bucket's cap, then the later buckets' (DDP's caps, bucket.h).
+// kOwnBucketBytes whose size divides by the world gets a bucket of its own, sent straight from its .grad;
+// the others are packed, up to the first bucket's cap, then the later buckets' (DDP's caps, bucket.h).
 std::vector<std::vector<size_t>> ShardedReducerState::plan_buckets(const ddp::DdpOptions& options) const {
   const int world = group->size();
   size_t gradient_bytes = 0;
@@ -155,7 +160,7 @@ std::vector<std::vector<size_t>> ShardedReducerState::plan_buckets(const ddp::Dd
   bool open = false;  // the last planned bucket takes more parameters
   for (size_t k = params.size(); k-- > 0;) {
     const at::Tensor& p = params[k];
-    if (sent_directly(p, world)) {
+    if (p.numel() % world == 0 && static_cast<int64_t>(p.nbytes()) >= kOwnBucketBytes) {
       planned.push_back({k});
       open = false;
       continue;

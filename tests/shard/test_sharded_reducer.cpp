@@ -36,15 +36,15 @@ constexpr int64_t kMicroBatch = 24;  // divisible by 1, 2, 3, 4 and 8
 constexpr int kSteps = 6;
 constexpr double kMaxNorm = 0.5;  // below the gradients' norm on the first steps: clipping acts
 
-// 120 + 12, 8400 + 700, 2100 + 3 parameters. The 8400 weights (66 KB) are a bucket of their own, sent
-// straight from .grad on every world here; a bucket per parameter sends the 700 biases straight on 1, 2 and
-// 4 ranks and packed on 3 and 8; the bias of 3 has empty chunks on 4 and 8 ranks.
+// 120 + 12, 132000 + 11000, 33000 + 3 parameters. The 132000 weights (1.06 MB) are a bucket of their own,
+// sent straight from .grad on every world here; a bucket per parameter sends the 11000 biases straight on
+// 1, 2, 4 and 8 ranks and packed on 3; the bias of 3 has empty chunks on 4 and 8 ranks.
 torch::nn::Sequential make_net(uint64_t seed) {
   static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(seed);
-  torch::nn::Sequential net(torch::nn::Linear(10, 12), torch::nn::Tanh(), torch::nn::Linear(12, 700),
-                            torch::nn::Tanh(), torch::nn::Linear(700, 3));
+  torch::nn::Sequential net(torch::nn::Linear(10, 12), torch::nn::Tanh(), torch::nn::Linear(12, 11000),
+                            torch::nn::Tanh(), torch::nn::Linear(11000, 3));
   net->to(torch::kDouble);
   return net;
 }

@@ -38,6 +38,36 @@ PY
 # expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
 . "$(dirname "$0")/e2e_lib.sh"
 
+# trains_like_ddp STRATEGY WHOLE CHUNK [FLAG...]: with accumulation (no_sync) and clipping by the global norm,
+# --strategy STRATEGY trains ddp's weights on 2 and 3 ranks (runs in $work/ddpN and $work/STRATEGYN), and
+# its model_state_mb on 2 ranks (MLP 784-256-128-10, Adam) is WHOLE bytes a parameter plus CHUNK bytes for
+# each element of its chunks, ceil(n / 2) of each parameter (ddp: 16 bytes a parameter). Defines run().
+trains_like_ddp() {
+  local strategy=$1 whole=$2 chunk=$3
+  shift 3
+  common=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8
+          --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5 "$@")
+  run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
+  for world in 2 3; do
+    run --devices $world --max-epochs 2 --ckpt-dir "$work/ddp$world" --metrics-file "$work/ddp$world.jsonl"
+    run --devices $world --max-epochs 2 --ckpt-dir "$work/$strategy$world" --strategy "$strategy" \
+      --metrics-file "$work/$strategy$world.jsonl"
+    "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/$strategy$world/final.safetensors" \
+      "$work/ddp$world/final.safetensors" || fail "$strategy trained other weights than ddp on $world ranks"
+  done
+  "$python" - "$work/ddp2.jsonl" "$work/${strategy}2.jsonl" "$strategy" "$whole" "$chunk" <<'PY' ||
+import json, sys
+sizes = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]
+ddp, got = (json.loads(open(p).read().splitlines()[-1])["model_state_mb"] for p in sys.argv[1:3])
+strategy, whole, chunk = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+want_ddp = 16 * sum(sizes) / 2**20
+want = (whole * sum(sizes) + chunk * sum((n + 1) // 2 for n in sizes)) / 2**20
+assert abs(ddp - want_ddp) < 1e-9 and abs(got - want) < 1e-9, (ddp, want_ddp, got, want)
+print(f"model state: ddp {ddp:.3f} MiB, {strategy} {got:.3f} MiB ({got / ddp:.3f}x)")
+PY
+    fail "model_state_mb is not what ddp and $strategy hold"
+}
+
 case $case_name in
 fashion_1rank | fashion_2ranks)
   world=1
@@ -294,30 +324,10 @@ PY
     || fail "a zero1 checkpoint resumed with ddp did not end on the ddp run"
   ;;
 zero2)
-  # --strategy zero2 reduce-scatters the gradients during backward and steps the chunks: with accumulation
-  # (no_sync) and clipping by the global norm it trains ddp's weights on 2 and 3 ranks. Its checkpoints
-  # hold the whole state: a zero2 run resumes with ddp and ends on the uninterrupted ddp run.
-  common=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8
-          --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5)
-  run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
-  for world in 2 3; do
-    run --devices $world --max-epochs 2 --ckpt-dir "$work/ddp$world" --metrics-file "$work/ddp$world.jsonl"
-    run --devices $world --max-epochs 2 --ckpt-dir "$work/zero$world" --strategy zero2 \
-      --metrics-file "$work/zero$world.jsonl"
-    "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/zero$world/final.safetensors" \
-      "$work/ddp$world/final.safetensors" || fail "zero2 trained other weights than ddp on $world ranks"
-  done
-  # Model state per rank, MLP 784-256-128-10 with Adam on 2 ranks: parameters whole (4 bytes), gradients
-  # and Adam's 8 bytes for the chunks only, ceil(n / 2) of each parameter.
-  "$python" - "$work/ddp2.jsonl" "$work/zero2.jsonl" <<'PY' || fail "model_state_mb is not what ddp and zero2 hold"
-import json, sys
-sizes = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]
-ddp, zero = (json.loads(open(p).read().splitlines()[-1])["model_state_mb"] for p in sys.argv[1:3])
-want_ddp = 16 * sum(sizes) / 2**20
-want_zero = (4 * sum(sizes) + 12 * sum((n + 1) // 2 for n in sizes)) / 2**20
-assert abs(ddp - want_ddp) < 1e-9 and abs(zero - want_zero) < 1e-9, (ddp, want_ddp, zero, want_zero)
-print(f"model state: ddp {ddp:.3f} MiB, zero2 {zero:.3f} MiB ({zero / ddp:.3f}x)")
-PY
+  # --strategy zero2 reduce-scatters the gradients during backward and steps the chunks: parameters whole
+  # (4 bytes), gradients and Adam's 8 bytes for the chunks only. Its checkpoints hold the whole state: a
+  # zero2 run resumes with ddp and ends on the uninterrupted ddp run.
+  trains_like_ddp zero2 4 12
   run --devices 2 --max-epochs 1 --ckpt-dir "$work/c" --strategy zero2
   run --devices 2 --max-epochs 2 --ckpt-dir "$work/c" --resume last
   "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/c/final.safetensors" "$work/ddp2/final.safetensors" \
@@ -326,32 +336,11 @@ PY
     "$lockstep" fit --strategy zero2 --precision 16-mixed --accelerator cpu
   ;;
 fsdp)
-  # --strategy fsdp shards the parameters too, one unit per layer here (--fsdp-min-unit-params 1000): with
-  # accumulation and clipping it trains ddp's weights on 2 and 3 ranks. Checkpoints hold the whole model
-  # and state: a 2-rank fsdp run resumes on 3 ranks (re-sharded) and ends where 3-rank ddp ... from the
-  # same checkpoint ends.
-  common=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8
-          --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5
-          --fsdp-min-unit-params 1000)
-  run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
-  for world in 2 3; do
-    run --devices $world --max-epochs 2 --ckpt-dir "$work/ddp$world" --metrics-file "$work/ddp$world.jsonl"
-    run --devices $world --max-epochs 2 --ckpt-dir "$work/fsdp$world" --strategy fsdp \
-      --metrics-file "$work/fsdp$world.jsonl"
-    "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/fsdp$world/final.safetensors" \
-      "$work/ddp$world/final.safetensors" || fail "fsdp trained other weights than ddp on $world ranks"
-  done
-  # Model state per rank, MLP 784-256-128-10 with Adam on 2 ranks: ddp 16 bytes a parameter; fsdp 16 bytes
-  # for the chunks only (parameter, gradient, Adam's two moments), ceil(n / 2) of each parameter.
-  "$python" - "$work/ddp2.jsonl" "$work/fsdp2.jsonl" <<'PY' || fail "model_state_mb is not what ddp and fsdp hold"
-import json, sys
-sizes = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]
-ddp, fsdp = (json.loads(open(p).read().splitlines()[-1])["model_state_mb"] for p in sys.argv[1:3])
-want_ddp = 16 * sum(sizes) / 2**20
-want_fsdp = 16 * sum((n + 1) // 2 for n in sizes) / 2**20
-assert abs(ddp - want_ddp) < 1e-9 and abs(fsdp - want_fsdp) < 1e-9, (ddp, want_ddp, fsdp, want_fsdp)
-print(f"model state: ddp {ddp:.3f} MiB, fsdp {fsdp:.3f} MiB ({fsdp / ddp:.3f}x)")
-PY
+  # --strategy fsdp shards the parameters too, one unit per layer here (--fsdp-min-unit-params 1000): 16
+  # bytes for the chunks only (parameter, gradient, Adam's two moments). Checkpoints hold the whole model
+  # and state: a 2-rank fsdp checkpoint resumed on 3 ranks (re-sharded) with fsdp ends where the same
+  # checkpoint resumed with ddp ends.
+  trains_like_ddp fsdp 0 16 --fsdp-min-unit-params 1000
   # Resumed on another world size: 1 epoch of fsdp on 2 ranks, then fsdp on 3 ranks, against ddp on 3
   # ranks resumed from the same checkpoint.
   run --devices 2 --max-epochs 1 --ckpt-dir "$work/c" --strategy fsdp

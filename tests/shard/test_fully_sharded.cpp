@@ -21,10 +21,13 @@
 #include "../comm/thread_group.h"
 #include "lockstep/models/mlp.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
+#include "sharded_training.h"
 
 namespace lockstep::shard::fsdp_test {
 namespace {
 
+using lockstep::shard::testing::regression_batch;
+using lockstep::shard::testing::two_group_adam;
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 
@@ -45,25 +48,6 @@ models::Mlp make_mlp(uint64_t seed) {
   return mlp;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam(models::Mlp& mlp) {
-  const auto params = mlp->parameters();
-  std::vector<torch::Tensor> first(params.begin(), params.begin() + 2),
-      rest(params.begin() + 2, params.end());
-  std::vector<torch::optim::OptimizerParamGroup> groups{
-      torch::optim::OptimizerParamGroup(first, std::make_unique<torch::optim::AdamOptions>(
-                                                   torch::optim::AdamOptions(0.01).weight_decay(0.01))),
-      torch::optim::OptimizerParamGroup(rest, std::make_unique<torch::optim::AdamOptions>(
-                                                  torch::optim::AdamOptions(0.003).weight_decay(0.01)))};
-  return std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(0.01));
-}
-
-std::pair<torch::Tensor, torch::Tensor> batch(int micro, int64_t begin, int64_t count) {
-  const auto options = torch::TensorOptions().dtype(torch::kDouble);
-  auto index = torch::arange(begin, begin + count, options).unsqueeze(1);
-  return {torch::sin(index * torch::arange(1, 11, options) * 0.37 + micro),
-          torch::cos(index * torch::arange(1, 4, options) * 0.11 - micro) * 3.0};
-}
-
 struct Reference {
   std::vector<torch::Tensor> params;
   std::vector<double> norms;
@@ -72,12 +56,12 @@ struct Reference {
 
 Reference one_process() {
   auto mlp = make_mlp(7);
-  auto optimizer = make_adam(mlp);
+  auto optimizer = two_group_adam(mlp->parameters());
   Reference out;
   for (int step = 0; step < kSteps; ++step) {
     for (auto& p : mlp->parameters()) p.mutable_grad() = torch::Tensor();
     for (int micro = 0; micro < 2; ++micro) {
-      auto [x, y] = batch(2 * step + micro, 0, kMicroBatch);
+      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
       torch::mse_loss(mlp->forward(x), y).backward();
     }
     out.norms.push_back(torch::nn::utils::clip_grad_norm_(mlp->parameters(), kMaxNorm));
@@ -85,7 +69,7 @@ Reference one_process() {
   }
   for (const auto& p : mlp->parameters()) out.params.push_back(p.detach().clone());
   torch::NoGradGuard no_grad;
-  out.probe_output = mlp->forward(batch(100, 0, 5).first);
+  out.probe_output = mlp->forward(regression_batch(100, 0, 5).first);
   return out;
 }
 
@@ -104,7 +88,7 @@ TEST_P(FsdpWorld, MatchesOneProcessWithAccumulationClippingAndASkippedStep) {
     auto mlp = make_mlp(rank == 0 ? 7 : 40 + rank);  // FSDP broadcasts rank 0's weights
     FullyShardedDataParallel fsdp(mlp.ptr(), pg, FsdpOptions().min_unit_params(100));
     ASSERT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0}, {1}, {2}, {3}}));
-    auto optimizer = fsdp.make_optimizer(make_adam(mlp));
+    auto optimizer = fsdp.make_optimizer(two_group_adam(mlp->parameters()));
     ShardedReducer& reducer = fsdp.reducer();
     const int64_t per_rank = kMicroBatch / world;
     const auto nothing_whole = [&](const char* when) {
@@ -117,12 +101,12 @@ TEST_P(FsdpWorld, MatchesOneProcessWithAccumulationClippingAndASkippedStep) {
     nothing_whole("after construction");
     for (int step = 0; step < kSteps; ++step) {
       if (step == kSkippedStep) {
-        auto [x, y] = batch(99, rank * per_rank, per_rank);
+        auto [x, y] = regression_batch(99, rank * per_rank, per_rank);
         torch::mse_loss(mlp->forward(x), y * 100.0).backward();
         reducer.clear();  // what a skipped step does
       }
       for (int micro = 0; micro < 2; ++micro) {
-        auto [x, y] = batch(2 * step + micro, rank * per_rank, per_rank);
+        auto [x, y] = regression_batch(2 * step + micro, rank * per_rank, per_rank);
         if (micro == 0 && step % 2 == 0) {
           auto local = fsdp.no_sync();
           torch::mse_loss(mlp->forward(x), y).backward();
@@ -141,7 +125,8 @@ TEST_P(FsdpWorld, MatchesOneProcessWithAccumulationClippingAndASkippedStep) {
     EXPECT_EQ(static_cast<int64_t>(fsdp.shard_bytes()), 8 * chunks);
     {
       torch::NoGradGuard no_grad;
-      const auto probe = mlp->forward(batch(100, 0, 5).first);  // gathered unit by unit, released after
+      const auto probe =
+          mlp->forward(regression_batch(100, 0, 5).first);  // gathered unit by unit, released after
       EXPECT_TRUE(torch::allclose(probe, want.probe_output, 1e-10, 1e-12));
       EXPECT_EQ(fsdp.gathered_units(), 0u);
     }
@@ -192,7 +177,7 @@ TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
       }
       fsdp.reshard(/*from_parameters=*/true);
       torch::NoGradGuard no_grad;
-      const auto x = batch(5, 0, 4).first;
+      const auto x = regression_batch(5, 0, 4).first;
       EXPECT_TRUE(torch::allclose(mlp->forward(x), other->forward(x)));
       fsdp.gather_all();
     }

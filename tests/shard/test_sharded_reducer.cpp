@@ -25,10 +25,13 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
+#include "sharded_training.h"
 
 namespace lockstep::shard::zero2_test {
 namespace {
 
+using lockstep::shard::testing::regression_batch;
+using lockstep::shard::testing::two_group_adam;
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
 
@@ -49,25 +52,6 @@ torch::nn::Sequential make_net(uint64_t seed) {
   return net;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_adam(torch::nn::Sequential& net) {
-  const auto params = net->parameters();
-  std::vector<torch::Tensor> first(params.begin(), params.begin() + 2),
-      rest(params.begin() + 2, params.end());
-  std::vector<torch::optim::OptimizerParamGroup> groups{
-      torch::optim::OptimizerParamGroup(first, std::make_unique<torch::optim::AdamOptions>(
-                                                   torch::optim::AdamOptions(0.01).weight_decay(0.01))),
-      torch::optim::OptimizerParamGroup(rest, std::make_unique<torch::optim::AdamOptions>(
-                                                  torch::optim::AdamOptions(0.003).weight_decay(0.01)))};
-  return std::make_unique<torch::optim::Adam>(groups, torch::optim::AdamOptions(0.01));
-}
-
-std::pair<torch::Tensor, torch::Tensor> batch(int micro, int64_t begin, int64_t count) {
-  const auto options = torch::TensorOptions().dtype(torch::kDouble);
-  auto index = torch::arange(begin, begin + count, options).unsqueeze(1);
-  return {torch::sin(index * torch::arange(1, 11, options) * 0.37 + micro),
-          torch::cos(index * torch::arange(1, 4, options) * 0.11 - micro) * 3.0};
-}
-
 // Two micro-batches a step: on even steps the first under no_sync, on odd steps both synchronised.
 bool first_micro_is_local(int step) {
   return step % 2 == 0;
@@ -82,12 +66,12 @@ struct Reference {
 
 Reference one_process() {
   auto net = make_net(7);
-  auto optimizer = make_adam(net);
+  auto optimizer = two_group_adam(net->parameters());
   Reference out;
   for (int step = 0; step < kSteps; ++step) {
     for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
     for (int micro = 0; micro < 2; ++micro) {
-      auto [x, y] = batch(2 * step + micro, 0, kMicroBatch);
+      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
       torch::mse_loss(net->forward(x), y).backward();
     }
     out.norms.push_back(torch::nn::utils::clip_grad_norm_(net->parameters(), kMaxNorm));
@@ -118,7 +102,7 @@ TEST_P(ShardedReducerWorld, MatchesOneProcessWithAccumulationClippingAndASkipped
         ddp::DistributedDataParallel<torch::nn::Sequential> ddp(net, pg, options);
         auto& reducer = dynamic_cast<ShardedReducer&>(ddp.gradient_sync());
         ASSERT_EQ(reducer.bucket_indices().size(), bucket_per_parameter ? 6u : 3u);
-        ZeroOptimizer optimizer(make_adam(net), pg, &reducer);
+        ZeroOptimizer optimizer(two_group_adam(net->parameters()), pg, &reducer);
         const int64_t per_rank = kMicroBatch / world;
         const auto no_full_gradient_left = [&] {
           for (const auto& p : net->parameters())
@@ -126,14 +110,14 @@ TEST_P(ShardedReducerWorld, MatchesOneProcessWithAccumulationClippingAndASkipped
         };
         for (int step = 0; step < kSteps; ++step) {
           if (step == kSkippedStep) {
-            auto [x, y] = batch(99, rank * per_rank, per_rank);
+            auto [x, y] = regression_batch(99, rank * per_rank, per_rank);
             torch::mse_loss(ddp.forward(x), y * 100.0).backward();
             ASSERT_TRUE(reducer.gradient(0).defined());
             reducer.clear();  // what a skipped step does
             ASSERT_FALSE(reducer.gradient(0).defined());
           }
           for (int micro = 0; micro < 2; ++micro) {
-            auto [x, y] = batch(2 * step + micro, rank * per_rank, per_rank);
+            auto [x, y] = regression_batch(2 * step + micro, rank * per_rank, per_rank);
             if (micro == 0 && first_micro_is_local(step)) {
               auto local = ddp.no_sync();
               torch::mse_loss(ddp.forward(x), y).backward();
@@ -208,7 +192,7 @@ TEST(ShardedReducer, RefusesUnusedParametersAndCommHooksAndNamesAMissingGradient
   ddp::DistributedDataParallel<torch::nn::Sequential> ddp(
       net, pg, ddp::DdpOptions().gradient_sync(ShardedReducer::factory()));
   EXPECT_THROW(ddp.reducer(), std::logic_error);  // it is not the all-reduce Reducer
-  auto [x, y] = batch(0, 0, 4);
+  auto [x, y] = regression_batch(0, 0, 4);
   auto hidden = net[0]->as<torch::nn::Linear>()->forward(x);  // the other layers get no gradient
   try {
     hidden.sum().backward();

@@ -119,17 +119,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
         return std::make_unique<ShardedReducer>(std::move(parameters), std::move(n), g, buckets);
       }));
   // Rank 0's weights are everywhere now: keep this rank's chunks, give the rest back.
-  const int world = group_.size();
-  const int rank = group_.rank();
   for (Unit& unit : units_) {
     unit.shard = at::zeros({unit.part}, params_[unit.params.front()].options().requires_grad(false));
-    for (size_t j = 0; j < unit.params.size(); ++j) {
-      const at::Tensor& p = params_[unit.params[j]];
-      const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), rank, world);
-      unit.shard.narrow(0, unit.offsets[j], mine.length)
-          .copy_(own_alias(p).narrow(0, mine.begin, mine.length));
-    }
     unit.gathered = true;
+    keep_chunks(unit);
     release(unit);
   }
   hooks_ = std::make_unique<ddp::GradHooks>(params_, [this](size_t index) { on_gradient(index); });
@@ -300,6 +293,16 @@ void FullyShardedDataParallel::release(Unit& unit) {
   unit.gathered = false;
 }
 
+// This rank's chunk of each whole parameter of `unit` into its shard.
+void FullyShardedDataParallel::keep_chunks(Unit& unit) {
+  at::NoGradGuard no_grad;
+  for (size_t j = 0; j < unit.params.size(); ++j) {
+    const at::Tensor& p = params_[unit.params[j]];
+    const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), group_.rank(), group_.size());
+    unit.shard.narrow(0, unit.offsets[j], mine.length).copy_(own_alias(p).narrow(0, mine.begin, mine.length));
+  }
+}
+
 void FullyShardedDataParallel::release_all() {
   for (Unit& unit : units_) release(unit);
 }
@@ -392,19 +395,12 @@ void FullyShardedDataParallel::gather_all() {
 
 void FullyShardedDataParallel::reshard(bool from_parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const int world = group_.size();
-  const int rank = group_.rank();
   for (Unit& unit : units_) {
     if (from_parameters) {
       TORCH_CHECK(unit.gathered,
                   "FullyShardedDataParallel::reshard: the parameters are not whole: "
                   "gather_all() before loading weights into them");
-      for (size_t j = 0; j < unit.params.size(); ++j) {
-        const at::Tensor& p = params_[unit.params[j]];
-        const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), rank, world);
-        unit.shard.narrow(0, unit.offsets[j], mine.length)
-            .copy_(own_alias(p).narrow(0, mine.begin, mine.length));
-      }
+      keep_chunks(unit);
     }
     release(unit);
   }

@@ -133,6 +133,7 @@ class FullyShardedDataParallel : public models::StageRunner {
   void start_gather(Unit& unit);
   void finish_gather(Unit& unit);
   void release(Unit& unit);
+  void keep_chunks(Unit& unit);
   /// Memory for a released parameter: a block released before of the same size, or a fresh one.
   void materialize(const at::Tensor& param);
   void release_all();

@@ -3,6 +3,8 @@
 // What the ZeRO-2 and FSDP tests train with (test_sharded_reducer.cpp, test_fully_sharded.cpp): Adam in two
 // parameter groups and a deterministic regression stream, float64.
 
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim.h>
 
 #include <cstdint>
@@ -30,6 +32,24 @@ inline std::pair<torch::Tensor, torch::Tensor> regression_batch(int micro, int64
   auto index = torch::arange(begin, begin + count, options).unsqueeze(1);
   return {torch::sin(index * torch::arange(1, 11, options) * 0.37 + micro),
           torch::cos(index * torch::arange(1, 4, options) * 0.11 - micro) * 3.0};
+}
+
+/// The reference run: one process, `steps` steps of two whole micro-batches of `micro_batch` samples
+/// (gradients summed), clipped to `max_norm`, then stepped. Returns each step's gradient norm.
+template <typename Model>
+std::vector<double> train_one_process(Model& model, torch::optim::Optimizer& optimizer, int steps,
+                                      int64_t micro_batch, double max_norm) {
+  std::vector<double> norms;
+  for (int step = 0; step < steps; ++step) {
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    for (int micro = 0; micro < 2; ++micro) {
+      auto [x, y] = regression_batch(2 * step + micro, 0, micro_batch);
+      torch::mse_loss(model->forward(x), y).backward();
+    }
+    norms.push_back(torch::nn::utils::clip_grad_norm_(model->parameters(), max_norm));
+    optimizer.step();
+  }
+  return norms;
 }
 
 }  // namespace lockstep::shard::testing

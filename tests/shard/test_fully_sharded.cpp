@@ -27,6 +27,7 @@ namespace lockstep::shard::fsdp_test {
 namespace {
 
 using lockstep::shard::testing::regression_batch;
+using lockstep::shard::testing::train_one_process;
 using lockstep::shard::testing::two_group_adam;
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
@@ -58,15 +59,7 @@ Reference one_process() {
   auto mlp = make_mlp(7);
   auto optimizer = two_group_adam(mlp->parameters());
   Reference out;
-  for (int step = 0; step < kSteps; ++step) {
-    for (auto& p : mlp->parameters()) p.mutable_grad() = torch::Tensor();
-    for (int micro = 0; micro < 2; ++micro) {
-      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
-      torch::mse_loss(mlp->forward(x), y).backward();
-    }
-    out.norms.push_back(torch::nn::utils::clip_grad_norm_(mlp->parameters(), kMaxNorm));
-    optimizer->step();
-  }
+  out.norms = train_one_process(mlp, *optimizer, kSteps, kMicroBatch, kMaxNorm);
   for (const auto& p : mlp->parameters()) out.params.push_back(p.detach().clone());
   torch::NoGradGuard no_grad;
   out.probe_output = mlp->forward(regression_batch(100, 0, 5).first);

@@ -31,6 +31,7 @@ namespace lockstep::shard::zero2_test {
 namespace {
 
 using lockstep::shard::testing::regression_batch;
+using lockstep::shard::testing::train_one_process;
 using lockstep::shard::testing::two_group_adam;
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::run_ranks;
@@ -68,15 +69,7 @@ Reference one_process() {
   auto net = make_net(7);
   auto optimizer = two_group_adam(net->parameters());
   Reference out;
-  for (int step = 0; step < kSteps; ++step) {
-    for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
-    for (int micro = 0; micro < 2; ++micro) {
-      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
-      torch::mse_loss(net->forward(x), y).backward();
-    }
-    out.norms.push_back(torch::nn::utils::clip_grad_norm_(net->parameters(), kMaxNorm));
-    optimizer->step();
-  }
+  out.norms = train_one_process(net, *optimizer, kSteps, kMicroBatch, kMaxNorm);
   for (const auto& p : net->parameters()) out.params.push_back(p.detach().clone());
   out.state_bytes = optimizer_state_bytes(*optimizer);
   return out;

@@ -9,6 +9,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/tensor.h>
 #include <torch/optim/optimizer.h>
+#include <torch/version.h>
 
 namespace lockstep::train {
 namespace {
@@ -16,6 +17,39 @@ namespace {
 at::ScalarType autocast_dtype(Precision precision) {
   return precision == Precision::kBf16Mixed ? at::kBFloat16 : at::kHalf;
 }
+
+// A thread's autocast state for one device type (cpu or cuda). LibTorch 2.4 took a device type in one set
+// of functions and deprecated the per-device ones, which then warn at every call (on every batch); 1.13
+// has only those.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(c10::DeviceType device) {
+  return at::autocast::is_autocast_enabled(device);
+}
+at::ScalarType autocast_dtype_of(c10::DeviceType device) {
+  return at::autocast::get_autocast_dtype(device);
+}
+void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+}
+#else
+bool autocast_enabled(c10::DeviceType device) {
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+at::ScalarType autocast_dtype_of(c10::DeviceType device) {
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
+}
+void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+  if (device == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -42,19 +76,9 @@ void check_precision_supported(Precision precision, c10::DeviceType device) {
 AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) : device_(device) {
   if (precision == Precision::k32) return;
   check_precision_supported(precision, device);
-  const at::ScalarType dtype = autocast_dtype(precision);
-  if (device == c10::DeviceType::CPU) {
-    previous_enabled_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  } else {
-    // CUDA. Not exercised here (CI's LibTorch is CPU-only): the same calls through the GPU variants.
-    previous_enabled_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  }
+  previous_enabled_ = autocast_enabled(device);
+  previous_dtype_ = autocast_dtype_of(device);
+  set_autocast(device, true, autocast_dtype(precision));
   at::autocast::increment_nesting();
   active_ = true;
 }
@@ -62,13 +86,7 @@ AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) : devi
 AutocastScope::~AutocastScope() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (device_ == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(previous_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_enabled(previous_enabled_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  }
+  set_autocast(device_, previous_enabled_, previous_dtype_);
 }
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {

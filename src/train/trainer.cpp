@@ -176,7 +176,6 @@ TrainerResult Trainer::fit_erased(std::shared_ptr<TrainModuleBase> module, DataM
   if (!module) throw std::invalid_argument("Trainer::fit: the module is null");
   options_.validate();
   const env::Environment environment = start_ranks_or_become_one(options_);
-  check_precision_supported(options_.precision(), c10::DeviceType::CPU);
   struct RunReset {  // the TrainerContext answers "no run" again after fit(), also when it throws
     std::unique_ptr<Run>& run;
     ~RunReset() { run.reset(); }

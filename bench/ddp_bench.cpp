@@ -15,6 +15,8 @@
 //   --device cpu|cuda: where the model and the batches live (cuda: cuda:LOCAL_RANK; the clock stops after
 //                 the device has finished the timed steps)
 //   --batch N: samples per step (default 64 for mlp, 32 otherwise)
+//   --optimizer torch|lockstep: LibTorch's Adam/SGD (default), or what lockstep fit runs (FusedAdam:
+//                 ATen's multi-tensor kernel on a GPU; ForeachSgd)
 //   --malloc heap|glibc: heap (default) keeps step-sized blocks in glibc's heap, as lockstep-fit does
 //                 (lockstep/train/step_memory.h); glibc keeps glibc's defaults
 // Besides the step time it prints the CPU time spent per timed step: cpu_ms by this process (user +
@@ -36,6 +38,8 @@
 #include <torch/cuda.h>
 #include <torch/nn.h>
 #include <torch/optim.h>
+#include "lockstep/optim/foreach_sgd.h"
+#include "lockstep/optim/fused_adam.h"
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
@@ -105,7 +109,7 @@ double machine_busy_s() {
 
 int main(int argc, char** argv) {
   std::string mode = "bare", model_name = "mlp", backend = "auto", malloc_mode = "heap";
-  std::string bucket_view = "off", device_name = "cpu";
+  std::string bucket_view = "off", device_name = "cpu", optimizer_name = "torch";
   int64_t batch_flag = 0;
   int steps = 300, warmup = 30;
   std::optional<double> bucket_cap_mb;  // unset: DdpOptions' default
@@ -133,17 +137,20 @@ int main(int argc, char** argv) {
       device_name = argv[i + 1];
     else if (flag == "--batch")
       batch_flag = std::atoll(argv[i + 1]);
+    else if (flag == "--optimizer")
+      optimizer_name = argv[i + 1];
     else {
       std::fprintf(
           stderr,
           "ddp_bench: unknown flag %s (expected --mode bare|ddp|allreduce, --model "
           "mlp|wide|resnet18, --steps N, --warmup N, --bucket-cap-mb MB|auto, --backend NAME, --malloc "
-          "heap|glibc, --bucket-view on|off, --device cpu|cuda, --batch N)\n",
+          "heap|glibc, --bucket-view on|off, --device cpu|cuda, --batch N, --optimizer torch|lockstep)\n",
           flag.c_str());
       return 2;
     }
   }
   if ((mode != "bare" && mode != "ddp" && mode != "allreduce") ||
+      (optimizer_name != "torch" && optimizer_name != "lockstep") ||
       (model_name != "mlp" && model_name != "wide" && model_name != "resnet18") || steps < 1 || warmup < 0 ||
       (bucket_cap_mb && !(*bucket_cap_mb > 0)) || (malloc_mode != "heap" && malloc_mode != "glibc") ||
       (bucket_view != "on" && bucket_view != "off") || (device_name != "cpu" && device_name != "cuda") ||
@@ -201,8 +208,15 @@ int main(int argc, char** argv) {
               .gradient_as_bucket_view(bucket_view == "on"));
     }
     std::unique_ptr<torch::optim::Optimizer> opt;
-    if (mlp)
+    const bool ours = optimizer_name == "lockstep";
+    if (mlp && ours)
+      opt =
+          std::make_unique<lockstep::optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    else if (mlp)
       opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+    else if (ours)
+      opt =
+          std::make_unique<lockstep::optim::ForeachSgd>(model->parameters(), torch::optim::SGDOptions(0.01));
     else
       opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01));
 
@@ -250,12 +264,12 @@ int main(int argc, char** argv) {
     std::printf(
         "mode=%s model=%s rank=%d steps=%d step_ms=%.3f samples_per_s=%.1f grad_bytes=%lld "
         "bucket_bytes=%lld buckets=%zu peak_rss_kib=%ld threads=%d last_loss=%.6f cpu_ms=%.1f "
-        "machine_busy_ms=%.1f machine_cores=%ld malloc=%s bucket_view=%s device=%s batch=%lld\n",
+        "machine_busy_ms=%.1f machine_cores=%ld malloc=%s bucket_view=%s device=%s batch=%lld optimizer=%s\n",
         mode.c_str(), model_name.c_str(), rank, steps, 1000.0 * seconds / steps, steps * batch / seconds,
         static_cast<long long>(grad_bytes), static_cast<long long>(ddp ? ddp->reducer().bucket_bytes() : 0),
         ddp ? ddp->reducer().bucket_indices().size() : size_t{0}, peak_rss_kib(), at::get_num_threads(),
         last_loss, cpu_ms, busy_ms, sysconf(_SC_NPROCESSORS_ONLN), malloc_mode.c_str(), bucket_view.c_str(),
-        device.str().c_str(), static_cast<long long>(batch));
+        device.str().c_str(), static_cast<long long>(batch), optimizer_name.c_str());
     ddp.reset();
     if (group) group->shutdown();
     return 0;

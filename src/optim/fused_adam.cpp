@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "aten_arithmetic.h"
+#include "aten_fused_adam.h"
 #include "param_state_key.h"
 
 #if defined(__x86_64__)
@@ -243,27 +244,44 @@ torch::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
   return closure();
 }
 
+// ATen's kernel on a GPU (aten_fused_adam.h), when it takes every parameter; `steps` made on first use.
+bool stepped_by_aten(std::vector<torch::optim::OptimizerParamGroup>& groups, detail::ParamStateMap& state,
+                     std::shared_ptr<detail::DeviceSteps>& steps, bool decoupled) {
+  if ((decoupled && !detail::kAtenHasFusedAdamW) || !detail::aten_fusable(groups)) return false;
+  if (!steps) steps = std::make_shared<detail::DeviceSteps>();
+  detail::aten_fused_adam_step(groups, state, *steps, decoupled);
+  return true;
+}
+
 }  // namespace
 
 bool fused_adam_supported() {
   return cpu_has_avx2_fma() && detail::aten_arithmetic().reproducible;
 }
 
+// The closure runs once, first; then ATen's kernel on a GPU, the AVX2 pass on the CPU, or torch's own step.
 torch::Tensor FusedAdam::step(LossClosure closure) {
-  if (!all_fusable<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_))
-    return torch::optim::Adam::step(closure);
   torch::Tensor loss = run_closure(closure);
-  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, sqrt_scratch_,
-                                                                      /*decoupled=*/false);
+  if (stepped_by_aten(param_groups_, state_, device_steps_, /*decoupled=*/false)) return loss;
+  if (all_fusable<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_)) {
+    fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, sqrt_scratch_,
+                                                                        /*decoupled=*/false);
+  } else {
+    torch::optim::Adam::step();
+  }
   return loss;
 }
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
-  if (!all_fusable<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_))
-    return torch::optim::AdamW::step(closure);
   torch::Tensor loss = run_closure(closure);
-  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_, sqrt_scratch_,
-                                                                        /*decoupled=*/true);
+  if (stepped_by_aten(param_groups_, state_, device_steps_, /*decoupled=*/true)) return loss;
+  if (all_fusable<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_)) {
+    fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_,
+                                                                          sqrt_scratch_,
+                                                                          /*decoupled=*/true);
+  } else {
+    torch::optim::AdamW::step();
+  }
   return loss;
 }
 

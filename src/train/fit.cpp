@@ -16,6 +16,7 @@
 #include "fit_data.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/models/classifier.h"
+#include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
 #include "lockstep/train/early_stopping.h"
@@ -46,8 +47,9 @@ int64_t loader_workers(const FitConfig& config, const env::Environment& environm
 // `lr`: the scaled rate (FitConfig::scaled_lr); the schedule sets each step's rate anyway.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const FitConfig& config, torch::nn::Module& model,
                                                         double lr) {
+  // SGD with ATen's multi-tensor operations (bit-identical to LibTorch's; see foreach_sgd.h).
   if (config.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
+    return std::make_unique<optim::ForeachSgd>(
         model.parameters(),
         torch::optim::SGDOptions(lr).momentum(config.momentum).weight_decay(config.weight_decay));
   }

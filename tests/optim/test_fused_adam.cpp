@@ -5,6 +5,8 @@
 
 #include "lockstep/optim/fused_adam.h"
 
+#include "../../src/optim/aten_fused_adam.h"
+
 namespace {
 
 // Parameter shapes with every kind of length: a lone element, shorter than one vector, not a multiple
@@ -136,3 +138,67 @@ TEST(FusedAdamTest, StateLoadsIntoTorchAdam) {
 }
 
 }  // namespace
+
+// ATen's multi-tensor kernel (FusedAdam's path on a GPU), run here on the CPU where LibTorch has its CPU
+// kernel (2.4 and later), against torch's Adam and AdamW: equal to float rounding, the state torch's.
+namespace lockstep::optim::aten_fused_test {
+namespace {
+
+template <typename Reference, typename Options>
+void expect_like_torch(const Options& options, bool decoupled) {
+  auto a = make_params(4);
+  auto b = clones(a);
+  Reference reference(a, options);
+  Reference stepped_by_aten(b, options);  // its step() is not called: the state and groups are used
+  detail::DeviceSteps steps;
+  torch::manual_seed(6);
+  auto step_both = [&] {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const at::Tensor g = torch::randn(a[i].sizes());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    reference.step();
+    ASSERT_TRUE(detail::aten_fusable(stepped_by_aten.param_groups(), /*any_device=*/true));
+    detail::aten_fused_adam_step(stepped_by_aten.param_groups(), stepped_by_aten.state(), steps, decoupled);
+  };
+  for (int step = 0; step < 20; ++step) step_both();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i;
+  // A state loaded from elsewhere (a checkpoint of step 20 written by torch's Adam): the device counts
+  // follow.
+  std::stringstream archive;
+  torch::save(reference, archive);
+  torch::load(stepped_by_aten, archive);
+  for (size_t i = 0; i < a.size(); ++i) b[i].detach().copy_(a[i].detach());
+  for (int step = 0; step < 5; ++step) step_both();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i;
+  // The check can fail: one more step on one side only.
+  detail::aten_fused_adam_step(stepped_by_aten.param_groups(), stepped_by_aten.state(), steps, decoupled);
+  EXPECT_FALSE(torch::allclose(a.back(), b.back(), 1e-5, 1e-6));
+}
+
+TEST(AtenFusedAdam, EqualsTorchAdamAndAdamWToFloatRounding) {
+  if (!detail::kAtenFusedAdamRunsOnCpu)
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no CPU kernel of _fused_adam_ (2.4 and later)";
+  expect_like_torch<torch::optim::Adam>(torch::optim::AdamOptions(1e-2).weight_decay(1e-2), false);
+  expect_like_torch<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-2).weight_decay(1e-2), true);
+}
+
+TEST(AtenFusedAdam, TakesOnlyWhatItsKernelTakes) {
+  auto params = make_params(1);
+  for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);
+  torch::optim::Adam cpu(params, torch::optim::AdamOptions(1e-3));
+  EXPECT_FALSE(detail::aten_fusable(cpu.param_groups()));  // the CPU: FusedAdam's own AVX2 pass
+  EXPECT_TRUE(detail::aten_fusable(cpu.param_groups(), /*any_device=*/true));
+  torch::optim::Adam amsgrad(params, torch::optim::AdamOptions(1e-3).amsgrad(true));
+  EXPECT_FALSE(detail::aten_fusable(amsgrad.param_groups(), true));
+  params[0].mutable_grad() = torch::zeros(params[0].sizes(), at::kDouble);  // a gradient of another dtype
+  EXPECT_FALSE(detail::aten_fusable(cpu.param_groups(), true));
+  for (auto& p : params) p.mutable_grad() = at::Tensor();
+  EXPECT_FALSE(detail::aten_fusable(cpu.param_groups(), true));  // nothing to step
+}
+
+}  // namespace
+}  // namespace lockstep::optim::aten_fused_test

@@ -1,9 +1,14 @@
 #pragma once
 
+#include <memory>
+
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
 namespace lockstep::optim {
+namespace detail {
+class DeviceSteps;
+}
 
 /// torch::optim::Adam whose step updates each parameter in one pass over its memory (two, around ATen's
 /// own sqrt, where LibTorch takes sqrt from MKL, as PyPI's builds do).
@@ -16,10 +21,14 @@ namespace lockstep::optim {
 /// torch::optim::Adam's bit for bit (how ATen rounds differs between LibTorch builds: FusedAdam finds out on
 /// its first step and follows; see docs/architecture.md, "Fused optimizers").
 ///
+/// On a GPU the step is ATen's multi-tensor kernel instead (`_fused_adam_`, what torch.optim.Adam(fused=True)
+/// runs): one launch per device and dtype for all parameters, equal to torch's step to float rounding.
+///
 /// It is a torch::optim::Adam: same options, same parameter state (step, exp_avg, exp_avg_sq), so
 /// its state saves and loads like Adam's and the two can replace each other in a checkpoint. A
-/// parameter group that the fused path does not cover (amsgrad, non-float32, non-contiguous or
-/// non-CPU tensors, sparse gradients) or a CPU without AVX2 and FMA runs torch's own step instead.
+/// parameter group that neither fused path covers (amsgrad, sparse gradients; on the CPU non-float32 or
+/// non-contiguous tensors, or a CPU without AVX2 and FMA; parameters on several kinds of device) runs
+/// torch's own step instead.
 ///
 /// Example:
 ///   lockstep::optim::FusedAdam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
@@ -32,6 +41,7 @@ class FusedAdam : public torch::optim::Adam {
 
  private:
   at::Tensor sqrt_scratch_;  // ATen's sqrt of exp_avg_sq, where it is not the exact one (MKL's)
+  std::shared_ptr<detail::DeviceSteps> device_steps_;  // the GPU kernel's step counts (aten_fused_adam.h)
 };
 
 /// torch::optim::AdamW (decoupled weight decay) with FusedAdam's one-pass update.
@@ -42,6 +52,7 @@ class FusedAdamW : public torch::optim::AdamW {
 
  private:
   at::Tensor sqrt_scratch_;  // as FusedAdam's
+  std::shared_ptr<detail::DeviceSteps> device_steps_;
 };
 
 /// Whether this CPU runs the fused update (AVX2 and FMA); without them the classes above fall back to

@@ -1,0 +1,140 @@
+// Adam and AdamW through ATen's multi-tensor kernels: see aten_fused_adam.h.
+#include "aten_fused_adam.h"
+
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_fused_adam.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <ATen/ops/_fused_adamw.h>
+#endif
+
+namespace lockstep::optim::detail {
+namespace {
+
+// The tensors of one kernel launch: parameters of one device and dtype.
+struct Launch {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+struct Hyper {
+  double lr, beta1, beta2, weight_decay, eps;
+};
+
+// AdamOptions and AdamWOptions share no base with amsgrad(): ask each.
+bool amsgrad(const torch::optim::OptimizerOptions& options) {
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) return adam->amsgrad();
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) return adamw->amsgrad();
+  return true;  // not Adam's options: not this kernel's
+}
+
+template <typename Options>
+Hyper hyper(const torch::optim::OptimizerOptions& options) {
+  const auto& o = static_cast<const Options&>(options);
+  return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps()};
+}
+
+// The parameter's state, created as LibTorch's Adam creates it (State: AdamParamState or AdamWParamState).
+template <typename State>
+State& state_of(ParamStateMap& state, const at::Tensor& p) {
+  const auto key = param_state_key(p);
+  auto it = state.find(key);
+  if (it == state.end()) {
+    auto fresh = std::make_unique<State>();
+    fresh->step(0);
+    fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    it = state.emplace(key, std::move(fresh)).first;
+  }
+  return static_cast<State&>(*it->second);
+}
+
+void launch(Launch& l, const Hyper& h, bool decoupled) {
+  at::_foreach_add_(l.steps, 1);
+  if (decoupled) {
+#if TORCH_VERSION_MAJOR >= 2
+    at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, h.lr, h.beta1, h.beta2,
+                      h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+    throw std::logic_error("aten_fused_adam_step: LibTorch 1.13 has no _fused_adamw_");
+#endif
+  } else {
+    at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, h.lr, h.beta1, h.beta2,
+                     h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+
+template <typename Options, typename State>
+void step_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+              DeviceSteps& steps, bool decoupled) {
+  for (auto& group : groups) {
+    std::map<std::pair<std::string, at::ScalarType>, Launch> launches;  // ordered: the same launch order
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      State& s = state_of<State>(state, p);
+      Launch& l = launches[{p.device().str(), p.scalar_type()}];
+      l.params.push_back(p.detach());
+      l.grads.push_back(p.grad());
+      l.exp_avgs.push_back(s.exp_avg());
+      l.exp_avg_sqs.push_back(s.exp_avg_sq());
+      l.steps.push_back(steps.at(p, s.step()));
+      s.step(s.step() + 1);
+      steps.advanced(p, s.step());
+    }
+    const Hyper h = hyper<Options>(group.options());
+    for (auto& [where, l] : launches) launch(l, h, decoupled);
+  }
+}
+
+}  // namespace
+
+at::Tensor& DeviceSteps::at(const at::Tensor& param, int64_t step) {
+  Entry& entry = entries_[param.unsafeGetTensorImpl()];
+  if (!entry.count.defined() || entry.count.device() != param.device()) {
+    entry.count =
+        at::full({}, static_cast<double>(step), at::TensorOptions().dtype(at::kFloat).device(param.device()));
+    entry.holds = step;
+  } else if (entry.holds != step) {
+    entry.count.fill_(static_cast<double>(step));
+    entry.holds = step;
+  }
+  return entry.count;
+}
+
+void DeviceSteps::advanced(const at::Tensor& param, int64_t step) {
+  entries_.at(param.unsafeGetTensorImpl()).holds = step;
+}
+
+bool aten_fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups, bool any_device) {
+  bool any = false;
+  for (const auto& group : groups) {
+    if (amsgrad(group.options())) return false;
+    for (const auto& p : group.params()) {
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      if ((!any_device && p.device().is_cpu()) || p.layout() != at::kStrided || g.layout() != at::kStrided ||
+          !at::isFloatingType(p.scalar_type()) || g.scalar_type() != p.scalar_type() ||
+          g.device() != p.device())
+        return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+void aten_fused_adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                          DeviceSteps& steps, bool decoupled) {
+  at::NoGradGuard no_grad;
+  if (decoupled) {
+    step_all<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(groups, state, steps, true);
+  } else {
+    step_all<torch::optim::AdamOptions, torch::optim::AdamParamState>(groups, state, steps, false);
+  }
+}
+
+}  // namespace lockstep::optim::detail

@@ -1,0 +1,58 @@
+#pragma once
+
+// Adam and AdamW on a GPU through ATen's multi-tensor kernels (`_fused_adam_`, `_fused_adamw_`: what
+// torch.optim.Adam(fused=True) runs): one launch per device and dtype for all of a group's parameters,
+// where LibTorch's Adam::step launches eight kernels per parameter. At batch 64 the seed MLP is
+// launch-bound on an H100, so the optimizer's launches are most of a step's.
+//
+// The kernel reads each parameter's step count from a float32 scalar on the parameter's device, counted
+// up by one `_foreach_add_` per device before it runs (PyTorch's order). The optimizer state keeps its
+// integer `step` as LibTorch's Adam does, so checkpoints stay interchangeable with torch::optim::Adam; the
+// device counts follow it, and one that disagrees (a loaded checkpoint, a fresh state) is refilled.
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+#include <torch/version.h>
+
+#include "param_state_key.h"
+
+namespace lockstep::optim::detail {
+
+// _fused_adamw_ arrived with LibTorch 2.0 (1.13 has _fused_adam_ only); CPU kernels of both with 2.4.
+inline constexpr bool kAtenHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;
+inline constexpr bool kAtenFusedAdamRunsOnCpu = TORCH_VERSION_MAJOR > 2 ||
+                                                (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+
+/// The device-side step counts of one optimizer, one per parameter.
+class DeviceSteps {
+ public:
+  /// The count of `param` on its device, holding `step` (refilled when it holds another value).
+  at::Tensor& at(const at::Tensor& param, int64_t step);
+  /// Records that `count` (of `at`) now holds `step`.
+  void advanced(const at::Tensor& param, int64_t step);
+
+ private:
+  struct Entry {
+    at::Tensor count;
+    int64_t holds = -1;
+  };
+  std::unordered_map<const void*, Entry> entries_;
+};
+
+/// Whether ATen's kernel takes every parameter with a gradient (and there is one): all on a device other
+/// than the CPU (`any_device` admits the CPU too, where kAtenFusedAdamRunsOnCpu: how tests reach this
+/// path), strided, floating, the gradient dense and of the parameter's dtype; and no group asks for
+/// amsgrad.
+bool aten_fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups, bool any_device = false);
+
+/// One step of Adam (`decoupled` false: weight decay added to the gradient) or AdamW over every group,
+/// through ATen's kernel; creates missing state (step 0, zero moments) as LibTorch's Adam does. Only where
+/// aten_fusable; `decoupled` needs kAtenHasFusedAdamW.
+void aten_fused_adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                          DeviceSteps& steps, bool decoupled);
+
+}  // namespace lockstep::optim::detail

@@ -32,6 +32,7 @@ std::string EpochMetrics::to_json() const {
   object["world_size"] = world_size;
   object["peak_rss_mb"] = peak_rss_mb;
   object["model_state_mb"] = model_state_mb;
+  if (peak_cuda_mb) object["peak_cuda_mb"] = *peak_cuda_mb;
   return object.dump();
 }
 

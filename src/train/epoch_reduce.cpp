@@ -38,8 +38,8 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
   }
   at::Tensor reduced = at::tensor(sums, at::kDouble);
   group.all_reduce(reduced).wait();
-  at::Tensor times =
-      at::tensor({mine.train_s, mine.val_s, mine.peak_rss_mb, mine.model_state_mb}, at::kDouble);
+  at::Tensor times = at::tensor(
+      {mine.train_s, mine.val_s, mine.peak_rss_mb, mine.model_state_mb, mine.peak_cuda_mb}, at::kDouble);
   group.all_reduce(times, comm::ReduceOp::kMax).wait();
   const auto s = reduced.accessor<double, 1>();
   const auto t = times.accessor<double, 1>();
@@ -51,6 +51,7 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
   out.val_s = t[1];
   out.peak_rss_mb = t[2];
   out.model_state_mb = t[3];
+  out.peak_cuda_mb = t[4];
   std::map<std::string, double> means;
   int64_t k = 2;  // entries() and the sums above walk the names in the same order
   for (const auto& [name, entry] : logged.entries()) {

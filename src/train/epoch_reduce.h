@@ -29,6 +29,7 @@ struct RankEpoch {
   double val_s = 0.0;
   double peak_rss_mb = 0.0;
   double model_state_mb = 0.0;
+  double peak_cuda_mb = 0.0;  // 0 on the CPU
 };
 
 /// One logged value as every rank sees it.
@@ -44,8 +45,9 @@ struct ReducedEpoch {
   int64_t val_samples = 0;
   double train_s = 0.0;  // the slowest rank's, as val_s
   double val_s = 0.0;
-  double peak_rss_mb = 0.0;  // the largest over the ranks, as model_state_mb
+  double peak_rss_mb = 0.0;  // the largest over the ranks, as model_state_mb and peak_cuda_mb
   double model_state_mb = 0.0;
+  double peak_cuda_mb = 0.0;
   std::vector<MetricValue> metrics;
 };
 

@@ -467,7 +467,8 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
 EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training,
                                         const Validation& validation) {
   const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds,
-                               validation.seconds,      peak_rss_mb(),      model_state_mb()};
+                               validation.seconds,      peak_rss_mb(),      model_state_mb(),
+                               peak_device_mb(device_)};
   const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
   EpochMetrics m;
   m.epoch = e;
@@ -481,6 +482,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.world_size = group->size();
   m.peak_rss_mb = reduced.peak_rss_mb;
   m.model_state_mb = reduced.model_state_mb;
+  if (device_.is_cuda()) m.peak_cuda_mb = reduced.peak_cuda_mb;
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
     callback_metrics[metric.name] = metric.value;

@@ -28,6 +28,7 @@ for i, m in enumerate(lines):
     assert abs(correct - round(correct)) < 1e-6, f"val_acc {m['val_acc']} is not a count over {val_samples}"
     assert m["epoch_s"] > 0 and m["samples_per_s"] > 0 and m["val_s"] >= 0, m
     assert m["peak_rss_mb"] > 0 and m["model_state_mb"] > 0, m
+    assert "peak_cuda_mb" not in m, m  # a GPU's figure: these runs train on the CPU
     assert abs(m["samples_per_s"] - train_samples / m["epoch_s"]) < 1e-6 * m["samples_per_s"], m
 assert lines[-1]["val_acc"] >= min_acc, f"final val_acc {lines[-1]['val_acc']} < {min_acc}"
 assert lines[-1]["train_loss"] < lines[0]["train_loss"] or len(lines) == 1, "training loss did not fall"

@@ -33,7 +33,7 @@ same_after() {
   "$python" - "$@" <<'PY' || exit 1
 import json, sys
 full_path, resumed_path, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
-timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb"}  # measurements, not results
+timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb", "peak_cuda_mb"}  # measurements, not results
 def load(path):
     steps, epochs = {}, {}
     for line in open(path):

@@ -15,4 +15,9 @@ c10::Device training_device(AcceleratorKind kind, int local_rank, int local_worl
 /// without a device index use it); nothing for the CPU.
 void use_device(const c10::Device& device);
 
+/// The most memory `device`'s CUDA caching allocator has held allocated in this process (tensors, not
+/// the cached reserve), MiB; 0 for the CPU. Built from device_memory_cuda.cpp where LibTorch has CUDA,
+/// else device_memory_cpu.cpp (which never sees a CUDA device).
+double peak_device_mb(const c10::Device& device);
+
 }  // namespace lockstep::train

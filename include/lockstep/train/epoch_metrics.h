@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,10 @@ struct EpochMetrics {
   /// DDP's gradient buckets and the optimizer's state tensors (Adam under ddp: 16 bytes a parameter; under
   /// zero1 the optimizer's share is 1/world).
   double model_state_mb = 0.0;
+  /// On a GPU: the most memory its CUDA caching allocator has held allocated in a rank so far (tensors,
+  /// not the allocator's cached reserve), the largest over the ranks, MiB. Unset (and not written) on the
+  /// CPU.
+  std::optional<double> peak_cuda_mb;
   /// The values the module logged (TrainModule::log), in the order logged, reduced as asked. When set,
   /// the JSON holds these instead of train_loss/val_loss/val_acc (which a module need not log).
   std::vector<std::pair<std::string, double>> logged;

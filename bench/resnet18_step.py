@@ -5,9 +5,10 @@ max-pool, 11.2M parameters) written here with torch.nn, so that both sides run t
 3x32x32 inputs: SGD 0.01, cross-entropy, 16 distinct random batches cycled, as bench/ddp_bench.cpp's
 bare mode does. torchvision's resnet18 (an ImageNet stem) is another model and not used.
 
-    python3 bench/resnet18_step.py [--device cuda|cpu] [--batch 32] [--steps 200] [--warmup 30]
+    python3 bench/resnet18_step.py [--device cuda|cpu] [--batch 32[,256...]] [--steps 200] [--warmup 30]
 
-Prints one line: "python model=resnet18 device=... batch=... step_ms=..."
+Prints one line per batch size: "python model=resnet18 device=... batch=... step_ms=..." (several batch
+sizes share one process: Python's start-up is paid once).
 """
 import argparse
 import time
@@ -55,20 +56,13 @@ class ResNet18(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=30)
-    args = parser.parse_args()
-    device = torch.device(args.device)
+def measure(args, device, batch):
     torch.manual_seed(0)
     model = ResNet18().to(device)
     print_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    xs = torch.randn(16, args.batch, 3, 32, 32, device=device)
-    ys = torch.randint(0, 10, (16, args.batch), device=device)
+    xs = torch.randn(16, batch, 3, 32, 32, device=device)
+    ys = torch.randint(0, 10, (16, batch), device=device)
 
     def step(i):
         optimizer.zero_grad()
@@ -87,8 +81,20 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    print(f"python model=resnet18 device={device} batch={args.batch} params={print_params} "
-          f"step_ms={1000 * seconds / args.steps:.3f} last_loss={loss.item():.6f}")
+    print(f"python model=resnet18 device={device} batch={batch} params={print_params} "
+          f"step_ms={1000 * seconds / args.steps:.3f} last_loss={loss.item():.6f}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch", default="32", help="one batch size, or several separated by commas")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=30)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    for batch in args.batch.split(","):
+        measure(args, device, int(batch))
 
 
 if __name__ == "__main__":

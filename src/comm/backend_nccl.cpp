@@ -1,7 +1,7 @@
 // NCCL: the GPU backend, compiled only when LibTorch was built with CUDA and nccl.h was found
 // (src/comm/CMakeLists.txt). Compiled against LibTorch 1.13 and 2.x (a c10d backend on both, c10d_compat.h).
-// NOT YET RUN ON A GPU (no GPU machine was lent so far: docs/gpu.md lists what remains to run); on a machine
-// without one it refuses with the reason.
+// Run on one H100 with a world of one (docs/gpu.md); NCCL between two GPUs has not run yet (the GPU machine
+// has one). On a machine without a GPU it refuses with the reason.
 #include <chrono>
 #include <string>
 

@@ -3,6 +3,8 @@
 
 #include "../optim/param_state_key.h"
 #include "chunk_layout.h"
+#include "lockstep/shard/shard_checkpoint.h"
+#include "state_fields.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -259,9 +261,8 @@ void ZeroOptimizer::gather_chunks() {
   }
 }
 
-namespace {
+namespace detail {
 
-// A copy of `like` (its type, its scalars such as Adam's step) whose tensors named in `tensors` are those.
 std::unique_ptr<torch::optim::OptimizerParamState> with_tensors(
     const torch::optim::OptimizerParamState& like, const std::map<std::string, at::Tensor>& tensors) {
   torch::serialize::InputArchive fields;
@@ -282,7 +283,7 @@ std::unique_ptr<torch::optim::OptimizerParamState> with_tensors(
   return state;
 }
 
-}  // namespace
+}  // namespace detail
 
 void ZeroOptimizer::with_whole_parameters(StateMap& whole, const std::function<void()>& fn) const {
   std::vector<std::vector<at::Tensor>> chunks;
@@ -357,7 +358,7 @@ void ZeroOptimizer::consolidate(int root) {
         copy_chunks_out(tensor, all, packed_, slot.offset, world, /*skip=*/-1);
         whole[name] = tensor.view(slot.param.sizes());
       }
-      consolidated_[optim::detail::param_state_key(slot.param)] = with_tensors(*it->second, whole);
+      consolidated_[optim::detail::param_state_key(slot.param)] = detail::with_tensors(*it->second, whole);
     }
   }
 }
@@ -391,9 +392,37 @@ void ZeroOptimizer::load(torch::serialize::InputArchive& archive) {
         if (tensor.defined() && tensor.numel() == slot.param.numel())
           chunks[name] = tensor.reshape({-1}).narrow(0, mine.begin, mine.length).clone();
       }
-      state[optim::detail::param_state_key(slot.chunk)] = with_tensors(*it->second, chunks);
+      state[optim::detail::param_state_key(slot.chunk)] = detail::with_tensors(*it->second, chunks);
     }
   }
+  consolidated_.clear();
+  consolidated_root_ = -1;
+}
+
+void ZeroOptimizer::save_shard(torch::serialize::OutputArchive& archive) const {
+  std::vector<at::Tensor> chunks;
+  for (const auto& group : slots_)
+    for (const Slot& slot : group) chunks.push_back(slot.chunk);
+  shard::save_shard(archive, chunks, *inner_);
+}
+
+void ZeroOptimizer::load_shards(int shards, const ShardReader& read) {
+  const int world = group_->size();
+  const int rank = group_->rank();
+  std::vector<ShardTarget> targets;
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) {
+      const int64_t numel = slot.param.numel();
+      const Range mine = chunk(numel, rank, world);
+      // zero1, zero2: the parameter lives whole here (its chunk shares its memory); FSDP: only the chunk.
+      targets.push_back(gathers_
+                            ? ShardTarget{numel, slot.param.detach().view({-1}), {0, numel}, slot.chunk, mine}
+                            : ShardTarget{numel, slot.chunk, mine, slot.chunk, mine});
+    }
+  }
+  load_from_shards(*inner_, targets, shards, read);
+  for (size_t g = 0; g < slots_.size(); ++g)
+    param_groups()[g].set_options(inner_->param_groups()[g].options().clone());
   consolidated_.clear();
   consolidated_root_ = -1;
 }

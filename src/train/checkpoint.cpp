@@ -1,8 +1,10 @@
 // Checkpoints of `lockstep fit`: see include/lockstep/train/checkpoint.h.
 #include "lockstep/train/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -43,7 +45,7 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 }  // namespace
 
 void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module,
-                          const std::string& what, const std::string& prefix) {
+                          const std::string& what, const std::string& prefix, bool parameters) {
   // Module::load would do, but copies into the existing tensors instead of replacing their storage:
   // LibTorch's InputArchive::read swaps each parameter's data, which also replaces its gradient accumulator,
   // and a DistributedDataParallel wrapped around the model would lose its gradient hooks (no more
@@ -63,8 +65,10 @@ void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Mo
     }
     target.copy_(loaded);
   };
-  for (auto& parameter : module.named_parameters(/*recurse=*/false))
-    copy_one(parameter.key(), parameter.value(), false);
+  if (parameters) {
+    for (auto& parameter : module.named_parameters(/*recurse=*/false))
+      copy_one(parameter.key(), parameter.value(), false);
+  }
   for (auto& buffer : module.named_buffers(/*recurse=*/false)) copy_one(buffer.key(), buffer.value(), true);
   for (const auto& child : module.named_children()) {
     torch::serialize::InputArchive child_archive;
@@ -72,13 +76,14 @@ void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Mo
       throw std::runtime_error(what + " has no submodule '" + prefix + child.key() +
                                "': it holds another model");
     }
-    load_module_in_place(child_archive, *child.value(), what, prefix + child.key() + ".");
+    load_module_in_place(child_archive, *child.value(), what, prefix + child.key() + ".", parameters);
   }
 }
 
-void save_checkpoint(const std::string& path, const torch::nn::Module& model,
-                     const torch::optim::Optimizer& optimizer, const CheckpointState& state) {
-  torch::serialize::OutputArchive archive;
+namespace {
+
+// Everything of a checkpoint but the model and the optimizer.
+void write_state(torch::serialize::OutputArchive& archive, const CheckpointState& state) {
   archive.write("lockstep_checkpoint_version", c10::IValue(kCheckpointVersion));
   archive.write("epoch", c10::IValue(state.position.epoch));
   archive.write("batch", c10::IValue(state.position.batch));
@@ -95,6 +100,73 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
   if (state.scaler_state.defined()) archive.write("scaler_state", state.scaler_state, /*is_buffer=*/true);
   archive.write("reshard_world", c10::IValue(static_cast<int64_t>(state.reshard_world)));
   archive.write("reshard_batch", c10::IValue(state.reshard_batch));
+}
+
+// Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
+// the names and order of state_dict(), and the buffers.
+void save_skeleton(const torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
+  for (const auto& parameter : module.named_parameters(/*recurse=*/false))
+    archive.write(parameter.key(), at::empty({0}, parameter.value().options().device(at::kCPU)));
+  for (const auto& buffer : module.named_buffers(/*recurse=*/false))
+    archive.write(buffer.key(), buffer.value(), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    save_skeleton(*child.value(), child_archive);
+    archive.write(child.key(), child_archive);
+  }
+}
+
+// The shard files of earlier sharded checkpoints of `path` that `keep` does not name.
+void remove_replaced_shards(const std::string& path, const std::vector<std::string>& keep) {
+  const std::filesystem::path target(path);
+  const std::string prefix = target.filename().string() + ".step-";
+  std::error_code error;
+  const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.find(".shard-") == std::string::npos) continue;
+    if (std::find(keep.begin(), keep.end(), name) == keep.end()) std::filesystem::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
+  return path + ".step-" + std::to_string(step) + ".shard-" + std::to_string(rank) + "-of-" +
+         std::to_string(world);
+}
+
+void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& model,
+                             const std::vector<at::Tensor>& parameters, const CheckpointState& state) {
+  std::map<const void*, std::string> names;
+  for (const auto& named : model.named_parameters()) names[named.value().unsafeGetTensorImpl()] = named.key();
+  c10::List<std::string> parameter_names;
+  c10::List<c10::List<int64_t>> shapes;
+  for (const at::Tensor& param : parameters) {
+    const auto it = names.find(param.unsafeGetTensorImpl());
+    if (it == names.end()) {
+      throw std::logic_error("save_sharded_checkpoint: a parameter of shape " + c10::str(param.sizes()) +
+                             " that the optimizer steps is not the model's");
+    }
+    parameter_names.push_back(it->second);
+    shapes.push_back(c10::List<int64_t>(param.sizes().vec()));
+  }
+  torch::serialize::OutputArchive archive;
+  write_state(archive, state);
+  archive.write("shards", c10::IValue(c10::List<std::string>(state.shards)));
+  archive.write("parameter_names", c10::IValue(parameter_names));
+  archive.write("parameter_shapes", c10::IValue(shapes));
+  torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+  save_skeleton(model, model_archive);
+  archive.write("model", model_archive);
+  save_checksummed_archive(archive, path, detail::checkpoint_written_hook());
+  remove_replaced_shards(path, state.shards);
+}
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& model,
+                     const torch::optim::Optimizer& optimizer, const CheckpointState& state) {
+  torch::serialize::OutputArchive archive;
+  write_state(archive, state);
   torch::serialize::OutputArchive model_archive(archive.compilation_unit());
   model.save(model_archive);
   archive.write("model", model_archive);
@@ -183,6 +255,25 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
                              "' (the module that wrote it), or start from scratch");
   }
 
+  c10::IValue shards;
+  if (archive.try_read("shards", shards)) {  // sharded: the buffers here, the rest in the shards
+    const auto dir = std::filesystem::path(path).parent_path();
+    for (const auto& name : shards.toListRef()) {
+      state.shards.push_back((dir / name.toStringRef()).string());
+      if (!std::filesystem::is_regular_file(state.shards.back())) {
+        throw std::runtime_error("checkpoint '" + path + "' is sharded over " +
+                                 std::to_string(shards.toListRef().size()) + " files, and '" +
+                                 state.shards.back() +
+                                 "' is missing: copy the checkpoint with all its shards beside it, or resume "
+                                 "from another checkpoint");
+      }
+    }
+    torch::serialize::InputArchive skeleton;
+    if (!archive.try_read("model", skeleton))
+      throw std::runtime_error("checkpoint '" + path + "' lacks the model's buffers (damaged?)");
+    load_module_in_place(skeleton, model, "checkpoint '" + path + "'", "", /*parameters=*/false);
+    return state;
+  }
   torch::serialize::InputArchive model_archive;
   torch::serialize::InputArchive optimizer_archive;
   if (!archive.try_read("model", model_archive) || !archive.try_read("optimizer", optimizer_archive)) {

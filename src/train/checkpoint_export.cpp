@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/serialize/input-archive.h>
 
@@ -57,6 +59,40 @@ void check_output_dir(const std::string& output) {
   }
   ::close(fd);
   std::remove(probe.c_str());
+}
+
+// A sharded checkpoint's parameters (its model archive holds empty stand-ins in their places): each whole
+// parameter put together from its chunks, shard by shard in rank order (shard_checkpoint.h).
+void fill_sharded_parameters(torch::serialize::InputArchive& archive, const std::string& input,
+                             const c10::IValue& shard_names, std::vector<NamedTensor>& tensors) {
+  c10::IValue names, shapes;
+  if (!archive.try_read("parameter_names", names) || !archive.try_read("parameter_shapes", shapes)) {
+    throw std::runtime_error("sharded checkpoint '" + input + "' lacks its parameters' names (damaged?)");
+  }
+  const auto& name_list = names.toListRef();
+  std::vector<std::vector<at::Tensor>> parts(name_list.size());
+  const fs::path dir = fs::path(input).parent_path();
+  for (const auto& shard : shard_names.toListRef()) {
+    const std::string path = (dir / shard.toStringRef()).string();
+    torch::serialize::InputArchive chunks;
+    load_checksummed_archive(
+        chunks, path, "checkpoint shard",
+        "copy the checkpoint with all its shards (" + input + ".step-S.shard-R-of-W) again");
+    for (size_t i = 0; i < parts.size(); ++i) {
+      at::Tensor chunk;
+      if (!chunks.try_read("chunk." + std::to_string(i), chunk, /*is_buffer=*/true))
+        throw std::runtime_error("checkpoint shard '" + path + "' has no chunk of parameter " +
+                                 std::to_string(i));
+      parts[i].push_back(chunk);
+    }
+  }
+  std::map<std::string, at::Tensor> whole;
+  const auto& shape_list = shapes.toListRef();
+  for (size_t i = 0; i < parts.size(); ++i)
+    whole[name_list[i].toStringRef()] = at::cat(parts[i]).view(shape_list.at(i).toIntVector());
+  for (auto& [name, tensor] : tensors) {
+    if (const auto it = whole.find(name); it != whole.end()) tensor = it->second;
+  }
 }
 
 const char* kWhatIsAccepted =
@@ -133,6 +169,11 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
       throw std::runtime_error("checkpoint '" + input + "' has no model (damaged?)");
     }
     collect_tensors(model, "", tensors);
+    c10::IValue shards;
+    if (archive.try_read("shards", shards)) {
+      fill_sharded_parameters(archive, input, shards, tensors);
+      metadata["shards"] = std::to_string(shards.toListRef().size());
+    }
     for (const char* key : {"model_name", "epoch", "step"}) {
       c10::IValue value;
       if (!archive.try_read(key, value)) continue;

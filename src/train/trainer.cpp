@@ -1,6 +1,7 @@
 // The Trainer: see include/lockstep/train/trainer.h.
 #include "lockstep/train/trainer.h"
 
+#include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/shard/zero_optimizer.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/output-archive.h>
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/launch/launcher.h"
@@ -133,10 +135,22 @@ void Trainer::save_checkpoint(const std::string& path) {
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
       group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());
-  // A sharded optimizer state is gathered whole onto rank 0, which writes it in the optimizer's own format,
-  // and so are sharded parameters (fsdp).
-  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get())) zero->consolidate(0);
-  const Run::WholeParameters whole(run);
+  // Sharded strategies (zero1, zero2, fsdp): every rank writes its shard, nothing is gathered; once all are
+  // on disk rank 0 commits the checkpoint that names them (shard_checkpoint.h).
+  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get());
+  std::vector<std::string> shards;
+  if (zero) {
+    const std::string mine = checkpoint_shard_path(path, group.rank(), group.size(), run.position.step);
+    torch::serialize::OutputArchive shard;
+    zero->save_shard(shard);
+    save_checksummed_archive(shard, mine);
+    group.barrier();
+    for (int r = 0; r < group.size(); ++r) {
+      shards.push_back(std::filesystem::path(checkpoint_shard_path(path, r, group.size(), run.position.step))
+                           .filename()
+                           .string());
+    }
+  }
   if (group.rank() != 0) return;
   CheckpointState state;
   state.position = run.position;
@@ -150,13 +164,27 @@ void Trainer::save_checkpoint(const std::string& path) {
   if (run.scaler.enabled()) state.scaler_state = run.scaler.state();
   state.reshard_world = run.reshard_world;
   state.reshard_batch = run.reshard_batch;
-  train::save_checkpoint(path, *run.module, *run.optim.optimizer, state);
+  state.shards = std::move(shards);
+  if (zero) {
+    save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
+  } else {
+    train::save_checkpoint(path, *run.module, *run.optim.optimizer, state);
+  }
 }
 
 void Trainer::remove_checkpoint(const std::string& path) {
   if (rank() != 0) return;
   std::error_code ignored;
   std::filesystem::remove(path, ignored);
+  // A sharded checkpoint's shards beside it ("PATH.step-S.shard-R-of-W").
+  const std::filesystem::path target(path);
+  const std::string prefix = target.filename().string() + ".step-";
+  const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.find(".shard-") != std::string::npos)
+      std::filesystem::remove(entry.path(), ignored);
+  }
 }
 
 void Trainer::log_metrics(const std::map<std::string, double>& values) {

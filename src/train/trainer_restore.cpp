@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <torch/serialize/input-archive.h>
+
+#include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/train/checkpoint.h"
 #include "trainer_run.h"
 
@@ -35,6 +38,7 @@ void Trainer::Run::restore() {
     const WholeParameters whole(*this, /*reshard_from_parameters=*/true);
     saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
   }
+  if (!saved.shards.empty()) load_shards(saved.shards);
   start_ = saved.position;
   for (const auto& callback : options.callbacks()) {
     if (auto it = saved.callback_states.find(callback->state_key()); it != saved.callback_states.end()) {
@@ -64,6 +68,25 @@ void Trainer::Run::restore() {
         std::to_string(start_.batch) + ") is beyond this run's " + std::to_string(train_batches_) +
         " batches per epoch: resume with the batch size and limit_train_batches it was "
         "written with");
+  }
+}
+
+// A sharded checkpoint's parameters and optimizer state, re-sharded onto this run's ranks: each rank reads
+// every shard once (shard_checkpoint.h). A sharded strategy keeps its chunks (the parameters whole under
+// zero1 and zero2); ddp takes the whole state.
+void Trainer::Run::load_shards(const std::vector<std::string>& shards) {
+  const shard::ShardReader read = [&](int k, torch::serialize::InputArchive& archive) {
+    load_checksummed_archive(
+        archive, shards.at(static_cast<size_t>(k)), "checkpoint shard",
+        "resume from an older checkpoint (resume 'PATH'), copy the checkpoint with all its "
+        "shards (PATH.step-S.shard-R-of-W) again, or start from scratch",
+        device_);
+  };
+  const int count = static_cast<int>(shards.size());
+  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get())) {
+    zero->load_shards(count, read);
+  } else {
+    shard::load_whole_from_shards(*optim.optimizer, count, read);
   }
 }
 

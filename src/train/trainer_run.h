@@ -120,6 +120,7 @@ struct Trainer::Run {
   void setup_model();
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved, const std::string& path);
+  void load_shards(const std::vector<std::string>& shards);
 
   EpochTraining train_epoch(int64_t epoch);
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with

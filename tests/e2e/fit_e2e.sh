@@ -326,10 +326,15 @@ PY
   ;;
 zero2)
   # --strategy zero2 reduce-scatters the gradients during backward and steps the chunks: parameters whole
-  # (4 bytes), gradients and Adam's 8 bytes for the chunks only. Its checkpoints hold the whole state: a
-  # zero2 run resumes with ddp and ends on the uninterrupted ddp run.
+  # (4 bytes), gradients and Adam's 8 bytes for the chunks only. Its checkpoints are sharded, and a ddp run
+  # resumes from one (the whole state put together from the shards) and ends on the uninterrupted ddp run;
+  # a shard gone missing is named.
   trains_like_ddp zero2 4 12
   run --devices 2 --max-epochs 1 --ckpt-dir "$work/c" --strategy zero2
+  cp -r "$work/c" "$work/e"
+  rm "$work/e"/last.ckpt.step-*.shard-1-of-2
+  expect_failure 1 "is sharded over 2 files, and '$work/e/last.ckpt.step-" -- \
+    "$lockstep" "${common[@]}" --devices 2 --max-epochs 2 --ckpt-dir "$work/e" --resume last
   run --devices 2 --max-epochs 2 --ckpt-dir "$work/c" --resume last
   "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/c/final.safetensors" "$work/ddp2/final.safetensors" \
     || fail "a zero2 checkpoint resumed with ddp did not end on the ddp run"
@@ -338,18 +343,29 @@ zero2)
   ;;
 fsdp)
   # --strategy fsdp shards the parameters too, one unit per layer here (--fsdp-min-unit-params 1000): 16
-  # bytes for the chunks only (parameter, gradient, Adam's two moments). Checkpoints hold the whole model
-  # and state: a 2-rank fsdp checkpoint resumed on 3 ranks (re-sharded) with fsdp ends where the same
-  # checkpoint resumed with ddp ends.
+  # bytes for the chunks only (parameter, gradient, Adam's two moments). Checkpoints are sharded: each rank
+  # writes its chunks, last.ckpt names the shards (no parameter values in it); `lockstep export`
+  # consolidates them into the weights the run ended with; a 2-rank checkpoint resumed on 3 ranks
+  # (re-sharded) with fsdp ends where the same checkpoint resumed with ddp ends, and the 3-rank run's
+  # checkpoints replace the 2-rank shards.
   trains_like_ddp fsdp 0 16 --fsdp-min-unit-params 1000
   # Resumed on another world size: 1 epoch of fsdp on 2 ranks, then fsdp on 3 ranks, against ddp on 3
   # ranks resumed from the same checkpoint.
   run --devices 2 --max-epochs 1 --ckpt-dir "$work/c" --strategy fsdp
+  shards() { find "$1" -name "last.ckpt.step-*.shard-*-of-$2" | wc -l; }
+  [ "$(shards "$work/c" 2)" = 2 ] || { ls -l "$work/c"; fail "a 2-rank fsdp checkpoint is not 2 shards"; }
+  size=$(stat -c %s "$work/c/last.ckpt")
+  [ "$size" -lt 100000 ] || fail "last.ckpt of a sharded run holds $size bytes: the parameters (940 KB) went into it"
+  "$lockstep" export "$work/c/last.ckpt" -o "$work/c/export.safetensors" >/dev/null || fail "export of a sharded checkpoint failed"
+  "$python" "$(dirname "$0")/compare_safetensors.py" --exact "$work/c/export.safetensors" "$work/c/final.safetensors" \
+    || fail "the export of a sharded checkpoint is not the weights the run ended with"
   cp -r "$work/c" "$work/d"
   run --devices 3 --max-epochs 2 --ckpt-dir "$work/c" --resume last --strategy fsdp
   run --devices 3 --max-epochs 2 --ckpt-dir "$work/d" --resume last
   "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/c/final.safetensors" "$work/d/final.safetensors" \
     || fail "an fsdp checkpoint resumed on 3 ranks with fsdp did not end where ddp did"
+  [ "$(shards "$work/c" 2)" = 0 ] && [ "$(shards "$work/c" 3)" = 3 ] \
+    || { ls -l "$work/c"; fail "the 3-rank checkpoint did not replace the 2-rank shards"; }
   expect_failure 2 "--strategy 'fsdp' shards the layers of --model 'mlp' (a Staged model), and --model 'cnn' is not built in stages yet" -- \
     "$lockstep" fit --strategy fsdp --model cnn --data synthetic --progress off
   ;;

@@ -21,6 +21,7 @@
 
 #include "../comm/thread_group.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/shard/zero_optimizer.h"
 
 namespace lockstep::shard {
@@ -249,6 +250,64 @@ TEST(ZeroOptimizer, CheckpointsHoldTheWholeStateAndResumeOnAnotherWorld) {
     expect_straight(net, "ZeRO-1 resumed on 2 ranks, rank " + std::to_string(rank));
     pg.shutdown();
   }));
+}
+
+// Sharded checkpoints (shard_checkpoint.h): each rank of a 3-rank ZeRO-1 run writes only its chunks of the
+// parameters and of Adam's state. From those three shards the run resumes on 2 ranks and on 4 (re-sharded:
+// chunks of other sizes, empty ones on 4 for the 3-element biases) with ZeRO-1, and in one process with a
+// plain Adam, starting from other parameters (all come from the shards); each ends where one process
+// trained throughout. Shards of another world size than the one named, or fewer, are refused.
+TEST(ZeroOptimizer, ShardedCheckpointsResumeOnAnyWorldFromEachRanksOwnShard) {
+  auto straight = make_net(7);
+  auto straight_optimizer = make_optimizer(straight, Opt::kAdam);
+  train_steps(straight, *straight_optimizer, nullptr, 0, kSteps, 0, 1);
+
+  std::vector<std::string> shards(3);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(3, [&](int rank) {
+    auto pg =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, 3, store, "shards-save"));
+    auto net = make_net(rank == 0 ? 7 : 40 + rank);
+    ddp::DistributedDataParallel<Net> ddp(net, pg, ddp::DdpOptions().find_unused_parameters(true));
+    ZeroOptimizer optimizer(make_optimizer(net, Opt::kAdam), pg);
+    train_steps(net, optimizer, &ddp, 0, 3, rank, 3);
+    shards[rank] = to_bytes([&](auto& a) { optimizer.save_shard(a); });
+    pg.shutdown();
+  }));
+  const ShardReader read = [&](int k, torch::serialize::InputArchive& archive) {
+    std::istringstream in(shards.at(k));
+    archive.load_from(in);
+  };
+  auto expect_straight = [&](Net& net, const std::string& what) {
+    const auto got = net->parameters(), want = straight->parameters();
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-14)) << what << ": parameter " << i;
+  };
+  // One process, plain Adam: the whole state put together from the chunks.
+  auto one = make_net(99);
+  auto adam = make_optimizer(one, Opt::kAdam);
+  load_whole_from_shards(*adam, 3, read);
+  train_steps(one, *adam, nullptr, 3, kSteps, 0, 1);
+  expect_straight(one, "plain Adam from 3 shards");
+  for (int world : {2, 4}) {
+    auto store2 = c10::make_intrusive<c10d::HashStore>();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto pg = comm::init_process_group(lockstep::testing::thread_group_options(
+          rank, world, store2, "shards-load-" + std::to_string(world)));
+      auto net = make_net(60 + rank);  // the shards bring the parameters
+      ddp::DistributedDataParallel<Net> ddp(net, pg, ddp::DdpOptions().find_unused_parameters(true));
+      ZeroOptimizer optimizer(make_optimizer(net, Opt::kAdam), pg);
+      optimizer.load_shards(3, read);
+      train_steps(net, optimizer, &ddp, 3, kSteps, rank, world);
+      expect_straight(
+          net, "ZeRO-1 from 3 shards on " + std::to_string(world) + " ranks, rank " + std::to_string(rank));
+      pg.shutdown();
+    }));
+  }
+  // The checks can fail: two of the three shards are chunks of the wrong size for a 2-shard checkpoint.
+  auto other = make_net(7);
+  auto other_adam = make_optimizer(other, Opt::kAdam);
+  EXPECT_THROW(load_whole_from_shards(*other_adam, 2, read), std::runtime_error);
 }
 
 // A parameter of 1 MiB or more whose size divides by the world is all-gathered straight into its own memory

@@ -16,6 +16,9 @@
 
 namespace lockstep::shard {
 
+/// Loads shard `shard` of a sharded checkpoint (shard_checkpoint.h) into `archive`.
+using ShardReader = std::function<void(int shard, torch::serialize::InputArchive& archive)>;
+
 /*
  * ZeRO stage 1: the optimizer's state sharded over the ranks.
  *
@@ -84,6 +87,14 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   /// Every rank: the inner optimizer's load() of a whole state (written by save(), or by the same optimizer
   /// in a DDP run), of which this rank keeps its chunks.
   void load(torch::serialize::InputArchive& archive) override;
+
+  /// This rank's shard of a sharded checkpoint (shard_checkpoint.h): its chunks of the parameters and the
+  /// inner optimizer's state. No collective, nothing gathered.
+  void save_shard(torch::serialize::OutputArchive& archive) const;
+  /// From the `shards` shards of a sharded checkpoint (written on any world size, read one at a time):
+  /// this rank's chunks of the state, and the parameters whole (zero1, zero2: each rank reads every
+  /// shard) or this rank's chunks of them (FSDP). No collective.
+  void load_shards(int shards, const ShardReader& read);
 
   /// The optimizer stepping this rank's chunks.
   const torch::optim::Optimizer& inner() const { return *inner_; }

@@ -46,6 +46,9 @@ struct CheckpointState {
   /// batches of the re-sharded rest. 0 when the epoch follows the sampler's own order.
   int reshard_world = 0;
   int64_t reshard_batch = 0;
+  /// A sharded checkpoint's shard files, by rank of the run that wrote it (shard_checkpoint.h): as written,
+  /// their names beside the checkpoint; as loaded, their paths. Empty for a whole checkpoint.
+  std::vector<std::string> shards;
 };
 
 /// The file format's version, written into every checkpoint and checked on load.
@@ -58,7 +61,21 @@ inline constexpr int64_t kCheckpointVersion = 2;
 void save_checkpoint(const std::string& path, const torch::nn::Module& model,
                      const torch::optim::Optimizer& optimizer, const CheckpointState& state);
 
+/// The shard file of rank `rank` of `world` for the sharded checkpoint `path` at optimizer step `step`:
+/// "PATH.step-S.shard-R-of-W". A new step's shards never overwrite the ones the checkpoint on disk names.
+std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step);
+
+/// Writes a sharded checkpoint (zero1, zero2, fsdp), atomically, once every rank has written its shard to
+/// checkpoint_shard_path(path, rank, world, step) (ZeroOptimizer::save_shard): `state` (its `shards` the
+/// shard files' names), `model`'s buffers, and the names and shapes of `parameters` (the optimizer's, in
+/// its order) — not their values, which are in the shards. Then removes the shards of the checkpoints it
+/// replaced. One rank calls it.
+void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& model,
+                             const std::vector<at::Tensor>& parameters, const CheckpointState& state);
+
 /// Loads a checkpoint written by save_checkpoint into `model` and `optimizer` and returns the rest.
+/// For a sharded checkpoint it loads `model`'s buffers only and returns the shards' paths in
+/// `CheckpointState::shards`: the caller reads them (ZeroOptimizer::load_shards, load_whole_from_shards).
 /// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, truncated,
 /// changed after it was written (its crc32 differs from the one stored: both are named), not a lockstep
 /// checkpoint, of another format version, or holds a model named other than `model_name` or
@@ -71,8 +88,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
 /// tensors, checking names, dtypes and shapes. Unlike Module::load it keeps every tensor object, so the
 /// gradient hooks DistributedDataParallel put on them (and an optimizer's references) stay valid.
 /// Throws std::runtime_error starting with `what` ("checkpoint 'x.ckpt'") and naming the dotted name.
+/// With `parameters` false only the buffers are read (a sharded checkpoint's parameters are in its shards).
 void load_module_in_place(torch::serialize::InputArchive& archive, torch::nn::Module& module,
-                          const std::string& what, const std::string& prefix = "");
+                          const std::string& what, const std::string& prefix = "", bool parameters = true);
 
 /// Saves `archive` to `path` atomically (write_atomically) with lockstep's checksum trailer after its
 /// bytes; `written(tmp)`, if given, runs after the trailer is written and before the rename. The one

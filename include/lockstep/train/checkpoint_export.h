@@ -29,7 +29,8 @@ std::string default_export_path(const std::string& input);
 /// state_dict(): per submodule, depth first, its parameters then its buffers), so exporting final.pt gives
 /// the tensors of final.safetensors. A checkpoint contributes only its model (not the optimizer, RNG or
 /// position); its model name, epoch and step go into the metadata, with "producer": "lockstep export"
-/// and "source": the input's file name.
+/// and "source": the input's file name. A sharded checkpoint (zero1, zero2, fsdp: shard_checkpoint.h) is
+/// consolidated: each parameter put together from the shard files beside it ("shards" in the metadata).
 ///
 /// `output` "" means default_export_path(input); its directory is created if missing. The file is written
 /// atomically (nothing half-written, an existing file stays intact on failure).

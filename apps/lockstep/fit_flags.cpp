@@ -107,7 +107,7 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       "ddp, zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps 1/N of\n"
       "Adam's moments), zero2 (zero1, and gradients reduce-scattered during backward: each rank keeps\n"
       "1/N of them), or fsdp (zero2, and parameters sharded too: each unit of layers gathered when used,\n"
-      "released after; --model mlp). Exact against ddp; checkpoints hold the whole state",
+      "released after; cnn and resnet18 are one unit). Exact against ddp; checkpoints sharded per rank",
       [&t](const std::string& text) { t.strategy(train::parse_strategy(text)); }, to_string(t.strategy()))
       ->type_name("ddp|zero1|zero2|fsdp");
   add_trainer_flag<std::string>(

@@ -114,6 +114,9 @@ class FitModule : public TrainModule {
  public:
   FitModule(const FitConfig& config, Model model, std::function<void(const TrainingPlan&)> banner)
       : config_(config), model_(std::move(model)), banner_(std::move(banner)) {
+    // A model not built in stages (cnn, resnet18) is one stage for fsdp: one unit, the whole model.
+    if (dynamic_cast<models::Staged*>(model_.get()) == nullptr)
+      single_stage_ = std::make_unique<models::SingleStage>(model_);
     for (const auto& child : model_->named_children()) register_module(child.key(), child.value());
     for (auto& parameter : model_->named_parameters(/*recurse=*/false)) {
       register_parameter(parameter.key(), parameter.value());
@@ -123,13 +126,13 @@ class FitModule : public TrainModule {
   }
 
   at::Tensor training_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
-    at::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(batch.data), batch.target);
+    at::Tensor loss = torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
     log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
     return loss;
   }
 
   void validation_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
-    const at::Tensor logits = model_->forward(batch.data);
+    const at::Tensor logits = forward(batch.data);
     log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target),
         LogOptions().sync_dist(true).prog_bar(true));
     log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kDouble).mean(),
@@ -157,12 +160,21 @@ class FitModule : public TrainModule {
 
   std::string checkpoint_name() const override { return config_.model; }
   // The model's children are registered here directly (its parameter names stay "fc1.weight"...).
-  models::Staged* staged_model() override { return dynamic_cast<models::Staged*>(model_.get()); }
+  models::Staged* staged_model() override {
+    if (single_stage_) return single_stage_.get();
+    return dynamic_cast<models::Staged*>(model_.get());
+  }
   const Model& model() const { return model_; }
 
  private:
+  at::Tensor forward(const at::Tensor& x) {
+    if (!single_stage_) return model_->forward(x);
+    return single_stage_->forward(x, [this](at::Tensor in) { return model_->forward(in); });
+  }
+
   const FitConfig& config_;
   Model model_;
+  std::unique_ptr<models::SingleStage> single_stage_;
   std::function<void(const TrainingPlan&)> banner_;
 };
 

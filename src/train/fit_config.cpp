@@ -94,11 +94,6 @@ void check_fit_trainer_options(const TrainerOptions& trainer) {
 
 // data, data_dir and synthetic_*: the dataset exists and fits in memory.
 void check_mlp_hidden(const FitConfig& config) {
-  if (config.trainer.strategy() == Strategy::kFsdp && config.model != "mlp") {
-    throw std::invalid_argument(
-        "strategy 'fsdp' shards the layers of model 'mlp' (a Staged model), and model '" + config.model +
-        "' is not built in stages yet: use model 'mlp', or strategy 'zero2'");
-  }
   if (!config.mlp_hidden) return;
   if (config.model != "mlp") {
     throw std::invalid_argument("mlp_hidden applies to model 'mlp' only (model '" + config.model +

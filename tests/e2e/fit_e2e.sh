@@ -366,8 +366,14 @@ fsdp)
     || fail "an fsdp checkpoint resumed on 3 ranks with fsdp did not end where ddp did"
   [ "$(shards "$work/c" 2)" = 0 ] && [ "$(shards "$work/c" 3)" = 3 ] \
     || { ls -l "$work/c"; fail "the 3-rank checkpoint did not replace the 2-rank shards"; }
-  expect_failure 2 "--strategy 'fsdp' shards the layers of --model 'mlp' (a Staged model), and --model 'cnn' is not built in stages yet" -- \
-    "$lockstep" fit --strategy fsdp --model cnn --data synthetic --progress off
+  # A model not built in stages (cnn) is one unit, the whole model: the same weights as ddp.
+  cnn=(fit --devices 2 --data synthetic --synthetic-size 192 --model cnn --dropout 0 --progress off --batch-size 16
+       --threads 1 --max-epochs 1 --lr-schedule constant)
+  "$lockstep" "${cnn[@]}" --ckpt-dir "$work/cnn_ddp" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "cnn ddp failed"; }
+  "$lockstep" "${cnn[@]}" --ckpt-dir "$work/cnn_fsdp" --strategy fsdp >"$work/run.out" 2>&1 \
+    || { cat "$work/run.out"; fail "cnn fsdp failed"; }
+  "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/cnn_fsdp/final.safetensors" \
+    "$work/cnn_ddp/final.safetensors" || fail "fsdp trained other cnn weights than ddp"
   ;;
 data_on_device)
   # --data-on-device (here the CPU is the device): the images normalised once and gathered with

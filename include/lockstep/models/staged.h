@@ -49,4 +49,24 @@ class Staged {
   StageRunner* runner_ = nullptr;
 };
 
+/// Any module as a Staged model of one stage, the whole of it: for a model not built in stages under a
+/// strategy that needs stages (FSDP then has one unit: the parameters are sharded between steps and
+/// gathered whole for forward and backward, as PyTorch's FSDP wrapped around the root module alone). The
+/// caller runs the module's forward through forward().
+///
+/// Example:
+///   models::SingleStage stages(net);                      // FSDP(root, group, options, &stages)
+///   at::Tensor y = stages.forward(x, [&](at::Tensor in) { return net->forward(in); });
+class SingleStage : public Staged {
+ public:
+  explicit SingleStage(std::shared_ptr<torch::nn::Module> module) : module_(std::move(module)) {}
+  std::vector<std::shared_ptr<torch::nn::Module>> stage_modules() override { return {module_}; }
+  at::Tensor forward(at::Tensor x, const std::function<at::Tensor(at::Tensor)>& whole) {
+    return run_stage(0, std::move(x), whole);
+  }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+};
+
 }  // namespace lockstep::models

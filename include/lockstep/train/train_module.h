@@ -112,7 +112,8 @@ class TrainModuleBase : public torch::nn::Module {
   /// The name checkpoints record and check on resume: a checkpoint of another module is refused.
   virtual std::string checkpoint_name() const { return "TrainModule"; }
   /// strategy fsdp: the Staged model to shard (models/staged.h), when it is not one of this module's
-  /// submodules (null: FSDP looks among them).
+  /// submodules (null: FSDP looks among them). A model not built in stages: a models::SingleStage around
+  /// it, through which training_step and validation_step call it (one FSDP unit, the whole model).
   virtual models::Staged* staged_model() { return nullptr; }
 
   /// Records a value for this epoch (see LogOptions). From training_step or validation_step.

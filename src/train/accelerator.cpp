@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
@@ -377,10 +379,8 @@ at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
 void Accelerator::save_state(const std::string& dir) {
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
-  for (const auto& optimizer : optimizers_) {  // a sharded state, gathered whole onto the main process
-    if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizer.get())) zero->consolidate(0);
-  }
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
+  const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
   std::string error;
   if (is_main_process()) {
     try {
@@ -400,6 +400,11 @@ void Accelerator::save_state(const std::string& dir) {
       }
       archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(optimizers_.size())));
       for (size_t i = 0; i < optimizers_.size(); ++i) {
+        if (!shards[i].empty()) {  // sharded: the files every rank wrote
+          archive.write("optimizer_" + std::to_string(i) + "_shards",
+                        c10::IValue(c10::List<std::string>(shards[i])));
+          continue;
+        }
         torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
         optimizers_[i]->save(optimizer_archive);
         archive.write("optimizer_" + std::to_string(i), optimizer_archive);
@@ -413,6 +418,8 @@ void Accelerator::save_state(const std::string& dir) {
       archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
       archive.write("rng_states", rng_states, /*is_buffer=*/true);
       save_checksummed_archive(archive, path);
+      for (size_t i = 0; i < optimizers_.size(); ++i)  // the shards of the states this one replaced
+        if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -425,6 +432,79 @@ void Accelerator::save_state(const std::string& dir) {
   if (failed.item<int>() != 0) {
     throw std::runtime_error("Accelerator::save_state('" + dir + "'): rank 0 could not write " + path +
                              " (its error says why)");
+  }
+}
+
+std::string Accelerator::optimizer_base(const std::string& dir, size_t i) {
+  return (std::filesystem::path(dir) / ("optimizer_" + std::to_string(i))).string();
+}
+
+// A sharded optimizer (zero1, zero2): every rank writes its own shard (shard_checkpoint.h), nothing is
+// gathered; the step in the names keeps the files the state on disk names until the new one replaces it.
+// Returns, per optimizer, its shards' file names (empty: not sharded). Collective.
+std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const std::string& dir) {
+  std::vector<std::vector<std::string>> names(optimizers_.size());
+  std::vector<const shard::ZeroOptimizer*> sharded(optimizers_.size());
+  for (size_t i = 0; i < optimizers_.size(); ++i)
+    sharded[i] = dynamic_cast<const shard::ZeroOptimizer*>(optimizers_[i].get());
+  if (std::none_of(sharded.begin(), sharded.end(), [](const auto* zero) { return zero != nullptr; }))
+    return names;
+  // Every rank runs `write`, then learns whether all did (one all-reduce), so none goes on alone.
+  auto on_every_rank = [&](const std::function<void()>& write, const std::string& what) {
+    std::string error;
+    try {
+      write();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
+    group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
+    if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
+    if (failed.item<int>() != 0) {
+      throw std::runtime_error("Accelerator::save_state('" + dir + "'): another rank could not write " +
+                               what + " (its error says why)");
+    }
+  };
+  on_every_rank(
+      [&] {
+        if (is_main_process()) ensure_writable_dir(dir);
+      },
+      "the directory");
+  // Every shard is on disk (or every rank knows one is not) before rank 0 writes the state naming them.
+  on_every_rank(
+      [&] {
+        const int64_t step = gradient_state_->sync_steps;
+        for (size_t i = 0; i < optimizers_.size(); ++i) {
+          if (sharded[i] == nullptr) continue;
+          const std::string base = optimizer_base(dir, i);
+          torch::serialize::OutputArchive shard;
+          sharded[i]->save_shard(shard);
+          save_checksummed_archive(shard,
+                                   checkpoint_shard_path(base, process_index(), num_processes(), step));
+          for (int r = 0; r < num_processes(); ++r) {
+            names[i].push_back(std::filesystem::path(checkpoint_shard_path(base, r, num_processes(), step))
+                                   .filename()
+                                   .string());
+          }
+        }
+      },
+      "its optimizer shard");
+  return names;
+}
+
+void Accelerator::load_optimizer_shards(const std::string& dir, size_t i,
+                                        const std::vector<std::string>& names) {
+  std::vector<std::string> paths;
+  for (const std::string& name : names) paths.push_back((std::filesystem::path(dir) / name).string());
+  const shard::ShardReader read = [&](int k, torch::serialize::InputArchive& archive) {
+    load_checksummed_archive(
+        archive, paths.at(static_cast<size_t>(k)), "Accelerator::load_state: optimizer shard",
+        "copy the saved directory again with all its files, or load an older state", device_);
+  };
+  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizers_[i].get())) {
+    zero->load_shards(static_cast<int>(paths.size()), read);
+  } else {
+    shard::load_whole_from_shards(*optimizers_[i], static_cast<int>(paths.size()), read);
   }
 }
 
@@ -466,6 +546,13 @@ void Accelerator::load_state(const std::string& dir) {
     load_module_in_place(model_archive, *models_[i].module, "accelerator state '" + path + "'");
   }
   for (size_t i = 0; i < optimizers_.size(); ++i) {
+    c10::IValue shards;
+    if (archive.try_read("optimizer_" + std::to_string(i) + "_shards", shards)) {
+      std::vector<std::string> names;
+      for (const auto& name : shards.toListRef()) names.push_back(name.toStringRef());
+      load_optimizer_shards(dir, i, names);
+      continue;
+    }
     torch::serialize::InputArchive optimizer_archive;
     if (!archive.try_read("optimizer_" + std::to_string(i), optimizer_archive)) {
       throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks optimizer " +

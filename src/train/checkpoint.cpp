@@ -116,8 +116,9 @@ void save_skeleton(const torch::nn::Module& module, torch::serialize::OutputArch
   }
 }
 
-// The shard files of earlier sharded checkpoints of `path` that `keep` does not name.
-void remove_replaced_shards(const std::string& path, const std::vector<std::string>& keep) {
+}  // namespace
+
+void remove_checkpoint_shards(const std::string& path, const std::vector<std::string>& keep) {
   const std::filesystem::path target(path);
   const std::string prefix = target.filename().string() + ".step-";
   std::error_code error;
@@ -128,8 +129,6 @@ void remove_replaced_shards(const std::string& path, const std::vector<std::stri
     if (std::find(keep.begin(), keep.end(), name) == keep.end()) std::filesystem::remove(entry.path(), error);
   }
 }
-
-}  // namespace
 
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
   return path + ".step-" + std::to_string(step) + ".shard-" + std::to_string(rank) + "-of-" +
@@ -160,7 +159,7 @@ void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& m
   save_skeleton(model, model_archive);
   archive.write("model", model_archive);
   save_checksummed_archive(archive, path, detail::checkpoint_written_hook());
-  remove_replaced_shards(path, state.shards);
+  remove_checkpoint_shards(path, state.shards);
 }
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& model,

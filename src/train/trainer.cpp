@@ -176,15 +176,7 @@ void Trainer::remove_checkpoint(const std::string& path) {
   if (rank() != 0) return;
   std::error_code ignored;
   std::filesystem::remove(path, ignored);
-  // A sharded checkpoint's shards beside it ("PATH.step-S.shard-R-of-W").
-  const std::filesystem::path target(path);
-  const std::string prefix = target.filename().string() + ".step-";
-  const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.find(".shard-") != std::string::npos)
-      std::filesystem::remove(entry.path(), ignored);
-  }
+  remove_checkpoint_shards(path);  // a sharded checkpoint's, beside it
 }
 
 void Trainer::log_metrics(const std::map<std::string, double>& values) {

@@ -456,7 +456,9 @@ class Accelerator {
   /// Saves everything needed to continue exactly: every prepared model's parameters and buffers, every
   /// optimizer's state, the GradScaler, the step counter and accumulation position, the prepared loaders'
   /// epochs and every rank's CPU generator state, as `dir`/accelerator_state.pt (written by rank 0,
-  /// atomically; `dir` is created). Collective: returns on every rank once the file is complete. Throws
+  /// atomically; `dir` is created). A sharded optimizer (zero1, zero2) is not gathered: each rank writes its
+  /// shard beside it (`optimizer_I.step-S.shard-R-of-N`, shard/shard_checkpoint.h), and load_state re-shards
+  /// onto any world size. Collective: returns on every rank once the files are complete. Throws
   /// std::runtime_error naming the path when it cannot be written.
   void save_state(const std::string& dir);
   /// Restores what save_state wrote into the prepared objects (prepare the same models, optimizers and
@@ -470,6 +472,9 @@ class Accelerator {
   void end_training();
 
  private:
+  static std::string optimizer_base(const std::string& dir, size_t i);
+  std::vector<std::vector<std::string>> save_optimizer_shards(const std::string& dir);
+  void load_optimizer_shards(const std::string& dir, size_t i, const std::vector<std::string>& names);
   void init(int local_rank, int local_world_size, bool share_gpus);
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);

@@ -65,6 +65,10 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 /// "PATH.step-S.shard-R-of-W". A new step's shards never overwrite the ones the checkpoint on disk names.
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step);
 
+/// Removes the shard files of `path` (checkpoint_shard_path's, any step and world) but those named in
+/// `keep` (file names). Errors are ignored: what stays behind is named by no checkpoint.
+void remove_checkpoint_shards(const std::string& path, const std::vector<std::string>& keep = {});
+
 /// Writes a sharded checkpoint (zero1, zero2, fsdp), atomically, once every rank has written its shard to
 /// checkpoint_shard_path(path, rank, world, step) (ZeroOptimizer::save_shard): `state` (its `shards` the
 /// shard files' names), `model`'s buffers, and the names and shapes of `parameters` (the optimizer's, in

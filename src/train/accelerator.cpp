@@ -381,62 +381,66 @@ void Accelerator::save_state(const std::string& dir) {
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
-  std::string error;
-  if (is_main_process()) {
-    try {
-      ensure_writable_dir(dir);
-      torch::serialize::OutputArchive archive;
-      archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
-      archive.write("world_size", c10::IValue(static_cast<int64_t>(num_processes())));
-      archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
-      archive.write("step", c10::IValue(gradient_state_->sync_steps));
-      archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
-      archive.write("group_size", c10::IValue(gradient_state_->group_size));
-      archive.write("model_count", c10::IValue(static_cast<int64_t>(models_.size())));
-      for (size_t i = 0; i < models_.size(); ++i) {
-        torch::serialize::OutputArchive model_archive(archive.compilation_unit());
-        models_[i].module->save(model_archive);
-        archive.write("model_" + std::to_string(i), model_archive);
-      }
-      archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(optimizers_.size())));
-      for (size_t i = 0; i < optimizers_.size(); ++i) {
-        if (!shards[i].empty()) {  // sharded: the files every rank wrote
-          archive.write("optimizer_" + std::to_string(i) + "_shards",
-                        c10::IValue(c10::List<std::string>(shards[i])));
-          continue;
-        }
-        torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
-        optimizers_[i]->save(optimizer_archive);
-        archive.write("optimizer_" + std::to_string(i), optimizer_archive);
-      }
-      std::vector<int64_t> epochs;
-      for (const auto& weak : loaders_) {
-        auto loader = weak.lock();
-        epochs.push_back(loader ? loader->epoch : -1);
-      }
-      archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
-      archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
-      archive.write("rng_states", rng_states, /*is_buffer=*/true);
-      save_checksummed_archive(archive, path);
-      for (size_t i = 0; i < optimizers_.size(); ++i)  // the shards of the states this one replaced
-        if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
-    } catch (const std::exception& e) {
-      error = e.what();
+  on_every_rank(dir, "rank 0 could not write " + path, [&] {
+    if (!is_main_process()) return;
+    ensure_writable_dir(dir);
+    torch::serialize::OutputArchive archive;
+    archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
+    archive.write("world_size", c10::IValue(static_cast<int64_t>(num_processes())));
+    archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
+    archive.write("step", c10::IValue(gradient_state_->sync_steps));
+    archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
+    archive.write("group_size", c10::IValue(gradient_state_->group_size));
+    archive.write("model_count", c10::IValue(static_cast<int64_t>(models_.size())));
+    for (size_t i = 0; i < models_.size(); ++i) {
+      torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+      models_[i].module->save(model_archive);
+      archive.write("model_" + std::to_string(i), model_archive);
     }
-  }
-  // Instead of a plain barrier: every rank learns whether rank 0 succeeded, so none carries on believing
-  // the state was saved (and none waits for a rank 0 that has thrown).
-  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
-  group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
-  if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
-  if (failed.item<int>() != 0) {
-    throw std::runtime_error("Accelerator::save_state('" + dir + "'): rank 0 could not write " + path +
-                             " (its error says why)");
-  }
+    archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(optimizers_.size())));
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      if (!shards[i].empty()) {  // sharded: the files every rank wrote
+        archive.write("optimizer_" + std::to_string(i) + "_shards",
+                      c10::IValue(c10::List<std::string>(shards[i])));
+        continue;
+      }
+      torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
+      optimizers_[i]->save(optimizer_archive);
+      archive.write("optimizer_" + std::to_string(i), optimizer_archive);
+    }
+    std::vector<int64_t> epochs;
+    for (const auto& weak : loaders_) {
+      auto loader = weak.lock();
+      epochs.push_back(loader ? loader->epoch : -1);
+    }
+    archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
+    archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
+    archive.write("rng_states", rng_states, /*is_buffer=*/true);
+    save_checksummed_archive(archive, path);
+    for (size_t i = 0; i < optimizers_.size(); ++i)  // the shards of the states this one replaced
+      if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
+  });
 }
 
 std::string Accelerator::optimizer_base(const std::string& dir, size_t i) {
   return (std::filesystem::path(dir) / ("optimizer_" + std::to_string(i))).string();
+}
+
+// Instead of a plain barrier: every rank runs `write` and learns whether all succeeded (one all-reduce),
+// so none carries on believing the state was saved, and none waits for a rank that has thrown.
+void Accelerator::on_every_rank(const std::string& dir, const std::string& failure,
+                                const std::function<void()>& write) {
+  std::string error;
+  try {
+    write();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
+  group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
+  if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
+  if (failed.item<int>() != 0)
+    throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + failure + " (its error says why)");
 }
 
 // A sharded optimizer (zero1, zero2): every rank writes its own shard (shard_checkpoint.h), nothing is
@@ -449,46 +453,24 @@ std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const s
     sharded[i] = dynamic_cast<const shard::ZeroOptimizer*>(optimizers_[i].get());
   if (std::none_of(sharded.begin(), sharded.end(), [](const auto* zero) { return zero != nullptr; }))
     return names;
-  // Every rank runs `write`, then learns whether all did (one all-reduce), so none goes on alone.
-  auto on_every_rank = [&](const std::function<void()>& write, const std::string& what) {
-    std::string error;
-    try {
-      write();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
-    group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
-    if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
-    if (failed.item<int>() != 0) {
-      throw std::runtime_error("Accelerator::save_state('" + dir + "'): another rank could not write " +
-                               what + " (its error says why)");
-    }
-  };
-  on_every_rank(
-      [&] {
-        if (is_main_process()) ensure_writable_dir(dir);
-      },
-      "the directory");
+  on_every_rank(dir, "rank 0 could not create the directory", [&] {
+    if (is_main_process()) ensure_writable_dir(dir);
+  });
   // Every shard is on disk (or every rank knows one is not) before rank 0 writes the state naming them.
-  on_every_rank(
-      [&] {
-        const int64_t step = gradient_state_->sync_steps;
-        for (size_t i = 0; i < optimizers_.size(); ++i) {
-          if (sharded[i] == nullptr) continue;
-          const std::string base = optimizer_base(dir, i);
-          torch::serialize::OutputArchive shard;
-          sharded[i]->save_shard(shard);
-          save_checksummed_archive(shard,
-                                   checkpoint_shard_path(base, process_index(), num_processes(), step));
-          for (int r = 0; r < num_processes(); ++r) {
-            names[i].push_back(std::filesystem::path(checkpoint_shard_path(base, r, num_processes(), step))
-                                   .filename()
-                                   .string());
-          }
-        }
-      },
-      "its optimizer shard");
+  on_every_rank(dir, "a rank could not write its optimizer shard", [&] {
+    const int64_t step = gradient_state_->sync_steps;
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      if (sharded[i] == nullptr) continue;
+      const std::string base = optimizer_base(dir, i);
+      torch::serialize::OutputArchive shard;
+      sharded[i]->save_shard(shard);
+      save_checksummed_archive(shard, checkpoint_shard_path(base, process_index(), num_processes(), step));
+      for (int r = 0; r < num_processes(); ++r) {
+        names[i].push_back(
+            std::filesystem::path(checkpoint_shard_path(base, r, num_processes(), step)).filename().string());
+      }
+    }
+  });
   return names;
 }
 

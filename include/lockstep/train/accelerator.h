@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -473,6 +474,7 @@ class Accelerator {
 
  private:
   static std::string optimizer_base(const std::string& dir, size_t i);
+  void on_every_rank(const std::string& dir, const std::string& failure, const std::function<void()>& write);
   std::vector<std::vector<std::string>> save_optimizer_shards(const std::string& dir);
   void load_optimizer_shards(const std::string& dir, size_t i, const std::vector<std::string>& names);
   void init(int local_rank, int local_world_size, bool share_gpus);

@@ -461,14 +461,8 @@ std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const s
     const int64_t step = gradient_state_->sync_steps;
     for (size_t i = 0; i < optimizers_.size(); ++i) {
       if (sharded[i] == nullptr) continue;
-      const std::string base = optimizer_base(dir, i);
-      torch::serialize::OutputArchive shard;
-      sharded[i]->save_shard(shard);
-      save_checksummed_archive(shard, checkpoint_shard_path(base, process_index(), num_processes(), step));
-      for (int r = 0; r < num_processes(); ++r) {
-        names[i].push_back(
-            std::filesystem::path(checkpoint_shard_path(base, r, num_processes(), step)).filename().string());
-      }
+      names[i] =
+          save_checkpoint_shard(optimizer_base(dir, i), *sharded[i], process_index(), num_processes(), step);
     }
   });
   return names;

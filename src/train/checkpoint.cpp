@@ -16,6 +16,7 @@
 #include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
+#include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/file_checksum.h"
 
@@ -128,6 +129,17 @@ void remove_checkpoint_shards(const std::string& path, const std::vector<std::st
     if (name.rfind(prefix, 0) != 0 || name.find(".shard-") == std::string::npos) continue;
     if (std::find(keep.begin(), keep.end(), name) == keep.end()) std::filesystem::remove(entry.path(), error);
   }
+}
+
+std::vector<std::string> save_checkpoint_shard(const std::string& path, const shard::ZeroOptimizer& optimizer,
+                                               int rank, int world, int64_t step) {
+  torch::serialize::OutputArchive shard;
+  optimizer.save_shard(shard);
+  save_checksummed_archive(shard, checkpoint_shard_path(path, rank, world, step));
+  std::vector<std::string> names;
+  for (int r = 0; r < world; ++r)
+    names.push_back(std::filesystem::path(checkpoint_shard_path(path, r, world, step)).filename().string());
+  return names;
 }
 
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {

@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include <torch/optim/optimizer.h>
-#include <torch/serialize/output-archive.h>
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/launch/launcher.h"
@@ -140,16 +139,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get());
   std::vector<std::string> shards;
   if (zero) {
-    const std::string mine = checkpoint_shard_path(path, group.rank(), group.size(), run.position.step);
-    torch::serialize::OutputArchive shard;
-    zero->save_shard(shard);
-    save_checksummed_archive(shard, mine);
+    shards = save_checkpoint_shard(path, *zero, group.rank(), group.size(), run.position.step);
     group.barrier();
-    for (int r = 0; r < group.size(); ++r) {
-      shards.push_back(std::filesystem::path(checkpoint_shard_path(path, r, group.size(), run.position.step))
-                           .filename()
-                           .string());
-    }
   }
   if (group.rank() != 0) return;
   CheckpointState state;

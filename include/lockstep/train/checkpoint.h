@@ -12,6 +12,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace lockstep::shard {
+class ZeroOptimizer;
+}
 namespace torch::optim {
 class Optimizer;
 }
@@ -64,6 +67,12 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& model,
 /// The shard file of rank `rank` of `world` for the sharded checkpoint `path` at optimizer step `step`:
 /// "PATH.step-S.shard-R-of-W". A new step's shards never overwrite the ones the checkpoint on disk names.
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step);
+
+/// Writes this rank's shard of `optimizer` (ZeroOptimizer::save_shard) to checkpoint_shard_path(path,
+/// rank, world, step), atomically and checksummed, and returns the file names of all `world` shards (what
+/// the checkpoint that names them lists).
+std::vector<std::string> save_checkpoint_shard(const std::string& path, const shard::ZeroOptimizer& optimizer,
+                                               int rank, int world, int64_t step);
 
 /// Removes the shard files of `path` (checkpoint_shard_path's, any step and world) but those named in
 /// `keep` (file names). Errors are ignored: what stays behind is named by no checkpoint.

@@ -39,21 +39,6 @@ Hyper hyper(const torch::optim::OptimizerOptions& options) {
   return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps()};
 }
 
-// The parameter's state, created as LibTorch's Adam creates it (State: AdamParamState or AdamWParamState).
-template <typename State>
-State& state_of(ParamStateMap& state, const at::Tensor& p) {
-  const auto key = param_state_key(p);
-  auto it = state.find(key);
-  if (it == state.end()) {
-    auto fresh = std::make_unique<State>();
-    fresh->step(0);
-    fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-    fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-    it = state.emplace(key, std::move(fresh)).first;
-  }
-  return static_cast<State&>(*it->second);
-}
-
 void launch(Launch& l, const Hyper& h, bool decoupled) {
   at::_foreach_add_(l.steps, 1);
   if (decoupled) {
@@ -76,7 +61,7 @@ void step_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamState
     std::map<std::pair<std::string, at::ScalarType>, Launch> launches;  // ordered: the same launch order
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      State& s = state_of<State>(state, p);
+      State& s = adam_state<State>(state, p);
       Launch& l = launches[{p.device().str(), p.scalar_type()}];
       l.params.push_back(p.detach());
       l.grads.push_back(p.grad());

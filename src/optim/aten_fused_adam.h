@@ -11,10 +11,12 @@
 // device counts follow it, and one that disagrees (a loaded checkpoint, a fresh state) is refilled.
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
@@ -26,6 +28,22 @@ namespace lockstep::optim::detail {
 inline constexpr bool kAtenHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;
 inline constexpr bool kAtenFusedAdamRunsOnCpu = TORCH_VERSION_MAJOR > 2 ||
                                                 (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+
+/// `param`'s Adam state in `state`, created as LibTorch's Adam creates it (step 0, zero moments) when it
+/// has none. State: torch::optim::AdamParamState or AdamWParamState.
+template <typename State>
+State& adam_state(ParamStateMap& state, const at::Tensor& param) {
+  const auto key = param_state_key(param);
+  auto it = state.find(key);
+  if (it == state.end()) {
+    auto fresh = std::make_unique<State>();
+    fresh->step(0);
+    fresh->exp_avg(at::zeros_like(param, at::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(at::zeros_like(param, at::MemoryFormat::Preserve));
+    it = state.emplace(key, std::move(fresh)).first;
+  }
+  return static_cast<State&>(*it->second);
+}
 
 /// The device-side step counts of one optimizer, one per parameter.
 class DeviceSteps {

@@ -199,16 +199,7 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, detail::
     const double beta2 = std::get<1>(options.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const auto key = detail::param_state_key(p);
-      auto it = state.find(key);
-      if (it == state.end()) {
-        auto fresh = std::make_unique<State>();
-        fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
-        it = state.emplace(key, std::move(fresh)).first;
-      }
-      auto& s = static_cast<State&>(*it->second);
+      auto& s = detail::adam_state<State>(state, p);
       s.step(s.step() + 1);
       const double bias_correction1 = 1 - std::pow(beta1, s.step());
       const double bias_correction2 = 1 - std::pow(beta2, s.step());

@@ -113,6 +113,13 @@ std::vector<torch::Tensor> one_process(Opt opt, int64_t* state_bytes) {
   return out;
 }
 
+// `net` holds `want`'s parameters (to double rounding), each mismatch reported with `what`.
+void expect_same_parameters(Net& net, Net& want, const std::string& what) {
+  const auto got = net->parameters(), expected = want->parameters();
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(torch::allclose(got[i], expected[i], 1e-12, 1e-14)) << what << ": parameter " << i;
+}
+
 class ZeroOptimizerWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(ZeroOptimizerWorld, MatchesOneProcessAndHoldsItsShareOfTheState) {
@@ -225,9 +232,7 @@ TEST(ZeroOptimizer, CheckpointsHoldTheWholeStateAndResumeOnAnotherWorld) {
     return net;
   };
   auto expect_straight = [&](Net& net, const std::string& what) {
-    const auto got = net->parameters(), want = straight->parameters();
-    for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-14)) << what << ": parameter " << i;
+    expect_same_parameters(net, straight, what);
   };
   // One process, plain Adam: the checkpoint is Adam's own format.
   auto one = restored(7);
@@ -279,9 +284,7 @@ TEST(ZeroOptimizer, ShardedCheckpointsResumeOnAnyWorldFromEachRanksOwnShard) {
     archive.load_from(in);
   };
   auto expect_straight = [&](Net& net, const std::string& what) {
-    const auto got = net->parameters(), want = straight->parameters();
-    for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-14)) << what << ": parameter " << i;
+    expect_same_parameters(net, straight, what);
   };
   // One process, plain Adam: the whole state put together from the chunks.
   auto one = make_net(99);

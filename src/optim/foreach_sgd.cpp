@@ -15,8 +15,8 @@ namespace {
 using TensorVector = std::vector<at::Tensor>;
 
 // The momentum buffers of `params` (the group's own tensors: the state is keyed by their TensorImpl), in
-// order; a parameter without one gets a copy of its `d_p` (SGD's
-// first step) and is marked in `fresh`, which the update leaves as it is.
+// order; a parameter without one gets a copy of its `d_p` (SGD's first step) and is marked in `fresh`,
+// which the update leaves as it is.
 TensorVector momentum_buffers(detail::ParamStateMap& state, const TensorVector& params,
                               const TensorVector& d_ps, std::vector<bool>& fresh) {
   TensorVector buffers;

@@ -7,7 +7,6 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -52,6 +51,11 @@ void FsdpOptions::validate() const {
           "FsdpOptions::unit_starts must start at stage 0 and ascend (the first stage of each unit), got " +
           std::to_string(unit_starts_[k]) + " at position " + std::to_string(k));
     }
+  }
+  if (param_dtype_ && !at::isFloatingType(*param_dtype_)) {
+    throw std::invalid_argument(
+        "FsdpOptions::param_dtype must be a floating-point dtype (bfloat16, float16), got " +
+        std::string(c10::toString(*param_dtype_)));
   }
 }
 
@@ -124,6 +128,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
     unit.gathered = true;
     keep_chunks(unit);
     release(unit);
+  }
+  if (options_.param_dtype()) {
+    keep_batch_norm_units();
+    retype_all(*options_.param_dtype());
   }
   hooks_ = std::make_unique<ddp::GradHooks>(params_, [this](size_t index) { on_gradient(index); });
   staged_->set_stage_runner(this);
@@ -202,7 +210,6 @@ void FullyShardedDataParallel::plan_units(const std::vector<std::shared_ptr<torc
       unit_bytes += bytes_of(params_[i]);
     }
     spare_cap_ = std::max(spare_cap_, 2 * unit_bytes);
-    if (std::getenv("XX_SPARE")) spare_cap_ = size_t{1} << 40;
     if (unit.params.empty()) {
       throw std::invalid_argument("FullyShardedDataParallel: unit " + std::to_string(units_.size()) +
                                   " (stages " + std::to_string(starts[k]) + "-" + std::to_string(end - 1) +
@@ -233,6 +240,33 @@ void FullyShardedDataParallel::materialize(const at::Tensor& param) {
   storage->set_nbytes(bytes);
 }
 
+// LibTorch's BatchNorm modules are named torch::nn::BatchNorm1d/2d/3d (and SyncBatchNorm in Python).
+void FullyShardedDataParallel::keep_batch_norm_units() {
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].unsafeGetTensorImpl()] = i;
+  for (const auto& module : root_->modules(/*include_self=*/true)) {
+    if (module->name().find("BatchNorm") == std::string::npos) continue;
+    for (const auto& p : module->parameters(/*recurse=*/false)) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found != index.end()) units_[unit_of_param_[found->second]].master_dtype = true;
+    }
+  }
+}
+
+// A released parameter keeps its shape and takes the new dtype (as Module::to does, through set_data:
+// autograd then makes a new gradient accumulator, which the next forward's hook refresh finds).
+void FullyShardedDataParallel::retype_all(at::ScalarType dtype) {
+  release_all();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& param = params_[i];
+    if (param.scalar_type() == dtype || units_[unit_of_param_[i]].master_dtype) continue;
+    at::Tensor shell = at::empty({0}, param.options().dtype(dtype).requires_grad(false));
+    shell.unsafeGetTensorImpl()->set_sizes_contiguous(param.sizes());
+    param.set_data(shell);
+    if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // accumulated under no_sync
+  }
+}
+
 // A member of at least detail::kDirectBytes whose size divides by the world is gathered straight into its own
 // memory, its chunk (in the shard) as the input: no second copy of it. The others' chunks lie first in the
 // shard and are gathered together into `receive`, then copied out.
@@ -240,15 +274,18 @@ void FullyShardedDataParallel::start_gather(Unit& unit) {
   if (unit.gathered || unit.in_flight) return;
   for (size_t i : unit.params) materialize(params_[i]);
   const std::string what = " of an FSDP unit's parameters";
+  const at::ScalarType compute = params_[unit.params.front()].scalar_type();
+  const at::Tensor& source =
+      unit.shard.scalar_type() == compute ? unit.shard : (unit.send = unit.shard.to(compute));
   if (unit.packed_part > 0) {
-    unit.receive = at::empty({unit.packed_part * group_.size()}, unit.shard.options());
-    at::Tensor mine = unit.shard.narrow(0, 0, unit.packed_part);
+    unit.receive = at::empty({unit.packed_part * group_.size()}, source.options());
+    at::Tensor mine = source.narrow(0, 0, unit.packed_part);
     unit.pending.push_back(group_.all_gather_into(unit.receive, mine).then({}, what));
   }
   for (size_t j = 0; j < unit.params.size(); ++j) {
     if (!unit.direct[j]) continue;
     at::Tensor whole = own_alias(params_[unit.params[j]]);
-    at::Tensor mine = unit.shard.narrow(0, unit.offsets[j], unit.strides[j]);
+    at::Tensor mine = source.narrow(0, unit.offsets[j], unit.strides[j]);
     unit.pending.push_back(group_.all_gather_into(whole, mine).then({}, what));
   }
   unit.in_flight = true;
@@ -268,7 +305,7 @@ void FullyShardedDataParallel::finish_gather(Unit& unit) {
         detail::unpack_chunks(rows, unit.offsets[j], unit.strides[j], own_alias(params_[unit.params[j]]));
     }
   }
-  unit.receive = at::Tensor();
+  unit.receive = unit.send = at::Tensor();
   unit.gathered = true;
   peak_gathered_ = std::max(peak_gathered_, gathered_units());
 }
@@ -278,7 +315,7 @@ void FullyShardedDataParallel::release(Unit& unit) {
     for (comm::Work& work : unit.pending) work.wait();
     unit.pending.clear();
     unit.in_flight = false;
-    unit.receive = at::Tensor();
+    unit.receive = unit.send = at::Tensor();
     unit.gathered = true;  // its memory is given back below
   }
   if (!unit.gathered) return;
@@ -388,6 +425,7 @@ ddp::NoSyncGuard FullyShardedDataParallel::no_sync() {
 
 void FullyShardedDataParallel::gather_all() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.param_dtype()) retype_all(units_.front().shard.scalar_type());  // whole in the master dtype
   for (Unit& unit : units_) start_gather(unit);
   for (Unit& unit : units_) finish_gather(unit);
   held_ = true;
@@ -404,6 +442,7 @@ void FullyShardedDataParallel::reshard(bool from_parameters) {
     }
     release(unit);
   }
+  if (options_.param_dtype()) retype_all(*options_.param_dtype());
   held_ = false;
 }
 

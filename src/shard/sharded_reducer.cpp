@@ -118,7 +118,11 @@ void ShardedReducerState::launch(size_t b) {
   ShardBucket& bucket = buckets[b];
   if (bucket.direct) {
     const at::Tensor& grad = params[bucket.params.front()].grad();
-    bucket.input = grad.is_contiguous() ? grad.view({-1}) : grad.contiguous().view({-1});
+    if (grad.scalar_type() != shards.scalar_type()) {  // FSDP's mixed precision: reduced in the shards' dtype
+      bucket.input = grad.to(shards.scalar_type()).view({-1});
+    } else {
+      bucket.input = grad.is_contiguous() ? grad.view({-1}) : grad.contiguous().view({-1});
+    }
   } else {
     bucket.input = at::empty({group->size() * bucket.part}, shards.options());
     pack(bucket, bucket.input);

@@ -118,14 +118,6 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
         throw std::invalid_argument("ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
                                     " is not contiguous: its chunks must be plain ranges of its memory");
       }
-      if (first) {
-        buffer = param.options().requires_grad(false);
-        first = false;
-      } else if (param.scalar_type() != buffer.dtype().toScalarType() || param.device() != buffer.device()) {
-        throw std::invalid_argument("ZeroOptimizer: the parameters mix " + c10::str(buffer.dtype()) + " on " +
-                                    buffer.device().str() + " with " + c10::str(param.scalar_type()) +
-                                    " on " + param.device().str() + ": shard one dtype on one device");
-      }
       const Range mine = chunk(param.numel(), rank, world);
       Slot slot{param, chunk_source ? chunk_source(param) : chunk_of(param, mine.begin, mine.length),
                 (param.numel() + world - 1) / world, packed_};
@@ -134,6 +126,16 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
                                     c10::str(param.sizes()) + " does not hold its " +
                                     std::to_string(mine.length) + " elements of rank " +
                                     std::to_string(rank));
+      }
+      // The chunks' dtype (FSDP's master shards may be float32 under bfloat16 parameters).
+      const at::Tensor& like = slot.chunk;
+      if (first) {
+        buffer = like.options().requires_grad(false);
+        first = false;
+      } else if (like.scalar_type() != buffer.dtype().toScalarType() || like.device() != buffer.device()) {
+        throw std::invalid_argument("ZeroOptimizer: the parameters mix " + c10::str(buffer.dtype()) + " on " +
+                                    buffer.device().str() + " with " + c10::str(like.scalar_type()) + " on " +
+                                    like.device().str() + ": shard one dtype on one device");
       }
       if (gradients_ != nullptr) {
         slot.gradient = gradients_->index_of(param);

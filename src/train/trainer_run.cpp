@@ -202,10 +202,13 @@ void Trainer::Run::setup_model() {
   // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step. With
   // zero2 the buckets are reduce-scattered instead, and .grad released once they are.
   // fsdp shards the parameters too (the model must be Staged: shard/fully_sharded_data_parallel.h).
+  // Under bf16-mixed fsdp gathers and computes in bfloat16 (float32 master shards): PyTorch's
+  // MixedPrecision(param_dtype=torch.bfloat16).
   if (options.strategy() == Strategy::kFsdp) {
-    fsdp = std::make_unique<shard::FullyShardedDataParallel>(
-        module, *group, shard::FsdpOptions().min_unit_params(options.fsdp_min_unit_params()),
-        module->staged_model());
+    auto fsdp_options = shard::FsdpOptions().min_unit_params(options.fsdp_min_unit_params());
+    if (precision_ == Precision::kBf16Mixed) fsdp_options.param_dtype(at::kBFloat16);
+    fsdp = std::make_unique<shard::FullyShardedDataParallel>(module, *group, fsdp_options,
+                                                             module->staged_model());
   } else {
     auto ddp_options = ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb());
     if (options.strategy() == Strategy::kZero2) ddp_options.gradient_sync(shard::ShardedReducer::factory());

@@ -349,6 +349,16 @@ fsdp)
   # (re-sharded) with fsdp ends where the same checkpoint resumed with ddp ends, and the 3-rank run's
   # checkpoints replace the 2-rank shards.
   trains_like_ddp fsdp 0 16 --fsdp-min-unit-params 1000
+  # --precision bf16-mixed: fsdp gathers bfloat16 parameters from float32 master shards and computes with
+  # them; ddp's autocast computes with bfloat16 copies of float32 weights. The same products, gradients
+  # reduced in float32 both ways: the final weights (whole, float32) end close to ddp's, clipping included.
+  bf16=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8 --threads 1
+        --lr-schedule constant --gradient-clip-val 0.5 --devices 2 --max-epochs 2 --precision bf16-mixed)
+  "$lockstep" "${bf16[@]}" --ckpt-dir "$work/bf_ddp" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "bf16 ddp failed"; }
+  "$lockstep" "${bf16[@]}" --ckpt-dir "$work/bf_fsdp" --strategy fsdp --fsdp-min-unit-params 1000 >"$work/run.out" 2>&1 \
+    || { cat "$work/run.out"; fail "bf16 fsdp failed"; }
+  "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/bf_fsdp/final.safetensors" \
+    "$work/bf_ddp/final.safetensors" || fail "bf16-mixed fsdp trained other weights than bf16-mixed ddp"
   # Resumed on another world size: 1 epoch of fsdp on 2 ranks, then fsdp on 3 ranks, against ddp on 3
   # ranks resumed from the same checkpoint.
   run --devices 2 --max-epochs 1 --ckpt-dir "$work/c" --strategy fsdp

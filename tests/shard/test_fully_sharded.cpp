@@ -146,6 +146,85 @@ INSTANTIATE_TEST_SUITE_P(Worlds, FsdpWorld,
                                   comm::to_string(std::get<1>(info.param));
                          });
 
+// Mixed precision: one process with a float64 master model and a float32 copy that computes (the master
+// copied in before each step, the float32 gradients of the whole batch cast back for Adam).
+std::vector<torch::Tensor> mixed_one_process(int steps) {
+  auto master = make_mlp(7);
+  auto compute = make_mlp(7);
+  compute->to(torch::kFloat);
+  auto optimizer = two_group_adam(master->parameters());
+  const auto masters = master->parameters(), computes = compute->parameters();
+  for (int step = 0; step < steps; ++step) {
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < masters.size(); ++i) computes[i].copy_(masters[i]);
+    }
+    for (auto& p : computes) p.mutable_grad() = torch::Tensor();
+    auto [x, y] = regression_batch(step, 0, kMicroBatch);
+    torch::mse_loss(compute->forward(x.to(torch::kFloat)), y.to(torch::kFloat)).backward();
+    for (size_t i = 0; i < masters.size(); ++i)
+      masters[i].mutable_grad() = computes[i].grad().to(torch::kDouble);
+    optimizer->step();
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : masters) out.push_back(p.detach().clone());
+  return out;
+}
+
+// FsdpOptions::param_dtype: the parameters are gathered and computed in float32 while the shards, the chunk
+// gradients and Adam stay float64 (the same mechanism as bfloat16 over float32, at a precision the
+// comparison can be tight at). Each rank on B/N samples ends with the master weights of the one-process
+// run; whole parameters (gather_all) come back in the master dtype.
+class FsdpMixedWorld : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FsdpMixedWorld, ComputesInParamDtypeAndStepsTheMasterShards) {
+  const auto [world, backend] = GetParam();
+  constexpr int kMixedSteps = 4;
+  const std::vector<torch::Tensor> want = mixed_one_process(kMixedSteps);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&, world = world, backend = backend](int rank) {
+    auto pg = comm::init_process_group(
+        lockstep::testing::thread_group_options(rank, world, store, "fsdp-mixed").backend(backend));
+    auto mlp = make_mlp(rank == 0 ? 7 : 40 + rank);
+    FullyShardedDataParallel fsdp(mlp.ptr(), pg,
+                                  FsdpOptions().min_unit_params(100).param_dtype(torch::kFloat));
+    auto optimizer = fsdp.make_optimizer(two_group_adam(mlp->parameters()));
+    int64_t chunks = 0;
+    for (const auto& p : mlp->parameters()) {
+      EXPECT_EQ(p.scalar_type(), torch::kFloat) << "a parameter is not in param_dtype";
+      chunks += (p.numel() + world - 1) / world;
+    }
+    EXPECT_EQ(static_cast<int64_t>(fsdp.shard_bytes()), 8 * chunks) << "the master shards are not float64";
+    const int64_t per_rank = kMicroBatch / world;
+    for (int step = 0; step < kMixedSteps; ++step) {
+      auto [x, y] = regression_batch(step, rank * per_rank, per_rank);
+      const auto out = mlp->forward(x.to(torch::kFloat));
+      EXPECT_EQ(out.scalar_type(), torch::kFloat);
+      torch::mse_loss(out, y.to(torch::kFloat)).backward();
+      optimizer->step();
+    }
+    fsdp.gather_all();
+    const auto got = mlp->parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].scalar_type(), torch::kDouble) << "gather_all must give the master dtype";
+      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-5, 1e-7))
+          << "rank " << rank << ", parameter " << i << " off by "
+          << (got[i] - want[i]).abs().max().item<double>();
+    }
+    fsdp.reshard();
+    for (const auto& p : mlp->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat) << "after reshard";
+    pg.shutdown();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, FsdpMixedWorld,
+                         ::testing::Values(Case{1, comm::Backend::kShm}, Case{2, comm::Backend::kShm},
+                                           Case{3, comm::Backend::kShm}, Case{2, comm::Backend::kGloo}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  comm::to_string(std::get<1>(info.param));
+                         });
+
 // The size policy closes a unit once it holds min_unit_params; the user's starts override it. Weights
 // loaded into the whole parameters are taken back by reshard(true): the next forward computes with them.
 TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
@@ -204,6 +283,8 @@ TEST(Fsdp, RefusesWhatItCannotShard) {
       "names stage 9");
   refused([&] { FullyShardedDataParallel(mlp.ptr(), pg, FsdpOptions().min_unit_params(0)); },
           "min_unit_params must be >= 1");
+  refused([&] { FullyShardedDataParallel(mlp.ptr(), pg, FsdpOptions().param_dtype(torch::kInt)); },
+          "param_dtype must be a floating-point dtype");
   pg.shutdown();
 }
 

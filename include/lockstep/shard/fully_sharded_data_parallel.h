@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -32,6 +33,11 @@ class FsdpOptions {
   /// Start gathering the next unit (forward) or the previous one (backward) while this one computes
   /// (PyTorch's forward_prefetch and backward_prefetch=BACKWARD_PRE).
   LOCKSTEP_OPTION(FsdpOptions, bool, prefetch)
+  /// Mixed precision (PyTorch's MixedPrecision.param_dtype): the dtype the parameters are gathered in and
+  /// computed with (bfloat16, or float16 on a GPU), while the shards stay in the model's dtype as the master
+  /// copy the optimizer steps. Unset (the default): the model's dtype throughout. Forward must then run
+  /// under autocast (the Trainer's bf16-mixed), which casts what the layers are given to the same dtype.
+  LOCKSTEP_OPTION(FsdpOptions, std::optional<at::ScalarType>, param_dtype)
 
   /// Throws std::invalid_argument naming the option and the value.
   void validate() const;
@@ -40,6 +46,7 @@ class FsdpOptions {
   int64_t min_unit_params_ = int64_t{1} << 20;
   std::vector<size_t> unit_starts_;
   bool prefetch_ = true;
+  std::optional<at::ScalarType> param_dtype_;
 };
 
 /*
@@ -68,8 +75,20 @@ class FsdpOptions {
  * unit still released after its backward) until the next synchronised backward; clipping is the reducer's
  * clip_grad_norm_ (the global norm over the shards).
  *
+ * Mixed precision (FsdpOptions::param_dtype, e.g. bfloat16): the shards stay float32, the master copy
+ * the optimizer steps; the parameters themselves are retyped to bfloat16, so a gather sends each rank's
+ * chunks cast to bfloat16 (half the bytes) into bfloat16 parameters (half the memory), and forward and
+ * backward compute with them. Their bfloat16 gradients are reduce-scattered in float32 (cast as they are
+ * packed), so the averaging and the chunk gradients the optimizer steps from keep float32's precision.
+ * A unit holding a BatchNorm's parameters keeps the master dtype (PyTorch's FSDP keeps BatchNorm in full
+ * precision too, as its running statistics are; here the whole unit does, as units gather in one dtype).
+ * Between steps a rank holds 16/N bytes a parameter with Adam as without it (master shard, float32 chunk
+ * gradients, state): what halves is the memory of the whole units during a pass and the bytes gathered.
+ *
  * Whole parameters are needed to save or load a model: gather_all() (a collective) makes every parameter
- * whole; reshard() releases them again, first taking this rank's chunks from them when they were loaded.
+ * whole, in the master dtype (the exact values the optimizer steps, whatever param_dtype is); reshard()
+ * releases them again (and retypes them to param_dtype), first taking this rank's chunks from them when
+ * they were loaded.
  * Every rank must run the same forward and backward passes (the gathers are collectives). Parameters and
  * buffers are broadcast from rank 0 at construction, buffers before every forward (as DDP).
  */
@@ -126,8 +145,10 @@ class FullyShardedDataParallel : public models::StageRunner {
     bool gathered = false;
     std::vector<comm::Work> pending;  // the gathers under way (prefetch), when in_flight
     bool in_flight = false;
-    at::Tensor receive;  // the packed members' gather
-    size_t waiting = 0;  // parameters whose gradient has not arrived in this backward
+    bool master_dtype = false;  // computes in the shards' dtype under param_dtype (holds a BatchNorm)
+    at::Tensor send;            // the shard cast to param_dtype for the gathers under way
+    at::Tensor receive;         // the packed members' gather
+    size_t waiting = 0;         // parameters whose gradient has not arrived in this backward
   };
   void plan_units(const std::vector<std::shared_ptr<torch::nn::Module>>& stages);
   void start_gather(Unit& unit);
@@ -136,6 +157,11 @@ class FullyShardedDataParallel : public models::StageRunner {
   void keep_chunks(Unit& unit);
   /// Memory for a released parameter: a block released before of the same size, or a fresh one.
   void materialize(const at::Tensor& param);
+  /// Every parameter released and retyped to `dtype` (param_dtype, or the shards' dtype), except those
+  /// of units that keep the master dtype.
+  void retype_all(at::ScalarType dtype);
+  /// Marks the units holding a BatchNorm's parameters to keep the master dtype.
+  void keep_batch_norm_units();
   void release_all();
   void before_backward(size_t u);
   void on_gradient(size_t index);

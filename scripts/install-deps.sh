@@ -1,7 +1,8 @@
 #!/bin/sh
-# Installs every Debian package lockstep needs to build, test and run (Debian 12 "bookworm").
+# Installs every Debian package lockstep needs to build, test and run (Debian 12 "bookworm"), then the one
+# pip package its tests need that Debian lacks: tensorboard (pinned), into Debian's /usr/bin/python3.
 # Idempotent: packages already present are left alone and nothing is downloaded twice.
-# Run as root (or with sudo). Needs only Debian's package archive.
+# Run as root (or with sudo). Needs Debian's package archive, and PyPI for tensorboard.
 set -eu
 
 packages="
@@ -10,7 +11,7 @@ packages="
   zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes python3-vega-datasets
-  python3 python3-torch
+  python3 python3-torch python3-pip
   openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
   iproute2
 "
@@ -19,6 +20,7 @@ packages="
 # fortunes, python3-vega-datasets: real data of the "bring your own data" examples (examples/char_lm.cpp: the
 # fortunes' text; examples/tabular.cpp: vega_datasets' seattle-weather.csv).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
+# python3-pip: installs tensorboard (below).
 # openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that
 # scripts/slurm-local-cluster.sh starts for tests/e2e/slurm_e2e.sh) for the scale-out tests.
 # libopenmpi-dev: MPI's headers and libmpi, so CMake builds lockstep_comm_mpi (--backend mpi; Debian's
@@ -32,16 +34,29 @@ for p in $packages; do
   fi
 done
 
-if [ -z "$missing" ]; then
-  echo "install-deps: all packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing$missing"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq $missing
+if [ -z "$missing" ]; then
+  echo "install-deps: all Debian packages present"
+else
+  echo "install-deps: installing$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq $missing
+fi
+
+# tensorboard: its own reader checks lockstep's event files (ctest test_log_tensorboard_reader,
+# tests/log/read_tensorboard.py); Debian 12 has no package of it. Into /usr/bin/python3, the python3 that
+# test uses. --break-system-packages: Debian 12 marks its python3 externally managed (PEP 668) and pip
+# refuses without it; pip installs under /usr/local and leaves Debian's own packages (numpy) as they are.
+python=/usr/bin/python3
+tensorboard_version=2.21.0
+if [ "$($python -c 'import tensorboard; print(tensorboard.__version__)' 2>/dev/null)" = "$tensorboard_version" ]; then
+  echo "install-deps: tensorboard $tensorboard_version present"
+else
+  echo "install-deps: installing tensorboard==$tensorboard_version (pip)"
+  $SUDO $python -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --break-system-packages "tensorboard==$tensorboard_version"
+fi
 echo "install-deps: done"

@@ -24,7 +24,8 @@ namespace {
 struct Fault {
   int rank = -1;
   int64_t step = 0;
-  std::string kind;  // "" (kill) | ckpt | usr1 | term | nan | stop | hang | extra
+  std::string kind;  // "" (kill) | ckpt | usr1 | term | nan | stop | hang | extra | slow
+  int slow_ms = 0;   // slow: the sleep in each batch's forward
 };
 
 class FaultInjection : public train::Callback {
@@ -34,6 +35,8 @@ class FaultInjection : public train::Callback {
 
   // "nan": the loss of every batch of optimizer step STEP + 1.
   void on_before_backward(train::TrainerContext& trainer, at::Tensor& loss) override {
+    if (fault_.kind == "slow" && trainer.global_step() >= fault_.step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault_.slow_ms));
     if (fault_.kind != "nan" || done_ || trainer.rank() != fault_.rank ||
         trainer.global_step() != fault_.step)
       return;
@@ -42,7 +45,7 @@ class FaultInjection : public train::Callback {
   }
 
   void on_train_step_end(train::TrainerContext& trainer, const train::BatchEnd& /*batch*/) override {
-    if (trainer.rank() != fault_.rank) return;
+    if (trainer.rank() != fault_.rank || fault_.kind == "slow") return;
     if (fault_.kind == "nan") {
       done_ = done_ || nan_given_;
       return;
@@ -94,10 +97,15 @@ std::shared_ptr<train::Callback> fault_injection_from_env(const env::Environment
   const int fields = std::sscanf(text, "%d:%lld:%7s", &fault.rank, &step, kind);
   fault.step = step;
   fault.kind = fields == 3 ? kind : "";
-  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|";
+  if (fault.kind.rfind("slow", 0) == 0) {  // slow, or slowMS
+    fault.slow_ms = fault.kind.size() > 4 ? std::atoi(fault.kind.c_str() + 4) : 2;
+    fault.kind = fault.slow_ms > 0 ? "slow" : "slow?";
+  }
+  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|";
   if (fields < 2 || (!fault.kind.empty() && known.find("|" + fault.kind + "|") == std::string::npos)) {
-    throw std::invalid_argument(std::string("LOCKSTEP_FAULT='") + text +
-                                "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra");
+    throw std::invalid_argument(
+        std::string("LOCKSTEP_FAULT='") + text +
+        "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra|slow[MS]");
   }
   if (environment.rank != fault.rank) return nullptr;
   return std::make_shared<FaultInjection>(std::move(fault));

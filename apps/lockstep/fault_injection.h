@@ -18,8 +18,9 @@ namespace lockstep::cli {
  * rank's loss NaN for the batches of optimizer step STEP + 1; "RANK:STEP:stop" makes it SIGSTOP itself,
  * "RANK:STEP:hang" makes it block forever outside collectives (a data loader that never returns), and
  * "RANK:STEP:extra" makes it issue one all-reduce the other ranks do not (a branch taken on one rank
- * only), each once after optimizer step STEP. Only in the first run of a job (TORCHELASTIC_RESTART_COUNT
- * 0), so that the restarted ranks can finish.
+ * only), each once after optimizer step STEP; "RANK:STEP:slow" (or "slowMS") makes that rank sleep 2 ms (MS)
+ * in the forward of every batch from step STEP on (a straggler, for the step breakdown). Only in the first
+ * run of a job (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish.
  */
 
 /// The callback LOCKSTEP_FAULT asks for this rank of `environment`; nullptr when unset or in a restarted

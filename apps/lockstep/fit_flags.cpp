@@ -237,6 +237,39 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
                                 "Append one JSON object per epoch (rank 0)",
                                 [&t](const std::string& path) { t.metrics_file(path); })
       ->type_name("FILE.jsonl");
+  add_trainer_flag<std::string>(
+      app, "--logger",
+      "Loggers, comma-separated: tensorboard, csv, jsonl (Lightning's layouts; rank 0 writes\n"
+      "hparams.yaml, step records every --log-every-n-steps (50 when 0), epoch records with\n"
+      "the step breakdown) into DIR/lightning_logs/version_N; read it with `lockstep report`",
+      [&t](const std::string& names) { t.logger(names); })
+      ->type_name("NAMES");
+  add_trainer_flag<std::string>(
+      app, "--default-root-dir,--default_root_dir",
+      "Where --logger's lightning_logs/ goes (Lightning's default_root_dir)",
+      [&t](const std::string& dir) { t.default_root_dir(dir); }, t.default_root_dir())
+      ->type_name("DIR");
+  add_trainer_flag<int64_t>(
+      app, "--breakdown-every-n-batches",
+      "Time data, forward, backward, exposed all-reduce and optimizer on every N-th batch of\n"
+      "each rank; each epoch record holds them per rank and a rank > 20% slower than the\n"
+      "others is named (a GPU waits for the device on those batches); 0 = off",
+      [&t](const int64_t& n) { t.breakdown_every_n_batches(n); }, shown(t.breakdown_every_n_batches()));
+}
+
+// The effective configuration as the loggers' hparams: the `key: value` lines of --print-config's YAML.
+std::vector<std::pair<std::string, std::string>> config_hparams(const std::string& yaml) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(yaml);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t colon = line.find(": ");
+    if (colon == std::string::npos) continue;
+    std::string value = line.substr(colon + 2);
+    if (const std::size_t note = value.find("  #"); note != std::string::npos) value.resize(note);
+    out.emplace_back(line.substr(0, colon), value);
+  }
+  return out;
 }
 
 // What the flags that are not plain values hold until they are parsed (after app.parse()).
@@ -432,6 +465,8 @@ int parse_fit_flags(int argc, char** argv, train::FitConfig& config) {
   try {
     app.parse(argc, argv);
     apply_flag_text(text, config);
+    config.trainer.hparams(
+        config_hparams(app.config_to_str(/*default_also=*/true, /*write_description=*/false)));
     config.validate();
     if (config.trainer.accelerator() == train::AcceleratorKind::kAuto &&
         launch::visible_cuda_device_count() == 0)

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <sstream>
 #include <utility>
@@ -49,10 +51,13 @@ struct ReducerState {
   std::vector<char> kept;             // kept_grad[i] holds this iteration's value
   size_t next_launch = 0;
   int64_t iterations = 0;
-  std::shared_ptr<Timeline> timeline;  // null unless LOCKSTEP_TIMELINE is set
+  double blocked_seconds = 0.0;              // this backward's thread in launch_ready_buckets so far
+  std::atomic<double> exposed_seconds{0.0};  // the last finalize's wait for its collectives
+  std::shared_ptr<Timeline> timeline;        // null unless LOCKSTEP_TIMELINE is set
 
   void on_gradient(size_t index, const std::shared_ptr<ReducerState>& self);
   void launch_ready_buckets();
+  void launch_ready_buckets_untimed();
   void finalize();
   void reset_iteration();
   void copy_into_bucket(size_t index);
@@ -100,7 +105,15 @@ void ReducerState::copy_into_bucket(size_t index) {
   if (options.gradient_as_bucket_view()) param.mutable_grad() = view;
 }
 
+// Timed: a backend may run a collective in the calling thread (shm when idle) or block until a peer
+// arrives, and ZeRO-2 finishes the oldest bucket here: backward's thread is not computing meanwhile.
 void ReducerState::launch_ready_buckets() {
+  const auto start = std::chrono::steady_clock::now();
+  launch_ready_buckets_untimed();
+  blocked_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ReducerState::launch_ready_buckets_untimed() {
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch];
     if (timeline) timeline->begin(b.label + " allreduce", 1);
@@ -126,6 +139,7 @@ void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>
   if (!sync) return;
   if (!in_backward) {
     in_backward = true;
+    blocked_seconds = 0.0;
     if (timeline) timeline->begin("backward", 0);
     // Runs once this backward is over, before backward() returns.
     torch::autograd::Engine::get_default_engine().queue_callback([self] { self->finalize(); });
@@ -228,8 +242,11 @@ void ReducerState::finalize() {
   launch_ready_buckets();
   TORCH_INTERNAL_ASSERT(next_launch == buckets.size(), "reducer: not every bucket was launched");
   comm::Work used_work = launch_used_map(/*contribute=*/true);  // after the buckets, on every rank
+  const auto wait_start = std::chrono::steady_clock::now();
   for (auto& b : buckets) b.work.wait();
   read_used_map(used_work);
+  exposed_seconds =
+      blocked_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   for (size_t i = 0; i < params.size(); ++i) write_back(i, used[i] != 0);
   ++iterations;
   reset_iteration();
@@ -360,6 +377,10 @@ size_t Reducer::bucket_bytes() const {
 
 int64_t Reducer::iterations() const {
   return state_->iterations;
+}
+
+double Reducer::exposed_seconds() const {
+  return state_->exposed_seconds;
 }
 
 void Reducer::reduce_zeros() {

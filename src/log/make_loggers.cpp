@@ -55,6 +55,10 @@ std::unique_ptr<Logger> make_logger(const std::string& name, const std::string& 
 
 }  // namespace
 
+void check_logger_names(const std::string& names) {
+  check_names(split_names(names), names);
+}
+
 std::vector<std::unique_ptr<Logger>> make_loggers(const std::string& names, const std::string& version_dir) {
   const std::vector<std::string> parts = split_names(names);
   check_names(parts, names);

@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -61,9 +63,12 @@ struct ShardedReducerState {
   size_t next_launch = 0;
   size_t next_finish = 0;
   int64_t iterations = 0;
+  double blocked_seconds = 0.0;              // this backward's thread in launch_ready_buckets so far
+  std::atomic<double> exposed_seconds{0.0};  // the last finalize's wait for its reduce-scatters
 
   void on_gradient(size_t index, const std::shared_ptr<ShardedReducerState>& self);
   void launch_ready_buckets();
+  void launch_ready_buckets_untimed();
   void launch(size_t b);
   void pack(ShardBucket& bucket, at::Tensor& staging) const;
   /// DDP-like buckets for `options`' caps (the parameters' indices per bucket, in launch order).
@@ -90,6 +95,7 @@ void ShardedReducerState::on_gradient(size_t index, const std::shared_ptr<Sharde
   if (!sync) return;
   if (!in_backward) {
     in_backward = true;
+    blocked_seconds = 0.0;
     // Runs once this backward is over, before backward() returns.
     torch::autograd::Engine::get_default_engine().queue_callback([self] { self->finalize(); });
   }
@@ -98,7 +104,15 @@ void ShardedReducerState::on_gradient(size_t index, const std::shared_ptr<Sharde
   if (--buckets[locate[index]].pending == 0) launch_ready_buckets();
 }
 
+// Timed: a backend may run a collective in the calling thread (shm when idle) or block until a peer
+// arrives, and ZeRO-2 finishes the oldest bucket here: backward's thread is not computing meanwhile.
 void ShardedReducerState::launch_ready_buckets() {
+  const auto start = std::chrono::steady_clock::now();
+  launch_ready_buckets_untimed();
+  blocked_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ShardedReducerState::launch_ready_buckets_untimed() {
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
     while (next_launch - next_finish >= ShardedReducer::kInFlight) finish(next_finish++);
     launch(next_launch++);
@@ -245,7 +259,10 @@ void ShardedReducerState::finalize() {
         "find_unused_parameters.");
   }
   TORCH_INTERNAL_ASSERT(next_launch == buckets.size(), "ZeRO-2 reducer: not every bucket was launched");
+  const auto wait_start = std::chrono::steady_clock::now();
   while (next_finish < buckets.size()) finish(next_finish++);
+  exposed_seconds =
+      blocked_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
   holds_value = true;
   ++iterations;
   reset_iteration();
@@ -412,6 +429,10 @@ std::vector<std::vector<size_t>> ShardedReducer::bucket_indices() const {
 
 int64_t ShardedReducer::iterations() const {
   return state_->iterations;
+}
+
+double ShardedReducer::exposed_seconds() const {
+  return state_->exposed_seconds;
 }
 
 }  // namespace lockstep::shard

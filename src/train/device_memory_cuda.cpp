@@ -13,4 +13,8 @@ double peak_device_mb(const c10::Device& device) {
   return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);  // [0]: all pools
 }
 
+void synchronize_device(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+}
+
 }  // namespace lockstep::train

@@ -33,7 +33,33 @@ std::string EpochMetrics::to_json() const {
   object["peak_rss_mb"] = peak_rss_mb;
   object["model_state_mb"] = model_state_mb;
   if (peak_cuda_mb) object["peak_cuda_mb"] = *peak_cuda_mb;
+  if (breakdown) object["breakdown"] = nlohmann::ordered_json::parse(breakdown->to_json());
   return object.dump();
+}
+
+std::vector<std::pair<std::string, double>> EpochMetrics::scalars() const {
+  std::vector<std::pair<std::string, double>> out;
+  if (logged.empty()) {
+    out = {{"train_loss_epoch", train_loss}, {"val_loss", val_loss}, {"val_acc", val_acc}};
+  } else {
+    for (const auto& [name, value] : logged)
+      out.emplace_back(name == "train_loss" ? "train_loss_epoch" : name, value);
+  }
+  out.emplace_back("epoch", static_cast<double>(epoch));
+  out.emplace_back("time/epoch_s", epoch_s);
+  out.emplace_back("time/val_s", val_s);
+  out.emplace_back("time/samples_per_s", samples_per_s);
+  out.emplace_back("memory/peak_rss_mb", peak_rss_mb);
+  out.emplace_back("memory/model_state_mb", model_state_mb);
+  if (peak_cuda_mb) out.emplace_back("memory/peak_cuda_mb", *peak_cuda_mb);
+  if (breakdown) {
+    for (auto& scalar : breakdown->scalars()) out.push_back(std::move(scalar));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> StepMetrics::scalars() const {
+  return {{"train_loss_step", train_loss}, {"lr", lr}, {"epoch", static_cast<double>(epoch)}};
 }
 
 std::string StepMetrics::to_json() const {

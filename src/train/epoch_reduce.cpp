@@ -103,4 +103,18 @@ int64_t max_over_ranks(comm::ProcessGroup& group, int64_t mine) {
   return static_cast<int64_t>(value.item<double>());
 }
 
+std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup& group, const PhaseTimes& mine) {
+  std::vector<double> values(mine.seconds.begin(), mine.seconds.end());
+  values.push_back(static_cast<double>(mine.batches));
+  const at::Tensor all = group.all_gather_stacked(at::tensor(values, at::kDouble)).contiguous();
+  const double* data = all.data_ptr<double>();
+  std::vector<PhaseTimes> out(static_cast<size_t>(group.size()));
+  const size_t row = values.size();
+  for (size_t r = 0; r < out.size(); ++r) {
+    for (size_t p = 0; p < kStepPhases; ++p) out[r].seconds[p] = data[r * row + p];
+    out[r].batches = static_cast<int64_t>(data[r * row + kStepPhases]);
+  }
+  return out;
+}
+
 }  // namespace lockstep::train::detail

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lockstep/comm/process_group.h"
+#include "lockstep/train/step_breakdown.h"
 #include "lockstep/train/train_module.h"
 
 namespace lockstep::train::detail {
@@ -58,6 +59,9 @@ ReducedEpoch reduce_epoch(comm::ProcessGroup& group, const LoggedMetrics& logged
 
 /// Rank 0's `table` on every rank (the others' argument is ignored). Collective.
 std::vector<MetricValue> broadcast_table(comm::ProcessGroup& group, const std::vector<MetricValue>& table);
+
+/// Every rank's PhaseTimes, by rank (one all-gather of 6 float64). Collective.
+std::vector<PhaseTimes> gather_phase_times(comm::ProcessGroup& group, const PhaseTimes& mine);
 
 /// Whether `mine` is true on any rank (one 8-byte all-reduce). Collective.
 bool any_rank(comm::ProcessGroup& group, bool mine);

@@ -171,7 +171,9 @@ void Trainer::remove_checkpoint(const std::string& path) {
 }
 
 void Trainer::log_metrics(const std::map<std::string, double>& values) {
-  if (!run_ || !run_->metrics_writer) return;
+  if (!run_) return;
+  run_->log_scalars({values.begin(), values.end()}, run_->position.step);
+  if (!run_->metrics_writer) return;
   nlohmann::ordered_json record = {{"epoch", run_->epoch}, {"step", run_->position.step}};
   for (const auto& [name, value] : values) {
     if (std::isfinite(value)) {

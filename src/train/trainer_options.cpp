@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/log/make_loggers.h"
 #include "option_checks.h"
 
 namespace lockstep::train {
@@ -89,6 +90,8 @@ void TrainerOptions::validate() const {
   check_at_least<int64_t>("accumulate_grad_batches", accumulate_grad_batches_, 1);
   check_at_least<int64_t>("ckpt_every_n_steps", ckpt_every_n_steps_, 0);
   check_at_least<int64_t>("log_every_n_steps", log_every_n_steps_, 0);
+  check_at_least<int64_t>("breakdown_every_n_batches", breakdown_every_n_batches_, 0);
+  log::check_logger_names(logger_);
   if (bucket_cap_mb_ && (!(*bucket_cap_mb_ > 0) || !std::isfinite(*bucket_cap_mb_))) {
     throw std::invalid_argument("bucket_cap_mb must be a number of MiB > 0, or unset (DDP's default), got " +
                                 text(*bucket_cap_mb_));

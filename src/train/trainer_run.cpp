@@ -18,6 +18,8 @@
 #include <stdexcept>
 
 #include "epoch_reduce.h"
+#include "lockstep/log/make_loggers.h"
+#include "lockstep/log/run_dir.h"
 #include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/device.h"
@@ -100,6 +102,12 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   }
   if (is_main_ && !options.metrics_file().empty())
     metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
+  if (is_main_ && !options.logger().empty()) {
+    const std::string dir = log::next_version_dir(options.default_root_dir());
+    loggers = log::make_loggers(options.logger(), dir);
+    for (const auto& logger : loggers) logger->log_hyperparams(options.hparams());
+    print_line("logging (" + options.logger() + ") to " + dir);
+  }
   choose_device();
   connect();
   setup_data(data);
@@ -117,6 +125,12 @@ void Trainer::Run::choose_device() {
   device_ = training_device(options.accelerator(), local_rank_, local_world, share);
   use_device(device_);
   check_precision_supported(precision_, device_.type());  // 16-mixed where auto found no GPU
+  // On a GPU the sampled batches wait for the device at each phase boundary, so kernels count where queued.
+  const auto synchronize = [](const void* device) {
+    synchronize_device(*static_cast<const c10::Device*>(device));
+  };
+  step_timer_ =
+      StepTimer(options.breakdown_every_n_batches(), device_.is_cuda() ? +synchronize : nullptr, &device_);
 }
 
 data::detail::AnyBatch Trainer::Run::on_device(const data::detail::AnyShardLoader& loader,
@@ -299,7 +313,9 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   const int64_t accumulate = options.accumulate_grad_batches();
   bool ended = training.planned >= 0 && first_batch >= training.planned;
   for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
+    step_timer_.start_batch(b);
     const data::detail::AnyBatch batch = on_device(*train_loader_, train_loader_->next_any());
+    step_timer_.end(StepPhase::kData);
     if (!batch) {  // a stream that ended exactly after a batch
       TORCH_INTERNAL_ASSERT(training.planned < 0, "loader ended after ", b, " of ", training.planned,
                             " batches");
@@ -316,6 +332,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     mid_accumulation = !steps_now;
     bool stepped = false;
     if (steps_now) stepped = step(b);
+    step_timer_.end(StepPhase::kOptimizer);
     position.batch = b + 1;
     if (steps_now) step_boundary(b, stepped, batch_loss);
     for (const auto& callback : options.callbacks())
@@ -349,6 +366,7 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   }
   for (const auto& callback : options.callbacks()) callback->on_before_backward(trainer, loss);
   const double value = loss.item<double>();
+  step_timer_.end(StepPhase::kForward);
   if (!std::isfinite(value)) {
     if (!skip_nan) {
       throw std::runtime_error(
@@ -363,6 +381,9 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   }
   const int64_t accumulate = options.accumulate_grad_batches();
   scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+  step_timer_.end(StepPhase::kBackward);
+  if (steps_now)
+    step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce, gradient_sync().exposed_seconds());
   return value;
 }
 
@@ -411,6 +432,10 @@ void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
       step % options.log_every_n_steps() == 0) {
     metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
   }
+  // The loggers' step records: every log_every_n_steps, Lightning's 50 when that is 0.
+  const int64_t every = options.log_every_n_steps() > 0 ? options.log_every_n_steps() : 50;
+  if (!loggers.empty() && stepped && step % every == 0)
+    log_scalars(StepMetrics{step, epoch, b + 1, batch_loss, lr}.scalars(), step);
   max_steps_reached_ = options.max_steps() > 0 && step >= options.max_steps();
   const bool due = options.ckpt_every_n_steps() > 0 && step % options.ckpt_every_n_steps() == 0;
   // One tiny all-reduce per step, only with a ckpt_dir: the ranks got the notice at different steps, and
@@ -486,6 +511,8 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.peak_rss_mb = reduced.peak_rss_mb;
   m.model_state_mb = reduced.model_state_mb;
   if (device_.is_cuda()) m.peak_cuda_mb = reduced.peak_cuda_mb;
+  if (options.breakdown_every_n_batches() > 0)
+    m.breakdown = make_breakdown(detail::gather_phase_times(*group, step_timer_.take()));
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
     callback_metrics[metric.name] = metric.value;
@@ -518,7 +545,9 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
     std::snprintf(text, sizeof text, "  train %.2f s  val %.2f s  %.0f samples/s", m.epoch_s, m.val_s,
                   m.samples_per_s);
     print_line(line + text);
+    if (m.breakdown && m.breakdown->has_straggler()) print_line(m.breakdown->straggler_line(e + 1));
     if (metrics_writer) metrics_writer->write(m);
+    log_scalars(m.scalars(), m.step);
   }
   for (const auto& callback : options.callbacks()) callback->on_train_epoch_end(trainer);
   // A stop asked for on any rank stops all of them, together.
@@ -565,6 +594,11 @@ TrainerResult Trainer::Run::finish() {
                 static_cast<long long>(result_.global_step), group->size(), seconds_since(started_));
   print_line(summary);
   return result_;
+}
+
+void Trainer::Run::log_scalars(const std::vector<std::pair<std::string, double>>& scalars,
+                               int64_t step) const {
+  for (const auto& logger : loggers) logger->log_metrics(scalars, step);
 }
 
 ddp::GradientSync& Trainer::Run::gradient_sync() {

@@ -10,11 +10,13 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/log/logger.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/progress_bar.h"
+#include "lockstep/train/step_breakdown.h"
 #include "lockstep/train/trainer.h"
 
 namespace lockstep::train {
@@ -62,7 +64,8 @@ struct Trainer::Run {
   OptimizerConfig optim;
   GradScaler scaler;
   std::unique_ptr<MetricsWriter> metrics_writer;
-  TrainPosition position;         // where a checkpoint written now resumes
+  std::vector<std::unique_ptr<log::Logger>> loggers;  // rank 0's (options.logger()), in one run directory
+  TrainPosition position;                             // where a checkpoint written now resumes
   int64_t epoch = 0;              // the epoch in progress, or just finished in the epoch-end hooks
   bool mid_accumulation = false;  // gradients of an unfinished accumulation group exist
   int reshard_world = 0;          // see CheckpointState
@@ -72,6 +75,9 @@ struct Trainer::Run {
   bool stop_requested = false;
   std::string stop_reason;
   double lr = 0.0;
+
+  /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
+  void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;
 
   /// What synchronises the gradients (ddp's reducer, or FSDP's).
   ddp::GradientSync& gradient_sync();
@@ -156,6 +162,7 @@ struct Trainer::Run {
   std::string last_ckpt_;
   std::unique_ptr<PreemptionHandlers> preemption_;
   int preempted_by_ = 0;
+  StepTimer step_timer_;        // the step breakdown's sampled batches (breakdown_every_n_batches)
   bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
   LoggedMetrics logged_before_;
   bool max_steps_reached_ = false;

@@ -32,6 +32,12 @@ class GradientSync {
   /// Moves the gradient hooks to parameters' new AccumulateGrad nodes (GradHooks::refresh); DdpCore calls
   /// it before every forward. Returns how many were moved.
   virtual size_t refresh_hooks() = 0;
+  /// The communication the last synchronised backward did not hide, in seconds (the Trainer's step
+  /// breakdown): the time backward's thread spent launching collectives (a backend may run one in the
+  /// caller's thread, as shm does when idle, or block until the peers arrive) plus the wait, after the
+  /// last gradient, for the rest to finish. A rank slower than the others shows little of it; the others
+  /// wait for it here.
+  virtual double exposed_seconds() const { return 0.0; }
 };
 
 /// Builds the GradientSync of a DDP model: its trainable `parameters` in registration order with their

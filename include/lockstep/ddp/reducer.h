@@ -71,6 +71,7 @@ class Reducer : public GradientSync {
   /// Moves the gradient hooks to parameters' new gradient accumulators, if any were replaced (else a
   /// reloaded model would silently skip its all-reduce): GradHooks::refresh.
   size_t refresh_hooks() override;
+  double exposed_seconds() const override;
 
  private:
   std::shared_ptr<detail::ReducerState> state_;

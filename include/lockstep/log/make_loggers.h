@@ -22,4 +22,7 @@ constexpr const char* kLoggerNames = "tensorboard, csv, jsonl";
 ///   auto loggers = make_loggers("tensorboard,csv", next_version_dir(root));
 std::vector<std::unique_ptr<Logger>> make_loggers(const std::string& names, const std::string& version_dir);
 
+/// make_loggers' check of `names` alone (no file is made): throws the same std::invalid_argument.
+void check_logger_names(const std::string& names);
+
 }  // namespace lockstep::log

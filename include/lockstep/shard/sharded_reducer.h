@@ -72,6 +72,7 @@ class ShardedReducer : public ddp::GradientSync {
   size_t bucket_bytes() const override;
   void reduce_zeros() override;
   size_t refresh_hooks() override;
+  double exposed_seconds() const override;
 
   /// Index of `param` among the reducer's parameters; -1 when it is not one of them.
   int64_t index_of(const at::Tensor& param) const;

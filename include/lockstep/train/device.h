@@ -20,4 +20,7 @@ void use_device(const c10::Device& device);
 /// else device_memory_cpu.cpp (which never sees a CUDA device).
 double peak_device_mb(const c10::Device& device);
 
+/// Waits until `device` has run everything queued on it (torch.cuda.synchronize); nothing for the CPU.
+void synchronize_device(const c10::Device& device);
+
 }  // namespace lockstep::train

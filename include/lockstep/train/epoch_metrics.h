@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/train/step_breakdown.h"
+
 namespace lockstep::train {
 
 /// What one epoch measured, reduced over all ranks (the metrics-file schema of DESIGN.md).
@@ -33,6 +35,8 @@ struct EpochMetrics {
   /// not the allocator's cached reserve), the largest over the ranks, MiB. Unset (and not written) on the
   /// CPU.
   std::optional<double> peak_cuda_mb;
+  /// Where each rank's training steps went (step_breakdown.h), when the Trainer sampled them.
+  std::optional<EpochBreakdown> breakdown;
   /// The values the module logged (TrainModule::log), in the order logged, reduced as asked. When set,
   /// the JSON holds these instead of train_loss/val_loss/val_acc (which a module need not log).
   std::vector<std::pair<std::string, double>> logged;
@@ -40,6 +44,11 @@ struct EpochMetrics {
 
   /// One line of JSON (no newline).
   std::string to_json() const;
+  /// The scalars the loggers record for the epoch (docs/logging.md): the logged values by their names
+  /// ("train_loss", also logged per step, as "train_loss_epoch": Lightning's suffix), epoch, time/epoch_s,
+  /// time/val_s, time/samples_per_s, memory/peak_rss_mb, memory/model_state_mb (memory/peak_cuda_mb on a
+  /// GPU), and the step breakdown's.
+  std::vector<std::pair<std::string, double>> scalars() const;
 };
 
 /// One optimizer step, as `--log-every-n-steps` records it (rank 0's own loss, not reduced: no collective
@@ -53,6 +62,8 @@ struct StepMetrics {
 
   /// One line of JSON (no newline): {"step", "epoch", "batch", "train_loss", "lr"}.
   std::string to_json() const;
+  /// The loggers' step record: train_loss_step, lr, epoch.
+  std::vector<std::pair<std::string, double>> scalars() const;
 };
 
 /// Appends EpochMetrics (and StepMetrics) as JSON lines to a file, flushed after every line so that a crash

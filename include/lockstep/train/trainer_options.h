@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lockstep/comm/backend.h"
@@ -42,6 +43,9 @@ enum class Strategy {
 /// "ddp" | "zero1" | "zero2" | "fsdp"; throws std::invalid_argument naming the text and the accepted values.
 Strategy parse_strategy(const std::string& text);
 const char* to_string(Strategy strategy);
+
+/// A run's configuration as name and value text, in order (the loggers' hparams.yaml).
+using Hparams = std::vector<std::pair<std::string, std::string>>;
 
 /// How a Trainer trains (Lightning's Trainer arguments, same names and defaults where they exist).
 ///
@@ -97,6 +101,20 @@ class TrainerOptions {
   /// JSONL: one record per epoch, per logged step and per log_metrics() call (rank 0). "" = none.
   LOCKSTEP_OPTION(TrainerOptions, std::string, metrics_file)
   LOCKSTEP_OPTION(TrainerOptions, int64_t, log_every_n_steps)
+  /// Loggers, comma-separated: tensorboard, csv, jsonl (Lightning's TensorBoardLogger and CSVLogger
+  /// layouts: log/make_loggers.h). They share one run directory, default_root_dir/lightning_logs/version_N
+  /// (rank 0 makes it), and log the step records (log_every_n_steps), the epoch records with the step
+  /// breakdown, and log_metrics(). "" (the default) = none.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, logger)
+  /// Where the loggers' lightning_logs/ goes (Lightning's default_root_dir); default: the current directory.
+  LOCKSTEP_OPTION(TrainerOptions, std::string, default_root_dir)
+  /// The run's configuration, written to hparams.yaml by the loggers (fit() fills it from the FitConfig).
+  LOCKSTEP_OPTION(TrainerOptions, Hparams, hparams)
+  /// Time the phases of every n-th training batch on every rank (data, forward, backward, exposed
+  /// all-reduce, optimizer: step_breakdown.h), gathered at each epoch end into EpochMetrics::breakdown; a
+  /// rank > 20% slower than the others is named. 0 = off. On a GPU a sampled batch waits for the device at
+  /// each phase boundary.
+  LOCKSTEP_OPTION(TrainerOptions, int64_t, breakdown_every_n_batches)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)
   LOCKSTEP_OPTION(TrainerOptions, bool, progress_bar)
@@ -158,6 +176,10 @@ class TrainerOptions {
   std::string resume_;
   std::string metrics_file_;
   int64_t log_every_n_steps_ = 0;
+  std::string logger_;
+  std::string default_root_dir_ = ".";
+  Hparams hparams_;
+  int64_t breakdown_every_n_batches_ = 10;
   bool save_final_weights_ = true;
   bool progress_bar_ = false;
   std::FILE* out_ = stdout;

@@ -24,8 +24,8 @@ constexpr const char* kDescription =
     "`lockstep bench scaling`/`peer --run-dir` with their charts, and hparams.yaml.";
 
 constexpr const char* kFooter =
-    "RUN_DIR is a version dir (it holds metrics.csv, metrics.jsonl, scaling.csv or peer.csv) or the\n"
-    "root of `lockstep fit --default-root-dir`: then the newest lightning_logs/version_N is used.\n"
+    "RUN_DIR is a version dir (it holds metrics.csv or metrics.jsonl), the --run-dir of a bench\n"
+    "(scaling.csv, peer.csv), or a root dir: then its newest lightning_logs/version_N is used.\n"
     "metrics.csv (Lightning's CSVLogger format) is read, else metrics.jsonl. The page is written to a\n"
     "temporary file next to -o and renamed, so no half-written report stays behind.\n"
     "\n"

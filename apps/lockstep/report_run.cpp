@@ -80,8 +80,7 @@ RunFiles find_run_files(const fs::path& run_dir) {
                       ": looked for metrics.csv, metrics.jsonl, scaling.csv and peer.csv, and for "
                       "lightning_logs/version_N under " +
                       run_dir.string() +
-                      " (log with `lockstep fit --logger csv` or jsonl; a TensorBoard events file alone is "
-                      "not read)");
+                      " (log with the csv or jsonl logger; a TensorBoard events file alone is not read)");
   }
   return files;
 }

@@ -13,7 +13,7 @@ packages="
   dataset-fashion-mnist fortunes python3-vega-datasets
   python3 python3-torch python3-pip
   openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
-  iproute2
+  iproute2 chromium
 "
 # clang-format: the format check (scripts/check-format.sh, ctest format_check); Debian 12's is version 14.
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
@@ -26,6 +26,8 @@ packages="
 # libopenmpi-dev: MPI's headers and libmpi, so CMake builds lockstep_comm_mpi (--backend mpi; Debian's
 # LibTorch has no ProcessGroupMPI). Without it the build goes on and --backend mpi explains what is missing.
 # iproute2: ip netns, veth and tc for the emulated hosts of scripts/netns-hosts.sh (tests/e2e/netns_e2e.sh).
+# chromium: headless, for tests/cli/report_browser_test.sh (ctest test_report_browser), which loads the page
+# of `lockstep report` in a real browser; the test fails without it (never skips).
 
 missing=""
 for p in $packages; do

@@ -19,6 +19,7 @@
 
 #include "bench_commands.h"
 #include "bench_metrics.h"
+#include "bench_run_dir.h"
 #include "bench_temp_dir.h"
 #include "child_process.h"
 #include "install_paths.h"
@@ -41,7 +42,8 @@ constexpr const char* kPeerDescription =
     "`lockstep fit --devices N`. Prints both per-epoch training times (epoch_s: slowest rank,\n"
     "validation excluded) and validation accuracies as a markdown table, then the speed ratio =\n"
     "median peer epoch_s / median lockstep epoch_s (above 1: lockstep is faster) and the\n"
-    "difference of the final accuracies.";
+    "difference of the final accuracies. With --run-dir DIR the table is also written to\n"
+    "DIR/peer.csv and the settings to DIR/hparams.yaml: `lockstep report DIR` shows them.";
 
 constexpr const char* kPeerFooter =
     "PYTHON: " LOCKSTEP_PEER_PYTHON_DEFAULT
@@ -55,8 +57,9 @@ constexpr const char* kPeerFooter =
     "Examples:\n"
     "  lockstep bench peer                   # 10 epochs, as in docs/benchmarks.md\n"
     "  lockstep bench peer --epochs 3 --limit-train-batches 200\n"
-    "Exit status: 0 on success, 1 when a run fails or python3 cannot import torch, 2 for bad\n"
-    "flags.";
+    "  lockstep bench peer --run-dir peer && lockstep report peer -o peer.html\n"
+    "Exit status: 0 on success, 1 when a run fails, python3 cannot import torch or --run-dir\n"
+    "cannot be written, 2 for bad flags.";
 
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
@@ -90,6 +93,7 @@ int bench_peer_main(int argc, char** argv) {
   int threads = 1;
   int limit = 0;
   std::string data_dir;
+  std::string run_dir;
   CLI::App app(kPeerDescription, kPeerName);
   app.footer(kPeerFooter);
   app.get_formatter()->column_width(34);
@@ -101,6 +105,8 @@ int bench_peer_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data-dir", data_dir,
                  "Fashion-MNIST's IDX files. Default: both sides'\n/usr/share/datasets/fashion-mnist")
+      ->type_name("DIR");
+  app.add_option("--run-dir", run_dir, "Also write DIR/peer.csv and DIR/hparams.yaml\n(for lockstep report)")
       ->type_name("DIR");
   if (const int status = parse_bench_flags(app, argc, argv); status >= 0) return status;
   if (nproc < 1) return bench_usage_error(kPeerName, "--nproc must be >= 1, got " + std::to_string(nproc));
@@ -175,6 +181,24 @@ int bench_peer_main(int argc, char** argv) {
     // clang-format on
     fit.insert(fit.end(), common.begin(), common.end());
 
+    std::unique_ptr<BenchRunDir> results;
+    if (!run_dir.empty()) {
+      Hparams settings{{"bench", "peer"},
+                       {"nproc", std::to_string(nproc)},
+                       {"epochs", std::to_string(epochs)},
+                       {"threads", std::to_string(threads)},
+                       {"limit_train_batches", std::to_string(limit)},
+                       {"model", "mlp"},
+                       {"optimizer", "adam"},
+                       {"lr", "0.001"},
+                       {"lr_schedule", "constant"},
+                       {"batch_size", "64"},
+                       {"python", python},
+                       {"lockstep_version", LOCKSTEP_VERSION}};
+      if (!data_dir.empty()) settings.emplace_back("data_dir", data_dir);
+      results = std::make_unique<BenchRunDir>(run_dir, settings);
+    }
+
     const std::string limit_text = limit > 0 ? ", " + std::to_string(limit) + " batches/rank/epoch" : "";
     std::printf(
         "Python DDP peer vs lockstep fit: MLP, adam 1e-3 constant, batch 64/rank, %d rank(s), %d "
@@ -209,12 +233,21 @@ int bench_peer_main(int argc, char** argv) {
     const auto fit_s = numeric_field(fit_records, "epoch_s", fit_metrics);
     const auto fit_acc = numeric_field(fit_records, "val_acc", fit_metrics);
 
-    std::printf("| epoch | peer epoch_s | peer val_acc | lockstep epoch_s | lockstep val_acc |\n");
-    std::printf("|---|---|---|---|---|\n");
+    CsvTable table{{"epoch", "peer epoch_s", "peer val_acc", "lockstep epoch_s", "lockstep val_acc"}, {}};
+    std::printf("| %s | %s | %s | %s | %s |\n|---|---|---|---|---|\n", table.header[0].c_str(),
+                table.header[1].c_str(), table.header[2].c_str(), table.header[3].c_str(),
+                table.header[4].c_str());
     for (int e = 0; e < epochs; ++e) {
-      std::printf("| %d | %.3f | %.4f | %.3f | %.4f |\n", e + 1, peer_s[e], peer_acc[e], fit_s[e],
-                  fit_acc[e]);
+      char cells[5][32];
+      std::snprintf(cells[0], sizeof(cells[0]), "%d", e + 1);
+      std::snprintf(cells[1], sizeof(cells[1]), "%.3f", peer_s[e]);
+      std::snprintf(cells[2], sizeof(cells[2]), "%.4f", peer_acc[e]);
+      std::snprintf(cells[3], sizeof(cells[3]), "%.3f", fit_s[e]);
+      std::snprintf(cells[4], sizeof(cells[4]), "%.4f", fit_acc[e]);
+      std::printf("| %s | %s | %s | %s | %s |\n", cells[0], cells[1], cells[2], cells[3], cells[4]);
+      table.rows.push_back({cells[0], cells[1], cells[2], cells[3], cells[4]});
     }
+    if (results) results->write_table("peer.csv", table);
     const double peer_median = median(peer_s);
     const double fit_median = median(fit_s);
     const bool full = limit == 0;

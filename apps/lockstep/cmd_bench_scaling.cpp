@@ -17,6 +17,7 @@
 
 #include "bench_commands.h"
 #include "bench_metrics.h"
+#include "bench_run_dir.h"
 #include "bench_temp_dir.h"
 #include "child_process.h"
 #include "fit_flags.h"
@@ -37,7 +38,9 @@ constexpr const char* kScalingDescription =
     "  speedup     t(first rank count) / t(n)\n"
     "  efficiency  speedup / (n / first rank count), in % (with --ranks 1,...: speedup / n)\n"
     "Flags after -- go to every `lockstep fit` run unchanged (e.g. --limit-train-batches 100,\n"
-    "--batch-size 128, --data-dir DIR).";
+    "--batch-size 128, --data-dir DIR). With --run-dir DIR the table is also written to\n"
+    "DIR/scaling.csv (ranks,time_per_epoch_s,speedup,efficiency_pct; rewritten after each row) and\n"
+    "the settings to DIR/hparams.yaml: `lockstep report DIR` shows them.";
 
 constexpr const char* kScalingFooter =
     "Each run is `lockstep fit --devices N --model M --data D --threads T --max-epochs E --progress\n"
@@ -49,7 +52,9 @@ constexpr const char* kScalingFooter =
     "  lockstep bench scaling\n"
     "  lockstep bench scaling --model cnn --epochs 2 -- --limit-train-batches 100\n"
     "  lockstep bench scaling --ranks 1,2,4 --threads 1 -- --batch-size 128\n"
-    "Exit status: 0 on success, 1 when a run fails, 2 for bad flags.";
+    "  lockstep bench scaling --run-dir scaling && lockstep report scaling -o scaling.html\n"
+    "Exit status: 0 on success, 1 when a run fails or --run-dir cannot be written, 2 for bad\n"
+    "flags.";
 
 // CLI11's help with our usage line (the flags after -- are not CLI11 options).
 class ScalingFormatter : public CLI::Formatter {
@@ -110,6 +115,13 @@ void print_file(const std::string& path, std::ostream& out) {
   out << in.rdbuf();
 }
 
+// `value` with `digits` decimals, for scaling.csv.
+std::string fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
 }  // namespace
 
 int bench_scaling_main(int argc, char** argv) {
@@ -130,6 +142,7 @@ int bench_scaling_main(int argc, char** argv) {
   std::string ranks_text = "1,2";
   int epochs = 3;
   int threads = 1;
+  std::string run_dir;
   CLI::App app(kScalingDescription, kScalingName);
   app.footer(kScalingFooter);
   app.formatter(std::make_shared<ScalingFormatter>());
@@ -150,6 +163,9 @@ int bench_scaling_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--epochs", epochs, "Epochs per run (time/epoch is their median)")->capture_default_str();
   app.add_option("--threads", threads, "Intra-op threads per rank (0: cores / ranks)")->capture_default_str();
+  app.add_option("--run-dir", run_dir,
+                 "Also write DIR/scaling.csv and DIR/hparams.yaml\n(for lockstep report)")
+      ->type_name("DIR");
   if (const int status = parse_bench_flags(app, own_argc, argv); status >= 0) return status;
 
   std::vector<int> ranks;
@@ -226,6 +242,26 @@ int bench_scaling_main(int argc, char** argv) {
 
   std::string extra_text;
   for (const std::string& arg : fit_extra) extra_text += " " + arg;
+  std::unique_ptr<BenchRunDir> results;
+  CsvTable table{{"ranks", "time_per_epoch_s", "speedup", "efficiency_pct"}, {}};
+  if (!run_dir.empty()) {
+    Hparams settings{{"bench", "scaling"},
+                     {"model", model},
+                     {"data", data},
+                     {"ranks", ranks_text},
+                     {"epochs", std::to_string(epochs)},
+                     {"threads", std::to_string(threads)},
+                     {"batch_size", std::to_string(config.batch_size)}};
+    if (!fit_extra.empty()) settings.emplace_back("fit_flags", extra_text.substr(1));
+    settings.emplace_back("lockstep_version", LOCKSTEP_VERSION);
+    try {
+      results = std::make_unique<BenchRunDir>(run_dir, settings);
+      results->write_table("scaling.csv", table);
+    } catch (const std::exception& e) {
+      std::cerr << kScalingName << ": " << e.what() << '\n';
+      return 1;
+    }
+  }
   std::printf("lockstep fit --model %s --data %s, %d epoch(s), batch %lld/rank, %d thread(s)/rank%s\n",
               model.c_str(), data.c_str(), epochs, static_cast<long long>(config.batch_size), threads,
               extra_text.c_str());
@@ -262,6 +298,10 @@ int bench_scaling_main(int argc, char** argv) {
       const double efficiency = 100.0 * speedup * ranks[0] / n;
       std::printf("| %d | %.2f s | %.2fx | %.0f%% |\n", n, t, speedup, efficiency);
       std::fflush(stdout);
+      if (results) {
+        table.rows.push_back({std::to_string(n), fixed(t, 3), fixed(speedup, 3), fixed(efficiency, 1)});
+        results->write_table("scaling.csv", table);
+      }
     } catch (const std::exception& e) {
       std::cerr << kScalingName << ": " << e.what() << '\n';
       return 1;

@@ -10,5 +10,6 @@ int fit_main(int argc, char** argv);     // lockstep fit    (cmd_fit.cpp)
 int bench_main(int argc, char** argv);   // lockstep bench  (cmd_bench.cpp; one file per benchmark)
 int export_main(int argc, char** argv);  // lockstep export (cmd_export.cpp; execs lockstep-export)
 int slurm_main(int argc, char** argv);   // lockstep slurm  (cmd_slurm.cpp; the script: slurm_script.cpp)
+int report_main(int argc, char** argv);  // lockstep report (cmd_report.cpp; the page: report_page.cpp)
 
 }  // namespace lockstep::cli

@@ -24,6 +24,8 @@ constexpr const char* kUsage =
     "         into safetensors (Python reads it with json + numpy or the safetensors package)\n"
     "  slurm  write an sbatch script for a Slurm job (torchrun, ddp or lightning shape) with\n"
     "         preemption (SIGUSR1 -> checkpoint, exit 75) and requeue wired in\n"
+    "  report write one self-contained HTML page of a run dir: loss, accuracy, throughput,\n"
+    "         memory, the per-rank step breakdown, bench tables, the configuration\n"
     "\n"
     "`lockstep <command> --help` describes each command.\n";
 
@@ -45,8 +47,10 @@ int main(int argc, char** argv) {
   if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
   if (command == "export") return lockstep::cli::export_main(argc - 1, argv + 1);
   if (command == "slurm") return lockstep::cli::slurm_main(argc - 1, argv + 1);
-  std::fprintf(stderr,
-               "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm)\n\n%s",
-               command.c_str(), kUsage);
+  if (command == "report") return lockstep::cli::report_main(argc - 1, argv + 1);
+  std::fprintf(
+      stderr,
+      "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm, report)\n\n%s",
+      command.c_str(), kUsage);
   return 2;
 }

@@ -4,7 +4,8 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "atomic_file.h"
+#include "lockstep/log/hparams_yaml.h"
+#include "lockstep/log/text_file.h"
 
 namespace lockstep::cli {
 
@@ -16,11 +17,11 @@ BenchRunDir::BenchRunDir(std::filesystem::path dir, const Hparams& settings) : d
                              (ec ? ec.message() : std::string("a file of that name exists")) +
                              "); choose a writable path");
   }
-  write_file_atomically(dir_ / "hparams.yaml", format_hparams_yaml(settings));
+  log::write_hparams_yaml(dir_.string(), settings);
 }
 
 void BenchRunDir::write_table(const std::string& name, const CsvTable& table) const {
-  write_file_atomically(dir_ / name, format_csv(table));
+  log::write_file_atomically(dir_ / name, format_csv(table));
 }
 
 }  // namespace lockstep::cli

@@ -14,9 +14,4 @@ using Hparams = std::vector<std::pair<std::string, std::string>>;
 /// std::runtime_error naming `source` when the text is not YAML or its top level is not a map.
 Hparams parse_hparams_yaml(const std::string& text, const std::string& source);
 
-/// `hparams` as flat `key: value` lines. A value stays plain when YAML reads it back as the same string
-/// (numbers, words such as `mlp`, paths, `1,2`); else (empty, spaces, `:`, `#`, quotes, `true`/`null`
-/// and the like) it is double-quoted with `\` and `"` escaped.
-std::string format_hparams_yaml(const Hparams& hparams);
-
 }  // namespace lockstep::cli

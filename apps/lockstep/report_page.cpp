@@ -10,7 +10,7 @@
 #include <regex>
 #include <set>
 
-#include "atomic_file.h"
+#include "lockstep/log/text_file.h"
 #include "report_html.h"
 
 namespace lockstep::cli {
@@ -187,7 +187,15 @@ double step_ms(const Breakdown& b, int rank) {
   return total;
 }
 
-// The note on the slowest rank: the logged breakdown/slowest_* when present, else computed from step_ms.
+// A rank's step less its wait for the all-reduce: in synchronous training every rank's step lasts as long
+// as the slowest one's (the others wait for it in the all-reduce), so ranks are compared by this.
+double busy_ms(const Breakdown& b, int rank) {
+  const auto it = b.ms.find({rank, "allreduce"});
+  return step_ms(b, rank) - (it == b.ms.end() ? 0.0 : it->second);
+}
+
+// The note on the slowest rank: the logged breakdown/slowest_* when present, else computed as the Trainer
+// does (lockstep/train/step_breakdown.h): the largest busy time against the other ranks' median.
 std::string straggler_note(const MetricLog& log, int row, const Breakdown& b) {
   const auto logged = [&](const std::string& key) {
     const int c = log.column(key);
@@ -196,25 +204,29 @@ std::string straggler_note(const MetricLog& log, int row, const Breakdown& b) {
   std::optional<double> slowest = logged("breakdown/slowest_rank");
   std::optional<double> excess = logged("breakdown/slowest_excess_pct");
   if (!slowest || !excess) {
-    std::vector<double> steps;
     int worst = b.ranks.front();
     for (const int r : b.ranks) {
-      steps.push_back(step_ms(b, r));
-      if (step_ms(b, r) > step_ms(b, worst)) worst = r;
+      if (busy_ms(b, r) > busy_ms(b, worst)) worst = r;
     }
-    const double mid = median_of(steps);
+    std::vector<double> others;
+    for (const int r : b.ranks) {
+      if (r != worst) others.push_back(busy_ms(b, r));
+    }
+    const double mid = median_of(others);
     slowest = worst;
-    excess = mid > 0 ? 100.0 * (step_ms(b, worst) - mid) / mid : 0;
+    excess = mid > 0 ? 100.0 * (busy_ms(b, worst) - mid) / mid : 0;
   }
   const std::string who = "rank " + format_number(*slowest);
   const std::string pct = format_number(std::round(*excess * 10) / 10) + "%";
   if (*excess > 20) {
-    return "<p class=\"note warn\"><b>Straggler: " + who + "</b> is " + pct +
-           " slower per step than the median rank (above 20%). Look at its data (loading, shard size) and at "
-           "what else runs on its cores or GPU.</p>\n";
+    return "<p class=\"note warn\"><b>Straggler: " + who + "</b> is busy " + pct +
+           " longer per step than the other ranks' median (above 20%; busy: the step less the all-reduce "
+           "wait, "
+           "which the other ranks spend waiting for it). Look at its data (loading, shard size) and at what "
+           "else runs on its cores or GPU.</p>\n";
   }
-  return "<p class=\"note\">Ranks are balanced: the slowest, " + who + ", is " + pct +
-         " over the median rank's step time (a straggler is flagged above 20%).</p>\n";
+  return "<p class=\"note\">Ranks are balanced: the slowest, " + who + ", is busy " + pct +
+         " longer per step than the other ranks' median (a straggler is flagged above 20%).</p>\n";
 }
 
 std::string breakdown(const MetricLog& log) {
@@ -243,16 +255,20 @@ std::string breakdown(const MetricLog& log) {
     bars.bar_notes.push_back(format_number(step_ms(b, r)) + " ms");
   }
   LineChart steps{"chart-step-ms",
-                  "Step time per rank over epochs",
+                  "Busy time per rank over epochs (step less all-reduce wait)",
                   x_label(log, "epoch"),
                   "ms per step (mean)",
                   {},
                   {},
                   true};
   for (const int r : b.ranks) {
-    steps.series.push_back(
-        {"rank " + std::to_string(r),
-         log.points(x_key(log, "epoch"), "breakdown/rank_" + std::to_string(r) + "/step_ms")});
+    const std::string prefix = "breakdown/rank_" + std::to_string(r) + "/";
+    std::vector<Point> busy = log.points(x_key(log, "epoch"), prefix + "step_ms");
+    const std::vector<Point> waits = log.points(x_key(log, "epoch"), prefix + "allreduce_ms");
+    if (waits.size() == busy.size()) {
+      for (size_t i = 0; i < busy.size(); ++i) busy[i].y -= waits[i].y;
+    }
+    steps.series.push_back({"rank " + std::to_string(r), busy});
   }
   return straggler_note(log, row, b) + chart_grid({steps}, render_chart(bars));
 }
@@ -394,7 +410,7 @@ std::string render_report(const RunData& run) {
 
 void write_report(const std::filesystem::path& path, const std::string& html) {
   try {
-    write_file_atomically(path, html);
+    log::write_file_atomically(path, html);
   } catch (const std::runtime_error& e) {
     const bool directory = std::filesystem::is_directory(path);
     throw ReportError(std::string(e.what()) + "; " +

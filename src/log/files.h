@@ -12,9 +12,6 @@ void create_log_dir(const std::string& dir);
 /// Throws std::runtime_error "<action> '<path>' failed: <strerror(errno)>".
 [[noreturn]] void throw_io_error(const std::string& action, const std::string& path);
 
-/// Writes `text` to `path`.tmp and renames it over `path`: readers see the old or the new file, whole.
-void replace_file(const std::string& path, const std::string& text);
-
 /// The shortest text that reads back as `value` ("0.1", "3", "1e-05", "-inf", "nan").
 std::string shortest_text(double value);
 

@@ -114,7 +114,14 @@ allreduce_under_run)
   done
   ;;
 scaling)
-  run_ok "$lockstep" bench scaling --model mlp --ranks 1,2 --epochs 1 -- --limit-train-batches 20
+  run_ok "$lockstep" bench scaling --model mlp --ranks 1,2 --epochs 1 --run-dir "$work/scaling" -- --limit-train-batches 20
+  # --run-dir: the table as scaling.csv (the printed numbers) and hparams.yaml, which `lockstep report` reads.
+  [ "$(head -1 "$work/scaling/scaling.csv")" = "ranks,time_per_epoch_s,speedup,efficiency_pct" ] \
+    || fail "scaling.csv header: $(head -1 "$work/scaling/scaling.csv")"
+  [ "$(grep -c '^[12],' "$work/scaling/scaling.csv")" -eq 2 ] || fail "scaling.csv lacks a row per rank count"
+  [ -s "$work/scaling/hparams.yaml" ] || fail "no hparams.yaml in the run dir"
+  "$lockstep" report "$work/scaling" -o "$work/scaling.html" >/dev/null || fail "lockstep report of a scaling run dir failed"
+  grep -q 'id="chart-scaling-efficiency" data-points="2"' "$work/scaling.html" || fail "the report has no scaling chart of 2 points"
   grep -Eq '^lockstep fit --model mlp --data fashion-mnist, 1 epoch\(s\), batch 64/rank, 1 thread\(s\)/rank --limit-train-batches 20$' \
     "$work/out" || fail "no header line"
   grep -Fxq '| ranks | time/epoch | speedup | efficiency |' "$work/out" || fail "no table header"

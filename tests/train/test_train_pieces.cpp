@@ -23,6 +23,7 @@
 #include "lockstep/train/epoch_metrics.h"
 #include "lockstep/train/file_checksum.h"
 #include "lockstep/train/fit_config.h"
+#include "lockstep/train/step_breakdown.h"
 
 namespace fs = std::filesystem;
 using lockstep::comm::Backend;
@@ -30,8 +31,12 @@ using lockstep::optim::LrSchedule;
 using lockstep::optim::LrShape;
 using lockstep::train::AcceleratorKind;
 using lockstep::train::BatchLimit;
+using lockstep::train::EpochBreakdown;
 using lockstep::train::FitConfig;
+using lockstep::train::PhaseTimes;
 using lockstep::train::Precision;
+using lockstep::train::StepPhase;
+using lockstep::train::StepTimer;
 
 namespace {
 
@@ -126,6 +131,72 @@ TEST(FitConfigTest, BadValuesNameTheOptionTheValueAndTheChoices) {
   config = FitConfig();
   config.trainer.resume("auto");
   EXPECT_NE(error_of(config).find("resume 'auto' needs ckpt_dir"), std::string::npos);
+}
+
+// PhaseTimes of one rank: `busy` ms per batch spread over data, forward, backward and optimizer, plus
+// `wait` ms of all-reduce, over 4 batches.
+PhaseTimes phase_times(double busy, double wait) {
+  PhaseTimes t;
+  t.batches = 4;
+  t.seconds = {0.1 * busy, 0.4 * busy, 0.4 * busy, wait, 0.1 * busy};
+  for (double& s : t.seconds) s *= 4 / 1000.0;
+  return t;
+}
+
+// The slowest rank is the busiest one, measured against the other ranks' median; its wait does not count
+// (the fast ranks spend the difference waiting for it).
+TEST(StepBreakdownTest, TheBusiestRankAgainstTheOthersMedian) {
+  const EpochBreakdown b = lockstep::train::make_breakdown(
+      {phase_times(10, 12), phase_times(10, 12), phase_times(12, 10), phase_times(20, 0.5)});
+  EXPECT_EQ(b.slowest_rank, 3);
+  EXPECT_NEAR(b.slowest_excess_pct, 100.0, 1e-9);  // 20 against the median of 10, 10, 12
+  EXPECT_NEAR(b.step_ms[0], 22.0, 1e-9);
+  EXPECT_NEAR(b.busy_ms[3], 20.0, 1e-9);
+  EXPECT_NEAR(b.rank_ms[2][static_cast<size_t>(StepPhase::kForward)], 4.8, 1e-9);
+  EXPECT_TRUE(b.has_straggler());
+  EXPECT_NE(b.straggler_line(3).find("epoch 3: rank 3 is a straggler: 20.0 ms busy a step, 100% over"),
+            std::string::npos)
+      << b.straggler_line(3);
+  // 20% over is not a straggler yet; 25% is.
+  EXPECT_FALSE(lockstep::train::make_breakdown({phase_times(10, 2), phase_times(12, 0)}).has_straggler());
+  EXPECT_TRUE(lockstep::train::make_breakdown({phase_times(10, 2.5), phase_times(12.5, 0)}).has_straggler());
+  const EpochBreakdown one = lockstep::train::make_breakdown({phase_times(30, 0)});
+  EXPECT_FALSE(one.has_straggler());
+  EXPECT_EQ(one.slowest_excess_pct, 0.0);
+}
+
+TEST(StepBreakdownTest, ScalarsAndJsonNameEveryRankAndPhase) {
+  const EpochBreakdown b = lockstep::train::make_breakdown({phase_times(10, 1), phase_times(11, 0)});
+  const auto scalars = b.scalars();
+  ASSERT_EQ(scalars.size(), 2u * 6 + 2);
+  EXPECT_EQ(scalars[0].first, "breakdown/rank_0/data_ms");
+  EXPECT_EQ(scalars[3].first, "breakdown/rank_0/allreduce_ms");
+  EXPECT_NEAR(scalars[3].second, 1.0, 1e-12);
+  EXPECT_EQ(scalars[11].first, "breakdown/rank_1/step_ms");
+  EXPECT_EQ(scalars[12], (std::pair<std::string, double>{"breakdown/slowest_rank", 1.0}));
+  const nlohmann::json json = nlohmann::json::parse(b.to_json());
+  EXPECT_EQ(json["batches"], 4);
+  EXPECT_EQ(json["ranks"].size(), 2u);
+  EXPECT_NEAR(json["ranks"][1]["step_ms"].get<double>(), 11.0, 1e-9);
+}
+
+// Every n-th batch is timed; the others cost nothing and count nowhere.
+TEST(StepBreakdownTest, TheTimerSamplesEveryNthBatch) {
+  StepTimer timer(3);
+  for (int64_t b = 0; b < 8; ++b) {
+    timer.start_batch(b);
+    EXPECT_EQ(timer.sampling(), b % 3 == 0) << b;
+    timer.end(StepPhase::kData);
+    timer.end(StepPhase::kBackward);
+    timer.move(StepPhase::kBackward, StepPhase::kAllreduce, 0.5);
+  }
+  const PhaseTimes t = timer.take();
+  EXPECT_EQ(t.batches, 3);  // 0, 3, 6
+  EXPECT_NEAR(t.seconds[static_cast<size_t>(StepPhase::kAllreduce)], 1.5, 1e-12);
+  EXPECT_EQ(timer.take().batches, 0) << "take() starts the next epoch afresh";
+  StepTimer off;
+  off.start_batch(0);
+  EXPECT_FALSE(off.sampling());
 }
 
 TEST(BatchLimitTest, CountsAndFractions) {

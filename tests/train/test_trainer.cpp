@@ -1,15 +1,19 @@
 // The Trainer with real ranks (threads over an in-memory store): exactness against one process on the
 // global batch, logged values reduced as asked, control-flow decisions taken together by all ranks.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/nn/functional/loss.h>
@@ -180,6 +184,51 @@ TEST(Trainer, GradientClippingBoundsTheStep) {
   };
   EXPECT_NEAR(step_norm(1e-3), 1e-4, 1e-7);
   EXPECT_GT(step_norm(0.0), 1e-3);
+}
+
+// The step breakdown (every batch sampled here): each epoch's metrics hold every rank's phases, the same on
+// every rank; rank 1, made slow by a sleep in its training_step, is named the slowest by far (its busy time,
+// not its step time: the others spend the difference waiting in the all-reduce, which shows there). The
+// loggers get the epoch records, breakdown included, in one version directory.
+TEST(Trainer, TheStepBreakdownNamesTheSlowRankAndTheLoggersRecordIt) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("lockstep_breakdown_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  std::vector<TrainerResult> results;
+  const auto options = TrainerOptions()
+                           .max_epochs(2)
+                           .breakdown_every_n_batches(1)
+                           .logger("csv,jsonl")
+                           .default_root_dir(root.string());
+  train_toy(3, 4, options, &results, [](Toy& toy, int rank) {
+    if (rank == 1) toy.extra = [](Toy&) { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_EQ(results[rank].epochs.size(), 2u) << "rank " << rank;
+    for (const EpochMetrics& epoch : results[rank].epochs) {
+      ASSERT_TRUE(epoch.breakdown.has_value()) << "rank " << rank;
+      const EpochBreakdown& b = *epoch.breakdown;
+      ASSERT_EQ(b.rank_ms.size(), 3u);
+      EXPECT_EQ(b.batches, 4);  // 48 samples / 3 ranks / batch 4, every one sampled
+      EXPECT_EQ(b.slowest_rank, 1) << epoch.to_json();
+      EXPECT_GT(b.slowest_excess_pct, 100.0) << epoch.to_json();
+      EXPECT_TRUE(b.has_straggler());
+      EXPECT_GT(b.rank_ms[1][static_cast<size_t>(StepPhase::kForward)], 5.0) << "the sleep is in forward";
+      const auto allreduce = static_cast<size_t>(StepPhase::kAllreduce);
+      EXPECT_GT(b.rank_ms[0][allreduce], b.rank_ms[1][allreduce] + 2.0) << "rank 0 waits for rank 1";
+      EXPECT_EQ(epoch.to_json(), results[0].epochs[&epoch - results[rank].epochs.data()].to_json());
+    }
+  }
+  const std::filesystem::path dir = root / "lightning_logs" / "version_0";
+  for (const char* file : {"metrics.csv", "metrics.jsonl", "hparams.yaml"})
+    EXPECT_TRUE(std::filesystem::exists(dir / file)) << file;
+  std::ifstream csv(dir / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  for (const char* key :
+       {"breakdown/rank_2/allreduce_ms", "breakdown/slowest_rank", "train_loss_epoch", "val_loss"})
+    EXPECT_NE(header.find(key), std::string::npos) << key << " not in " << header;
+  std::filesystem::remove_all(root);
 }
 
 // prepare_data once per node (local rank 0), setup on every rank.

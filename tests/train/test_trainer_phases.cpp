@@ -57,6 +57,29 @@ TEST_P(Phases, ReduceEpochGivesEveryRankTheSameTable) {
   }));
 }
 
+// Every rank's phase times reach every rank, by rank, bit for bit.
+TEST_P(Phases, GatherPhaseTimesGivesEveryRanksTimes) {
+  const int world = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const auto times_of = [](int rank) {
+    PhaseTimes t;
+    for (size_t p = 0; p < kStepPhases; ++p) t.seconds[p] = 0.001 * (rank + 1) * (p + 1) + 1e-13;
+    t.batches = 7 + rank;
+    return t;
+  };
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = make_group(rank, world, store);
+    const std::vector<PhaseTimes> all = gather_phase_times(group, times_of(rank));
+    if (all.size() != static_cast<size_t>(world))
+      throw std::runtime_error("size " + std::to_string(all.size()));
+    for (int r = 0; r < world; ++r) {
+      if (all[r].seconds != times_of(r).seconds || all[r].batches != times_of(r).batches)
+        throw std::runtime_error("rank " + std::to_string(r) + "'s times differ");
+    }
+    group.shutdown();
+  }));
+}
+
 // Worlds of 2 or more: one rank cannot disagree with itself.
 TEST(PhaseErrors, DifferentSyncNamesAreAnErrorOnEveryRank) {
   for (int world : {2, 3, 8}) {

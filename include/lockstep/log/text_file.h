@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <string>
 
-namespace lockstep::cli {
+namespace lockstep::log {
 
 /// Writes `content` to `path` atomically: into a temporary file in the same directory, then renamed over
 /// `path`, so a reader sees the old file or the new one, never half of one, and a failure leaves nothing
@@ -11,4 +11,4 @@ namespace lockstep::cli {
 /// permission, a full disk).
 void write_file_atomically(const std::filesystem::path& path, const std::string& content);
 
-}  // namespace lockstep::cli
+}  // namespace lockstep::log

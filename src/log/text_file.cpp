@@ -1,5 +1,5 @@
-// Whole-file writes through a temporary file and rename(2) (atomic_file.h).
-#include "atomic_file.h"
+// Whole-file writes through a temporary file and rename(2) (text_file.h).
+#include "lockstep/log/text_file.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace lockstep::cli {
+namespace lockstep::log {
 
 void write_file_atomically(const std::filesystem::path& path, const std::string& content) {
   namespace fs = std::filesystem;
@@ -36,4 +36,4 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   }
 }
 
-}  // namespace lockstep::cli
+}  // namespace lockstep::log

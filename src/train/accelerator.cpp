@@ -148,15 +148,13 @@ void AcceleratorOptions::validate() const {
                                 std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
   ddp_.validate();
-  if (strategy_ == Strategy::kFsdp) {
+  fsdp_.validate();
+  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) &&
+      mixed_precision_ == Precision::k16Mixed) {
     throw std::invalid_argument(
-        "AcceleratorOptions: strategy fsdp is not built for the Accelerator yet (its models are wrapped in "
-        "DDP): use it with the Trainer (TrainerOptions::strategy), or strategy zero2 here");
-  }
-  if (strategy_ == Strategy::kZero2 && mixed_precision_ == Precision::k16Mixed) {
-    throw std::invalid_argument(
-        "AcceleratorOptions: strategy zero2 does not support mixed_precision fp16 yet (the gradient scaler "
-        "would need the sharded gradients): use bf16 or no mixed precision, or strategy zero1");
+        std::string("AcceleratorOptions: strategy ") + to_string(strategy_) +
+        " does not support mixed_precision fp16 yet (the gradient scaler would need the "
+        "sharded gradients): use bf16 or no mixed precision, or strategy zero1");
   }
 }
 
@@ -233,8 +231,50 @@ shard::ShardedReducer* Accelerator::sharded_reducer() const {
 }
 
 void Accelerator::register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
-                                 std::shared_ptr<void> ddp) {
-  models_.push_back(ModelEntry{std::move(module), &reducer, std::move(ddp)});
+                                 std::shared_ptr<void> ddp, shard::FullyShardedDataParallel* fsdp) {
+  models_.push_back(ModelEntry{std::move(module), &reducer, std::move(ddp), fsdp});
+}
+
+std::shared_ptr<detail::FsdpModel> Accelerator::shard_model(
+    const std::shared_ptr<torch::nn::Module>& module) {
+  if (!models_.empty()) {
+    throw std::invalid_argument(
+        "Accelerator: strategy fsdp shards one prepared model, and a second model was prepared: put both in "
+        "one module");
+  }
+  auto sharded = std::make_shared<detail::FsdpModel>();
+  const auto modules = module->modules(/*include_self=*/true);
+  const bool staged = std::any_of(modules.begin(), modules.end(), [](const auto& m) {
+    return dynamic_cast<models::Staged*>(m.get()) != nullptr;
+  });
+  if (!staged) sharded->single = std::make_shared<models::SingleStage>(module);
+  shard::FsdpOptions options = options_.fsdp();
+  if (precision_ == Precision::kBf16Mixed && !options.param_dtype()) options.param_dtype(at::kBFloat16);
+  sharded->fsdp =
+      std::make_unique<shard::FullyShardedDataParallel>(module, *group_, options, sharded->single.get());
+  register_model(module, sharded->fsdp->reducer(), sharded, sharded->fsdp.get());
+  return sharded;
+}
+
+std::vector<shard::FullyShardedDataParallel*> Accelerator::fsdp_models() const {
+  std::vector<shard::FullyShardedDataParallel*> out;
+  for (const ModelEntry& model : models_)
+    if (model.fsdp != nullptr) out.push_back(model.fsdp);
+  return out;
+}
+
+FullParameters Accelerator::full_parameters() {
+  return FullParameters(fsdp_models());
+}
+
+FullParameters::FullParameters(std::vector<shard::FullyShardedDataParallel*> models)
+    : models_(std::move(models)) {
+  for (auto* model : models_) model->gather_all();
+}
+
+// The chunks are taken back from the whole parameters: what was loaded into them inside the scope stays.
+FullParameters::~FullParameters() {
+  for (auto* model : models_) model->reshard(/*from_parameters=*/true);
 }
 
 PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
@@ -250,13 +290,19 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
         "Accelerator: mixed_precision fp16 supports one prepared optimizer, got a second: "
         "put all parameters in one optimizer (parameter groups), or use bf16");
   }
-  if (options_.strategy() == Strategy::kZero2 && sharded_reducer() == nullptr) {
-    throw std::invalid_argument(
-        "Accelerator::prepare_optimizer: strategy zero2 steps the gradients the prepared model's reducer "
-        "shards: prepare the model before its optimizer");
+  const Strategy strategy = options_.strategy();
+  if ((strategy == Strategy::kZero2 || strategy == Strategy::kFsdp) && sharded_reducer() == nullptr) {
+    throw std::invalid_argument(std::string("Accelerator::prepare_optimizer: strategy ") +
+                                to_string(strategy) +
+                                " steps the gradients the prepared model's reducer shards: prepare the model "
+                                "before its optimizer");
   }
-  if (options_.strategy() != Strategy::kDdp)  // the same optimizer, stepping this rank's chunks only
+  // The same optimizer, stepping this rank's chunks only (under fsdp where FSDP keeps them).
+  if (strategy == Strategy::kFsdp) {
+    optimizer = models_.front().fsdp->make_optimizer(std::move(optimizer));
+  } else if (strategy != Strategy::kDdp) {
     optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_, sharded_reducer());
+  }
   optimizers_.push_back(optimizer);
   return PreparedOptimizer(std::move(optimizer), *this);
 }
@@ -347,9 +393,9 @@ std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_
   }
   if (auto* sharded = sharded_reducer()) {
     if (norm_type != 2.0) {
-      throw std::invalid_argument(
-          "Accelerator::clip_grad_norm_: strategy zero2 clips by the 2-norm, got norm_type " +
-          std::to_string(norm_type));
+      throw std::invalid_argument(std::string("Accelerator::clip_grad_norm_: strategy ") +
+                                  to_string(options_.strategy()) + " clips by the 2-norm, got norm_type " +
+                                  std::to_string(norm_type));
     }
     return sharded->clip_grad_norm_(max_norm);  // the global norm over every rank's chunks
   }
@@ -381,6 +427,7 @@ void Accelerator::save_state(const std::string& dir) {
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
+  const FullParameters whole(fsdp_models());  // fsdp: the model is saved whole (optimizer: shards above)
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
     if (!is_main_process()) return;
     ensure_writable_dir(dir);
@@ -513,13 +560,16 @@ void Accelerator::load_state(const std::string& dir) {
                              std::to_string(models_.size()) + " and " + std::to_string(optimizers_.size()) +
                              " are prepared: prepare the same objects, in the same order, before load_state");
   }
-  for (size_t i = 0; i < models_.size(); ++i) {
-    torch::serialize::InputArchive model_archive;
-    if (!archive.try_read("model_" + std::to_string(i), model_archive)) {
-      throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks model " + std::to_string(i) +
-                               " (damaged?)");
+  {
+    const FullParameters whole(fsdp_models());  // fsdp: loaded whole, then each rank keeps its chunks
+    for (size_t i = 0; i < models_.size(); ++i) {
+      torch::serialize::InputArchive model_archive;
+      if (!archive.try_read("model_" + std::to_string(i), model_archive)) {
+        throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks model " + std::to_string(i) +
+                                 " (damaged?)");
+      }
+      load_module_in_place(model_archive, *models_[i].module, "accelerator state '" + path + "'");
     }
-    load_module_in_place(model_archive, *models_[i].module, "accelerator state '" + path + "'");
   }
   for (size_t i = 0; i < optimizers_.size(); ++i) {
     c10::IValue shards;

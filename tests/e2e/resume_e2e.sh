@@ -33,7 +33,7 @@ same_after() {
   "$python" - "$@" <<'PY' || exit 1
 import json, sys
 full_path, resumed_path, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
-timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb", "peak_cuda_mb"}  # measurements, not results
+timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb", "peak_cuda_mb", "breakdown"}  # measurements, not results
 def load(path):
     steps, epochs = {}, {}
     for line in open(path):
@@ -94,7 +94,7 @@ world_size)
   grep -q "written by 2 rank(s)" "$work/one.out" || { cat "$work/one.out"; fail "no resume report"; }
   "$python" -c "
 import json, sys
-epochs = [json.loads(l) for l in open('$work/one.jsonl') if 'batch' not in l]
+epochs = [e for e in map(json.loads, open('$work/one.jsonl')) if 'batch' not in e]
 assert [e['epoch'] for e in epochs] == [1, 2], epochs
 assert all(e['world_size'] == 1 and e['train_samples'] == 512 for e in epochs), epochs
 print('resumed on 1 rank: epochs', [e['epoch'] for e in epochs])
@@ -109,10 +109,10 @@ print('resumed on 1 rank: epochs', [e['epoch'] for e in epochs])
   grep -q "re-sharding the rest of the epoch" "$work/reshard.out" || { cat "$work/reshard.out"; fail "no re-shard report"; }
   "$python" -c "
 import json
-epochs = [json.loads(l) for l in open('$work/reshard.jsonl') if 'batch' not in l]
+epochs = [e for e in map(json.loads, open('$work/reshard.jsonl')) if 'batch' not in e]
 assert [e['epoch'] for e in epochs] == [0, 1, 2], epochs
 assert all(e['train_samples'] == 512 for e in epochs), epochs
-steps = [json.loads(l)['step'] for l in open('$work/reshard.jsonl') if 'batch' in l]
+steps = [e['step'] for e in map(json.loads, open('$work/reshard.jsonl')) if 'batch' in e]
 assert steps[0] == 4 and steps[9] == 13, steps  # 10 batches of the re-sharded rest, then 16 per epoch
 " || fail "wrong epochs after re-sharding onto 1 rank"
   # A checkpoint written inside the re-sharded epoch resumes exactly on the same world size.

@@ -110,7 +110,7 @@ lines=$(grep -c "invalid connection(s)" "$work/job.out")
 # Same metrics as the undisturbed run (timings aside).
 "$python" - "$work/ref.jsonl" "$work/job.jsonl" <<'PY' || fail "the disturbed run's metrics differ"
 import json, sys
-timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb", "peak_cuda_mb"}  # measurements, not results
+timing = {"epoch_s", "val_s", "samples_per_s", "peak_rss_mb", "peak_cuda_mb", "breakdown"}  # measurements, not results
 load = lambda p: [{k: v for k, v in json.loads(l).items() if k not in timing} for l in open(p)]
 ref, job = load(sys.argv[1]), load(sys.argv[2])
 assert len(ref) == 3, ref

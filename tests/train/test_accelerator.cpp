@@ -21,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "../comm/thread_group.h"
+#include "lockstep/models/mlp.h"
 #include "lockstep/train/accelerator.h"
 
 namespace lockstep::train {
@@ -130,6 +131,7 @@ std::vector<std::vector<at::Tensor>> accelerate_params(
         optimizer.zero_grad();
       }
     }
+    const FullParameters whole = accelerator.full_parameters();  // fsdp: whole again (else nothing)
     result[rank] = parameters_of(net);
     group.shutdown();
   }));
@@ -210,6 +212,78 @@ TEST(Accelerator, Zero2AccumulationEqualsOneProcessOnTheGlobalBatch) {
   expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero2);
 }
 
+// strategy fsdp: the parameters sharded too. Net is not Staged: it runs as one stage, one unit (sharded
+// between steps, gathered whole around forward and backward); the same steps as one process.
+TEST(Accelerator, FsdpAccumulationEqualsOneProcessOnTheGlobalBatch) {
+  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kFsdp);
+  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kFsdp);
+}
+
+// A Staged model (lockstep's Mlp) under fsdp: units of its stages (min_unit_params 100: one per layer), at
+// most two whole at once, no parameter memory between steps, and the same weights as ddp on 1, 2 and 3
+// ranks, with accumulation and clipping; under bf16 the parameters compute in bfloat16, end where ddp's
+// autocast ends, and full_parameters() gives the float32 masters.
+TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
+  const auto dataset = make_dataset(72);
+  const auto train = [&](int world, Strategy strategy, Precision precision, int64_t accumulation) {
+    std::vector<std::vector<at::Tensor>> result(world);
+    auto store = new_store();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto group = make_group(rank, world, store);
+      Accelerator accelerator(group, AcceleratorOptions()
+                                         .gradient_accumulation_steps(accumulation)
+                                         .seed(kShuffleSeed)
+                                         .strategy(strategy)
+                                         .mixed_precision(precision)
+                                         .fsdp(shard::FsdpOptions().min_unit_params(100)));
+      models::Mlp mlp = [&] {
+        static std::mutex generator_mutex;
+        std::lock_guard<std::mutex> lock(generator_mutex);
+        torch::manual_seed(rank == 0 ? 5 : 50 + rank);
+        return models::Mlp(models::MlpOptions().in_features(16).hidden({24, 12}).num_classes(4).dropout(0.0));
+      }();
+      auto [model, optimizer, loader] =
+          accelerator.prepare(mlp, torch::optim::Adam(mlp->parameters(), 0.01),
+                              DataLoaderSpec(dataset, data::LoaderOptions(12 / world)));
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        for (auto& b : loader) {
+          auto scope = accelerator.accumulate(model);
+          accelerator.backward(torch::nn::functional::cross_entropy(model(b.data), b.target));
+          accelerator.clip_grad_norm_(0.5);
+          optimizer.step();
+          optimizer.zero_grad();
+        }
+      }
+      if (auto* fsdp = model.fsdp()) {
+        EXPECT_EQ(fsdp->units().size(), 3u);
+        EXPECT_LE(fsdp->peak_gathered_units(), 2u);
+        for (const auto& p : mlp->parameters()) {
+          EXPECT_EQ(p.storage().nbytes(), 0u) << "a parameter holds memory between steps";
+          EXPECT_EQ(p.scalar_type(), precision == Precision::kBf16Mixed ? at::kBFloat16 : at::kFloat);
+        }
+      }
+      const FullParameters whole = accelerator.full_parameters();
+      for (const auto& p : mlp->parameters()) result[rank].push_back(p.detach().clone());
+      group.shutdown();
+    }));
+    return result;
+  };
+  for (const int world : {1, 2, 3}) {
+    const auto want = train(world, Strategy::kDdp, Precision::k32, 2);
+    const auto got = train(world, Strategy::kFsdp, Precision::k32, 2);
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_EQ(got[rank].size(), want[0].size());
+      EXPECT_LE(max_difference(got[rank], want[0]), 1e-5) << "world " << world << ", rank " << rank;
+    }
+  }
+  // Without accumulation: under it fsdp's bfloat16 .grad sums in bfloat16 (docs/sharding.md).
+  const auto bf16_ddp = train(2, Strategy::kDdp, Precision::kBf16Mixed, 1);
+  const auto bf16 = train(2, Strategy::kFsdp, Precision::kBf16Mixed, 1);
+  EXPECT_EQ(bf16[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
+  EXPECT_LE(max_difference(bf16[0], bf16_ddp[0]), 1e-4)
+      << "bf16: fsdp's bfloat16 parameters against autocast";
+}
+
 TEST(Accelerator, Zero2NeedsTheModelBeforeItsOptimizerAndNoFp16) {
   EXPECT_THROW(
       AcceleratorOptions().strategy(Strategy::kZero2).mixed_precision(Precision::k16Mixed).validate(),
@@ -257,6 +331,7 @@ void expect_save_then_load_continues(Strategy strategy) {
       train_epoch(accelerator, model, optimizer, loader);
       accelerator.save_state(dir.string());
       train_epoch(accelerator, model, optimizer, loader);  // epoch 1 (the pass advanced it)
+      const FullParameters whole = accelerator.full_parameters();
       continued[rank] = parameters_of(net);
       group.shutdown();
     }));
@@ -279,6 +354,7 @@ void expect_save_then_load_continues(Strategy strategy) {
       EXPECT_EQ(loader.epoch(), 1);
       EXPECT_EQ(accelerator.step(), 3);  // 48 samples, 2 ranks, batch 4: 6 micro-steps per rank, 3 syncs
       train_epoch(accelerator, model, optimizer, loader);
+      const FullParameters whole = accelerator.full_parameters();
       resumed[rank] = parameters_of(net);
       group.shutdown();
     }));
@@ -297,6 +373,7 @@ TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
   expect_save_then_load_continues(Strategy::kDdp);
   expect_save_then_load_continues(Strategy::kZero1);  // each rank's shard of the state
   expect_save_then_load_continues(Strategy::kZero2);
+  expect_save_then_load_continues(Strategy::kFsdp);  // the model saved whole, the optimizer as shards
 }
 
 TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {

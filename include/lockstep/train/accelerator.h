@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -28,6 +29,8 @@
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/models/staged.h"
+#include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
@@ -58,11 +61,16 @@ class AcceleratorOptions {
   /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
   /// sees one, one device per local rank.
   LOCKSTEP_OPTION(AcceleratorOptions, AcceleratorKind, accelerator)
-  /// ddp (the default), zero1 or zero2: prepare_optimizer then shards the optimizer's state over the ranks
-  /// (shard::ZeroOptimizer; step the prepared optimizer, not the one given); zero2 also reduce-scatters the
-  /// gradients (shard::ShardedReducer: prepare the one model before its optimizer; clip_grad_norm_ clips
-  /// the shards by the global 2-norm; not with fp16). save_state gathers the state whole.
+  /// ddp (the default), zero1, zero2 or fsdp: prepare_optimizer then shards the optimizer's state over the
+  /// ranks (shard::ZeroOptimizer; step the prepared optimizer, not the one given); zero2 also
+  /// reduce-scatters the gradients (shard::ShardedReducer: prepare the one model before its optimizer;
+  /// clip_grad_norm_ clips the shards by the global 2-norm; not with fp16); fsdp shards the parameters too
+  /// (shard::FullyShardedDataParallel, options fsdp(); see prepare_model and full_parameters). save_state
+  /// writes each rank's shard of a sharded optimizer's state.
   LOCKSTEP_OPTION(AcceleratorOptions, Strategy, strategy)
+  /// How prepare(model) shards a model under strategy fsdp: units (min_unit_params, unit_starts), prefetch.
+  /// With mixed_precision bf16 its param_dtype is bfloat16 (float32 master shards) unless set here.
+  LOCKSTEP_OPTION(AcceleratorOptions, shard::FsdpOptions, fsdp)
   /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
   /// (no second copy of the gradients).
   LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
@@ -81,6 +89,7 @@ class AcceleratorOptions {
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   Strategy strategy_ = Strategy::kDdp;
   ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
+  shard::FsdpOptions fsdp_;
   GradScalerOptions scaler_;
 };
 
@@ -156,6 +165,12 @@ template <typename T>
 T outputs_to_float32(T output) {
   return output;
 }
+/// A model prepared under fsdp: FSDP over it, and the one stage it runs as when it is not Staged itself.
+/// FSDP goes first (its destructor uninstalls itself from the stages).
+struct FsdpModel {
+  std::shared_ptr<models::SingleStage> single;  // null when the model is Staged
+  std::unique_ptr<shard::FullyShardedDataParallel> fsdp;
+};
 }  // namespace detail
 
 namespace detail {
@@ -268,35 +283,90 @@ class PreparedOptimizer {
   bool step_was_skipped_ = false;
 };
 
-/// A model wrapped in DistributedDataParallel whose forward runs under autocast for the accelerator's
-/// precision and returns float32 outputs. `model->...` reaches the user's module (train(), eval(), ...).
-/// Must not outlive its Accelerator.
+/// A model wrapped in DistributedDataParallel (or, under strategy fsdp, sharded by FullyShardedDataParallel)
+/// whose forward runs under autocast for the accelerator's precision and returns float32 outputs.
+/// `model->...` reaches the user's module (train(), eval(), ...). Must not outlive its Accelerator.
 template <typename M>
 class PreparedModel {
  public:
   template <typename... Args>
   auto forward(Args&&... args) {
     AutocastScope autocast(precision_, device_type_);
-    return detail::outputs_to_float32(ddp_->forward(std::forward<Args>(args)...));
+    if (!fsdp_) return detail::outputs_to_float32(ddp_->forward(std::forward<Args>(args)...));
+    if (!fsdp_->single) return detail::outputs_to_float32(model_->forward(std::forward<Args>(args)...));
+    return detail::outputs_to_float32(forward_as_one_stage(std::forward<Args>(args)...));
   }
   template <typename... Args>
   auto operator()(Args&&... args) {
     return forward(std::forward<Args>(args)...);
   }
-
-  auto* operator->() const { return ddp_->module().get(); }
-  /// The user's model (the same one prepare() was given).
-  M& module() const { return ddp_->module(); }
-  ddp::DistributedDataParallel<M>& ddp() const { return *ddp_; }
+  auto* operator->() const { return model_.get(); }
+  /// The user's model (the same one prepare() was given). Under fsdp its parameters hold no memory
+  /// between passes: Accelerator::full_parameters() makes them whole.
+  M& module() const { return model_; }
+  /// The DDP wrapper; std::logic_error under fsdp.
+  ddp::DistributedDataParallel<M>& ddp() const {
+    if (!ddp_) throw std::logic_error("PreparedModel::ddp(): the model is sharded by FSDP (strategy fsdp)");
+    return *ddp_;
+  }
+  /// The FSDP wrapper under strategy fsdp, else null.
+  shard::FullyShardedDataParallel* fsdp() const { return fsdp_ ? fsdp_->fsdp.get() : nullptr; }
+  /// What synchronises the model's gradients (DDP's reducer or FSDP's).
+  ddp::GradientSync& gradient_sync() const {
+    return fsdp_ ? static_cast<ddp::GradientSync&>(fsdp_->fsdp->reducer()) : ddp_->gradient_sync();
+  }
 
  private:
   friend class Accelerator;
-  PreparedModel(std::shared_ptr<ddp::DistributedDataParallel<M>> ddp, Precision precision,
-                c10::DeviceType device)
-      : ddp_(std::move(ddp)), precision_(precision), device_type_(device) {}
-  std::shared_ptr<ddp::DistributedDataParallel<M>> ddp_;
+  PreparedModel(M model, std::shared_ptr<ddp::DistributedDataParallel<M>> ddp,
+                std::shared_ptr<detail::FsdpModel> fsdp, Precision precision, c10::DeviceType device)
+      : model_(std::move(model)),
+        ddp_(std::move(ddp)),
+        fsdp_(std::move(fsdp)),
+        precision_(precision),
+        device_type_(device) {}
+  // A model not built in stages is one stage: its forward runs through it (FSDP gathers the whole model
+  // around it). Its forward must take a tensor first and return a tensor.
+  template <typename X, typename... Rest>
+  at::Tensor forward_as_one_stage(X&& x, Rest&&... rest) {
+    if constexpr (std::is_convertible_v<X, at::Tensor> &&
+                  std::is_convertible_v<decltype(model_->forward(std::forward<X>(x),
+                                                                 std::forward<Rest>(rest)...)),
+                                        at::Tensor>) {
+      return fsdp_->single->forward(at::Tensor(std::forward<X>(x)), [&](at::Tensor in) -> at::Tensor {
+        return model_->forward(std::move(in), std::forward<Rest>(rest)...);
+      });
+    } else {
+      throw std::logic_error(
+          "PreparedModel: under strategy fsdp a model not built in stages (models::Staged) runs as one "
+          "stage, "
+          "which needs forward(tensor, ...) -> tensor: make the model Staged (models/staged.h)");
+    }
+  }
+  mutable M model_;
+  std::shared_ptr<ddp::DistributedDataParallel<M>> ddp_;  // ddp, zero1, zero2
+  std::shared_ptr<detail::FsdpModel> fsdp_;               // fsdp
   Precision precision_;
   c10::DeviceType device_type_;
+};
+
+/// Every fsdp-prepared model's parameters whole for the scope (Accelerator::full_parameters): forward
+/// passes inside gather nothing and run no collective, and the parameters can be read or saved (e.g.
+/// `torch::save(accelerator.unwrap_model(model), ...)`). Resharded when it ends. Nothing under the
+/// other strategies.
+class FullParameters {
+ public:
+  explicit FullParameters(std::vector<shard::FullyShardedDataParallel*> models);
+  ~FullParameters();
+  FullParameters(FullParameters&& other) noexcept : models_(std::move(other.models_)) {
+    other.models_.clear();
+  }
+  FullParameters(const FullParameters&) = delete;
+  FullParameters& operator=(const FullParameters&) = delete;
+  FullParameters& operator=(FullParameters&&) = delete;
+
+ private:
+  std::vector<shard::FullyShardedDataParallel*> models_;
 };
 
 /// The scope of one micro-step under gradient accumulation (Accelerate's `with
@@ -371,7 +441,10 @@ class Accelerator {
   Accelerator& operator=(const Accelerator&) = delete;
 
   /// Wraps `model` (a module holder or a std::shared_ptr to a module): moved to device(), then
-  /// DistributedDataParallel over the accelerator's group. Collective.
+  /// DistributedDataParallel over the accelerator's group. Collective. Under fsdp: sharded by
+  /// FullyShardedDataParallel instead (one model per Accelerator, prepared before its optimizer): a
+  /// models::Staged model in units of its stages (options().fsdp()), any other as one unit, the whole
+  /// model, whose forward must then take a tensor first and return one.
   template <typename M>
   PreparedModel<M> prepare_model(M model);
   /// `optimizer` stays owned by the caller (must outlive the accelerator) / is shared.
@@ -398,7 +471,7 @@ class Accelerator {
   /// the forward.
   template <typename M>
   [[nodiscard]] AccumulateGuard accumulate(PreparedModel<M>& model) {
-    return AccumulateGuard(begin_micro_step(), model.ddp().gradient_sync());
+    return AccumulateGuard(begin_micro_step(), model.gradient_sync());
   }
   /// Whether the current micro-step synchronises gradients (true outside accumulate()).
   bool sync_gradients() const;
@@ -433,11 +506,18 @@ class Accelerator {
   /// Blocks until every rank has called it (a barrier bounded by the group's collective timeout).
   void wait_for_everyone();
 
-  /// The user's model inside a prepared one (to save it, or to evaluate without DDP).
+  /// The user's model inside a prepared one (to save it, or to evaluate without DDP). Under fsdp its
+  /// parameters are whole only inside full_parameters().
   template <typename M>
   M& unwrap_model(PreparedModel<M>& model) {
     return model.module();
   }
+  /// Under fsdp: every prepared model's parameters whole until the returned scope ends (a collective:
+  /// every rank calls it, between steps; the whole model is then in memory on every rank). For saving
+  /// the weights, or for evaluation where ranks run different numbers of batches (outside it, every
+  /// forward gathers its units from all ranks, so every rank must run the same passes). Nothing under
+  /// the other strategies.
+  [[nodiscard]] FullParameters full_parameters();
 
   /// Every rank's `tensor` concatenated along dim 0 (0-d tensors stacked into [num_processes()]), in rank
   /// order. Collective; the same shape on every rank.
@@ -486,7 +566,11 @@ class Accelerator {
   /// zero2: the prepared model's reducer (null for other strategies, or before the model is prepared).
   shard::ShardedReducer* sharded_reducer() const;
   void register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
-                      std::shared_ptr<void> ddp);
+                      std::shared_ptr<void> ddp, shard::FullyShardedDataParallel* fsdp = nullptr);
+  /// strategy fsdp: FSDP over `module` (one stage when it is not Staged), registered.
+  std::shared_ptr<detail::FsdpModel> shard_model(const std::shared_ptr<torch::nn::Module>& module);
+  /// Every model's parameters whole while the result lives (fsdp), for save_state and load_state.
+  std::vector<shard::FullyShardedDataParallel*> fsdp_models() const;
   bool begin_micro_step();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);
@@ -495,7 +579,8 @@ class Accelerator {
   struct ModelEntry {
     std::shared_ptr<torch::nn::Module> module;
     ddp::GradientSync* reducer;
-    std::shared_ptr<void> ddp;  // keeps the wrapper (and its reducer) alive
+    std::shared_ptr<void> ddp;                        // keeps the wrapper (and its reducer) alive
+    shard::FullyShardedDataParallel* fsdp = nullptr;  // under fsdp
   };
 
   AcceleratorOptions options_;
@@ -518,10 +603,11 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
                 "torch::nn::Module subclass");
   std::shared_ptr<torch::nn::Module> module = detail::module_ptr(model);
   move_to_device(*module);
-  auto wrapped =
-      std::make_shared<ddp::DistributedDataParallel<M>>(std::move(model), *group_, model_ddp_options());
+  if (options_.strategy() == Strategy::kFsdp)
+    return PreparedModel<M>(std::move(model), nullptr, shard_model(module), precision_, device_.type());
+  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, model_ddp_options());
   register_model(std::move(module), wrapped->gradient_sync(), wrapped);
-  return PreparedModel<M>(std::move(wrapped), precision_, device_.type());
+  return PreparedModel<M>(std::move(model), std::move(wrapped), nullptr, precision_, device_.type());
 }
 
 template <typename T>

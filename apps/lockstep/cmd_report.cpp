@@ -20,8 +20,9 @@ constexpr const char* kDescription =
     "Writes one self-contained HTML page (inline SVG charts, no script, nothing loaded from the\n"
     "network) for a run: loss curves, validation accuracy, learning rate, throughput and time per\n"
     "epoch, memory, the per-rank step breakdown of the last epoch as stacked bars (with the slowest\n"
-    "rank, flagged above 20% over the median), a chart for every other key logged, the tables of\n"
-    "`lockstep bench scaling`/`peer --run-dir` with their charts, and hparams.yaml.";
+    "rank by busy time, flagged above 20% over the other ranks' median), a chart for every other\n"
+    "key logged, the tables of `lockstep bench scaling`/`peer --run-dir` with their charts, and\n"
+    "hparams.yaml.";
 
 constexpr const char* kFooter =
     "RUN_DIR is a version dir (it holds metrics.csv or metrics.jsonl), the --run-dir of a bench\n"

@@ -70,10 +70,21 @@ at::Tensor ResNet18Impl::forward(at::Tensor x) {
   TORCH_CHECK(x.dim() == 4 && x.size(1) == options_.in_channels(), "ResNet18::forward: expected [B, ",
               options_.in_channels(), ", H, W] input (ResNet18Options::in_channels), got ", x.sizes());
   namespace F = torch::nn::functional;
-  x = torch::relu(bn1_->forward(conv1_->forward(x)));
-  x = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(x))));
-  x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions({1, 1})).flatten(1);
-  return fc_->forward(x);
+  x = run_stage(0, std::move(x),
+                [this](at::Tensor in) { return torch::relu(bn1_->forward(conv1_->forward(in))); });
+  torch::nn::Sequential layers[] = {layer1_, layer2_, layer3_, layer4_};
+  for (size_t i = 0; i < 4; ++i)
+    x = run_stage(i + 1, std::move(x), [&layers, i](at::Tensor in) { return layers[i]->forward(in); });
+  return run_stage(5, std::move(x), [this](at::Tensor in) {
+    return fc_->forward(F::adaptive_avg_pool2d(in, F::AdaptiveAvgPool2dFuncOptions({1, 1})).flatten(1));
+  });
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> ResNet18Impl::stage_modules() {
+  auto stem = std::make_shared<torch::nn::Module>("stem");
+  stem->register_module("conv1", conv1_);
+  stem->register_module("bn1", bn1_);
+  return {stem, layer1_.ptr(), layer2_.ptr(), layer3_.ptr(), layer4_.ptr(), fc_.ptr()};
 }
 
 }  // namespace lockstep::models

@@ -2,6 +2,8 @@
 // a tiny fixed batch, and make_model's errors.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -219,6 +221,22 @@ TEST(ResNet18, HasAbout11Point2MillionParametersAndTorchvisionNames) {
   EXPECT_FALSE(contains(names, "layer1.0.shortcut.0.weight"));  // identity shortcut in the first stage
   EXPECT_EQ(model->named_parameters()["conv1.weight"].sizes(), (std::vector<int64_t>{64, 3, 3, 3}));
   EXPECT_EQ(model->named_buffers().size(), 20u * 3);  // 20 BatchNorms: running mean, var, count
+}
+
+// Staged: six stages in forward order, every parameter in exactly one; without a runner the forward is the
+// plain one (the stage functions are the layers).
+TEST(ResNet18, ItsStagesHoldEveryParameterOnce) {
+  lm::ResNet18 model(lm::ResNet18Options().in_channels(3));
+  const auto stages = model->stage_modules();
+  ASSERT_EQ(stages.size(), 6u);
+  std::map<const void*, int> seen;
+  for (const auto& stage : stages)
+    for (const auto& p : stage->parameters()) ++seen[p.unsafeGetTensorImpl()];
+  const auto params = model->parameters();
+  EXPECT_EQ(seen.size(), params.size());
+  for (const auto& p : params) EXPECT_EQ(seen[p.unsafeGetTensorImpl()], 1);
+  EXPECT_EQ(stages[0]->parameters().size(), 3u);  // conv1.weight, bn1.weight, bn1.bias
+  EXPECT_EQ(stages[5]->parameters().size(), 2u);  // fc
 }
 
 TEST(ResNet18, EvalIsDeterministic) {

@@ -20,6 +20,7 @@
 
 #include "../comm/thread_group.h"
 #include "lockstep/models/mlp.h"
+#include "lockstep/models/resnet18.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "sharded_training.h"
 
@@ -252,6 +253,59 @@ TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
       const auto x = regression_batch(5, 0, 4).first;
       EXPECT_TRUE(torch::allclose(mlp->forward(x), other->forward(x)));
       fsdp.gather_all();
+    }
+    pg.shutdown();
+  }));
+}
+
+// ResNet18 is Staged: FSDP's size policy makes units of its stages (stem to layer3, layer4, the head), and
+// 2 ranks on half the batch each step as one process on all of it (BatchNorm in eval mode: its running
+// statistics, not per-rank batch statistics, so the ranks compute what one process does).
+TEST(Fsdp, ResNet18TrainsInUnitsOfItsStages) {
+  const auto make = [] {
+    static std::mutex generator_mutex;
+    std::lock_guard<std::mutex> lock(generator_mutex);
+    torch::manual_seed(3);
+    models::ResNet18 net(models::ResNet18Options().in_channels(3).num_classes(4));
+    net->eval();
+    return net;
+  };
+  torch::manual_seed(8);
+  const auto x = torch::randn({4, 3, 8, 8});
+  const auto y = torch::tensor({0, 1, 2, 3});
+  constexpr int kResNetSteps = 2;
+  std::vector<torch::Tensor> want;
+  {
+    auto net = make();
+    torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.05));
+    for (int step = 0; step < kResNetSteps; ++step) {
+      sgd.zero_grad();
+      torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+      sgd.step();
+    }
+    for (const auto& p : net->parameters()) want.push_back(p.detach().clone());
+  }
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto pg =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, 2, store, "fsdp-resnet"));
+    auto net = make();
+    FullyShardedDataParallel fsdp(net.ptr(), pg);
+    EXPECT_EQ(fsdp.units(), (std::vector<std::vector<size_t>>{{0, 1, 2, 3}, {4}, {5}}));
+    auto sgd = fsdp.make_optimizer(
+        std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05)));
+    for (int step = 0; step < kResNetSteps; ++step) {
+      torch::nn::functional::cross_entropy(net->forward(x.narrow(0, 2 * rank, 2)), y.narrow(0, 2 * rank, 2))
+          .backward();
+      sgd->step();
+    }
+    EXPECT_LE(fsdp.peak_gathered_units(), 2u);
+    fsdp.gather_all();
+    const auto got = net->parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-4, 1e-5))
+          << "rank " << rank << ", parameter " << i << " off by "
+          << (got[i] - want[i]).abs().max().item<double>();
     }
     pg.shutdown();
   }));

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -12,6 +14,7 @@
 
 #include "lockstep/detail/option.h"
 #include "lockstep/models/classifier.h"
+#include "lockstep/models/staged.h"
 
 namespace lockstep::models {
 
@@ -49,18 +52,22 @@ TORCH_MODULE(BasicBlock);
 /// strides 1, 2, 2, 2), adaptive average pool to 1×1 and a Linear classifier. 11,173,962 parameters for
 /// 3 input channels and 10 classes (11,172,810 for 1 channel). Works on 28×28 and 32×32 images (any
 /// size ≥ 8×8 keeps every stage non-empty). Parameter names follow torchvision's scheme: conv1, bn1,
-/// layer1.0.conv1, …, layer4.1.bn2, layer2.0.shortcut.0, fc.
+/// layer1.0.conv1, …, layer4.1.bn2, layer2.0.shortcut.0, fc. Staged (models/staged.h) in six stages: the
+/// stem (conv1, bn1), layer1 … layer4, and the head (pool, fc), so that FSDP's units can be smaller than
+/// the whole model (its size policy at 1M parameters: stem to layer3, layer4, the head).
 ///
 /// Example:
 ///   ResNet18 model;
 ///   auto logits = model->forward(torch::rand({8, 3, 32, 32}));   // [8, 10]
-class ResNet18Impl : public ClassifierImpl {
+class ResNet18Impl : public ClassifierImpl, public Staged {
  public:
   /// Throws c10::Error naming the field for a non-positive in_channels or num_classes.
   explicit ResNet18Impl(ResNet18Options options = {});
 
   /// `x`: [B, in_channels, H, W].
   at::Tensor forward(at::Tensor x) override;
+  /// stem (a module holding conv1 and bn1, made on each call: not part of the module tree), layer1-4, fc.
+  std::vector<std::shared_ptr<torch::nn::Module>> stage_modules() override;
 
   const ResNet18Options& options() const { return options_; }
 

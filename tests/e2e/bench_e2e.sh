@@ -187,7 +187,11 @@ peer)
   "$python" -c 'import torch, torch.distributed' 2>/dev/null ||
     skip "'$python' cannot import torch (LOCKSTEP_PYTHON: see CMake's warning)"
   [ -d /usr/share/datasets/fashion-mnist ] || skip "no Fashion-MNIST (install dataset-fashion-mnist)"
-  run_ok "$lockstep" bench peer --epochs 1 --limit-train-batches 20
+  run_ok "$lockstep" bench peer --epochs 1 --limit-train-batches 20 --run-dir "$work/peer"
+  # --run-dir: the table as peer.csv (one row per epoch) and hparams.yaml, which `lockstep report` reads.
+  [ "$(grep -c '^1,' "$work/peer/peer.csv")" -eq 1 ] || fail "peer.csv lacks the epoch row: $(cat "$work/peer/peer.csv")"
+  "$lockstep" report "$work/peer" -o "$work/peer.html" >/dev/null || fail "lockstep report of a peer run dir failed"
+  grep -q 'Python DDP peer' "$work/peer.html" || fail "the report has no peer section"
   grep -Fxq '| epoch | peer epoch_s | peer val_acc | lockstep epoch_s | lockstep val_acc |' "$work/out" ||
     fail "no table header"
   grep -Eq '^\| 1 \| [0-9]+\.[0-9]{3} \| 0\.[0-9]{4} \| [0-9]+\.[0-9]{3} \| 0\.[0-9]{4} \|$' "$work/out" ||

@@ -93,13 +93,16 @@ std::shared_ptr<train::Callback> fault_injection_from_env(const env::Environment
   if (text == nullptr || environment.restart_count > 0) return nullptr;
   Fault fault;
   long long step = 0;
-  char kind[8] = {0};
-  const int fields = std::sscanf(text, "%d:%lld:%7s", &fault.rank, &step, kind);
+  char kind[32] = {0};
+  const int fields = std::sscanf(text, "%d:%lld:%31s", &fault.rank, &step, kind);
   fault.step = step;
   fault.kind = fields == 3 ? kind : "";
   if (fault.kind.rfind("slow", 0) == 0) {  // slow, or slowMS
-    fault.slow_ms = fault.kind.size() > 4 ? std::atoi(fault.kind.c_str() + 4) : 2;
-    fault.kind = fault.slow_ms > 0 ? "slow" : "slow?";
+    char* end = nullptr;
+    const long ms = fault.kind.size() > 4 ? std::strtol(fault.kind.c_str() + 4, &end, 10) : 2;
+    const bool whole = fault.kind.size() == 4 || (*end == '\0' && ms > 0 && ms <= 60000);
+    fault.slow_ms = static_cast<int>(ms);
+    fault.kind = whole ? "slow" : "slow?";
   }
   const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|";
   if (fields < 2 || (!fault.kind.empty() && known.find("|" + fault.kind + "|") == std::string::npos)) {

@@ -171,6 +171,7 @@ bool empty(const LineChart& chart) {
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int target, bool whole) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = hi = 0;  // no finite range: one unit around 0
   if (!(hi > lo)) {
     const double pad = whole || lo == 0 ? 1 : std::fabs(lo) * 0.1;
     lo -= pad;

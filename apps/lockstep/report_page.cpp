@@ -315,7 +315,9 @@ std::vector<Point> csv_points(const CsvTable& table, int x, int y) {
     char* end_y = nullptr;
     const double vx = std::strtod(row[x].c_str(), &end_x);
     const double vy = std::strtod(row[y].c_str(), &end_y);
-    if (!row[x].empty() && !row[y].empty() && *end_x == '\0' && *end_y == '\0') out.push_back({vx, vy});
+    if (!row[x].empty() && !row[y].empty() && *end_x == '\0' && *end_y == '\0' && std::isfinite(vx) &&
+        std::isfinite(vy))
+      out.push_back({vx, vy});
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -270,8 +271,20 @@ void FullyShardedDataParallel::retype_all(at::ScalarType dtype) {
 // A member of at least detail::kDirectBytes whose size divides by the world is gathered straight into its own
 // memory, its chunk (in the shard) as the input: no second copy of it. The others' chunks lie first in the
 // shard and are gathered together into `receive`, then copied out.
+// Timed: a backend may run the gather in the calling thread (shm when idle) or block until the peers arrive.
 void FullyShardedDataParallel::start_gather(Unit& unit) {
   if (unit.gathered || unit.in_flight) return;
+  const auto start = std::chrono::steady_clock::now();
+  start_gather_untimed(unit);
+  count_gather_wait(start);
+}
+
+void FullyShardedDataParallel::count_gather_wait(std::chrono::steady_clock::time_point start) {
+  gather_wait_s_[in_backward_ ? 1 : 0] +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void FullyShardedDataParallel::start_gather_untimed(Unit& unit) {
   for (size_t i : unit.params) materialize(params_[i]);
   const std::string what = " of an FSDP unit's parameters";
   const at::ScalarType compute = params_[unit.params.front()].scalar_type();
@@ -294,7 +307,9 @@ void FullyShardedDataParallel::start_gather(Unit& unit) {
 void FullyShardedDataParallel::finish_gather(Unit& unit) {
   if (unit.gathered) return;
   start_gather(unit);
+  const auto start = std::chrono::steady_clock::now();
   for (comm::Work& work : unit.pending) work.wait();
+  count_gather_wait(start);
   unit.pending.clear();
   unit.in_flight = false;
   if (unit.packed_part > 0) {
@@ -349,7 +364,13 @@ at::Tensor FullyShardedDataParallel::run_stage(size_t index,
                                                at::Tensor x) {
   TORCH_CHECK(index < unit_of_stage_.size(), "FullyShardedDataParallel: stage ", index, " of a model with ",
               unit_of_stage_.size(), " stages");
-  if (held_) return stage(std::move(x));  // whole until reshard()
+  if (holds_ > 0) {  // whole until reshard(): no gathers, no hooks, so no backward through it
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "FullyShardedDataParallel: a forward with gradients while the parameters are held whole "
+                "(gather_all, or the Accelerator's full_parameters): evaluate under torch::NoGradGuard, or "
+                "end the scope (reshard) before training");
+    return stage(std::move(x));
+  }
   const size_t u = unit_of_stage_[index];
   Unit& unit = units_[u];
   {
@@ -383,7 +404,7 @@ void FullyShardedDataParallel::before_backward(size_t u) {
     // Runs when this backward is over, before backward() returns.
     torch::autograd::Engine::get_default_engine().queue_callback([this] {
       std::lock_guard<std::mutex> end(mutex_);
-      if (!held_) release_all();
+      if (holds_ == 0) release_all();
       in_backward_ = false;
     });
   }
@@ -394,7 +415,7 @@ void FullyShardedDataParallel::before_backward(size_t u) {
 // A parameter's gradient is in: the unit is released with its last one (its backward used it last then).
 void FullyShardedDataParallel::on_gradient(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!in_backward_ || held_) return;
+  if (!in_backward_ || holds_ > 0) return;
   Unit& unit = units_[unit_of_param_[index]];
   if (unit.waiting > 0 && --unit.waiting == 0) release(unit);
 }
@@ -425,14 +446,19 @@ ddp::NoSyncGuard FullyShardedDataParallel::no_sync() {
 
 void FullyShardedDataParallel::gather_all() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (holds_++ > 0) return;  // whole already: an outer scope holds them
   if (options_.param_dtype()) retype_all(units_.front().shard.scalar_type());  // whole in the master dtype
   for (Unit& unit : units_) start_gather(unit);
   for (Unit& unit : units_) finish_gather(unit);
-  held_ = true;
 }
 
 void FullyShardedDataParallel::reshard(bool from_parameters) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (holds_ > 1) {  // an outer gather_all still holds them whole; its reshard releases them
+    --holds_;
+    return;
+  }
+  holds_ = 0;
   for (Unit& unit : units_) {
     if (from_parameters) {
       TORCH_CHECK(unit.gathered,
@@ -443,7 +469,6 @@ void FullyShardedDataParallel::reshard(bool from_parameters) {
     release(unit);
   }
   if (options_.param_dtype()) retype_all(*options_.param_dtype());
-  held_ = false;
 }
 
 std::vector<std::vector<size_t>> FullyShardedDataParallel::units() const {
@@ -456,6 +481,13 @@ size_t FullyShardedDataParallel::shard_bytes() const {
   size_t bytes = 0;
   for (const Unit& unit : units_) bytes += unit.shard.nbytes();
   return bytes;
+}
+
+FullyShardedDataParallel::GatherWaits FullyShardedDataParallel::take_gather_waits() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const GatherWaits out{gather_wait_s_[0], gather_wait_s_[1]};
+  gather_wait_s_[0] = gather_wait_s_[1] = 0.0;
+  return out;
 }
 
 size_t FullyShardedDataParallel::gathered_units() const {

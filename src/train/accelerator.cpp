@@ -2,6 +2,7 @@
 #include "lockstep/train/accelerator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <stdexcept>
@@ -149,6 +150,13 @@ void AcceleratorOptions::validate() const {
   }
   ddp_.validate();
   fsdp_.validate();
+  if (fsdp_.param_dtype() && mixed_precision_ != Precision::kBf16Mixed) {
+    throw std::invalid_argument(
+        std::string(
+            "AcceleratorOptions: fsdp().param_dtype needs autocast to cast what its layers are given: "
+            "set mixed_precision bf16, or leave param_dtype unset (mixed_precision is ") +
+        to_string(mixed_precision_) + ")");
+  }
   if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) &&
       mixed_precision_ == Precision::k16Mixed) {
     throw std::invalid_argument(
@@ -273,8 +281,15 @@ FullParameters::FullParameters(std::vector<shard::FullyShardedDataParallel*> mod
 }
 
 // The chunks are taken back from the whole parameters: what was loaded into them inside the scope stays.
+// Scopes nest (an outer one keeps them whole: FullyShardedDataParallel counts its gathers).
 FullParameters::~FullParameters() {
-  for (auto* model : models_) model->reshard(/*from_parameters=*/true);
+  for (auto* model : models_) {
+    try {
+      model->reshard(/*from_parameters=*/true);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lockstep: FullParameters: resharding failed: %s\n", e.what());
+    }
+  }
 }
 
 PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {

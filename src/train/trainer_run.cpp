@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "epoch_reduce.h"
+#include "lockstep/log/hparams_yaml.h"
 #include "lockstep/log/make_loggers.h"
 #include "lockstep/log/run_dir.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -105,6 +106,7 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   if (is_main_ && !options.logger().empty()) {
     const std::string dir = log::next_version_dir(options.default_root_dir());
     loggers = log::make_loggers(options.logger(), dir);
+    log::write_hparams_yaml(dir, options.hparams());  // whichever loggers (jsonl alone has none of its own)
     for (const auto& logger : loggers) logger->log_hyperparams(options.hparams());
     print_line("logging (" + options.logger() + ") to " + dir);
   }
@@ -382,8 +384,14 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   const int64_t accumulate = options.accumulate_grad_batches();
   scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
   step_timer_.end(StepPhase::kBackward);
+  // The communication the computation did not hide: the gradient sync's, and under fsdp the gathers'.
   if (steps_now)
     step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce, gradient_sync().exposed_seconds());
+  if (fsdp) {
+    const shard::FullyShardedDataParallel::GatherWaits waits = fsdp->take_gather_waits();
+    step_timer_.move(StepPhase::kForward, StepPhase::kAllreduce, waits.forward_s);
+    step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce, waits.backward_s);
+  }
   return value;
 }
 

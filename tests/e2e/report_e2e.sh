@@ -2,7 +2,8 @@
 # Issue 26's run, end to end: `lockstep fit --devices 2 --logger tensorboard,csv,jsonl --default-root-dir D`
 # with rank 1 made slow on purpose (LOCKSTEP_FAULT=1:0:slowMS: a sleep in its every forward), then
 # `lockstep report D`. Checks:
-#   - the straggler line names rank 1 in every epoch, and the epoch records hold the per-rank breakdown;
+#   - the straggler line names rank 1 in every epoch (and under fsdp, whose gathers wait for it too), and
+#     the epoch records hold the per-rank breakdown;
 #   - TensorBoard's own reader (the tensorboard package) reads back every scalar of metrics.csv from the
 #     event file, with its step and value (float32) and a wall time within the run; metrics.jsonl holds the
 #     same records; hparams.yaml holds the run's configuration;
@@ -65,6 +66,12 @@ for r in epochs:
         assert all(f"breakdown/rank_{rank}/{p}_ms" in r for p in ("data", "forward", "backward", "allreduce", "optimizer", "step")), r
 print(f"report_e2e: {checked} scalars read back by tensorboard as written; {len(epochs)} epochs name rank 1")
 PY
+# Under fsdp the fast rank waits for the slow one in the parameter gathers too: counted as communication,
+# so the slow rank is still the one named.
+LOCKSTEP_FAULT=1:0:slow4 "$lockstep" fit --devices 2 --max-epochs 1 --data synthetic --synthetic-size 512 \
+  --batch-size 32 --threads 1 --progress off --strategy fsdp --fsdp-min-unit-params 1000 >"$out/fsdp.out" 2>&1 \
+  || { cat "$out/fsdp.out"; fail "fsdp fit failed"; }
+grep -Eq "^epoch 1: rank 1 is a straggler" "$out/fsdp.out" || { cat "$out/fsdp.out"; fail "fsdp: no straggler line naming rank 1"; }
 "$lockstep" report "$root" -o "$out/report.html" || fail "lockstep report failed"
 # Each chart's points, counted from metrics.csv: chart id -> the cells of the keys it plots.
 expected=$("$python" - "$run/metrics.csv" <<'PY'

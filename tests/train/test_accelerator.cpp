@@ -284,6 +284,80 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
       << "bf16: fsdp's bfloat16 parameters against autocast";
 }
 
+// full_parameters() scopes nest: save_state and load_state inside one (they gather too) leave it whole,
+// with the same values; a forward with gradients inside is refused, one under NoGradGuard runs; after the
+// scope the parameters hold no memory again and training goes on from the loaded state. Under bf16, so the
+// scopes' float32 masters and the bfloat16 parameters of training alternate.
+TEST(Accelerator, FsdpFullParameterScopesNest) {
+  const auto dataset = make_dataset(16);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("lockstep_fsdp_scopes_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto store = new_store();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto group = make_group(rank, 2, store);
+    Accelerator accelerator(
+        group, AcceleratorOptions().strategy(Strategy::kFsdp).mixed_precision(Precision::kBf16Mixed).seed(1));
+    auto net = make_net(4);
+    auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.01),
+                                                          DataLoaderSpec(dataset, data::LoaderOptions(4)));
+    const auto train_pass = [&, &model = model, &optimizer = optimizer, &loader = loader] {
+      for (auto& b : loader) {
+        accelerator.backward(torch::nn::functional::cross_entropy(model(b.data), b.target));
+        optimizer.step();
+        optimizer.zero_grad();
+      }
+    };
+    train_pass();
+    const auto x = torch::rand({2, 1, 4, 4});
+    {
+      const FullParameters whole = accelerator.full_parameters();
+      const auto before = parameters_of(net);
+      EXPECT_EQ(before.front().scalar_type(), at::kFloat);
+      accelerator.save_state(dir.string());
+      accelerator.load_state(dir.string());
+      for (const auto& p : net->parameters())
+        EXPECT_GT(p.storage().nbytes(), 0u) << "the outer scope ended early";
+      EXPECT_EQ(max_difference(parameters_of(net), before), 0.0);
+      {
+        torch::NoGradGuard no_grad;
+        EXPECT_EQ(model(x).sizes(), (std::vector<int64_t>{2, 4}));
+      }
+      EXPECT_THROW(model(x), c10::Error) << "a forward with gradients inside the scope";
+    }
+    for (const auto& p : net->parameters()) {
+      EXPECT_EQ(p.storage().nbytes(), 0u);
+      EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+    }
+    train_pass();
+    group.shutdown();
+  }));
+  std::filesystem::remove_all(dir);
+}
+
+// A model whose forward returns a tuple prepares and runs (PreparedModel::forward has one return type).
+struct TwoHeadsImpl : torch::nn::Module {
+  TwoHeadsImpl() : fc(register_module("fc", torch::nn::Linear(16, 4))) {}
+  std::tuple<torch::Tensor, torch::Tensor> forward(const torch::Tensor& x) {
+    const auto y = fc(x.flatten(1));
+    return {y, y * 2};
+  }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(TwoHeads);
+
+TEST(Accelerator, AModelReturningATupleRuns) {
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    Accelerator accelerator(group);
+    auto model = accelerator.prepare(TwoHeads());
+    const auto [a, b] = model(torch::rand({3, 1, 4, 4}));
+    EXPECT_TRUE(torch::allclose(b, a * 2));
+    group.shutdown();
+  }));
+}
+
 TEST(Accelerator, Zero2NeedsTheModelBeforeItsOptimizerAndNoFp16) {
   EXPECT_THROW(
       AcceleratorOptions().strategy(Strategy::kZero2).mixed_precision(Precision::k16Mixed).validate(),

@@ -17,7 +17,7 @@ namespace lockstep::log {
  *
  * When a call brings a key the header lacks, the header widens and the whole file is rewritten under it
  * (the earlier rows get empty cells for the new key): Lightning re-reads its file to do that, this writer
- * keeps the rows' text in memory (a few MB for a long run). The rewrite goes to metrics.csv.tmp, then
+ * keeps the rows' text in memory (a few MB for a long run). The rewrite goes to .metrics.csv.tmp.<pid>, then
  * renames over metrics.csv, so a reader sees the old or the new file, never half of one. Otherwise a row
  * is appended. Lightning flushes every 100 steps; this writer after every row, so a running job can be
  * read.

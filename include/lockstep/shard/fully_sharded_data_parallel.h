@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -77,7 +78,8 @@ class FsdpOptions {
  *
  * Mixed precision (FsdpOptions::param_dtype, e.g. bfloat16): the shards stay float32, the master copy
  * the optimizer steps; the parameters themselves are retyped to bfloat16, so a gather sends each rank's
- * chunks cast to bfloat16 (half the bytes) into bfloat16 parameters (half the memory), and forward and
+ * chunks cast to bfloat16 (half the bytes) into bfloat16 parameters (half the memory; not in a unit that
+ * keeps float32 for a BatchNorm, below), and forward and
  * backward compute with them. Their bfloat16 gradients are reduce-scattered in float32 (cast as they are
  * packed), so the averaging and the chunk gradients the optimizer steps from keep float32's precision.
  * A unit holding a BatchNorm's parameters keeps the master dtype (PyTorch's FSDP keeps BatchNorm in full
@@ -117,11 +119,20 @@ class FullyShardedDataParallel : public models::StageRunner {
 
   /// Every parameter whole, from the shards (a collective; every rank calls it, between steps), and held
   /// so until reshard(): forward passes then gather and release nothing and run no collective (each rank
-  /// may run its own number of them, as validation does).
+  /// may run its own number of them, as validation does); a forward with gradients is refused (no
+  /// backward can reduce them). Nested calls count: only the matching outermost reshard() releases.
   void gather_all();
   /// Releases every parameter; with `from_parameters`, first this rank's chunks are taken from the whole
-  /// parameters (after loading weights into them). Local: no collective.
+  /// parameters (after loading weights into them). Local: no collective. Inside nested gather_all()s it
+  /// only ends the innermost (the outermost reshard takes the chunks).
   void reshard(bool from_parameters = false);
+  /// Seconds this rank waited for parameter gathers (the communication not hidden by computing), in
+  /// forward and in backward, since the last call (the Trainer's step breakdown).
+  struct GatherWaits {
+    double forward_s = 0.0;
+    double backward_s = 0.0;
+  };
+  GatherWaits take_gather_waits();
 
   /// The stage indices of each unit, in forward order.
   std::vector<std::vector<size_t>> units() const;
@@ -152,6 +163,9 @@ class FullyShardedDataParallel : public models::StageRunner {
   };
   void plan_units(const std::vector<std::shared_ptr<torch::nn::Module>>& stages);
   void start_gather(Unit& unit);
+  void start_gather_untimed(Unit& unit);
+  /// Adds the time since `start` to this pass's gather waits (forward or backward).
+  void count_gather_wait(std::chrono::steady_clock::time_point start);
   void finish_gather(Unit& unit);
   void release(Unit& unit);
   void keep_chunks(Unit& unit);
@@ -178,7 +192,8 @@ class FullyShardedDataParallel : public models::StageRunner {
   std::unique_ptr<ddp::GradHooks> hooks_;  // a unit is released once all its gradients are in
   std::mutex mutex_;
   bool in_backward_ = false;
-  bool held_ = false;  // gather_all() until reshard()
+  int holds_ = 0;                         // gather_all()s not yet ended by reshard(): whole while > 0
+  double gather_wait_s_[2] = {0.0, 0.0};  // finish_gather's time, in forward [0] and backward [1]
   // Released parameters' memory kept for the next gather (up to two units' worth: about what a pass holds
   // at once anyway), so that a gather does not fault in fresh pages each time.
   std::vector<std::pair<size_t, at::DataPtr>> spare_;

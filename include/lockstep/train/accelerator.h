@@ -326,13 +326,14 @@ class PreparedModel {
         precision_(precision),
         device_type_(device) {}
   // A model not built in stages is one stage: its forward runs through it (FSDP gathers the whole model
-  // around it). Its forward must take a tensor first and return a tensor.
+  // around it). Its forward must take a tensor first and return a tensor. Declared to return what the
+  // model's forward returns, so that forward() has one return type whatever the model returns (a tuple is
+  // fine under the other strategies).
   template <typename X, typename... Rest>
-  at::Tensor forward_as_one_stage(X&& x, Rest&&... rest) {
-    if constexpr (std::is_convertible_v<X, at::Tensor> &&
-                  std::is_convertible_v<decltype(model_->forward(std::forward<X>(x),
-                                                                 std::forward<Rest>(rest)...)),
-                                        at::Tensor>) {
+  auto forward_as_one_stage(X&& x, Rest&&... rest)
+      -> decltype(std::declval<M&>()->forward(std::forward<X>(x), std::forward<Rest>(rest)...)) {
+    using Out = decltype(std::declval<M&>()->forward(std::forward<X>(x), std::forward<Rest>(rest)...));
+    if constexpr (std::is_convertible_v<X, at::Tensor> && std::is_same_v<std::decay_t<Out>, at::Tensor>) {
       return fsdp_->single->forward(at::Tensor(std::forward<X>(x)), [&](at::Tensor in) -> at::Tensor {
         return model_->forward(std::move(in), std::forward<Rest>(rest)...);
       });

@@ -15,7 +15,9 @@ enum class StepPhase {
   kData,       ///< the loader's next batch, moved to the device
   kForward,    ///< training_step: forward and loss (its value read back)
   kBackward,   ///< backward, less the exposed all-reduce
-  kAllreduce,  ///< the gradient synchronisation backward did not hide: the wait after its last gradient
+  kAllreduce,  ///< communication the computation did not hide: the gradient synchronisation's (launching
+               ///< or running collectives in backward's thread, the wait after the last gradient) and,
+               ///< under fsdp, the parameter gathers' waits
   kOptimizer,  ///< clipping, the optimizer step (with ZeRO's gathers), zero_grad
 };
 constexpr size_t kStepPhases = 5;

@@ -351,9 +351,12 @@ fsdp)
   trains_like_ddp fsdp 0 16 --fsdp-min-unit-params 1000
   # --precision bf16-mixed: fsdp gathers bfloat16 parameters from float32 master shards and computes with
   # them; ddp's autocast computes with bfloat16 copies of float32 weights. The same products, gradients
-  # reduced in float32 both ways: the final weights (whole, float32) end close to ddp's, clipping included.
+  # reduced in float32 both ways: the final weights (whole, float32) end close to ddp's. Without clipping:
+  # the sharded clip and torch's differ in the last bit of float32 (measured: 4.8e-8 above), and bfloat16
+  # forward passes turn such a bit into a different rounding now and then (7e-4 after 2 epochs with
+  # torch 2.15), so that comparison says nothing about the mixed precision; the clip is tested in float32.
   bf16=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8 --threads 1
-        --lr-schedule constant --gradient-clip-val 0.5 --devices 2 --max-epochs 2 --precision bf16-mixed)
+        --lr-schedule constant --devices 2 --max-epochs 2 --precision bf16-mixed)
   "$lockstep" "${bf16[@]}" --ckpt-dir "$work/bf_ddp" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "bf16 ddp failed"; }
   "$lockstep" "${bf16[@]}" --ckpt-dir "$work/bf_fsdp" --strategy fsdp --fsdp-min-unit-params 1000 >"$work/run.out" 2>&1 \
     || { cat "$work/run.out"; fail "bf16 fsdp failed"; }

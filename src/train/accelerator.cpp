@@ -275,23 +275,6 @@ FullParameters Accelerator::full_parameters() {
   return FullParameters(fsdp_models());
 }
 
-FullParameters::FullParameters(std::vector<shard::FullyShardedDataParallel*> models)
-    : models_(std::move(models)) {
-  for (auto* model : models_) model->gather_all();
-}
-
-// The chunks are taken back from the whole parameters: what was loaded into them inside the scope stays.
-// Scopes nest (an outer one keeps them whole: FullyShardedDataParallel counts its gathers).
-FullParameters::~FullParameters() {
-  for (auto* model : models_) {
-    try {
-      model->reshard(/*from_parameters=*/true);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: FullParameters: resharding failed: %s\n", e.what());
-    }
-  }
-}
-
 PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
   // Borrowed: a shared_ptr that owns nothing.
   return prepare_optimizer(std::shared_ptr<torch::optim::Optimizer>(std::shared_ptr<void>(), &optimizer));

@@ -35,7 +35,7 @@ void Trainer::Run::restore() {
   const int rank = group->rank();
   CheckpointState saved;
   {
-    const WholeParameters whole(*this, /*reshard_from_parameters=*/true);
+    const shard::FullParameters whole = whole_parameters();  // what is loaded into them, re-sharded
     saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
   }
   if (!saved.shards.empty()) load_shards(saved.shards);

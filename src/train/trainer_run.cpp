@@ -106,8 +106,8 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   if (is_main_ && !options.logger().empty()) {
     const std::string dir = log::next_version_dir(options.default_root_dir());
     loggers = log::make_loggers(options.logger(), dir);
-    log::write_hparams_yaml(dir, options.hparams());  // whichever loggers (jsonl alone has none of its own)
-    for (const auto& logger : loggers) logger->log_hyperparams(options.hparams());
+    // Once for all the loggers (each one's log_hyperparams writes this same file; jsonl's none).
+    log::write_hparams_yaml(dir, options.hparams());
     print_line("logging (" + options.logger() + ") to " + dir);
   }
   choose_device();
@@ -485,7 +485,7 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  const WholeParameters whole(*this);  // fsdp: the ranks may run different numbers of batches here
+  const shard::FullParameters whole = whole_parameters();  // fsdp: ranks may run different numbers of batches
   val_loader_->start(val_plan(e));
   int64_t i = 0;
   while (const data::detail::AnyBatch batch = on_device(*val_loader_, val_loader_->next_any())) {
@@ -580,7 +580,7 @@ TrainerResult Trainer::Run::finish() {
   }
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
-    const WholeParameters whole(*this);
+    const shard::FullParameters whole = whole_parameters();
     result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
     result_.safetensors_path = (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string();
     if (is_main_) {
@@ -613,13 +613,9 @@ ddp::GradientSync& Trainer::Run::gradient_sync() {
   return fsdp ? static_cast<ddp::GradientSync&>(fsdp->reducer()) : ddp->gradient_sync();
 }
 
-Trainer::Run::WholeParameters::WholeParameters(Run& run, bool reshard_from_parameters)
-    : fsdp_(run.fsdp.get()), from_parameters_(reshard_from_parameters) {
-  if (fsdp_ != nullptr) fsdp_->gather_all();
-}
-
-Trainer::Run::WholeParameters::~WholeParameters() {
-  if (fsdp_ != nullptr) fsdp_->reshard(from_parameters_);
+shard::FullParameters Trainer::Run::whole_parameters() const {
+  return shard::FullParameters(fsdp ? std::vector<shard::FullyShardedDataParallel*>{fsdp.get()}
+                                    : std::vector<shard::FullyShardedDataParallel*>{});
 }
 
 double Trainer::Run::model_state_mb() const {

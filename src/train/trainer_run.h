@@ -81,20 +81,9 @@ struct Trainer::Run {
 
   /// What synchronises the gradients (ddp's reducer, or FSDP's).
   ddp::GradientSync& gradient_sync();
-  /// With fsdp, every parameter whole for the scope (a collective: every rank), then released again,
-  /// re-sharded from the parameters when `reshard_from_parameters` (weights were loaded into them). Without
-  /// fsdp, nothing.
-  class WholeParameters {
-   public:
-    WholeParameters(Run& run, bool reshard_from_parameters = false);
-    ~WholeParameters();
-    WholeParameters(const WholeParameters&) = delete;
-    WholeParameters& operator=(const WholeParameters&) = delete;
-
-   private:
-    shard::FullyShardedDataParallel* fsdp_;
-    bool from_parameters_;
-  };
+  /// With fsdp, every parameter whole for the scope (a collective: every rank; shard::FullParameters),
+  /// then released again, keeping what was loaded into them. Without fsdp, nothing.
+  shard::FullParameters whole_parameters() const;
 
  private:
   /// What one epoch's training part did on this rank.

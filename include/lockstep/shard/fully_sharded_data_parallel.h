@@ -202,4 +202,26 @@ class FullyShardedDataParallel : public models::StageRunner {
   size_t peak_gathered_ = 0;
 };
 
+/// Every parameter of each FSDP in `models` whole for a scope: gather_all() (a collective: every rank,
+/// between steps), then, when the scope ends, reshard(true), so what was loaded into the whole parameters is
+/// kept (otherwise the chunks are taken back unchanged). Forward passes inside gather nothing (evaluation
+/// under torch::NoGradGuard, each rank its own number of them); scopes nest. Nothing for an empty list (a
+/// strategy without FSDP). The Trainer's validation, final weights and resume, and the Accelerator's
+/// full_parameters() use it.
+class FullParameters {
+ public:
+  explicit FullParameters(std::vector<FullyShardedDataParallel*> models);
+  /// Never throws: a failing reshard is reported on stderr.
+  ~FullParameters();
+  FullParameters(FullParameters&& other) noexcept : models_(std::move(other.models_)) {
+    other.models_.clear();
+  }
+  FullParameters(const FullParameters&) = delete;
+  FullParameters& operator=(const FullParameters&) = delete;
+  FullParameters& operator=(FullParameters&&) = delete;
+
+ private:
+  std::vector<FullyShardedDataParallel*> models_;
+};
+
 }  // namespace lockstep::shard

@@ -351,24 +351,9 @@ class PreparedModel {
   c10::DeviceType device_type_;
 };
 
-/// Every fsdp-prepared model's parameters whole for the scope (Accelerator::full_parameters): forward
-/// passes inside gather nothing and run no collective, and the parameters can be read or saved (e.g.
-/// `torch::save(accelerator.unwrap_model(model), ...)`). Resharded when it ends. Nothing under the
-/// other strategies.
-class FullParameters {
- public:
-  explicit FullParameters(std::vector<shard::FullyShardedDataParallel*> models);
-  ~FullParameters();
-  FullParameters(FullParameters&& other) noexcept : models_(std::move(other.models_)) {
-    other.models_.clear();
-  }
-  FullParameters(const FullParameters&) = delete;
-  FullParameters& operator=(const FullParameters&) = delete;
-  FullParameters& operator=(FullParameters&&) = delete;
-
- private:
-  std::vector<shard::FullyShardedDataParallel*> models_;
-};
+/// Every fsdp-prepared model's parameters whole for a scope (Accelerator::full_parameters; the FSDP
+/// layer's scope, shard::FullParameters).
+using FullParameters = shard::FullParameters;
 
 /// The scope of one micro-step under gradient accumulation (Accelerate's `with
 /// accelerator.accumulate(model):`). Gradient synchronisation is off for the scope unless this micro-step is

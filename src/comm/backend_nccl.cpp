@@ -5,7 +5,10 @@
 #include <chrono>
 #include <string>
 
+#include <torch/version.h>
+
 #include <ATen/Context.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "backend.h"
@@ -15,6 +18,18 @@ namespace lockstep::comm::detail {
 
 bool nccl_available() {
   return true;
+}
+
+void shutdown_nccl(NativeBackend& backend) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->shutdown();
+#else
+  (void)backend;
+#endif
+}
+
+bool capturing_cuda_graph() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
 }
 
 c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,

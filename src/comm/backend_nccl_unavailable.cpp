@@ -11,6 +11,12 @@ bool nccl_available() {
   return false;
 }
 
+void shutdown_nccl(NativeBackend& /*backend*/) {}
+
+bool capturing_cuda_graph() {
+  return false;
+}
+
 c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>&,
                                             const ProcessGroupOptions& options) {
   throw CommError(options.rank(), "init_process_group",

@@ -126,6 +126,13 @@ void ProcessGroup::release_backend() {
     (void)host_.release();
   }
   progress_.reset();
+  if (backend_ && backend() == Backend::kNccl) {
+    try {
+      detail::shutdown_nccl(*backend_);
+    } catch (const std::exception&) {
+      // A broken communicator: destroying it below is all that is left to do.
+    }
+  }
   native_.reset();
   backend_.reset();
   host_.reset();
@@ -156,8 +163,10 @@ ProcessGroup::Route ProcessGroup::route(const std::vector<at::Tensor>& tensors) 
 Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string description,
                            std::function<void()> finish, bool on_stream) {
   if (progress_) progress_->issued(sequence_, description);
-  // Its wait will not block the host: the progress thread watches it for the timeout instead.
-  if (on_stream && progress_) progress_->watch(sequence_, description, native, options_.collective_timeout());
+  // Its wait will not block the host: the progress thread watches it for the timeout instead; not while a
+  // CUDA graph captures it (it runs only when the graph is replayed, and its event is the graph's).
+  if (on_stream && progress_ && !detail::capturing_cuda_graph())
+    progress_->watch(sequence_, description, native, options_.collective_timeout());
   Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(),
             std::move(finish));
   work.track(progress_, sequence_, diagnose_);

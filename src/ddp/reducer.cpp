@@ -3,6 +3,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/TensorUtils.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Optional.h>
 #include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
@@ -54,6 +57,10 @@ struct ReducerState {
   double blocked_seconds = 0.0;              // this backward's thread in launch_ready_buckets so far
   std::atomic<double> exposed_seconds{0.0};  // the last finalize's wait for its collectives
   std::shared_ptr<Timeline> timeline;        // null unless LOCKSTEP_TIMELINE is set
+  // The stream backward computes the gradients on (the forward's: a GPU's, a CUDA graph's capture stream),
+  // seen in the first hook. The finalize callback may run in a thread whose current stream is another:
+  // it waits for the collectives and writes .grad on this one, before which the optimizer runs.
+  c10::optional<c10::Stream> backward_stream;
 
   void on_gradient(size_t index, const std::shared_ptr<ReducerState>& self);
   void launch_ready_buckets();
@@ -140,6 +147,9 @@ void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>
   if (!in_backward) {
     in_backward = true;
     blocked_seconds = 0.0;
+    const c10::Device device = params[index].device();
+    backward_stream.reset();
+    if (!device.is_cpu()) backward_stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
     if (timeline) timeline->begin("backward", 0);
     // Runs once this backward is over, before backward() returns.
     torch::autograd::Engine::get_default_engine().queue_callback([self] { self->finalize(); });
@@ -214,6 +224,7 @@ void ReducerState::write_back(size_t index, bool used_somewhere) {
 
 void ReducerState::finalize() {
   std::lock_guard<std::mutex> lock(mutex);
+  const c10::OptionalStreamGuard on_backward_stream(backward_stream);
   if (timeline) timeline->end("backward", 0);
   std::vector<size_t> missing;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -39,8 +39,23 @@ Hyper hyper(const torch::optim::OptimizerOptions& options) {
   return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps()};
 }
 
-void launch(Launch& l, const Hyper& h, bool decoupled) {
+// `lr`: the rate on the device (DeviceSteps::use_device_lr), or null for h.lr as a constant.
+void launch(Launch& l, const Hyper& h, bool decoupled, const at::Tensor* lr) {
   at::_foreach_add_(l.steps, 1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (lr != nullptr) {
+    if (decoupled) {
+      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, *lr, h.beta1, h.beta2,
+                        h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+    } else {
+      at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, *lr, h.beta1, h.beta2,
+                       h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+    }
+    return;
+  }
+#else
+  TORCH_CHECK(lr == nullptr, "_fused_adam_ with a device learning rate needs LibTorch 2.4 or later");
+#endif
   if (decoupled) {
 #if TORCH_VERSION_MAJOR >= 2
     at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, h.lr, h.beta1, h.beta2,
@@ -54,26 +69,42 @@ void launch(Launch& l, const Hyper& h, bool decoupled) {
   }
 }
 
+// One parameter's step on the host: its state's count, and its device count recorded as advanced.
+template <typename State>
+void count_step(State& s, DeviceSteps& steps, const at::Tensor& param) {
+  s.step(s.step() + 1);
+  steps.advanced(param, s.step());
+}
+
 template <typename Options, typename State>
 void step_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
               DeviceSteps& steps, bool decoupled) {
-  for (auto& group : groups) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& group = groups[g];
     std::map<std::pair<std::string, at::ScalarType>, Launch> launches;  // ordered: the same launch order
+    std::map<std::string, c10::Device> devices;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       State& s = adam_state<State>(state, p);
       Launch& l = launches[{p.device().str(), p.scalar_type()}];
+      devices.emplace(p.device().str(), p.device());
       l.params.push_back(p.detach());
       l.grads.push_back(p.grad());
       l.exp_avgs.push_back(s.exp_avg());
       l.exp_avg_sqs.push_back(s.exp_avg_sq());
       l.steps.push_back(steps.at(p, s.step()));
-      s.step(s.step() + 1);
-      steps.advanced(p, s.step());
+      count_step(s, steps, p);
+      steps.stepping(p);
     }
     const Hyper h = hyper<Options>(group.options());
-    for (auto& [where, l] : launches) launch(l, h, decoupled);
+    for (auto& [where, l] : launches) launch(l, h, decoupled, steps.lr(g, devices.at(where.first), h.lr));
   }
+  steps.stepped();
+}
+
+template <typename State>
+void count_all(ParamStateMap& state, DeviceSteps& steps) {
+  for (const at::Tensor& p : steps.captured_params()) count_step(adam_state<State>(state, p), steps, p);
 }
 
 }  // namespace
@@ -93,6 +124,56 @@ at::Tensor& DeviceSteps::at(const at::Tensor& param, int64_t step) {
 
 void DeviceSteps::advanced(const at::Tensor& param, int64_t step) {
   entries_.at(param.unsafeGetTensorImpl()).holds = step;
+}
+
+DeviceSteps::Rate& DeviceSteps::rate(size_t group, const c10::Device& device, double value) {
+  Rate& r = rates_[{group, device.str()}];
+  if (!r.value.defined()) {
+    r.value = at::full({}, value, at::TensorOptions().dtype(at::kFloat).device(device));
+  } else if (r.holds != value) {
+    r.value.fill_(value);
+  }
+  r.holds = value;
+  return r;
+}
+
+void DeviceSteps::use_device_lr(const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  if (!device_lr_) recording_ = true;  // the next step is the one captured
+  device_lr_ = true;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& p : groups[g].params()) rate(g, p.device(), groups[g].options().get_lr());
+  }
+}
+
+const at::Tensor* DeviceSteps::lr(size_t group, const c10::Device& device, double value) {
+  return device_lr_ ? &rate(group, device, value).value : nullptr;
+}
+
+std::string aten_capture_refusal(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                                 bool decoupled) {
+  if (!kAtenHasTensorLr) {
+    return "LibTorch " TORCH_VERSION
+           " has no _fused_adam_ reading its learning rate on the device (2.4 and "
+           "later have)";
+  }
+  if (decoupled && !kAtenHasFusedAdamW) return "LibTorch " TORCH_VERSION " has no _fused_adamw_";
+  for (const auto& group : groups) {
+    if (amsgrad(group.options())) return "amsgrad is on (ATen's fused kernel has none here)";
+    for (const auto& p : group.params()) {
+      if (!p.device().is_cuda()) return "a parameter is on " + p.device().str() + ", not on a GPU";
+      if (p.layout() != at::kStrided || !at::isFloatingType(p.scalar_type()))
+        return "a parameter is not a dense floating-point tensor";
+    }
+  }
+  return "";
+}
+
+void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled) {
+  if (decoupled) {
+    count_all<torch::optim::AdamWParamState>(state, steps);
+  } else {
+    count_all<torch::optim::AdamParamState>(state, steps);
+  }
 }
 
 bool aten_fusable(const std::vector<torch::optim::OptimizerParamGroup>& groups, bool any_device) {

@@ -11,8 +11,11 @@
 // device counts follow it, and one that disagrees (a loaded checkpoint, a fresh state) is refilled.
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -45,21 +48,62 @@ State& adam_state(ParamStateMap& state, const at::Tensor& param) {
   return static_cast<State&>(*it->second);
 }
 
-/// The device-side step counts of one optimizer, one per parameter.
+// `_fused_adam_` with the learning rate as a device tensor (what a CUDA graph replays with a new rate).
+inline constexpr bool kAtenHasTensorLr = TORCH_VERSION_MAJOR > 2 ||
+                                         (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+
+/// The device-side state of one optimizer's kernels: the step count of each parameter and, once
+/// use_device_lr() was called (GraphCapturable), each group's learning rate on each device.
 class DeviceSteps {
  public:
   /// The count of `param` on its device, holding `step` (refilled when it holds another value).
   at::Tensor& at(const at::Tensor& param, int64_t step);
   /// Records that `count` (of `at`) now holds `step`.
   void advanced(const at::Tensor& param, int64_t step);
+  /// From now on the kernels read each group's rate from device memory; refreshes it for every group
+  /// and device of `groups` (a copy only where the rate changed).
+  void use_device_lr(const std::vector<torch::optim::OptimizerParamGroup>& groups);
+  /// Group `group`'s rate on `device` (float32, one element) holding `value` (refilled when it holds
+  /// another: an eager step after the rate changed), or nullptr before use_device_lr().
+  const at::Tensor* lr(size_t group, const c10::Device& device, double value);
+  /// The parameters the first step after the first use_device_lr() stepped (the captured step's), which
+  /// count_replayed_step counts again: at a replay .grad may be unset on the host (an eager step in between
+  /// released it) while the graph still steps them.
+  const std::vector<at::Tensor>& captured_params() const { return captured_params_; }
+  /// Called by the step for each parameter it steps (recorded once, see captured_params).
+  void stepping(const at::Tensor& param) {
+    if (recording_) captured_params_.push_back(param);
+  }
+  /// Called at the end of each step.
+  void stepped() { recording_ = false; }
 
  private:
   struct Entry {
     at::Tensor count;
     int64_t holds = -1;
   };
+  struct Rate {
+    at::Tensor value;
+    double holds = 0.0;
+  };
   std::unordered_map<const void*, Entry> entries_;
+  bool device_lr_ = false;
+  bool recording_ = false;
+  std::vector<at::Tensor> captured_params_;
+  std::map<std::pair<size_t, std::string>, Rate> rates_;  // (group, device) -> rate
+  Rate& rate(size_t group, const c10::Device& device, double value);
 };
+
+/// Why ATen's kernel cannot run `groups`' next step inside a CUDA graph capture ("" when it can): each
+/// parameter on a GPU, strided and floating, no amsgrad, and a LibTorch with kAtenHasTensorLr (and
+/// kAtenHasFusedAdamW where `decoupled`). Gradients need not exist yet.
+std::string aten_capture_refusal(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                                 bool decoupled);
+
+/// After a replay of a captured step: what step_all did on the host while capturing (each parameter it
+/// stepped, DeviceSteps::captured_params: its state's step + 1, its device count recorded as holding it),
+/// done again.
+void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled);
 
 /// Whether ATen's kernel takes every parameter with a gradient (and there is one): all on a device other
 /// than the CPU (`any_device` admits the CPU too, where kAtenFusedAdamRunsOnCpu: how tests reach this

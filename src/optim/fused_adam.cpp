@@ -263,6 +263,34 @@ torch::Tensor FusedAdam::step(LossClosure closure) {
   return loss;
 }
 
+std::string FusedAdam::capture_refusal() const {
+  return detail::aten_capture_refusal(param_groups_, /*decoupled=*/false);
+}
+
+void FusedAdam::before_replay() {
+  if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
+  device_steps_->use_device_lr(param_groups_);
+}
+
+void FusedAdam::after_replay() {
+  TORCH_CHECK(device_steps_, "FusedAdam::after_replay() before any before_replay()");
+  detail::count_replayed_step(state_, *device_steps_, /*decoupled=*/false);
+}
+
+std::string FusedAdamW::capture_refusal() const {
+  return detail::aten_capture_refusal(param_groups_, /*decoupled=*/true);
+}
+
+void FusedAdamW::before_replay() {
+  if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
+  device_steps_->use_device_lr(param_groups_);
+}
+
+void FusedAdamW::after_replay() {
+  TORCH_CHECK(device_steps_, "FusedAdamW::after_replay() before any before_replay()");
+  detail::count_replayed_step(state_, *device_steps_, /*decoupled=*/true);
+}
+
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::Tensor loss = run_closure(closure);
   if (stepped_by_aten(param_groups_, state_, device_steps_, /*decoupled=*/true)) return loss;

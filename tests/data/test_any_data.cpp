@@ -88,6 +88,33 @@ TEST(BatchTraits, PinningIsOptional) {
   EXPECT_TRUE(at::equal(same.x, at::ones({2})));
 }
 
+// A CUDA graph step's static input (cuda_graphs): batch_copy_into copies a batch into another's tensors
+// when every shape and dtype matches, and copies nothing when one differs (an epoch's shorter last batch)
+// or the type lists no tensors.
+TEST(BatchTraits, CopyIntoTheStaticBatchOnlyWhenShapesMatch) {
+  const Batch into{at::zeros({2, 1, 2, 2}), at::zeros({2}, at::kLong)};
+  const Batch from{at::ones({2, 1, 2, 2}), at::full({2}, 7, at::kLong)};
+  EXPECT_TRUE(batch_copy_into(into, from));
+  EXPECT_TRUE(at::equal(into.data, from.data));
+  EXPECT_TRUE(at::equal(into.target, from.target));
+  const Batch shorter{at::full({1, 1, 2, 2}, 3.0f), at::full({1}, 3, at::kLong)};
+  EXPECT_FALSE(batch_copy_into(into, shorter));
+  EXPECT_TRUE(at::equal(into.data, from.data)) << "a refused copy changed the static batch";
+  const Batch other_dtype{at::ones({2, 1, 2, 2}, at::kDouble), at::zeros({2}, at::kLong)};
+  EXPECT_FALSE(batch_copy_into(into, other_dtype));
+  const auto tuple_into = std::make_tuple(at::zeros({3}), at::zeros({3, 2}));
+  EXPECT_TRUE(batch_copy_into(tuple_into, std::make_tuple(at::ones({3}), at::ones({3, 2}))));
+  EXPECT_TRUE(at::equal(std::get<1>(tuple_into), at::ones({3, 2})));
+  const torch::data::Example<> example_into{at::zeros({2, 3}), at::zeros({2})};
+  EXPECT_TRUE(batch_copy_into(example_into, torch::data::Example<>{at::ones({2, 3}), at::ones({2})}));
+  EXPECT_TRUE(at::equal(example_into.target, at::ones({2})));
+  static_assert(can_list_tensors<Batch>::value && can_list_tensors<std::vector<at::Tensor>>::value &&
+                !can_list_tensors<NoPin>::value);
+  const NoPin none{at::zeros({2})};
+  EXPECT_FALSE(batch_copy_into(none, NoPin{at::ones({2})}));
+  EXPECT_TRUE(at::equal(none.x, at::zeros({2})));
+}
+
 // DeviceImageDataset on the CPU (the logic is the device's): a batch holds exactly the bytes ImageDataset
 // builds for the same indices, and augmentation is refused.
 TEST(DeviceImageDataset, BatchesHoldTheLoadersBytes) {

@@ -186,6 +186,50 @@ TEST(AtenFusedAdam, EqualsTorchAdamAndAdamWToFloatRounding) {
   expect_like_torch<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-2).weight_decay(1e-2), true);
 }
 
+// What a CUDA graph of the step needs (GraphCapturable), here on the CPU kernel: with the rate on the device
+// (use_device_lr) the steps equal those with the rate as a number, also when the rate changes between
+// steps; and count_replayed_step counts the parameters of the step after use_device_lr (the captured one)
+// even when .grad was released since, as a replay leaves it.
+TEST(AtenFusedAdam, DeviceRateAndReplayedCountsFollowTheHost) {
+  if (!detail::kAtenFusedAdamRunsOnCpu || !detail::kAtenHasTensorLr)
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no CPU kernel of _fused_adam_ (2.4 and later)";
+  auto a = make_params(3);
+  auto b = clones(a);
+  torch::optim::Adam number(a, torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam device_rate(b, torch::optim::AdamOptions(1e-2));
+  detail::DeviceSteps number_steps, rate_steps;
+  torch::manual_seed(8);
+  auto step_both = [&](double lr) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const at::Tensor g = torch::randn(a[i].sizes());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    number.param_groups()[0].options().set_lr(lr);
+    device_rate.param_groups()[0].options().set_lr(lr);
+    detail::aten_fused_adam_step(number.param_groups(), number.state(), number_steps, false);
+    detail::aten_fused_adam_step(device_rate.param_groups(), device_rate.state(), rate_steps, false);
+  };
+  step_both(1e-2);
+  rate_steps.use_device_lr(device_rate.param_groups());
+  EXPECT_TRUE(rate_steps.captured_params().empty());
+  for (double lr : {1e-2, 5e-3, 2e-3}) step_both(lr);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << "parameter " << i;
+  const at::Tensor* rate = rate_steps.lr(0, c10::Device(c10::kCPU), 2e-3);
+  ASSERT_NE(rate, nullptr);
+  EXPECT_FLOAT_EQ(rate->item<float>(), 2e-3f);
+  // Only the step after use_device_lr was recorded, with every parameter.
+  ASSERT_EQ(rate_steps.captured_params().size(), b.size());
+  for (auto& p : b) p.mutable_grad() = at::Tensor();
+  detail::count_replayed_step(device_rate.state(), rate_steps, false);
+  for (const auto& p : b) {
+    const auto& s = static_cast<torch::optim::AdamParamState&>(
+        *device_rate.state().at(detail::param_state_key(p)));
+    EXPECT_EQ(s.step(), 5);  // 4 steps, 1 replay
+  }
+}
+
 TEST(AtenFusedAdam, TakesOnlyWhatItsKernelTakes) {
   auto params = make_params(1);
   for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);

@@ -29,6 +29,8 @@ struct Batch {
 /// Optionally a third, `static B pin(const B&)`: the batch in pinned (page-locked) host memory, which the
 /// loader's workers call when LoaderOptions::pin_memory is on (training on a GPU), so that the copy to the
 /// device is asynchronous. The built-in types have it; a type without it is copied from pageable memory.
+/// And a fourth, `static std::vector<at::Tensor> tensors(const B&)`: the batch's tensors (handles to them,
+/// not copies), which a CUDA graph step needs to copy each batch into its static input (cuda_graphs).
 ///
 /// A batch type of your own specialises it (two static functions), for example:
 ///   struct TokenBatch { at::Tensor tokens, next; };
@@ -71,6 +73,7 @@ struct BatchTraits<Batch> {
     return {detail::moved(batch.data, device), detail::moved(batch.target, device)};
   }
   static Batch pin(const Batch& batch) { return {detail::pinned(batch.data), detail::pinned(batch.target)}; }
+  static std::vector<at::Tensor> tensors(const Batch& batch) { return {batch.data, batch.target}; }
 };
 
 template <>
@@ -80,6 +83,7 @@ struct BatchTraits<at::Tensor> {
     return detail::moved(batch, device);
   }
   static at::Tensor pin(const at::Tensor& batch) { return detail::pinned(batch); }
+  static std::vector<at::Tensor> tensors(const at::Tensor& batch) { return {batch}; }
 };
 
 template <>
@@ -100,6 +104,7 @@ struct BatchTraits<std::vector<at::Tensor>> {
     for (const at::Tensor& t : batch) out.push_back(detail::pinned(t));
     return out;
   }
+  static std::vector<at::Tensor> tensors(const std::vector<at::Tensor>& batch) { return batch; }
 };
 
 template <typename... Ts>
@@ -112,6 +117,9 @@ struct BatchTraits<std::tuple<Ts...>, std::enable_if_t<(std::is_same_v<Ts, at::T
   }
   static std::tuple<Ts...> pin(const std::tuple<Ts...>& batch) {
     return std::apply([](const auto&... t) { return std::tuple<Ts...>(detail::pinned(t)...); }, batch);
+  }
+  static std::vector<at::Tensor> tensors(const std::tuple<Ts...>& batch) {
+    return std::apply([](const auto&... t) { return std::vector<at::Tensor>{t...}; }, batch);
   }
 };
 
@@ -127,6 +135,9 @@ struct BatchTraits<std::pair<at::Tensor, at::Tensor>> {
   static std::pair<at::Tensor, at::Tensor> pin(const std::pair<at::Tensor, at::Tensor>& batch) {
     return {detail::pinned(batch.first), detail::pinned(batch.second)};
   }
+  static std::vector<at::Tensor> tensors(const std::pair<at::Tensor, at::Tensor>& batch) {
+    return {batch.first, batch.second};
+  }
 };
 
 /// LibTorch's torch::data::Example<> (data and target), as its Stack<> transform makes it.
@@ -140,6 +151,7 @@ struct BatchTraits<torch::data::Example<at::Tensor, at::Tensor>> {
   static Example pin(const Example& batch) {
     return {detail::pinned(batch.data), detail::pinned(batch.target)};
   }
+  static std::vector<at::Tensor> tensors(const Example& batch) { return {batch.data, batch.target}; }
 };
 
 /// torch::data::Example<at::Tensor, NoTarget> (TensorExample).
@@ -151,6 +163,7 @@ struct BatchTraits<torch::data::Example<at::Tensor, torch::data::example::NoTarg
     return Example(detail::moved(batch.data, device));
   }
   static Example pin(const Example& batch) { return Example(detail::pinned(batch.data)); }
+  static std::vector<at::Tensor> tensors(const Example& batch) { return {batch.data}; }
 };
 
 /// The number of samples in `batch` (BatchTraits<B>::size).
@@ -178,6 +191,36 @@ B batch_pin(const B& batch) {
     return BatchTraits<B>::pin(batch);
   } else {
     return batch;
+  }
+}
+
+/// Whether BatchTraits<B> has tensors().
+template <typename B, typename = void>
+struct can_list_tensors : std::false_type {};
+template <typename B>
+struct can_list_tensors<B, std::void_t<decltype(BatchTraits<B>::tensors(std::declval<const B&>()))>>
+    : std::true_type {};
+
+/// Copies `from` into the tensors of `into` (BatchTraits<B>::tensors), on into's device and without
+/// blocking the host, when every tensor has the same shape and dtype; returns whether it did (false:
+/// nothing copied, e.g. an epoch's shorter last batch, or a B without tensors()).
+template <typename B>
+bool batch_copy_into(const B& into, const B& from) {
+  if constexpr (can_list_tensors<B>::value) {
+    const std::vector<at::Tensor> to = BatchTraits<B>::tensors(into);
+    const std::vector<at::Tensor> in = BatchTraits<B>::tensors(from);
+    if (to.size() != in.size()) return false;
+    for (size_t i = 0; i < to.size(); ++i) {
+      if (to[i].defined() != in[i].defined()) return false;
+      if (to[i].defined() && (to[i].sizes() != in[i].sizes() || to[i].scalar_type() != in[i].scalar_type()))
+        return false;
+    }
+    for (size_t i = 0; i < to.size(); ++i) {
+      if (to[i].defined()) const_cast<at::Tensor&>(to[i]).copy_(in[i], /*non_blocking=*/true);
+    }
+    return true;
+  } else {
+    return false;
   }
 }
 

@@ -63,6 +63,12 @@ class AnyShardLoader {
   virtual int64_t samples(const void* batch) const = 0;
   /// A batch this loader returned, on `device`.
   virtual AnyBatch to_device(const AnyBatch& batch, const c10::Device& device) const = 0;
+  /// Copies batch `from` into batch `into` (both this loader's, on one device) when their tensors have the
+  /// same shapes and dtypes (data::batch_copy_into); false when not, or when the batch type has no
+  /// BatchTraits::tensors.
+  virtual bool copy_into(const AnyBatch& into, const AnyBatch& from) const = 0;
+  /// Whether the batch type lists its tensors (BatchTraits::tensors): what copy_into needs.
+  virtual bool lists_tensors() const = 0;
   /// From the next epoch on, batches are built in pinned host memory (LoaderCore::pin_with): for a GPU.
   virtual void pin_memory() = 0;
   virtual const LoaderOptions& options() const = 0;
@@ -113,6 +119,10 @@ class ShardLoader : public detail::AnyShardLoader {
   detail::AnyBatch to_device(const detail::AnyBatch& batch, const c10::Device& device) const override {
     return std::make_shared<B>(batch_to(*static_cast<const B*>(batch.get()), device));
   }
+  bool copy_into(const detail::AnyBatch& into, const detail::AnyBatch& from) const override {
+    return batch_copy_into(*static_cast<const B*>(into.get()), *static_cast<const B*>(from.get()));
+  }
+  bool lists_tensors() const override { return can_list_tensors<B>::value; }
 };
 
 namespace detail {

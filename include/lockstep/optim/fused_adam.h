@@ -1,9 +1,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+
+#include "lockstep/optim/graph_capturable.h"
 
 namespace lockstep::optim {
 namespace detail {
@@ -30,14 +33,19 @@ class DeviceSteps;
 /// non-contiguous tensors, or a CPU without AVX2 and FMA; parameters on several kinds of device) runs
 /// torch's own step instead.
 ///
+/// On a GPU its step can be captured in a CUDA graph (GraphCapturable; LibTorch 2.4 and later).
+///
 /// Example:
 ///   lockstep::optim::FusedAdam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
 ///   loss.backward();
 ///   optimizer.step();
-class FusedAdam : public torch::optim::Adam {
+class FusedAdam : public torch::optim::Adam, public GraphCapturable {
  public:
   using torch::optim::Adam::Adam;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  std::string capture_refusal() const override;
+  void before_replay() override;
+  void after_replay() override;
 
  private:
   at::Tensor sqrt_scratch_;  // ATen's sqrt of exp_avg_sq, where it is not the exact one (MKL's)
@@ -45,10 +53,13 @@ class FusedAdam : public torch::optim::Adam {
 };
 
 /// torch::optim::AdamW (decoupled weight decay) with FusedAdam's one-pass update.
-class FusedAdamW : public torch::optim::AdamW {
+class FusedAdamW : public torch::optim::AdamW, public GraphCapturable {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  std::string capture_refusal() const override;
+  void before_replay() override;
+  void after_replay() override;
 
  private:
   at::Tensor sqrt_scratch_;  // as FusedAdam's

@@ -59,10 +59,22 @@ LoggedMetrics LoggedMetrics::from_json(const std::string& text) {
   return metrics;
 }
 
+namespace {
+
+double log_weight(const LogOptions& options, int64_t batch_size) {
+  const int64_t weight = options.batch_size() > 0 ? options.batch_size() : batch_size;
+  return static_cast<double>(weight > 0 ? weight : 1);
+}
+
+}  // namespace
+
 void TrainModuleBase::log(const std::string& name, double value, const LogOptions& options) {
-  const int64_t weight = options.batch_size() > 0 ? options.batch_size() : batch_size_;
-  logged_.add(name, value, static_cast<double>(weight > 0 ? weight : 1), options.sync_dist(),
-              options.prog_bar());
+  const double weight = log_weight(options, batch_size_);
+  if (captured_logs_) {
+    captured_logs_->push_back({name, at::Tensor(), value, weight, options.sync_dist(), options.prog_bar()});
+    return;
+  }
+  logged_.add(name, value, weight, options.sync_dist(), options.prog_bar());
 }
 
 void TrainModuleBase::log(const std::string& name, const at::Tensor& value, const LogOptions& options) {
@@ -71,6 +83,11 @@ void TrainModuleBase::log(const std::string& name, const at::Tensor& value, cons
         "log('" + name + "'): expected a scalar tensor, got " +
         (value.defined() ? std::to_string(value.numel()) + " elements" : "an undefined tensor") +
         " (log a mean, or .item() of one element)");
+  }
+  if (captured_logs_) {  // a CUDA graph is being captured: no reading on the host
+    captured_logs_->push_back({name, value.detach(), 0.0, log_weight(options, batch_size_),
+                               options.sync_dist(), options.prog_bar()});
+    return;
   }
   log(name, value.detach().item<double>(), options);
 }

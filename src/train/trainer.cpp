@@ -131,6 +131,7 @@ void Trainer::save_checkpoint(const std::string& path) {
           paths[r] + "': callbacks must decide from callback_metrics() only (the same on every rank)");
     }
   }
+  run.flush_graph_logs();  // what replays of a CUDA graph logged, into the table
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
       group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());

@@ -111,6 +111,11 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
     print_line("logging (" + options.logger() + ") to " + dir);
   }
   choose_device();
+  // cuda_graphs: the capture stream is current from here on, before DDP holds the parameters' gradient
+  // accumulators (autograd runs each on the stream current when it was made; the default stream inside
+  // a capture is an error). Whether the step is then captured is decided in setup_graph().
+  if (options.cuda_graphs() && StepGraph::unavailable(device_).empty())
+    graph_ = std::make_unique<StepGraph>(device_);
   connect();
   setup_data(data);
   setup_model();
@@ -274,6 +279,7 @@ TrainerResult Trainer::Run::fit() {
   // A preemption notice becomes a checkpoint at the next step, agreed by all ranks; only where there is
   // somewhere to write it.
   preemption_ = std::make_unique<PreemptionHandlers>(!last_ckpt_.empty());
+  setup_graph();
   for (const auto& callback : options.callbacks()) callback->on_fit_start(trainer);
   position = start_;
   for (int64_t e = start_.epoch; e < options.max_epochs() && !max_steps_reached_ && !stop_requested; ++e) {
@@ -327,13 +333,14 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     ended = training.planned >= 0 ? b + 1 == training.planned : train_loader_->at_last();
     const bool steps_now = (b + 1) % accumulate == 0 || ended;
     const int64_t samples = train_loader_->samples(batch.get());
-    const double batch_loss = train_batch(batch.get(), samples, b, steps_now);
+    const std::optional<double> replayed = graph_step(batch, b);  // cuda_graphs (trainer_graph.cpp)
+    const double batch_loss = replayed ? *replayed : train_batch(batch.get(), samples, b, steps_now);
     training.samples += samples;
     module->logged_.samples += samples;
     training.batches = b + 1;
     mid_accumulation = !steps_now;
-    bool stepped = false;
-    if (steps_now) stepped = step(b);
+    bool stepped = replayed.has_value();
+    if (steps_now && !replayed) stepped = step(b);
     step_timer_.end(StepPhase::kOptimizer);
     position.batch = b + 1;
     if (steps_now) step_boundary(b, stepped, batch_loss);
@@ -418,18 +425,22 @@ bool Trainer::Run::step(int64_t b) {
       torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
     }
   }
-  if (optim.lr_schedule) {
-    lr = optim.lr_schedule->at(position.step);
-    set_lr(optimizer, lr);
-  } else {
-    lr = trainer.learning_rates().at(0);
-  }
+  apply_lr();
   scaler.step(optimizer);
   scaler.update();
   optimizer.zero_grad();
   ++position.step;
   module->step_ = position.step;
   return true;
+}
+
+void Trainer::Run::apply_lr() {
+  if (optim.lr_schedule) {
+    lr = optim.lr_schedule->at(position.step);
+    set_lr(*optim.optimizer, lr);
+  } else {
+    lr = trainer.learning_rates().at(0);
+  }
 }
 
 void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
@@ -502,6 +513,7 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
 
 EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training,
                                         const Validation& validation) {
+  flush_graph_logs();
   const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds,
                                validation.seconds,      peak_rss_mb(),      model_state_mb(),
                                peak_device_mb(device_)};
@@ -519,7 +531,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.peak_rss_mb = reduced.peak_rss_mb;
   m.model_state_mb = reduced.model_state_mb;
   if (device_.is_cuda()) m.peak_cuda_mb = reduced.peak_cuda_mb;
-  if (options.breakdown_every_n_batches() > 0)
+  if (options.breakdown_every_n_batches() > 0 && !graph_on_)  // the same on every rank
     m.breakdown = make_breakdown(detail::gather_phase_times(*group, step_timer_.take()));
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
@@ -573,6 +585,7 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
 }
 
 TrainerResult Trainer::Run::finish() {
+  graph_.reset();  // its stream finishes; the default one is current again
   result_.global_step = position.step;
   if (result_.preempted) {
     if (owned_group) owned_group->shutdown();

@@ -13,6 +13,7 @@
 #include "lockstep/log/logger.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
+#include "lockstep/train/cuda_graph.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/progress_bar.h"
@@ -81,6 +82,10 @@ struct Trainer::Run {
 
   /// What synchronises the gradients (ddp's reducer, or FSDP's).
   ddp::GradientSync& gradient_sync();
+  /// What replays of the CUDA graph step logged since the last call, added to module->logged_ (a read of
+  /// the device: at epoch ends and checkpoints). Throws, as train_batch does, when the loss summed there
+  /// is not finite. Nothing without a graph.
+  void flush_graph_logs();
   /// With fsdp, every parameter whole for the scope (a collective: every rank; shard::FullParameters),
   /// then released again, keeping what was loaded into them. Without fsdp, nothing.
   shard::FullParameters whole_parameters() const;
@@ -116,6 +121,21 @@ struct Trainer::Run {
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved, const std::string& path);
   void load_shards(const std::vector<std::string>& shards);
+
+  // ---- cuda_graphs (trainer_graph.cpp) ----
+  /// Why the step is not captured in a CUDA graph here ("" when it is; TrainerOptions::cuda_graphs).
+  std::string graph_refusal() const;
+  /// With cuda_graphs: the step is captured from the warm-up's end on, or a line says why not.
+  void setup_graph();
+  /// Batch `b` as the graph's step: captured (the first batch after the warm-up steps) and replayed, or
+  /// replayed; returns the last loss read on the host (at the step records). std::nullopt: run it
+  /// eagerly (warm-up, a batch of another shape, no graph).
+  std::optional<double> graph_step(const data::detail::AnyBatch& batch, int64_t b);
+  /// The learning rate of the step about to run (the schedule's), set on the optimizer.
+  void apply_lr();
+  void capture_step(const data::detail::AnyBatch& batch, int64_t b);
+  /// After each replay: what training_step logged while captured, added on the device.
+  void accumulate_graph_logs();
 
   EpochTraining train_epoch(int64_t epoch);
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
@@ -153,6 +173,23 @@ struct Trainer::Run {
   int preempted_by_ = 0;
   StepTimer step_timer_;        // the step breakdown's sampled batches (breakdown_every_n_batches)
   bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
+  // cuda_graphs: the graph, the eager steps before its capture, its static input and loss, what
+  // training_step logged while captured (summed on the device since the last flush)
+  struct GraphLog {
+    TrainModuleBase::CapturedLog log;
+    at::Tensor sum;         // float64 on the device: log(name, tensor)'s weighted values
+    double host_sum = 0.0;  // log(name, double)'s
+    double weight = 0.0;
+  };
+  std::unique_ptr<StepGraph> graph_;  // with cuda_graphs on a GPU: its stream is current
+  bool graph_on_ = false;             // the step is captured (setup_graph)
+  int64_t graph_warmup_left_ = 0;
+  data::detail::AnyBatch static_batch_;
+  at::Tensor static_loss_;
+  at::Tensor graph_loss_sum_;  // the replays' losses since the last flush, summed by the graph itself
+  std::vector<GraphLog> graph_logs_;
+  int64_t graph_loss_batches_ = 0;  // replays since the last flush
+  double graph_last_loss_ = 0.0;    // the last loss read on the host (step records)
   LoggedMetrics logged_before_;
   bool max_steps_reached_ = false;
   ProgressBar bar_;

@@ -324,6 +324,18 @@ TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
   }
 }
 
+TEST(GpuFlagsTest, CudaGraphsReachesTheTrainerOptionsOffByDefault) {
+  const Parsed off = parse({});
+  ASSERT_EQ(off.status, -1) << off.error;
+  EXPECT_FALSE(off.config.trainer.cuda_graphs());
+  for (const char* flag : {"--cuda-graphs", "--cuda_graphs"}) {
+    const Parsed on = parse({flag});
+    ASSERT_EQ(on.status, -1) << on.error;
+    EXPECT_TRUE(on.config.trainer.cuda_graphs()) << flag;
+  }
+  EXPECT_NE(parse({"--help"}).out.find("--cuda-graphs"), std::string::npos);
+}
+
 TEST(FitHelpTest, ListsTheConfigAndLrFlags) {
   const Parsed p = parse({"--help"});
   EXPECT_EQ(p.status, 0);

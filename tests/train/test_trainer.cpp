@@ -410,6 +410,38 @@ TEST(Trainer, ResumingAtAnEpochsLastBatchReportsThatEpochAsTheUninterruptedRun) 
   std::filesystem::remove_all(dir);
 }
 
+// cuda_graphs where the step cannot be captured (the CPU here; on a GPU: tests/cuda) runs every step
+// eagerly, training what it trains without the option, after one line from rank 0 saying why.
+TEST(Trainer, CudaGraphsOnTheCpuRunEagerlySayingWhy) {
+  auto data = toy_data(48);
+  auto train = [&](bool graphs, std::string* printed) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::FILE* out = std::tmpfile();
+    auto group = comm::init_process_group(lockstep::testing::thread_group_options(0, 1, store, "graphs"));
+    auto module = std::make_shared<Toy>();
+    ToyData toy(data, 12);
+    Trainer trainer(thread_options(group, out).max_epochs(2).seed(5).cuda_graphs(graphs));
+    const TrainerResult result = trainer.fit(module, toy);
+    group.shutdown();
+    EXPECT_EQ(result.graph_replays, 0);
+    std::rewind(out);
+    char line[512];
+    while (std::fgets(line, sizeof line, out)) *printed += line;
+    std::fclose(out);
+    std::vector<at::Tensor> params;
+    for (const auto& p : module->parameters()) params.push_back(p.detach().clone());
+    return params;
+  };
+  std::string with, without;
+  const auto graphs = train(true, &with);
+  expect_close(graphs, train(false, &without));
+  EXPECT_NE(with.find("cuda graphs: off, every step runs eagerly: "), std::string::npos) << with;
+  EXPECT_TRUE(with.find("not on a GPU") != std::string::npos ||
+              with.find("without CUDA") != std::string::npos)
+      << with;
+  EXPECT_EQ(without.find("cuda graphs"), std::string::npos) << without;
+}
+
 TEST(TrainerOptions, BadValuesNameTheOption) {
   EXPECT_THROW(TrainerOptions().accumulate_grad_batches(0).validate(), std::invalid_argument);
   EXPECT_THROW(parse_precision("fp8"), std::invalid_argument);

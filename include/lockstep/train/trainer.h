@@ -40,6 +40,7 @@ struct TrainerResult {
   int64_t global_step = 0;
   bool stopped_early = false;  ///< a callback (or max_steps) ended the run before max_epochs
   int64_t skipped_steps = 0;   ///< optimizer steps skipped for a non-finite loss (on_nan "skip")
+  int64_t graph_replays = 0;   ///< steps run by replaying the CUDA graph (cuda_graphs), this rank's
   std::string stop_reason;
   /// A preemption notice (SIGUSR1 or SIGTERM, to any rank) stopped the run at a step boundary after
   /// last.ckpt was written on every rank's behalf; no final weights. Exit with kPreemptedExitStatus.

@@ -115,6 +115,17 @@ class TrainerOptions {
   /// rank > 20% slower than the others is named. 0 = off. On a GPU a sampled batch waits for the device at
   /// each phase boundary.
   LOCKSTEP_OPTION(TrainerOptions, int64_t, breakdown_every_n_batches)
+  /// On a GPU, capture the training step (forward, backward, DDP's all-reduce, the optimizer) in a CUDA
+  /// graph after a few eager steps and replay it for every batch of the same shape (cuda_graph.h); a
+  /// batch of another shape (an epoch's shorter last one) runs eagerly. Where the step cannot be
+  /// captured it is not, with one line saying why: not on a GPU; strategy other than ddp; a backend
+  /// other than nccl; accumulate_grad_batches > 1; gradient_clip_val; precision other than 32; on_nan
+  /// skip; an optimizer that is not GraphCapturable (optim::FusedAdam and FusedAdamW are); a batch type
+  /// without BatchTraits::tensors. Under a graph, training_step runs only at capture (what it logs is
+  /// accumulated on the device at each replay), the loss is read on the host only for the step records
+  /// (log_every_n_steps) and the epoch's mean (a non-finite loss is found there), and the step
+  /// breakdown is off. Default off.
+  LOCKSTEP_OPTION(TrainerOptions, bool, cuda_graphs)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)
   LOCKSTEP_OPTION(TrainerOptions, bool, progress_bar)
@@ -180,6 +191,7 @@ class TrainerOptions {
   std::string default_root_dir_ = ".";
   Hparams hparams_;
   int64_t breakdown_every_n_batches_ = 10;
+  bool cuda_graphs_ = false;
   bool save_final_weights_ = true;
   bool progress_bar_ = false;
   std::FILE* out_ = stdout;

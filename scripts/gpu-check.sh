@@ -86,6 +86,23 @@ for f in fit_gpu fit_dev fit_two fit_fp16 fit_bf16; do
   [ -s "$out/$f.jsonl" ] && note "  $f: val_acc $(last_acc "$out/$f.jsonl"), epoch_s (median after the first) $(epoch_s "$out/$f.jsonl"), $(grep -o '"peak_cuda_mb": *[0-9.e+-]*' "$out/$f.jsonl" | tail -1)"
 done
 
+# Two GPUs or more (the lent machines so far have one): NCCL between two ranks, each on its GPU. 2 x batch 32
+# trains what 1 x 64 trains; with --cuda-graphs too; a rank that hangs after step 3 is named by rank 0 within
+# the collective timeout (--collective-timeout 20), and the job ends instead of hanging.
+gpus=$(grep -c '^GPU ' "$out/gpus.txt")
+if [ "$gpus" -ge 2 ]; then
+  step nccl_two_gpus exact --devices 2 --batch-size 32 --ckpt-dir "$out/nccl2" --metrics-file "$out/fit_nccl2.jsonl"
+  step nccl_two_gpus_equal_one python3 tests/e2e/compare_safetensors.py --close "$out/nccl2/final.safetensors" "$out/one/final.safetensors"
+  step nccl_two_gpus_graphs exact --devices 2 --batch-size 32 --cuda-graphs --ckpt-dir "$out/nccl2g"
+  step nccl_two_gpus_graphs_equal_one python3 tests/e2e/compare_safetensors.py --close "$out/nccl2g/final.safetensors" "$out/one/final.safetensors"
+  hang() { ! LOCKSTEP_FAULT=1:3:hang timeout 120 "$lockstep" fit --data-dir "$data" --model mlp --progress off \
+      --accelerator gpu --devices 2 --max-epochs 1 --collective-timeout 20 && grep -q "rank 1" "$out/nccl_timeout_names_rank.log"; }
+  export -f hang
+  step nccl_timeout_names_rank hang
+else
+  note "NCCL between two GPUs: not run ($gpus GPU visible; it needs 2)"
+fi
+
 # W1: the bare LibTorch loop on the GPU (data there, randperm, index_select; LibTorch's Adam, the issue's
 # baseline, and lockstep's FusedAdam), then lockstep fit, in one run.
 for o in torch fused; do

@@ -1,11 +1,12 @@
 #include "bench_temp_dir.h"
 
+#include <ftw.h>
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
-#include <system_error>
 
 namespace lockstep::cli {
 
@@ -19,9 +20,12 @@ BenchTempDir::BenchTempDir() {
   path_ = pattern;
 }
 
+// rm -r with nftw: PyPI's libtorch.so (2.11) exports a copy of std::filesystem::remove_all that crashes
+// when a binary linked against it binds to it (docs/gpu.md).
 BenchTempDir::~BenchTempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  ::nftw(
+      path_.c_str(), [](const char* name, const struct stat*, int, struct FTW*) { return ::remove(name); },
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace lockstep::cli

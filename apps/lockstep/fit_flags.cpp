@@ -252,10 +252,11 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
   app.add_flag_function(
       "--cuda-graphs,--cuda_graphs", [&t](int64_t count) { t.cuda_graphs(count > 0); },
       "On a GPU: capture the training step (forward, backward, all-reduce, optimizer) in a CUDA\n"
-      "graph after 3 eager steps and replay it for every batch of the same shape (--precision 32,\n"
-      "--strategy ddp over nccl, adam or adamw, no --gradient-clip-val or --accumulate-grad-batches;\n"
-      "otherwise the step runs eagerly and a line says why). The loss is read on the host only for the\n"
-      "step records and the epoch mean; the step breakdown is off");
+      "graph after 3 eager steps and replay it for every batch of the same shape (LibTorch 2.4+,\n"
+      "--precision 32, --strategy ddp over nccl, adam or adamw, no --gradient-clip-val,\n"
+      "--accumulate-grad-batches or --on-nan skip; otherwise the step runs eagerly and a line says\n"
+      "why). The loss is read on the host only for the step records and the epoch mean; the step\n"
+      "breakdown is off");
   add_trainer_flag<int64_t>(
       app, "--breakdown-every-n-batches",
       "Time data, forward, backward, exposed all-reduce and optimizer on every N-th batch of\n"

@@ -17,8 +17,9 @@ c10::intrusive_ptr<NativeBackend> make_nccl(const c10::intrusive_ptr<c10d::Store
                                             const ProcessGroupOptions& options);
 /// Whether make_nccl can make a group (lockstep was built with NCCL's headers against a CUDA LibTorch).
 bool nccl_available();
-/// Ends an nccl backend's communicators in order (ProcessGroupNCCL::shutdown), before it is destroyed:
-/// LibTorch 2.x warns of a group destroyed without it. Nothing for another backend or in the stub.
+/// Ends an nccl backend's communicators in order (ProcessGroupNCCL::shutdown, LibTorch 2.4 and later),
+/// before it is destroyed: LibTorch 2.x warns of a group destroyed without it. It waits for the
+/// collectives in flight: only for a clean end. Nothing for another backend or in the stub.
 void shutdown_nccl(NativeBackend& backend);
 /// Whether this thread's current CUDA stream is capturing a CUDA graph (false without CUDA): a collective
 /// issued then only joins the graph, runs at each replay, and is not watched for the collective timeout.

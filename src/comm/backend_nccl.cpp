@@ -21,7 +21,7 @@ bool nccl_available() {
 }
 
 void shutdown_nccl(NativeBackend& backend) {
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->shutdown();
 #else
   (void)backend;

@@ -126,13 +126,6 @@ void ProcessGroup::release_backend() {
     (void)host_.release();
   }
   progress_.reset();
-  if (backend_ && backend() == Backend::kNccl) {
-    try {
-      detail::shutdown_nccl(*backend_);
-    } catch (const std::exception&) {
-      // A broken communicator: destroying it below is all that is left to do.
-    }
-  }
   native_.reset();
   backend_.reset();
   host_.reset();
@@ -376,6 +369,15 @@ void ProcessGroup::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (progress_) progress_->stop();
+  // The clean end only (not the destructor, which may run while an exception unwinds: NCCL's shutdown
+  // waits for the collectives in flight, and a peer that is gone would hold it forever).
+  if (backend_ && backend() == Backend::kNccl && !(progress_ && progress_->abandoned())) {
+    try {
+      detail::shutdown_nccl(*backend_);
+    } catch (const std::exception&) {
+      // A broken communicator: destroying it (release_backend) is all that is left to do.
+    }
+  }
   release_backend();
   if (job_store_) {
     // Rank 0 serves the TCPStore: it leaves last, so no rank loses the store mid-operation.

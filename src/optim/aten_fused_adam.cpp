@@ -8,6 +8,7 @@
 
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adam.h>
+#include <c10/util/Optional.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #if TORCH_VERSION_MAJOR >= 2
@@ -141,7 +142,12 @@ void DeviceSteps::use_device_lr(const std::vector<torch::optim::OptimizerParamGr
   if (!device_lr_) recording_ = true;  // the next step is the one captured
   device_lr_ = true;
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const auto& p : groups[g].params()) rate(g, p.device(), groups[g].options().get_lr());
+    c10::optional<c10::Device> last;
+    for (const auto& p : groups[g].params()) {
+      if (last == p.device()) continue;  // a group's parameters share one device, as a rule
+      last = p.device();
+      rate(g, p.device(), groups[g].options().get_lr());
+    }
   }
 }
 
@@ -166,6 +172,25 @@ std::string aten_capture_refusal(const std::vector<torch::optim::OptimizerParamG
     }
   }
   return "";
+}
+
+template <typename State>
+void fill_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+              DeviceSteps& steps) {
+  for (auto& group : groups) {
+    for (auto& p : group.params()) {
+      if (state.count(param_state_key(p)) != 0) steps.at(p, adam_state<State>(state, p).step());
+    }
+  }
+}
+
+void sync_device_steps(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                       DeviceSteps& steps, bool decoupled) {
+  if (decoupled) {
+    fill_all<torch::optim::AdamWParamState>(groups, state, steps);
+  } else {
+    fill_all<torch::optim::AdamParamState>(groups, state, steps);
+  }
 }
 
 void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled) {

@@ -105,6 +105,12 @@ std::string aten_capture_refusal(const std::vector<torch::optim::OptimizerParamG
 /// done again.
 void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled);
 
+/// Every parameter with a state: its device count made to hold the host's step now (a copy where it does
+/// not), so that the next step, if captured, fills none: a fill captured in a graph would reset the count
+/// at every replay.
+void sync_device_steps(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                       DeviceSteps& steps, bool decoupled);
+
 /// Whether ATen's kernel takes every parameter with a gradient (and there is one): all on a device other
 /// than the CPU (`any_device` admits the CPU too, where kAtenFusedAdamRunsOnCpu: how tests reach this
 /// path), strided, floating, the gradient dense and of the parameter's dtype; and no group asks for

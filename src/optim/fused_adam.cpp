@@ -269,6 +269,7 @@ std::string FusedAdam::capture_refusal() const {
 
 void FusedAdam::before_replay() {
   if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
+  detail::sync_device_steps(param_groups_, state_, *device_steps_, /*decoupled=*/false);
   device_steps_->use_device_lr(param_groups_);
 }
 
@@ -283,6 +284,7 @@ std::string FusedAdamW::capture_refusal() const {
 
 void FusedAdamW::before_replay() {
   if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
+  detail::sync_device_steps(param_groups_, state_, *device_steps_, /*decoupled=*/true);
   device_steps_->use_device_lr(param_groups_);
 }
 

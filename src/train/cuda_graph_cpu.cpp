@@ -19,12 +19,20 @@ StepGraph::StepGraph(const c10::Device& device) {
 
 StepGraph::~StepGraph() = default;
 
-void StepGraph::capture(const std::function<void()>& /*step*/) {}
+void StepGraph::capture(const std::function<void()>& /*step*/) {
+  throw std::logic_error("StepGraph::capture: " + unavailable(c10::Device(c10::kCPU)));
+}
 
-void StepGraph::replay() {}
+void StepGraph::replay() {
+  throw std::logic_error("StepGraph::replay: " + unavailable(c10::Device(c10::kCPU)));
+}
 
 bool StepGraph::captured() const {
   return false;
+}
+
+bool StepGraph::wait_for(std::chrono::milliseconds /*timeout*/) const {
+  return true;
 }
 
 }  // namespace lockstep::train

@@ -1,6 +1,11 @@
 // StepGraph where LibTorch has CUDA: at::cuda::CUDAGraph on a pool stream (cuda_graph.h).
+#include <algorithm>
+#include <chrono>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -22,10 +27,10 @@ struct StepGraph::Impl {
 
 std::string StepGraph::unavailable(const c10::Device& device) {
   if (!device.is_cuda()) return "the step runs on " + device.str() + ", not on a GPU";
-#if TORCH_VERSION_MAJOR < 2
-  return "LibTorch " TORCH_VERSION " is older than 2.0";
-#else
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   return "";
+#else
+  return "LibTorch " TORCH_VERSION " is older than 2.4";
 #endif
 }
 
@@ -37,7 +42,7 @@ StepGraph::StepGraph(const c10::Device& device) {
 }
 
 StepGraph::~StepGraph() {
-  if (impl_) impl_->stream.synchronize();
+  if (impl_ && std::uncaught_exceptions() == 0) impl_->stream.synchronize();
 }
 
 // Thread-local capture mode: other threads of the process (the rank's progress thread, NCCL's watchdog,
@@ -71,6 +76,19 @@ void StepGraph::replay() {
 
 bool StepGraph::captured() const {
   return impl_->captured;
+}
+
+bool StepGraph::wait_for(std::chrono::milliseconds timeout) const {
+  at::cuda::CUDAEvent done;
+  done.record(impl_->stream);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(50);
+  while (!done.query()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 }  // namespace lockstep::train

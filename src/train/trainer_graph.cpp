@@ -7,6 +7,11 @@
 // the captured backward writes .grad afresh instead of adding to it, and every replay computes a whole
 // step. Each later batch of the same shapes is copied into the static input and the graph replayed; one
 // of other shapes runs eagerly, with the gradients released first (a replay leaves them set).
+//
+// The host reads the device only every step_record_interval() steps (the loss of the step records, on
+// every rank alike) and at each epoch's end, each time waiting at most the collective timeout: a replayed
+// all-reduce is invisible to NCCL's watchdog and to the progress records, so this wait is what finds a
+// peer that stopped.
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
@@ -27,13 +32,15 @@ void release_gradients(torch::nn::Module& module) {
 
 }  // namespace
 
-std::string Trainer::Run::graph_refusal() const {
+std::string Trainer::Run::graph_option_refusal() const {
   std::string why = StepGraph::unavailable(device_);
   if (!why.empty()) return why;
   if (options.strategy() != Strategy::kDdp)
     return std::string("strategy ") + to_string(options.strategy()) + " (ddp only)";
-  if (group->backend() != comm::Backend::kNccl) {
-    return std::string("backend ") + comm::to_string(group->backend()) +
+  const comm::Backend backend =
+      options.process_group() ? options.process_group()->backend() : options.backend();
+  if (backend != comm::Backend::kAuto && backend != comm::Backend::kNccl) {
+    return std::string("backend ") + comm::to_string(backend) +
            " moves CUDA tensors through the host (nccl only)";
   }
   if (options.accumulate_grad_batches() > 1)
@@ -42,6 +49,16 @@ std::string Trainer::Run::graph_refusal() const {
   if (precision_ != Precision::k32)
     return std::string("precision ") + to_string(precision_) + " (32 only: autocast caches casts)";
   if (options.on_nan() == OnNan::kSkip) return "on_nan skip (each loss read on the host)";
+  return "";
+}
+
+std::string Trainer::Run::graph_refusal() const {
+  std::string why = graph_option_refusal();
+  if (!why.empty()) return why;
+  if (group->backend() != comm::Backend::kNccl) {
+    return std::string("backend ") + comm::to_string(group->backend()) +
+           " moves CUDA tensors through the host (nccl only)";
+  }
   const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(optim.optimizer.get());
   if (capturable == nullptr)
     return "the optimizer cannot be captured (optim::FusedAdam and FusedAdamW can: adam, adamw)";
@@ -58,7 +75,7 @@ void Trainer::Run::setup_graph() {
     print_line("cuda graphs: off, every step runs eagerly: " + why);
     return;
   }
-  graph_on_ = true;  // graph_ exists: graph_refusal() found this build able to capture on device_
+  graph_on_ = true;  // graph_ exists: the option-level refusals found nothing either
   graph_warmup_left_ = kWarmupSteps;
   step_timer_ = StepTimer(0, nullptr, nullptr);  // a replayed step has no phases to time
   print_line("cuda graphs: on (the step is captured after " + std::to_string(kWarmupSteps) +
@@ -94,13 +111,8 @@ std::optional<double> Trainer::Run::graph_step(const data::detail::AnyBatch& bat
   ++result_.graph_replays;
   ++position.step;
   module->step_ = position.step;
-  // The loss is read on the host only for the step records.
-  const int64_t step = position.step;
-  const int64_t logger_every = options.log_every_n_steps() > 0 ? options.log_every_n_steps() : 50;
-  const bool recorded =
-      (metrics_writer && options.log_every_n_steps() > 0 && step % options.log_every_n_steps() == 0) ||
-      (!loggers.empty() && step % logger_every == 0);
-  if (recorded) {
+  if (position.step % step_record_interval() == 0) {  // the step records' loss; every rank alike
+    wait_for_replays();
     graph_last_loss_ = static_loss_.item<double>();
     if (!std::isfinite(graph_last_loss_)) flush_graph_logs();  // throws, naming the steps
   }
@@ -111,7 +123,7 @@ void Trainer::Run::capture_step(const data::detail::AnyBatch& batch, int64_t b) 
   static_batch_ = batch;
   graph_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   release_gradients(*module);
-  std::vector<TrainModuleBase::CapturedLog> logs;
+  std::vector<detail::CapturedLog> logs;
   module->captured_logs_ = &logs;
   try {
     graph_->capture([&] {
@@ -152,8 +164,22 @@ void Trainer::Run::accumulate_graph_logs() {
   ++graph_loss_batches_;
 }
 
+void Trainer::Run::wait_for_replays() const {
+  if (!graph_on_) return;
+  const auto timeout = group->options().collective_timeout();
+  if (graph_->wait_for(timeout)) return;
+  throw std::runtime_error(
+      "lockstep: rank " + std::to_string(group->rank()) + ": the CUDA graph's steps up to step " +
+      std::to_string(position.step) + " (epoch " + std::to_string(epoch) + ") have not finished within the " +
+      "collective timeout (" + std::to_string(timeout.count() / 1000.0) +
+      " s; collective_timeout, LOCKSTEP_TIMEOUT): a replayed step's all-reduce waits for every rank, and "
+      "another rank has stopped or hangs. NCCL cannot name it for a replayed collective: run without "
+      "cuda_graphs to have the missing rank named");
+}
+
 void Trainer::Run::flush_graph_logs() {
   if (!graph_on_ || graph_loss_batches_ == 0) return;
+  wait_for_replays();
   const double loss_sum = graph_loss_sum_.item<double>();
   const int64_t batches = graph_loss_batches_;
   graph_loss_sum_.zero_();

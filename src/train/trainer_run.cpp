@@ -114,8 +114,7 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   // cuda_graphs: the capture stream is current from here on, before DDP holds the parameters' gradient
   // accumulators (autograd runs each on the stream current when it was made; the default stream inside
   // a capture is an error). Whether the step is then captured is decided in setup_graph().
-  if (options.cuda_graphs() && StepGraph::unavailable(device_).empty())
-    graph_ = std::make_unique<StepGraph>(device_);
+  if (options.cuda_graphs() && graph_option_refusal().empty()) graph_ = std::make_unique<StepGraph>(device_);
   connect();
   setup_data(data);
   setup_model();
@@ -350,6 +349,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   }
   // A stream's length is known once it ended; cut short by max_steps or preemption it stays unknown.
   if (training.planned < 0 && ended) training.planned = training.batches;
+  wait_for_replays();  // cuda_graphs: the host ran ahead of the device; the epoch ends when the GPU's does
   training.seconds = seconds_since(start);
   if (is_main_ && options.progress_bar()) bar_.finish();
   return training;
@@ -443,6 +443,10 @@ void Trainer::Run::apply_lr() {
   }
 }
 
+int64_t Trainer::Run::step_record_interval() const {
+  return options.log_every_n_steps() > 0 ? options.log_every_n_steps() : 50;
+}
+
 void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
   for (const auto& callback : options.callbacks())
     callback->on_train_step_end(trainer, BatchEnd{b, stepped, batch_loss});
@@ -451,9 +455,7 @@ void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
       step % options.log_every_n_steps() == 0) {
     metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
   }
-  // The loggers' step records: every log_every_n_steps, Lightning's 50 when that is 0.
-  const int64_t every = options.log_every_n_steps() > 0 ? options.log_every_n_steps() : 50;
-  if (!loggers.empty() && stepped && step % every == 0)
+  if (!loggers.empty() && stepped && step % step_record_interval() == 0)
     log_scalars(StepMetrics{step, epoch, b + 1, batch_loss, lr}.scalars(), step);
   max_steps_reached_ = options.max_steps() > 0 && step >= options.max_steps();
   const bool due = options.ckpt_every_n_steps() > 0 && step % options.ckpt_every_n_steps() == 0;

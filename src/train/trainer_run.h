@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -123,19 +124,23 @@ struct Trainer::Run {
   void load_shards(const std::vector<std::string>& shards);
 
   // ---- cuda_graphs (trainer_graph.cpp) ----
-  /// Why the step is not captured in a CUDA graph here ("" when it is; TrainerOptions::cuda_graphs).
+  /// Why the step is not captured in a CUDA graph ("" when it is; TrainerOptions::cuda_graphs): what the
+  /// options and the device decide (before set-up: only then does the capture stream become current),
+  /// and with the group, the optimizer and the data known.
+  std::string graph_option_refusal() const;
   std::string graph_refusal() const;
   /// With cuda_graphs: the step is captured from the warm-up's end on, or a line says why not.
   void setup_graph();
   /// Batch `b` as the graph's step: captured (the first batch after the warm-up steps) and replayed, or
-  /// replayed; returns the last loss read on the host (at the step records). std::nullopt: run it
-  /// eagerly (warm-up, a batch of another shape, no graph).
+  /// replayed; returns the last loss read on the host (at the step records; NaN before the first).
+  /// std::nullopt: run it eagerly (warm-up, a batch of another shape, no graph).
   std::optional<double> graph_step(const data::detail::AnyBatch& batch, int64_t b);
-  /// The learning rate of the step about to run (the schedule's), set on the optimizer.
-  void apply_lr();
   void capture_step(const data::detail::AnyBatch& batch, int64_t b);
   /// After each replay: what training_step logged while captured, added on the device.
   void accumulate_graph_logs();
+  /// Waits for the replays queued so far, at most the collective timeout; throws naming this rank and the
+  /// step when they have not finished (a peer stopped: see trainer_graph.cpp).
+  void wait_for_replays() const;
 
   EpochTraining train_epoch(int64_t epoch);
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
@@ -143,6 +148,10 @@ struct Trainer::Run {
   double train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now);
   /// The end of an accumulation group; returns whether the optimizer stepped.
   bool step(int64_t b);
+  /// The learning rate of the step about to run (the schedule's), set on the optimizer.
+  void apply_lr();
+  /// Steps between the loggers' step records (log_every_n_steps; Lightning's 50 when that is 0).
+  int64_t step_record_interval() const;
   void step_boundary(int64_t b, bool stepped, double batch_loss);
   Validation validate(int64_t epoch);
   EpochMetrics reduce_epoch(int64_t epoch, const EpochTraining& training, const Validation& validation);
@@ -176,7 +185,7 @@ struct Trainer::Run {
   // cuda_graphs: the graph, the eager steps before its capture, its static input and loss, what
   // training_step logged while captured (summed on the device since the last flush)
   struct GraphLog {
-    TrainModuleBase::CapturedLog log;
+    detail::CapturedLog log;
     at::Tensor sum;         // float64 on the device: log(name, tensor)'s weighted values
     double host_sum = 0.0;  // log(name, double)'s
     double weight = 0.0;
@@ -188,8 +197,8 @@ struct Trainer::Run {
   at::Tensor static_loss_;
   at::Tensor graph_loss_sum_;  // the replays' losses since the last flush, summed by the graph itself
   std::vector<GraphLog> graph_logs_;
-  int64_t graph_loss_batches_ = 0;  // replays since the last flush
-  double graph_last_loss_ = 0.0;    // the last loss read on the host (step records)
+  int64_t graph_loss_batches_ = 0;                                     // replays since the last flush
+  double graph_last_loss_ = std::numeric_limits<double>::quiet_NaN();  // the last read (step records)
   LoggedMetrics logged_before_;
   bool max_steps_reached_ = false;
   ProgressBar bar_;

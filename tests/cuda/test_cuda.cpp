@@ -384,8 +384,8 @@ TEST(Cuda, GraphStepResumesAsTheUninterruptedRun) {
   remove_tree(dir);
 }
 
-// Where the step cannot be captured (here: two thread ranks over gloo, which moves CUDA tensors through
-// the host) rank 0 says why and every step runs eagerly.
+// Where the step cannot be captured (here: a group over gloo, which moves CUDA tensors through the host)
+// rank 0 says why and every step runs eagerly.
 TEST(Cuda, GraphStepOverGlooRunsEagerlySayingWhy) {
   LOCKSTEP_REQUIRE_GPU();
   auto store = c10::make_intrusive<c10d::HashStore>();

@@ -213,7 +213,12 @@ TEST(AtenFusedAdam, DeviceRateAndReplayedCountsFollowTheHost) {
   step_both(1e-2);
   rate_steps.use_device_lr(device_rate.param_groups());
   EXPECT_TRUE(rate_steps.captured_params().empty());
+  // A captured kernel keeps the addresses it read: the rate and the counts stay where they are.
+  const void* rate_memory = rate_steps.lr(0, c10::Device(c10::kCPU), 1e-2)->data_ptr();
+  const void* count_memory = rate_steps.at(b[0], 1).data_ptr();
   for (double lr : {1e-2, 5e-3, 2e-3}) step_both(lr);
+  EXPECT_EQ(rate_steps.lr(0, c10::Device(c10::kCPU), 2e-3)->data_ptr(), rate_memory);
+  EXPECT_EQ(rate_steps.at(b[0], 4).data_ptr(), count_memory);
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << "parameter " << i;
   const at::Tensor* rate = rate_steps.lr(0, c10::Device(c10::kCPU), 2e-3);
@@ -224,8 +229,8 @@ TEST(AtenFusedAdam, DeviceRateAndReplayedCountsFollowTheHost) {
   for (auto& p : b) p.mutable_grad() = at::Tensor();
   detail::count_replayed_step(device_rate.state(), rate_steps, false);
   for (const auto& p : b) {
-    const auto& s = static_cast<torch::optim::AdamParamState&>(
-        *device_rate.state().at(detail::param_state_key(p)));
+    const auto& s =
+        static_cast<torch::optim::AdamParamState&>(*device_rate.state().at(detail::param_state_key(p)));
     EXPECT_EQ(s.step(), 5);  // 4 steps, 1 replay
   }
 }

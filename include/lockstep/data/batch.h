@@ -30,7 +30,9 @@ struct Batch {
 /// loader's workers call when LoaderOptions::pin_memory is on (training on a GPU), so that the copy to the
 /// device is asynchronous. The built-in types have it; a type without it is copied from pageable memory.
 /// And a fourth, `static std::vector<at::Tensor> tensors(const B&)`: the batch's tensors (handles to them,
-/// not copies), which a CUDA graph step needs to copy each batch into its static input (cuda_graphs).
+/// not copies), which a CUDA graph step needs to copy each batch into its static input (cuda_graphs: the
+/// batch captured becomes that input, so its tensors must own their memory, as collated or copied
+/// batches do, not be views into a dataset kept on the device).
 ///
 /// A batch type of your own specialises it (two static functions), for example:
 ///   struct TokenBatch { at::Tensor tokens, next; };
@@ -216,7 +218,7 @@ bool batch_copy_into(const B& into, const B& from) {
         return false;
     }
     for (size_t i = 0; i < to.size(); ++i) {
-      if (to[i].defined()) const_cast<at::Tensor&>(to[i]).copy_(in[i], /*non_blocking=*/true);
+      if (to[i].defined()) to[i].copy_(in[i], /*non_blocking=*/true);
     }
     return true;
   } else {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,10 +24,13 @@ namespace lockstep::train {
 /// which captures nothing.
 class StepGraph {
  public:
-  /// Why this build cannot capture a step on `device` ("" when it can).
+  /// Why this build cannot capture a step on `device` ("" when it can): a LibTorch without CUDA or older
+  /// than 2.4 (whose _fused_adam_ reads no learning rate from device memory), or not a GPU.
   static std::string unavailable(const c10::Device& device);
 
-  /// Waits for `device`, then makes a side stream of it current in this thread until destroyed.
+  /// Waits for `device`, then makes a side stream of it current in this thread until destroyed (which
+  /// waits for that stream, unless an exception is unwinding: a stream stuck in a collective would hold
+  /// the process).
   explicit StepGraph(const c10::Device& device);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
@@ -39,6 +43,11 @@ class StepGraph {
   /// Runs the captured step once more.
   void replay();
   bool captured() const;
+  /// Waits until the device has run everything queued on the stream so far, at most `timeout`; false
+  /// when it has not by then. A replayed step's all-reduce is NCCL's, but NCCL's watchdog and lockstep's
+  /// progress records never see it (it was issued once, at capture): this is how a rank finds that a peer
+  /// stopped.
+  bool wait_for(std::chrono::milliseconds timeout) const;
 
  private:
   struct Impl;

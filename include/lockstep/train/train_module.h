@@ -86,6 +86,19 @@ struct OptimizerConfig {
   std::optional<optim::LrSchedule> lr_schedule;
 };
 
+namespace detail {
+/// What TrainModule::log was given while the Trainer captured a CUDA graph (TrainerOptions::cuda_graphs):
+/// kept, not read, and added to the epoch's table at each replay of the graph.
+struct CapturedLog {
+  std::string name;
+  at::Tensor value;     // log(name, tensor): what the graph writes at each replay
+  double number = 0.0;  // log(name, double): the same at each replay
+  double weight = 1.0;
+  bool sync_dist = false;
+  bool prog_bar = false;
+};
+}  // namespace detail
+
 /// What the Trainer knows before training starts, for configure_optimizers (Lightning's
 /// trainer.estimated_stepping_batches and friends).
 struct TrainingPlan {
@@ -135,20 +148,9 @@ class TrainModuleBase : public torch::nn::Module {
   virtual at::Tensor erased_training_step(const void* batch, int64_t batch_idx) = 0;
   virtual void erased_validation_step(const void* batch, int64_t batch_idx) = 0;
 
-  /// What log() was given while the Trainer captured a CUDA graph (TrainerOptions::cuda_graphs): kept,
-  /// not read, and added to logged_ at each replay of the graph.
-  struct CapturedLog {
-    std::string name;
-    at::Tensor value;     // log(name, tensor): what the graph writes at each replay
-    double number = 0.0;  // log(name, double): the same at each replay
-    double weight = 1.0;
-    bool sync_dist = false;
-    bool prog_bar = false;
-  };
-
   LoggedMetrics logged_;
-  std::vector<CapturedLog>* captured_logs_ = nullptr;  // while capturing
-  int64_t batch_size_ = 0;                             // of the batch in progress: log's default weight
+  std::vector<detail::CapturedLog>* captured_logs_ = nullptr;  // while the Trainer captures a CUDA graph
+  int64_t batch_size_ = 0;  // of the batch in progress: log's default weight
   int64_t epoch_ = 0;
   int64_t step_ = 0;
   TrainingPlan plan_;

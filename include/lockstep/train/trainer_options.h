@@ -118,13 +118,18 @@ class TrainerOptions {
   /// On a GPU, capture the training step (forward, backward, DDP's all-reduce, the optimizer) in a CUDA
   /// graph after a few eager steps and replay it for every batch of the same shape (cuda_graph.h); a
   /// batch of another shape (an epoch's shorter last one) runs eagerly. Where the step cannot be
-  /// captured it is not, with one line saying why: not on a GPU; strategy other than ddp; a backend
-  /// other than nccl; accumulate_grad_batches > 1; gradient_clip_val; precision other than 32; on_nan
-  /// skip; an optimizer that is not GraphCapturable (optim::FusedAdam and FusedAdamW are); a batch type
-  /// without BatchTraits::tensors. Under a graph, training_step runs only at capture (what it logs is
-  /// accumulated on the device at each replay), the loss is read on the host only for the step records
-  /// (log_every_n_steps) and the epoch's mean (a non-finite loss is found there), and the step
-  /// breakdown is off. Default off.
+  /// captured it is not, with one line saying why: not on a GPU, or LibTorch older than 2.4; strategy
+  /// other than ddp; a backend other than nccl; accumulate_grad_batches > 1; gradient_clip_val;
+  /// precision other than 32; on_nan skip; an optimizer that is not GraphCapturable (optim::FusedAdam
+  /// and FusedAdamW are); a batch type without BatchTraits::tensors.
+  ///
+  /// Under a graph what training_step does on the host happens once, at capture: it is not called again,
+  /// so what it decides there (from batch_idx, current_epoch(), a flag) stays as it was; what it logs is
+  /// added up on the device at each replay; on_before_backward runs for eager steps only. The loss is
+  /// read on the host only every step-record interval (log_every_n_steps, 50 when 0) and at the epoch's
+  /// end: a non-finite loss is found there, and BatchEnd's loss is the last one read (NaN before the
+  /// first). Each read waits at most the collective timeout, which is how a rank finds that a peer
+  /// stopped (a replayed all-reduce is not watched otherwise). The step breakdown is off. Default off.
   LOCKSTEP_OPTION(TrainerOptions, bool, cuda_graphs)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)

@@ -120,6 +120,10 @@ std::optional<double> Trainer::Run::graph_step(const data::detail::AnyBatch& bat
 }
 
 void Trainer::Run::capture_step(const data::detail::AnyBatch& batch, int64_t b) {
+  {
+    at::NoGradGuard no_grad;
+    train_loader_->own_memory(batch);  // batches are copied into it: not into a dataset's rows
+  }
   static_batch_ = batch;
   graph_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   release_gradients(*module);

@@ -108,6 +108,13 @@ TEST(BatchTraits, CopyIntoTheStaticBatchOnlyWhenShapesMatch) {
   const torch::data::Example<> example_into{at::zeros({2, 3}), at::zeros({2})};
   EXPECT_TRUE(batch_copy_into(example_into, torch::data::Example<>{at::ones({2, 3}), at::ones({2})}));
   EXPECT_TRUE(at::equal(example_into.target, at::ones({2})));
+  // A batch of views into a dataset's memory: once it owns its memory, copies into it leave the dataset be.
+  const at::Tensor rows = at::arange(8, at::kFloat).reshape({4, 2});
+  const std::vector<at::Tensor> views{rows.narrow(0, 1, 2)};
+  batch_own_memory(views);
+  EXPECT_TRUE(batch_copy_into(views, std::vector<at::Tensor>{at::full({2, 2}, -1.0f)}));
+  EXPECT_TRUE(at::equal(rows, at::arange(8, at::kFloat).reshape({4, 2}))) << "the copy reached the dataset";
+  EXPECT_TRUE(at::equal(views[0], at::full({2, 2}, -1.0f)));
   static_assert(can_list_tensors<Batch>::value && can_list_tensors<std::vector<at::Tensor>>::value &&
                 !can_list_tensors<NoPin>::value);
   const NoPin none{at::zeros({2})};

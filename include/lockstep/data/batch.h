@@ -31,8 +31,7 @@ struct Batch {
 /// device is asynchronous. The built-in types have it; a type without it is copied from pageable memory.
 /// And a fourth, `static std::vector<at::Tensor> tensors(const B&)`: the batch's tensors (handles to them,
 /// not copies), which a CUDA graph step needs to copy each batch into its static input (cuda_graphs: the
-/// batch captured becomes that input, so its tensors must own their memory, as collated or copied
-/// batches do, not be views into a dataset kept on the device).
+/// batch captured becomes that input, after batch_own_memory).
 ///
 /// A batch type of your own specialises it (two static functions), for example:
 ///   struct TokenBatch { at::Tensor tokens, next; };
@@ -202,6 +201,19 @@ struct can_list_tensors : std::false_type {};
 template <typename B>
 struct can_list_tensors<B, std::void_t<decltype(BatchTraits<B>::tensors(std::declval<const B&>()))>>
     : std::true_type {};
+
+/// Gives every tensor of `batch` memory of its own (a copy), in place (at::Tensor::set_): handles to the
+/// same tensors see the copy, and what they were views of (a dataset's rows kept on the device) no longer
+/// changes with them. What a CUDA graph's static input needs before batches are copied into it. Nothing
+/// for a B without BatchTraits<B>::tensors.
+template <typename B>
+void batch_own_memory(const B& batch) {
+  if constexpr (can_list_tensors<B>::value) {
+    for (at::Tensor t : BatchTraits<B>::tensors(batch)) {
+      if (t.defined()) t.set_(t.clone());
+    }
+  }
+}
 
 /// Copies `from` into the tensors of `into` (BatchTraits<B>::tensors), on into's device and without
 /// blocking the host, when every tensor has the same shape and dtype; returns whether it did (false:

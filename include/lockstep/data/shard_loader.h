@@ -67,6 +67,8 @@ class AnyShardLoader {
   /// same shapes and dtypes (data::batch_copy_into); false when not, or when the batch type has no
   /// BatchTraits::tensors.
   virtual bool copy_into(const AnyBatch& into, const AnyBatch& from) const = 0;
+  /// Gives a batch this loader returned memory of its own (data::batch_own_memory).
+  virtual void own_memory(const AnyBatch& batch) const = 0;
   /// Whether the batch type lists its tensors (BatchTraits::tensors): what copy_into needs.
   virtual bool lists_tensors() const = 0;
   /// From the next epoch on, batches are built in pinned host memory (LoaderCore::pin_with): for a GPU.
@@ -121,6 +123,9 @@ class ShardLoader : public detail::AnyShardLoader {
   }
   bool copy_into(const detail::AnyBatch& into, const detail::AnyBatch& from) const override {
     return batch_copy_into(*static_cast<const B*>(into.get()), *static_cast<const B*>(from.get()));
+  }
+  void own_memory(const detail::AnyBatch& batch) const override {
+    batch_own_memory(*static_cast<const B*>(batch.get()));
   }
   bool lists_tensors() const override { return can_list_tensors<B>::value; }
 };

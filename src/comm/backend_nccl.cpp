@@ -5,14 +5,13 @@
 #include <chrono>
 #include <string>
 
-#include <torch/version.h>
-
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "backend.h"
 #include "lockstep/comm/comm_error.h"
+#include "lockstep/detail/torch_version.h"
 
 namespace lockstep::comm::detail {
 
@@ -21,7 +20,7 @@ bool nccl_available() {
 }
 
 void shutdown_nccl(NativeBackend& backend) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if LOCKSTEP_TORCH_AT_LEAST(2, 4)
   if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->shutdown();
 #else
   (void)backend;

@@ -15,6 +15,8 @@
 #include <ATen/ops/_fused_adamw.h>
 #endif
 
+#include "lockstep/detail/torch_version.h"
+
 namespace lockstep::optim::detail {
 namespace {
 
@@ -43,7 +45,7 @@ Hyper hyper(const torch::optim::OptimizerOptions& options) {
 // `lr`: the rate on the device (DeviceSteps::use_device_lr), or null for h.lr as a constant.
 void launch(Launch& l, const Hyper& h, bool decoupled, const at::Tensor* lr) {
   at::_foreach_add_(l.steps, 1);
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if LOCKSTEP_TORCH_AT_LEAST(2, 4)
   if (lr != nullptr) {
     if (decoupled) {
       at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, {}, l.steps, *lr, h.beta1, h.beta2,
@@ -83,12 +85,10 @@ void step_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamState
   for (size_t g = 0; g < groups.size(); ++g) {
     auto& group = groups[g];
     std::map<std::pair<std::string, at::ScalarType>, Launch> launches;  // ordered: the same launch order
-    std::map<std::string, c10::Device> devices;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       State& s = adam_state<State>(state, p);
       Launch& l = launches[{p.device().str(), p.scalar_type()}];
-      devices.emplace(p.device().str(), p.device());
       l.params.push_back(p.detach());
       l.grads.push_back(p.grad());
       l.exp_avgs.push_back(s.exp_avg());
@@ -98,7 +98,7 @@ void step_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamState
       steps.stepping(p);
     }
     const Hyper h = hyper<Options>(group.options());
-    for (auto& [where, l] : launches) launch(l, h, decoupled, steps.lr(g, devices.at(where.first), h.lr));
+    for (auto& [where, l] : launches) launch(l, h, decoupled, steps.lr(g, l.params.front().device(), h.lr));
   }
   steps.stepped();
 }
@@ -184,13 +184,15 @@ void fill_all(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamState
   }
 }
 
-void sync_device_steps(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
-                       DeviceSteps& steps, bool decoupled) {
+void prepare_replay(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                    std::shared_ptr<DeviceSteps>& steps, bool decoupled) {
+  if (!steps) steps = std::make_shared<DeviceSteps>();
   if (decoupled) {
-    fill_all<torch::optim::AdamWParamState>(groups, state, steps);
+    fill_all<torch::optim::AdamWParamState>(groups, state, *steps);
   } else {
-    fill_all<torch::optim::AdamParamState>(groups, state, steps);
+    fill_all<torch::optim::AdamParamState>(groups, state, *steps);
   }
+  steps->use_device_lr(groups);
 }
 
 void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled) {

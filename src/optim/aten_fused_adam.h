@@ -23,14 +23,14 @@
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include "lockstep/detail/torch_version.h"
 #include "param_state_key.h"
 
 namespace lockstep::optim::detail {
 
 // _fused_adamw_ arrived with LibTorch 2.0 (1.13 has _fused_adam_ only); CPU kernels of both with 2.4.
 inline constexpr bool kAtenHasFusedAdamW = TORCH_VERSION_MAJOR >= 2;
-inline constexpr bool kAtenFusedAdamRunsOnCpu = TORCH_VERSION_MAJOR > 2 ||
-                                                (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+inline constexpr bool kAtenFusedAdamRunsOnCpu = LOCKSTEP_TORCH_AT_LEAST(2, 4);
 
 /// `param`'s Adam state in `state`, created as LibTorch's Adam creates it (step 0, zero moments) when it
 /// has none. State: torch::optim::AdamParamState or AdamWParamState.
@@ -49,8 +49,7 @@ State& adam_state(ParamStateMap& state, const at::Tensor& param) {
 }
 
 // `_fused_adam_` with the learning rate as a device tensor (what a CUDA graph replays with a new rate).
-inline constexpr bool kAtenHasTensorLr = TORCH_VERSION_MAJOR > 2 ||
-                                         (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4);
+inline constexpr bool kAtenHasTensorLr = LOCKSTEP_TORCH_AT_LEAST(2, 4);
 
 /// The device-side state of one optimizer's kernels: the step count of each parameter and, once
 /// use_device_lr() was called (GraphCapturable), each group's learning rate on each device.
@@ -105,11 +104,12 @@ std::string aten_capture_refusal(const std::vector<torch::optim::OptimizerParamG
 /// done again.
 void count_replayed_step(ParamStateMap& state, DeviceSteps& steps, bool decoupled);
 
-/// Every parameter with a state: its device count made to hold the host's step now (a copy where it does
-/// not), so that the next step, if captured, fills none: a fill captured in a graph would reset the count
-/// at every replay.
-void sync_device_steps(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
-                       DeviceSteps& steps, bool decoupled);
+/// GraphCapturable::before_replay: `steps` (made if null) with every parameter's device count holding
+/// the host's step (a copy where it does not, so that the next step, if captured, fills none: a fill
+/// captured in a graph would reset the count at every replay), and the rates moved to the device
+/// (use_device_lr).
+void prepare_replay(std::vector<torch::optim::OptimizerParamGroup>& groups, ParamStateMap& state,
+                    std::shared_ptr<DeviceSteps>& steps, bool decoupled);
 
 /// Whether ATen's kernel takes every parameter with a gradient (and there is one): all on a device other
 /// than the CPU (`any_device` admits the CPU too, where kAtenFusedAdamRunsOnCpu: how tests reach this

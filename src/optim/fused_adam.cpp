@@ -268,9 +268,7 @@ std::string FusedAdam::capture_refusal() const {
 }
 
 void FusedAdam::before_replay() {
-  if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
-  detail::sync_device_steps(param_groups_, state_, *device_steps_, /*decoupled=*/false);
-  device_steps_->use_device_lr(param_groups_);
+  detail::prepare_replay(param_groups_, state_, device_steps_, /*decoupled=*/false);
 }
 
 void FusedAdam::after_replay() {
@@ -283,9 +281,7 @@ std::string FusedAdamW::capture_refusal() const {
 }
 
 void FusedAdamW::before_replay() {
-  if (!device_steps_) device_steps_ = std::make_shared<detail::DeviceSteps>();
-  detail::sync_device_steps(param_groups_, state_, *device_steps_, /*decoupled=*/true);
-  device_steps_->use_device_lr(param_groups_);
+  detail::prepare_replay(param_groups_, state_, device_steps_, /*decoupled=*/true);
 }
 
 void FusedAdamW::after_replay() {

@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include "lockstep/detail/torch_version.h"
 #include "lockstep/train/cuda_graph.h"
 
 namespace lockstep::train {
@@ -27,7 +28,7 @@ struct StepGraph::Impl {
 
 std::string StepGraph::unavailable(const c10::Device& device) {
   if (!device.is_cuda()) return "the step runs on " + device.str() + ", not on a GPU";
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if LOCKSTEP_TORCH_AT_LEAST(2, 4)
   return "";
 #else
   return "LibTorch " TORCH_VERSION " is older than 2.4";

@@ -11,6 +11,8 @@
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include "lockstep/detail/torch_version.h"
+
 namespace lockstep::train {
 namespace {
 
@@ -21,7 +23,7 @@ at::ScalarType autocast_dtype(Precision precision) {
 // A thread's autocast state for one device type (cpu or cuda). LibTorch 2.4 took a device type in one set
 // of functions and deprecated the per-device ones, which then warn at every call (on every batch); 1.13
 // has only those.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if LOCKSTEP_TORCH_AT_LEAST(2, 4)
 bool autocast_enabled(c10::DeviceType device) {
   return at::autocast::is_autocast_enabled(device);
 }

@@ -30,6 +30,13 @@ void release_gradients(torch::nn::Module& module) {
   for (auto& p : module.parameters()) p.mutable_grad() = at::Tensor();
 }
 
+// nccl, or auto before the group exists (it resolves to nccl on GPUs): "" when `backend` can be captured.
+std::string backend_refusal(comm::Backend backend) {
+  if (backend == comm::Backend::kAuto || backend == comm::Backend::kNccl) return "";
+  return std::string("backend ") + comm::to_string(backend) +
+         " moves CUDA tensors through the host (nccl only)";
+}
+
 }  // namespace
 
 std::string Trainer::Run::graph_option_refusal() const {
@@ -37,12 +44,8 @@ std::string Trainer::Run::graph_option_refusal() const {
   if (!why.empty()) return why;
   if (options.strategy() != Strategy::kDdp)
     return std::string("strategy ") + to_string(options.strategy()) + " (ddp only)";
-  const comm::Backend backend =
-      options.process_group() ? options.process_group()->backend() : options.backend();
-  if (backend != comm::Backend::kAuto && backend != comm::Backend::kNccl) {
-    return std::string("backend ") + comm::to_string(backend) +
-           " moves CUDA tensors through the host (nccl only)";
-  }
+  why = backend_refusal(options.process_group() ? options.process_group()->backend() : options.backend());
+  if (!why.empty()) return why;
   if (options.accumulate_grad_batches() > 1)
     return "accumulate_grad_batches " + std::to_string(options.accumulate_grad_batches()) + " (1 only)";
   if (options.gradient_clip_val() > 0) return "gradient_clip_val (the norm is read on the host)";
@@ -55,10 +58,8 @@ std::string Trainer::Run::graph_option_refusal() const {
 std::string Trainer::Run::graph_refusal() const {
   std::string why = graph_option_refusal();
   if (!why.empty()) return why;
-  if (group->backend() != comm::Backend::kNccl) {
-    return std::string("backend ") + comm::to_string(group->backend()) +
-           " moves CUDA tensors through the host (nccl only)";
-  }
+  why = backend_refusal(group->backend());  // resolved now: never auto
+  if (!why.empty()) return why;
   const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(optim.optimizer.get());
   if (capturable == nullptr)
     return "the optimizer cannot be captured (optim::FusedAdam and FusedAdamW can: adam, adamw)";

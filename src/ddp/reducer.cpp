@@ -70,6 +70,10 @@ struct ReducerState {
   void copy_into_bucket(size_t index);
   /// Whether parameter `index`'s .grad is its bucket slot (view mode, once aliased).
   bool grad_is_slot(size_t index) const;
+  /// Whether parameter `index`'s .grad may be its bucket slot: view mode, and the parameter still has the
+  /// buckets' dtype (a parameter cast after construction, e.g. to bfloat16 under ZeRO's mixed precision,
+  /// is reduced in the dtype it had: its gradient is cast into the bucket and the average cast back).
+  bool may_alias(size_t index) const;
   void mark_unused_ready(const std::vector<size_t>& missing);
   /// Whether backward passes all-reduce the used-parameter map (find_unused_parameters, with parameters).
   bool reduces_used_map() const { return options.find_unused_parameters() && !params.empty(); }
@@ -98,6 +102,12 @@ bool ReducerState::grad_is_slot(size_t index) const {
          grad.data_ptr() == buckets[bucket].views[slot].data_ptr();
 }
 
+bool ReducerState::may_alias(size_t index) const {
+  const auto [bucket, slot] = locate[index];
+  return options.gradient_as_bucket_view() &&
+         params[index].scalar_type() == buckets[bucket].views[slot].scalar_type();
+}
+
 void ReducerState::copy_into_bucket(size_t index) {
   const auto [bucket, slot] = locate[index];
   at::Tensor& view = buckets[bucket].views[slot];
@@ -107,9 +117,9 @@ void ReducerState::copy_into_bucket(size_t index) {
     return;
   }
   if (grad_is_slot(index)) return;  // already in place
-  view.copy_(param.grad());
+  view.copy_(param.grad());         // cast where the parameter's dtype is no longer the bucket's
   // In view mode .grad was replaced (e.g. set to none, then accumulated afresh): point it back at its slot.
-  if (options.gradient_as_bucket_view()) param.mutable_grad() = view;
+  if (may_alias(index)) param.mutable_grad() = view;
 }
 
 // Timed: a backend may run a collective in the calling thread (shm when idle) or block until a peer
@@ -213,12 +223,12 @@ void ReducerState::write_back(size_t index, bool used_somewhere) {
     if (kept[index]) param.mutable_grad().copy_(kept_grad[index]);
     return;
   }
-  if (options.gradient_as_bucket_view()) {
+  if (may_alias(index)) {
     if (!param.grad().defined()) param.mutable_grad() = view;  // used elsewhere only
   } else if (param.grad().defined()) {
     param.mutable_grad().copy_(view);
   } else {
-    param.mutable_grad() = view.clone();
+    param.mutable_grad() = view.to(param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   }
 }
 
@@ -388,6 +398,21 @@ size_t Reducer::bucket_bytes() const {
 
 int64_t Reducer::iterations() const {
   return state_->iterations;
+}
+
+int64_t Reducer::index_of(const at::Tensor& param) const {
+  const auto& params = state_->params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+at::Tensor Reducer::bucket_gradient(size_t index) const {
+  TORCH_CHECK(index < state_->params.size(), "Reducer::bucket_gradient: no parameter ", index, " (",
+              state_->params.size(), " in all)");
+  const auto [bucket, slot] = state_->locate[index];
+  return state_->buckets[bucket].views[slot];
 }
 
 double Reducer::exposed_seconds() const {

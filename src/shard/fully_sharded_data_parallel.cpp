@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -495,20 +494,6 @@ size_t FullyShardedDataParallel::gathered_units() const {
   size_t count = 0;
   for (const Unit& unit : units_) count += unit.gathered ? 1 : 0;
   return count;
-}
-
-FullParameters::FullParameters(std::vector<FullyShardedDataParallel*> models) : models_(std::move(models)) {
-  for (auto* model : models_) model->gather_all();
-}
-
-FullParameters::~FullParameters() {
-  for (auto* model : models_) {
-    try {
-      model->reshard(/*from_parameters=*/true);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: FullParameters: resharding failed: %s\n", e.what());
-    }
-  }
 }
 
 }  // namespace lockstep::shard

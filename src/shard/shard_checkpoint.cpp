@@ -59,6 +59,9 @@ void read_values(torch::serialize::InputArchive& archive, const std::vector<Shar
     }
     at::Tensor values = t.values;
     copy_overlap(values, t.values_range, chunk.reshape({-1}), old);
+    if (!t.master.defined()) continue;
+    at::Tensor master = t.master;
+    copy_overlap(master, t.master_range, chunk.reshape({-1}), old);
   }
 }
 
@@ -139,7 +142,7 @@ void load_whole_from_shards(torch::optim::Optimizer& optimizer, int shards, cons
       throw std::invalid_argument("load_whole_from_shards: a parameter of shape " + c10::str(param.sizes()) +
                                   " is not contiguous");
     const ZeroOptimizer::Range whole{0, param.numel()};
-    targets.push_back({param.numel(), param.detach().view({-1}), whole, param, whole});
+    targets.push_back({param.numel(), param.detach().view({-1}), whole, param, whole, {}, {}});
   }
   load_from_shards(optimizer, targets, shards, read);
 }

@@ -3,11 +3,13 @@
 
 #include "../optim/param_state_key.h"
 #include "chunk_layout.h"
+#include "lockstep/ddp/reducer.h"
 #include "lockstep/shard/shard_checkpoint.h"
 #include "state_fields.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -104,6 +106,25 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
   build(chunks);
 }
 
+ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                             ddp::GradientSync& gradients, at::ScalarType param_dtype)
+    : torch::optim::Optimizer(groups_of(checked(optimizer)), checked(optimizer).defaults().clone()),
+      inner_(std::move(optimizer)),
+      group_(&group),
+      gradients_(dynamic_cast<ShardedReducer*>(&gradients)),
+      averages_(dynamic_cast<const ddp::Reducer*>(&gradients)),
+      param_dtype_(param_dtype) {
+  if (gradients_ == nullptr && averages_ == nullptr) {
+    throw std::invalid_argument(
+        "ZeroOptimizer: mixed precision needs the gradients from DDP's Reducer (zero1) or a ShardedReducer "
+        "(zero2): pass the DDP model's gradient_sync()");
+  }
+  build(nullptr);
+  for (auto& group : slots_) {  // every master chunk is taken: the parameters may be cast
+    for (Slot& slot : group) retype(slot, param_dtype, /*values=*/true);
+  }
+}
+
 void ZeroOptimizer::build(const ChunkSource& chunk_source) {
   comm::ProcessGroup& group = *group_;
   const int world = group.size();
@@ -119,8 +140,17 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
                                     " is not contiguous: its chunks must be plain ranges of its memory");
       }
       const Range mine = chunk(param.numel(), rank, world);
-      Slot slot{param, chunk_source ? chunk_source(param) : chunk_of(param, mine.begin, mine.length),
-                (param.numel() + world - 1) / world, packed_};
+      if (param_dtype_ && (!at::isFloatingType(*param_dtype_) ||
+                           c10::elementSize(*param_dtype_) >= c10::elementSize(param.scalar_type()))) {
+        throw std::invalid_argument(
+            "ZeroOptimizer: param_dtype " + std::string(c10::toString(*param_dtype_)) +
+            " is not a floating-point dtype narrower than the parameters' " +
+            c10::toString(param.scalar_type()) + ": use bfloat16 (or float16) over float32 parameters");
+      }
+      at::Tensor local = chunk_source ? at::Tensor() : chunk_of(param, mine.begin, mine.length);
+      at::Tensor stepped = chunk_source ? chunk_source(param) : param_dtype_ ? local.clone() : local;
+      Slot slot{param, stepped, local.defined() ? local : stepped, (param.numel() + world - 1) / world,
+                packed_};
       if (!slot.chunk.defined() || slot.chunk.numel() != mine.length) {
         throw std::invalid_argument("ZeroOptimizer: the chunk given for a parameter of shape " +
                                     c10::str(param.sizes()) + " does not hold its " +
@@ -137,8 +167,8 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
                                     buffer.device().str() + " with " + c10::str(like.scalar_type()) + " on " +
                                     like.device().str() + ": shard one dtype on one device");
       }
-      if (gradients_ != nullptr) {
-        slot.gradient = gradients_->index_of(param);
+      if (gradients_ != nullptr || averages_ != nullptr) {
+        slot.gradient = gradients_ != nullptr ? gradients_->index_of(param) : averages_->index_of(param);
         if (slot.gradient < 0) {
           throw std::invalid_argument(
               "ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
@@ -157,8 +187,20 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
   const comm::Backend backend = group.backend();
   in_place_ =
       backend == comm::Backend::kShm || backend == comm::Backend::kGloo || backend == comm::Backend::kNccl;
-  if (gathers_) plan_gathers(buffer);
+  if (gathers_) plan_gathers(param_dtype_ ? buffer.dtype(*param_dtype_) : buffer);  // gathered as computed
   options_ = buffer;
+}
+
+// As Module::to does, through set_data: autograd then makes a new gradient accumulator, which DDP's hook
+// refresh before the next forward finds.
+void ZeroOptimizer::retype(Slot& slot, at::ScalarType dtype, bool values) {
+  torch::NoGradGuard no_grad;
+  at::Tensor& param = slot.param;
+  param.set_data(values ? param.detach().to(dtype)
+                        : at::empty(param.sizes(), param.options().dtype(dtype).requires_grad(false)));
+  if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // accumulated under no_sync
+  const Range mine = chunk(param.numel(), group_->rank(), group_->size());
+  slot.local = chunk_of(param, mine.begin, mine.length);
 }
 
 void ZeroOptimizer::plan_gathers(const at::TensorOptions& buffer) {
@@ -196,7 +238,12 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
 }
 
 int64_t ZeroOptimizer::state_bytes() const {
-  return optimizer_state_bytes(*inner_);
+  int64_t bytes = optimizer_state_bytes(*inner_);
+  if (!param_dtype_) return bytes;
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) bytes += static_cast<int64_t>(slot.chunk.nbytes());  // the masters
+  }
+  return bytes;
 }
 
 at::Tensor ZeroOptimizer::step(LossClosure closure) {
@@ -217,7 +264,10 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
         continue;
       }
       const Range mine = chunk(slot.param.numel(), group_->rank(), group_->size());
-      slot.chunk.mutable_grad() = grad.reshape({-1}).narrow(0, mine.begin, mine.length);
+      // Mixed precision: the float32 average, not its bfloat16 copy in .grad.
+      const at::Tensor whole =
+          averages_ != nullptr ? averages_->bucket_gradient(static_cast<size_t>(slot.gradient)) : grad;
+      slot.chunk.mutable_grad() = whole.reshape({-1}).narrow(0, mine.begin, mine.length);
     }
   }
   inner_->step();
@@ -229,17 +279,83 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
   return {};
 }
 
+double ZeroOptimizer::clip_grad_norm_(double max_norm) {
+  if (gradients_ != nullptr) return gradients_->clip_grad_norm_(max_norm);  // every rank's chunks
+  std::vector<at::Tensor> clipped;  // what holds the gradients as .grad
+  for (const auto& group : slots_) {
+    for (const Slot& slot : group) {
+      if (!slot.param.grad().defined()) continue;
+      if (averages_ == nullptr) {
+        clipped.push_back(slot.param);
+        continue;
+      }
+      at::Tensor holder = at::empty({0}, options_);
+      holder.mutable_grad() = averages_->bucket_gradient(static_cast<size_t>(slot.gradient));
+      clipped.push_back(holder);
+    }
+  }
+  const double norm = torch::nn::utils::clip_grad_norm_(clipped, max_norm);
+  if (averages_ != nullptr) {  // the bfloat16 copies in .grad follow
+    torch::NoGradGuard no_grad;
+    for (const auto& group : slots_) {
+      for (const Slot& slot : group) {
+        if (slot.param.grad().defined())
+          slot.param.mutable_grad().copy_(averages_->bucket_gradient(static_cast<size_t>(slot.gradient)));
+      }
+    }
+  }
+  return norm;
+}
+
+void ZeroOptimizer::gather_all() {
+  if (!param_dtype_ || holds_++ > 0) return;  // whole already (without mixed precision: always)
+  torch::NoGradGuard no_grad;
+  const int world = group_->size();
+  for (auto& group : slots_) {
+    for (Slot& slot : group) {
+      retype(slot, options_.dtype().toScalarType(), /*values=*/false);
+      if (slot.chunk_size == 0) continue;  // an empty parameter
+      at::Tensor all = at::empty({slot.chunk_size * world}, options_);
+      at::Tensor mine = at::zeros({slot.chunk_size}, options_);  // the last ranks' chunks may be short
+      mine.narrow(0, 0, slot.chunk.numel()).copy_(slot.chunk);
+      group_->all_gather_into(all, mine).wait();
+      at::Tensor flat = slot.param.detach().view({-1});
+      copy_chunks_out(flat, all, slot.chunk_size, 0, world, /*skip=*/-1);
+    }
+  }
+}
+
+void ZeroOptimizer::reshard(bool from_parameters) {
+  if (!param_dtype_) return;
+  TORCH_CHECK(holds_ > 0, "ZeroOptimizer::reshard: the parameters are not whole: gather_all() first");
+  if (holds_-- > 1) return;  // an outer gather_all still holds them; its reshard ends it
+  torch::NoGradGuard no_grad;
+  for (auto& group : slots_) {
+    for (Slot& slot : group) {
+      if (from_parameters) {
+        const Range mine = chunk(slot.param.numel(), group_->rank(), group_->size());
+        slot.chunk.copy_(slot.param.detach().view({-1}).narrow(0, mine.begin, mine.length));
+      }
+      retype(slot, *param_dtype_, /*values=*/true);
+    }
+  }
+}
+
 void ZeroOptimizer::gather_chunks() {
   const int world = group_->size();
   const int rank = group_->rank();
+  if (param_dtype_) {  // the stepped masters into the parameters' memory, cast
+    for (auto& group : slots_)
+      for (Slot& slot : group) slot.local.copy_(slot.chunk);
+  }
   for (auto& group : slots_) {  // straight into the parameters
     for (Slot& slot : group) {
       if (slot.bucket >= 0) continue;
       // detach(): a backend may write from a thread of its own, where grad mode is on, and an autograd view
       // of a parameter must not be written there.
       at::Tensor flat = slot.param.detach().view({-1});
-      at::Tensor mine = slot.chunk;  // its own place in `flat`: gathered in place where the backend allows
-      if (!in_place_) mine = send_.narrow(0, 0, slot.chunk_size).copy_(slot.chunk);
+      at::Tensor mine = slot.local;  // its own place in `flat`: gathered in place where the backend allows
+      if (!in_place_) mine = send_.narrow(0, 0, slot.chunk_size).copy_(slot.local);
       group_->all_gather_into(flat, mine).wait();
     }
   }
@@ -248,8 +364,8 @@ void ZeroOptimizer::gather_chunks() {
     at::Tensor all = receive_.narrow(0, 0, buckets_[b] * world);
     for (const auto& group : slots_) {
       for (const Slot& slot : group) {
-        if (slot.bucket == static_cast<int>(b) && slot.chunk.numel() > 0)
-          mine.narrow(0, slot.bucket_offset, slot.chunk.numel()).copy_(slot.chunk);
+        if (slot.bucket == static_cast<int>(b) && slot.local.numel() > 0)
+          mine.narrow(0, slot.bucket_offset, slot.local.numel()).copy_(slot.local);
       }
     }
     group_->all_gather_into(all, mine).wait();
@@ -417,9 +533,17 @@ void ZeroOptimizer::load_shards(int shards, const ShardReader& read) {
       const int64_t numel = slot.param.numel();
       const Range mine = chunk(numel, rank, world);
       // zero1, zero2: the parameter lives whole here (its chunk shares its memory); FSDP: only the chunk.
-      targets.push_back(gathers_
-                            ? ShardTarget{numel, slot.param.detach().view({-1}), {0, numel}, slot.chunk, mine}
-                            : ShardTarget{numel, slot.chunk, mine, slot.chunk, mine});
+      // Mixed precision: the parameter cast, its master chunk exact.
+      if (!gathers_) {
+        targets.push_back(ShardTarget{numel, slot.chunk, mine, slot.chunk, mine, {}, {}});
+        continue;
+      }
+      ShardTarget target{numel, slot.param.detach().view({-1}), {0, numel}, slot.chunk, mine, {}, {}};
+      if (param_dtype_) {
+        target.master = slot.chunk;
+        target.master_range = mine;
+      }
+      targets.push_back(std::move(target));
     }
   }
   load_from_shards(*inner_, targets, shards, read);

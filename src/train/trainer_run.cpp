@@ -77,6 +77,15 @@ void remove_orphaned_temporaries(const std::string& dir) {
   }
 }
 
+// LibTorch's BatchNorm modules are named torch::nn::BatchNorm1d/2d/3d. A model holding one keeps float32
+// parameters under bf16-mixed with zero1/zero2 (autocast computes in bfloat16), as fsdp keeps its unit.
+bool holds_batch_norm(torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (module->name().find("BatchNorm") != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // ---- set-up ----
@@ -261,6 +270,11 @@ void Trainer::Run::setup_model() {
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
   if (fsdp) {  // the same optimizer, stepping this rank's chunks only
     optim.optimizer = fsdp->make_optimizer(std::move(optim.optimizer));
+  } else if (options.strategy() != Strategy::kDdp && precision_ == Precision::kBf16Mixed &&
+             !holds_batch_norm(*module)) {
+    // DeepSpeed's bf16 ZeRO: bfloat16 parameters, float32 master chunks (shard/zero_optimizer.h).
+    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group,
+                                                             gradient_sync(), at::kBFloat16);
   } else if (options.strategy() != Strategy::kDdp) {
     optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group, sharded);
   }
@@ -419,8 +433,8 @@ bool Trainer::Run::step(int64_t b) {
   }
   if (options.gradient_clip_val() > 0) {
     scaler.unscale(optimizer);
-    if (sharded) {
-      sharded->clip_grad_norm_(options.gradient_clip_val());  // the global norm over every rank's chunks
+    if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(&optimizer)) {
+      zero->clip_grad_norm_(options.gradient_clip_val());  // what it steps from (zero2, fsdp: every chunk)
     } else {
       torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
     }
@@ -611,6 +625,10 @@ TrainerResult Trainer::Run::finish() {
       save_module_safetensors(result_.safetensors_path, *module, metadata);
     }
   }
+  // bfloat16 parameters under zero1/zero2: the model the run leaves holds the float32 master weights, as
+  // after ddp (the optimizer keeping them goes with the run).
+  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get()); zero && zero->param_dtype())
+    zero->gather_all();
   if (owned_group) owned_group->shutdown();
   char summary[128];
   std::snprintf(summary, sizeof summary, "%lld optimizer step(s), %d rank(s), %.1f s",
@@ -629,8 +647,14 @@ ddp::GradientSync& Trainer::Run::gradient_sync() {
 }
 
 shard::FullParameters Trainer::Run::whole_parameters() const {
-  return shard::FullParameters(fsdp ? std::vector<shard::FullyShardedDataParallel*>{fsdp.get()}
-                                    : std::vector<shard::FullyShardedDataParallel*>{});
+  std::vector<shard::ShardedParameters*> models;
+  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get());
+  if (fsdp) {
+    models.push_back(fsdp.get());
+  } else if (zero != nullptr && zero->param_dtype()) {  // bfloat16 parameters: the float32 masters
+    models.push_back(zero);
+  }
+  return shard::FullParameters(models);
 }
 
 double Trainer::Run::model_state_mb() const {
@@ -639,7 +663,11 @@ double Trainer::Run::model_state_mb() const {
     bytes += static_cast<int64_t>(fsdp->shard_bytes() + fsdp->reducer().bucket_bytes());
   } else {
     bytes += static_cast<int64_t>(ddp->gradient_sync().bucket_bytes());
-    for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes());
+    const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
+    // zero1 under bf16-mixed: .grad (bfloat16) beside the float32 buckets, not a view of them.
+    const bool grads_apart = zero != nullptr && zero->param_dtype() && sharded == nullptr;
+    for (const auto& p : module->parameters())
+      bytes += static_cast<int64_t>(p.nbytes()) * (grads_apart ? 2 : 1);
   }
   const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
   bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);

@@ -341,6 +341,55 @@ zero2)
   expect_failure 2 "--strategy 'zero2' does not support --precision '16-mixed' yet" -- \
     "$lockstep" fit --strategy zero2 --precision 16-mixed --accelerator cpu
   ;;
+zero_bf16)
+  # --precision bf16-mixed with zero1 and zero2: bfloat16 parameters, float32 master chunks (DeepSpeed's bf16
+  # ZeRO). ddp's autocast computes with bfloat16 copies of the same float32 weights and reduces the
+  # gradients in float32, as zero1's float32 buckets and zero2's float32 chunk gradients do: the weights
+  # match ddp's (bit for bit here), clipped too under zero1 (zero2's sharded norm differs from torch's in the
+  # last bit, which bfloat16 forward passes amplify: the clip is tested in float32 above). Model state per
+  # rank on 2 ranks: zero1 14 bytes a parameter (bfloat16 parameter and .grad, float32 bucket, master and
+  # Adam for half), zero2 10. Checkpoints hold the float32 masters: resumed with zero1 the run is the
+  # uninterrupted one bit for bit, resumed with ddp (whole float32 weights) too, and `lockstep export`
+  # writes float32 weights.
+  bf16=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8 --threads 1
+        --lr-schedule constant --devices 2 --precision bf16-mixed)
+  run() { "$lockstep" "${bf16[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
+  same() {  # A B WHAT
+    "$python" "$(dirname "$0")/compare_safetensors.py" --exact "$1" "$2" || fail "$3"
+  }
+  run --max-epochs 2 --ckpt-dir "$work/ddp" --metrics-file "$work/ddp.jsonl"
+  for strategy in zero1 zero2; do
+    run --max-epochs 2 --ckpt-dir "$work/$strategy" --strategy $strategy --metrics-file "$work/$strategy.jsonl"
+    same "$work/$strategy/final.safetensors" "$work/ddp/final.safetensors" "bf16-mixed $strategy trained other weights than ddp"
+  done
+  run --max-epochs 2 --ckpt-dir "$work/ddp_clip" --gradient-clip-val 0.05
+  run --max-epochs 2 --ckpt-dir "$work/zero1_clip" --gradient-clip-val 0.05 --strategy zero1
+  same "$work/zero1_clip/final.safetensors" "$work/ddp_clip/final.safetensors" "bf16-mixed zero1 clipped other than ddp"
+  "$python" - "$work/ddp.jsonl" "$work/zero1.jsonl" "$work/zero2.jsonl" <<'PY' || fail "model_state_mb is not what bf16 zero1/zero2 hold"
+import json, sys
+sizes = [784 * 256, 256, 256 * 128, 128, 128 * 10, 10]
+ddp, zero1, zero2 = (json.loads(open(p).read().splitlines()[-1])["model_state_mb"] for p in sys.argv[1:4])
+half = sum((n + 1) // 2 for n in sizes)
+for got, want in ((ddp, 16 * sum(sizes)), (zero1, 8 * sum(sizes) + 12 * half), (zero2, 2 * sum(sizes) + 16 * half)):
+    assert abs(got - want / 2**20) < 1e-9, (got, want / 2**20)
+print(f"model state: ddp {ddp:.3f} MiB, zero1 {zero1:.3f} MiB, zero2 {zero2:.3f} MiB")
+PY
+  "$python" - "$work/zero1/final.safetensors" <<'PY' || fail "the final weights of bf16 zero1 are not float32"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+header = json.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
+dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+assert dtypes == {"F32"}, dtypes
+PY
+  run --max-epochs 1 --ckpt-dir "$work/a" --strategy zero1
+  cp -r "$work/a" "$work/b"
+  "$lockstep" export "$work/a/last.ckpt" -o "$work/a/export.safetensors" >/dev/null || fail "export failed"
+  same "$work/a/export.safetensors" "$work/a/final.safetensors" "the export is not the float32 weights the run ended with"
+  run --max-epochs 2 --ckpt-dir "$work/a" --strategy zero1 --resume last
+  same "$work/a/final.safetensors" "$work/zero1/final.safetensors" "bf16 zero1 resumed is not the uninterrupted run"
+  run --max-epochs 2 --ckpt-dir "$work/b" --resume last
+  same "$work/b/final.safetensors" "$work/ddp/final.safetensors" "a bf16 zero1 checkpoint resumed with ddp is not ddp's run"
+  ;;
 fsdp)
   # --strategy fsdp shards the parameters too, one unit per layer here (--fsdp-min-unit-params 1000): 16
   # bytes for the chunks only (parameter, gradient, Adam's two moments). Checkpoints are sharded: each rank

@@ -39,6 +39,10 @@ struct ReducerState;
  * .grad untouched — undefined stays undefined, an old value stays as it was — so weight decay, momentum
  * and Adam leave it exactly as one process would.
  *
+ * A parameter cast to another dtype after construction (ZeroOptimizer's bfloat16 parameters) is still
+ * reduced in the dtype it had: its gradient is cast into the bucket, averaged there, and cast back into
+ * .grad (never a view of the bucket then); bucket_gradient() gives the average before that cast.
+ *
  * Inside a no_sync() scope the hooks do nothing: gradients accumulate locally in .grad, and the next
  * synchronised backward reduces the accumulated sum.
  *
@@ -63,6 +67,14 @@ class Reducer : public GradientSync {
   size_t bucket_bytes() const override;
   /// Synchronised backward passes completed.
   int64_t iterations() const;
+
+  /// Index of `param` among the reducer's parameters; -1 when it is not one of them.
+  int64_t index_of(const at::Tensor& param) const;
+  /// Parameter `index`'s slot in its bucket, in the buckets' dtype (the parameters' when the reducer was
+  /// built): after a synchronised backward it holds the averaged gradient, which .grad holds too (cast to
+  /// the parameter's dtype where that changed since: ZeRO's mixed precision reads the float32 average
+  /// here), until the next synchronised backward.
+  at::Tensor bucket_gradient(size_t index) const;
 
   /// For a rank that has joined (run out of inputs): takes part in one backward's bucket all-reduces
   /// with zero gradients, in bucket order, so the ranks still training are matched. Blocking.

@@ -16,6 +16,7 @@
 #include "lockstep/ddp/grad_hooks.h"
 #include "lockstep/detail/option.h"
 #include "lockstep/models/staged.h"
+#include "lockstep/shard/full_parameters.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
 
@@ -94,7 +95,7 @@ class FsdpOptions {
  * Every rank must run the same forward and backward passes (the gathers are collectives). Parameters and
  * buffers are broadcast from rank 0 at construction, buffers before every forward (as DDP).
  */
-class FullyShardedDataParallel : public models::StageRunner {
+class FullyShardedDataParallel : public models::StageRunner, public ShardedParameters {
  public:
   /// `root`: the model (or the module holding it: the one Staged module among root's modules is used, or
   /// `staged` when given). Every trainable parameter of root must belong to one of its stages, all of one
@@ -121,11 +122,11 @@ class FullyShardedDataParallel : public models::StageRunner {
   /// so until reshard(): forward passes then gather and release nothing and run no collective (each rank
   /// may run its own number of them, as validation does); a forward with gradients is refused (no
   /// backward can reduce them). Nested calls count: only the matching outermost reshard() releases.
-  void gather_all();
+  void gather_all() override;
   /// Releases every parameter; with `from_parameters`, first this rank's chunks are taken from the whole
   /// parameters (after loading weights into them). Local: no collective. Inside nested gather_all()s it
   /// only ends the innermost (the outermost reshard takes the chunks).
-  void reshard(bool from_parameters = false);
+  void reshard(bool from_parameters = false) override;
   /// Seconds this rank waited for parameter gathers (the communication not hidden by computing), in
   /// forward and in backward, since the last call (the Trainer's step breakdown).
   struct GatherWaits {
@@ -200,28 +201,6 @@ class FullyShardedDataParallel : public models::StageRunner {
   size_t spare_bytes_ = 0;
   size_t spare_cap_ = 0;
   size_t peak_gathered_ = 0;
-};
-
-/// Every parameter of each FSDP in `models` whole for a scope: gather_all() (a collective: every rank,
-/// between steps), then, when the scope ends, reshard(true), so what was loaded into the whole parameters is
-/// kept (otherwise the chunks are taken back unchanged). Forward passes inside gather nothing (evaluation
-/// under torch::NoGradGuard, each rank its own number of them); scopes nest. Nothing for an empty list (a
-/// strategy without FSDP). The Trainer's validation, final weights and resume, and the Accelerator's
-/// full_parameters() use it.
-class FullParameters {
- public:
-  explicit FullParameters(std::vector<FullyShardedDataParallel*> models);
-  /// Never throws: a failing reshard is reported on stderr.
-  ~FullParameters();
-  FullParameters(FullParameters&& other) noexcept : models_(std::move(other.models_)) {
-    other.models_.clear();
-  }
-  FullParameters(const FullParameters&) = delete;
-  FullParameters& operator=(const FullParameters&) = delete;
-  FullParameters& operator=(FullParameters&&) = delete;
-
- private:
-  std::vector<FullyShardedDataParallel*> models_;
 };
 
 }  // namespace lockstep::shard

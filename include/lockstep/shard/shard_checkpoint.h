@@ -39,6 +39,10 @@ struct ShardTarget {
   ZeroOptimizer::Range values_range;
   at::Tensor state_key;              ///< the tensor the optimizer keys this parameter's state by
   ZeroOptimizer::Range state_range;  ///< the elements that state covers
+  /// Optional: also receives elements master_range (ZeroOptimizer's master chunk under mixed precision,
+  /// where `values` is the parameter in a narrower dtype).
+  at::Tensor master;
+  ZeroOptimizer::Range master_range;
 };
 
 /// Writes one shard: `chunks[i]` (this rank's chunk of parameter i, flat) and `optimizer`'s save() (an

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -12,7 +13,13 @@
 #include <torch/optim/optimizer.h>
 
 #include "lockstep/comm/process_group.h"
+#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/shard/full_parameters.h"
 #include "lockstep/shard/sharded_reducer.h"
+
+namespace lockstep::ddp {
+class Reducer;
+}
 
 namespace lockstep::shard {
 
@@ -50,12 +57,25 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  * reduce-scatters them during backward and releases the full ones), and the chunks step from the reducer's
  * chunk gradients, which step() consumes (ShardedReducer::clear). Everything else is as above.
  *
+ * Mixed precision (DeepSpeed's bf16 ZeRO; Lightning's deepspeed strategies under bf16-mixed), the
+ * constructor with a param_dtype: the parameters are cast to it (bfloat16) for forward and backward, and
+ * this rank's chunks become master copies of their own in the dtype the parameters had (float32), which
+ * the optimizer steps. Gradients reach them in the master dtype: DDP's reducer, built before the cast,
+ * reduces the bfloat16 gradients in its float32 buckets (ZeRO-1: the chunks step from the buckets'
+ * averages, ddp::Reducer::bucket_gradient, not from their bfloat16 copies in .grad); the sharded reducer
+ * reduce-scatters them into float32 chunk gradients (ZeRO-2). After the step each master chunk is cast
+ * into the parameter's memory and the parameters are all-gathered in bfloat16 (half the bytes). So the
+ * chunks step exactly as ddp's float32 parameters under autocast do (autocast computes with bfloat16
+ * copies of the same values). gather_all() gives the parameters whole in float32, the master values
+ * (validation, checkpoints of the whole model, final weights); reshard() casts them back. Clip with
+ * clip_grad_norm_ (the float32 gradients).
+ *
  * Checkpoints hold the state whole, in the inner optimizer's own format: consolidate() (every rank) gathers
  * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
  * optimizer writes in a DDP run; load() (every rank) reads such a state and keeps this rank's chunks of it.
  * So a checkpoint resumes with ddp or zero1 on any world size.
  */
-class ZeroOptimizer : public torch::optim::Optimizer {
+class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
  public:
   /// `optimizer` was built over the model's parameters (configure_optimizers) and has no state yet. It is
   /// re-targeted to this rank's chunks (step this object from now on, not it). Every rank calls this with the
@@ -65,6 +85,13 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   /// of the reducer's).
   ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
                 ShardedReducer* gradients = nullptr);
+  /// Mixed precision (see above): the parameters are cast to `param_dtype` (narrower than their own dtype,
+  /// which the master chunks keep). `gradients` is the DDP model's gradient_sync(), built before this call:
+  /// its Reducer (ZeRO-1) or ShardedReducer (ZeRO-2); it must outlive this object. Throws
+  /// std::invalid_argument naming the problem as the constructor above, and when param_dtype is not a
+  /// floating-point dtype narrower than the parameters'.
+  ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
+                ddp::GradientSync& gradients, at::ScalarType param_dtype);
   /// Where a parameter's chunk lives when the parameter's own memory does not hold it between steps.
   using ChunkSource = std::function<at::Tensor(const at::Tensor& param)>;
   /// FSDP's: the chunks are `chunks(param)` (this rank's Range of each parameter, kept by FSDP), their
@@ -76,6 +103,18 @@ class ZeroOptimizer : public torch::optim::Optimizer {
   /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
   /// A closure is not supported (LBFGS-style optimizers are not elementwise).
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// torch::nn::utils::clip_grad_norm_ (2-norm) over the gradients this optimizer steps from: under ZeRO-2
+  /// and FSDP the chunk gradients (ShardedReducer::clip_grad_norm_: an all-reduce, every rank calls it),
+  /// under ZeRO-1 with mixed precision the float32 averages (and their copies in .grad), otherwise the
+  /// parameters' .grad. Returns the norm.
+  double clip_grad_norm_(double max_norm);
+  /// Mixed precision: the parameters whole in the master dtype (ShardedParameters; a collective). Without
+  /// it the parameters are whole and in their dtype already: nothing to do.
+  void gather_all() override;
+  void reshard(bool from_parameters = false) override;
+  /// The dtype the parameters compute in under mixed precision; nullopt without it.
+  std::optional<at::ScalarType> param_dtype() const { return param_dtype_; }
 
   /// Gathers the whole optimizer state onto rank `root` for save() (a collective: every rank calls it,
   /// between steps). Throws std::runtime_error naming the parameter when an optimizer's state is not
@@ -98,7 +137,8 @@ class ZeroOptimizer : public torch::optim::Optimizer {
 
   /// The optimizer stepping this rank's chunks.
   const torch::optim::Optimizer& inner() const { return *inner_; }
-  /// Bytes of the inner optimizer's state tensors on this rank (optimizer_state_bytes).
+  /// Bytes of the inner optimizer's state tensors on this rank (optimizer_state_bytes), and under mixed
+  /// precision of the master chunks.
   int64_t state_bytes() const;
   /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length).
   struct Range {
@@ -110,14 +150,19 @@ class ZeroOptimizer : public torch::optim::Optimizer {
  private:
   struct Slot {
     at::Tensor param;           // the model's
-    at::Tensor chunk;           // this rank's part of it, sharing its memory
+    at::Tensor chunk;           // this rank's part of it, which the optimizer steps
+    at::Tensor local;           // the same part in the parameter's memory (chunk itself but under mixed
+                                // precision, where chunk is the master copy)
     int64_t chunk_size = 0;     // ceil(numel / world): the stride of the packed buffer
     int64_t offset = 0;         // where this parameter's chunk sits in a rank's packed buffer (consolidate)
     int bucket = -1;            // its gather bucket; -1: gathered straight into the parameter
     int64_t bucket_offset = 0;  // where its chunk sits in a rank's part of that bucket
-    int64_t gradient = -1;      // ZeRO-2: its index in the reducer
+    int64_t gradient = -1;      // ZeRO-2, mixed precision: its index in the reducer
   };
   void build(const ChunkSource& chunks);
+  /// Gives `param` a new memory of `dtype` (its values cast when `values`), its .grad cast too, and points
+  /// the slot's local chunk at it.
+  void retype(Slot& slot, at::ScalarType dtype, bool values);
   void plan_gathers(const at::TensorOptions& buffer);
   void gather_chunks();
   using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
@@ -127,7 +172,10 @@ class ZeroOptimizer : public torch::optim::Optimizer {
 
   std::shared_ptr<torch::optim::Optimizer> inner_;
   comm::ProcessGroup* group_;
-  ShardedReducer* gradients_;             // ZeRO-2's chunk gradients; null for ZeRO-1
+  ShardedReducer* gradients_;               // ZeRO-2's chunk gradients; null for ZeRO-1
+  const ddp::Reducer* averages_ = nullptr;  // ZeRO-1 under mixed precision: the master-dtype averages
+  std::optional<at::ScalarType> param_dtype_;
+  int holds_ = 0;                         // gather_all()s not yet ended by reshard()
   std::vector<std::vector<Slot>> slots_;  // per param group
   int64_t packed_ = 0;                    // elements of one rank's packed buffer (all parameters)
   std::vector<int64_t> buckets_;          // elements of one rank's part of each gather bucket

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -79,6 +80,13 @@ std::vector<std::pair<std::string, at::Tensor>> state_tensors(
     if (in.try_read(key, value) && value.isTensor()) tensors.emplace_back(key, value.toTensor());
   }
   return tensors;
+}
+
+bool holds_batch_norm(const torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    if (module->name().find("BatchNorm") != std::string::npos) return true;
+  }
+  return false;
 }
 
 ZeroOptimizer::Range ZeroOptimizer::chunk(int64_t numel, int rank, int world) {

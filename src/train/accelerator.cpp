@@ -264,15 +264,24 @@ std::shared_ptr<detail::FsdpModel> Accelerator::shard_model(
   return sharded;
 }
 
-std::vector<shard::FullyShardedDataParallel*> Accelerator::fsdp_models() const {
-  std::vector<shard::FullyShardedDataParallel*> out;
+std::vector<shard::ShardedParameters*> Accelerator::sharded_parameters() const {
+  std::vector<shard::ShardedParameters*> out;
   for (const ModelEntry& model : models_)
     if (model.fsdp != nullptr) out.push_back(model.fsdp);
+  if (shard::ZeroOptimizer* zero = mixed_precision_optimizer()) out.push_back(zero);
   return out;
 }
 
+shard::ZeroOptimizer* Accelerator::mixed_precision_optimizer() const {
+  for (const auto& optimizer : optimizers_) {
+    auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizer.get());
+    if (zero != nullptr && zero->param_dtype()) return zero;
+  }
+  return nullptr;
+}
+
 FullParameters Accelerator::full_parameters() {
-  return FullParameters(fsdp_models());
+  return FullParameters(sharded_parameters());
 }
 
 PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
@@ -298,6 +307,11 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
   // The same optimizer, stepping this rank's chunks only (under fsdp where FSDP keeps them).
   if (strategy == Strategy::kFsdp) {
     optimizer = models_.front().fsdp->make_optimizer(std::move(optimizer));
+  } else if (strategy != Strategy::kDdp && precision_ == Precision::kBf16Mixed && models_.size() == 1 &&
+             optimizers_.empty() && !shard::holds_batch_norm(*models_.front().module)) {
+    // DeepSpeed's bf16 ZeRO: bfloat16 parameters, float32 master chunks (shard/zero_optimizer.h).
+    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_,
+                                                       *models_.front().reducer, at::kBFloat16);
   } else if (strategy != Strategy::kDdp) {
     optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_, sharded_reducer());
   }
@@ -389,13 +403,16 @@ std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_
   if (scaler_.enabled()) {
     for (auto& optimizer : optimizers_) scaler_.unscale(*optimizer);
   }
-  if (auto* sharded = sharded_reducer()) {
+  shard::ShardedReducer* sharded = sharded_reducer();
+  shard::ZeroOptimizer* master = mixed_precision_optimizer();
+  if (sharded != nullptr || master != nullptr) {
     if (norm_type != 2.0) {
       throw std::invalid_argument(std::string("Accelerator::clip_grad_norm_: strategy ") +
-                                  to_string(options_.strategy()) + " clips by the 2-norm, got norm_type " +
-                                  std::to_string(norm_type));
+                                  to_string(options_.strategy()) + (master ? " under bf16" : "") +
+                                  " clips by the 2-norm, got norm_type " + std::to_string(norm_type));
     }
-    return sharded->clip_grad_norm_(max_norm);  // the global norm over every rank's chunks
+    // zero2, fsdp: the global norm over every rank's chunks; bf16 zero1: the float32 gradients.
+    return master != nullptr ? master->clip_grad_norm_(max_norm) : sharded->clip_grad_norm_(max_norm);
   }
   std::vector<at::Tensor> parameters;
   for (const auto& model : models_) {
@@ -425,7 +442,8 @@ void Accelerator::save_state(const std::string& dir) {
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
-  const FullParameters whole(fsdp_models());  // fsdp: the model is saved whole (optimizer: shards above)
+  // fsdp, bf16 zero1/zero2: the model is saved whole, in float32 (optimizer: shards above).
+  const FullParameters whole(sharded_parameters());
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
     if (!is_main_process()) return;
     ensure_writable_dir(dir);
@@ -559,7 +577,7 @@ void Accelerator::load_state(const std::string& dir) {
                              " are prepared: prepare the same objects, in the same order, before load_state");
   }
   {
-    const FullParameters whole(fsdp_models());  // fsdp: loaded whole, then each rank keeps its chunks
+    const FullParameters whole(sharded_parameters());  // loaded whole, then each rank keeps its chunks
     for (size_t i = 0; i < models_.size(); ++i) {
       torch::serialize::InputArchive model_archive;
       if (!archive.try_read("model_" + std::to_string(i), model_archive)) {

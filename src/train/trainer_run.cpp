@@ -77,15 +77,6 @@ void remove_orphaned_temporaries(const std::string& dir) {
   }
 }
 
-// LibTorch's BatchNorm modules are named torch::nn::BatchNorm1d/2d/3d. A model holding one keeps float32
-// parameters under bf16-mixed with zero1/zero2 (autocast computes in bfloat16), as fsdp keeps its unit.
-bool holds_batch_norm(torch::nn::Module& model) {
-  for (const auto& module : model.modules(/*include_self=*/true)) {
-    if (module->name().find("BatchNorm") != std::string::npos) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 // ---- set-up ----
@@ -271,7 +262,7 @@ void Trainer::Run::setup_model() {
   if (fsdp) {  // the same optimizer, stepping this rank's chunks only
     optim.optimizer = fsdp->make_optimizer(std::move(optim.optimizer));
   } else if (options.strategy() != Strategy::kDdp && precision_ == Precision::kBf16Mixed &&
-             !holds_batch_norm(*module)) {
+             !shard::holds_batch_norm(*module)) {
     // DeepSpeed's bf16 ZeRO: bfloat16 parameters, float32 master chunks (shard/zero_optimizer.h).
     optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group,
                                                              gradient_sync(), at::kBFloat16);

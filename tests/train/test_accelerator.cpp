@@ -222,7 +222,8 @@ TEST(Accelerator, FsdpAccumulationEqualsOneProcessOnTheGlobalBatch) {
 // A Staged model (lockstep's Mlp) under fsdp: units of its stages (min_unit_params 100: one per layer), at
 // most two whole at once, no parameter memory between steps, and the same weights as ddp on 1, 2 and 3
 // ranks, with accumulation and clipping; under bf16 the parameters compute in bfloat16, end where ddp's
-// autocast ends, and full_parameters() gives the float32 masters.
+// autocast ends, and full_parameters() gives the float32 masters. So do zero1's and zero2's under bf16
+// (bfloat16 parameters over float32 master chunks).
 TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
   const auto dataset = make_dataset(72);
   const auto train = [&](int world, Strategy strategy, Precision precision, int64_t accumulation) {
@@ -262,6 +263,10 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
           EXPECT_EQ(p.scalar_type(), precision == Precision::kBf16Mixed ? at::kBFloat16 : at::kFloat);
         }
       }
+      if (strategy != Strategy::kDdp && precision == Precision::kBf16Mixed) {
+        for (const auto& p : mlp->parameters())
+          EXPECT_EQ(p.scalar_type(), at::kBFloat16) << to_string(strategy);
+      }
       const FullParameters whole = accelerator.full_parameters();
       for (const auto& p : mlp->parameters()) result[rank].push_back(p.detach().clone());
       group.shutdown();
@@ -282,6 +287,12 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
   EXPECT_EQ(bf16[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
   EXPECT_LE(max_difference(bf16[0], bf16_ddp[0]), 1e-4)
       << "bf16: fsdp's bfloat16 parameters against autocast";
+  for (const Strategy strategy : {Strategy::kZero1, Strategy::kZero2}) {
+    const auto zero = train(2, strategy, Precision::kBf16Mixed, 1);
+    EXPECT_EQ(zero[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
+    EXPECT_LE(max_difference(zero[0], bf16_ddp[0]), 1e-4)
+        << "bf16: " << to_string(strategy) << "'s bfloat16 parameters against autocast";
+  }
 }
 
 // full_parameters() scopes nest: save_state and load_state inside one (they gather too) leave it whole,

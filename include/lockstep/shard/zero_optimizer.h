@@ -20,6 +20,9 @@
 namespace lockstep::ddp {
 class Reducer;
 }
+namespace torch::nn {
+class Module;
+}
 
 namespace lockstep::shard {
 
@@ -186,6 +189,11 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   mutable StateMap consolidated_;         // the whole state, on the root of the last consolidate()
   int consolidated_root_ = -1;
 };
+
+/// Whether `model` is or holds a BatchNorm (LibTorch's BatchNorm1d/2d/3d). Its parameters stay float32 under
+/// mixed precision, as its running statistics are (PyTorch's FSDP keeps BatchNorm in full precision): the
+/// Trainer and the Accelerator give such a model no param_dtype under zero1/zero2, FSDP keeps its unit.
+bool holds_batch_norm(const torch::nn::Module& model);
 
 /// The tensors an optimizer's per-parameter state holds, by the names its serialize() gives them (Adam:
 /// exp_avg, exp_avg_sq, ...; OptimizerParamState has no other generic accessor).

@@ -351,8 +351,8 @@ class PreparedModel {
   c10::DeviceType device_type_;
 };
 
-/// Every fsdp-prepared model's parameters whole for a scope (Accelerator::full_parameters; the FSDP
-/// layer's scope, shard::FullParameters).
+/// Every fsdp-prepared model's parameters whole, and under bf16 zero1/zero2 the float32 masters in the
+/// parameters, for a scope (Accelerator::full_parameters; the shard layer's scope, shard::FullParameters).
 using FullParameters = shard::FullParameters;
 
 /// The scope of one micro-step under gradient accumulation (Accelerate's `with
@@ -556,7 +556,12 @@ class Accelerator {
   /// strategy fsdp: FSDP over `module` (one stage when it is not Staged), registered.
   std::shared_ptr<detail::FsdpModel> shard_model(const std::shared_ptr<torch::nn::Module>& module);
   /// Every model's parameters whole while the result lives (fsdp), for save_state and load_state.
-  std::vector<shard::FullyShardedDataParallel*> fsdp_models() const;
+  /// What keeps parameters other than whole and in float32 between steps: FSDP models, a bf16 zero1/zero2
+  /// optimizer (FullParameters makes them whole).
+  std::vector<shard::ShardedParameters*> sharded_parameters() const;
+  /// The zero1/zero2 optimizer stepping float32 masters of bfloat16 parameters (bf16, one prepared model
+  /// without a BatchNorm, its first optimizer); null when there is none.
+  shard::ZeroOptimizer* mixed_precision_optimizer() const;
   bool begin_micro_step();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);

@@ -6,6 +6,7 @@
 #           strategies alternating ROUNDS times; medians, and each strategy's ratio to ddp.
 #
 #   bash bench/sharding.sh BUILD_DIR [ROUNDS=3] [STRATEGIES="ddp zero1 zero2 fsdp"]
+#   PRECISION=bf16-mixed bash bench/sharding.sh ...   (every run in that precision; default 32)
 set -euo pipefail
 build=${1:?usage: sharding.sh BUILD_DIR [ROUNDS] [STRATEGIES]}
 rounds=${2:-3}
@@ -15,9 +16,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 field() { grep -o "\"$2\":[0-9.e+-]*" "$1" | tail -1 | cut -d: -f2; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-fit() { "$lockstep" fit --threads 1 --progress off --limit-val-batches 1 --lr-schedule constant "$@" >/dev/null; }
+precision=${PRECISION:-32}
+fit() {
+  "$lockstep" fit --threads 1 --progress off --limit-val-batches 1 --lr-schedule constant --precision "$precision" \
+    "$@" >/dev/null
+}
 
-echo "memory: 4 ranks, mlp 4096,4096,4096, Adam (MiB, the largest rank)"
+echo "memory: 4 ranks, mlp 4096,4096,4096, Adam, precision $precision (MiB, the largest rank)"
 for s in $strategies; do
   fit --devices 4 --model mlp --mlp-hidden 4096,4096,4096 --max-epochs 1 --limit-train-batches 5 --strategy "$s" \
     --metrics-file "$tmp/mem-$s.jsonl"

@@ -52,6 +52,7 @@ struct ReducerState {
   std::vector<char> used;             // after the reduction: used on some rank
   std::vector<at::Tensor> kept_grad;  // view mode: an unused .grad's value, restored if unused everywhere
   std::vector<char> kept;             // kept_grad[i] holds this iteration's value
+  std::vector<char> accumulated;      // a cast parameter's slot holds its no_sync gradients' sum
   size_t next_launch = 0;
   int64_t iterations = 0;
   double blocked_seconds = 0.0;              // this backward's thread in launch_ready_buckets so far
@@ -74,6 +75,10 @@ struct ReducerState {
   /// buckets' dtype (a parameter cast after construction, e.g. to bfloat16 under ZeRO's mixed precision,
   /// is reduced in the dtype it had: its gradient is cast into the bucket and the average cast back).
   bool may_alias(size_t index) const;
+  /// Whether parameter `index` was cast to another dtype than its bucket's since construction.
+  bool is_cast(size_t index) const;
+  /// no_sync, a cast parameter: its gradient added into its slot, in the bucket's dtype, and released.
+  void accumulate_local(size_t index);
   void mark_unused_ready(const std::vector<size_t>& missing);
   /// Whether backward passes all-reduce the used-parameter map (find_unused_parameters, with parameters).
   bool reduces_used_map() const { return options.find_unused_parameters() && !params.empty(); }
@@ -93,6 +98,7 @@ void ReducerState::reset_iteration() {
   in_backward = false;
   std::fill(locally_used.begin(), locally_used.end(), 0);
   std::fill(kept.begin(), kept.end(), 0);
+  std::fill(accumulated.begin(), accumulated.end(), 0);
 }
 
 bool ReducerState::grad_is_slot(size_t index) const {
@@ -108,10 +114,33 @@ bool ReducerState::may_alias(size_t index) const {
          params[index].scalar_type() == buckets[bucket].views[slot].scalar_type();
 }
 
+bool ReducerState::is_cast(size_t index) const {
+  const auto [bucket, slot] = locate[index];
+  return params[index].scalar_type() != buckets[bucket].views[slot].scalar_type();
+}
+
+void ReducerState::accumulate_local(size_t index) {
+  at::Tensor& param = params[index];
+  if (!param.grad().defined()) return;
+  const auto [bucket, slot] = locate[index];
+  at::Tensor& view = buckets[bucket].views[slot];
+  if (accumulated[index]) {
+    view.add_(param.grad());
+  } else {
+    view.copy_(param.grad());
+    accumulated[index] = 1;
+  }
+  param.mutable_grad() = at::Tensor();  // the next micro-batch's gradient arrives alone
+}
+
 void ReducerState::copy_into_bucket(size_t index) {
   const auto [bucket, slot] = locate[index];
   at::Tensor& view = buckets[bucket].views[slot];
   at::Tensor& param = params[index];
+  if (accumulated[index]) {  // the no_sync sum is in the slot already
+    if (param.grad().defined()) view.add_(param.grad());
+    return;
+  }
   if (!param.grad().defined()) {
     view.zero_();  // contributes zeros; .grad stays undefined unless some rank used the parameter
     return;
@@ -153,7 +182,10 @@ void ReducerState::on_gradient(size_t index, const std::shared_ptr<ReducerState>
   // Used on this rank since the last reduction, whether or not this backward synchronises (PyTorch's
   // local_used_map): a gradient accumulated under no_sync is reduced by the next synchronised backward.
   if (params[index].grad().defined()) locally_used[index] = 1;
-  if (!sync) return;
+  if (!sync) {
+    if (is_cast(index)) accumulate_local(index);
+    return;
+  }
   if (!in_backward) {
     in_backward = true;
     blocked_seconds = 0.0;
@@ -352,6 +384,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.used.assign(s.params.size(), 1);
   s.kept_grad.resize(s.params.size());
   s.kept.assign(s.params.size(), 0);
+  s.accumulated.assign(s.params.size(), 0);
   if (s.reduces_used_map()) {
     const auto count = static_cast<int64_t>(s.params.size());
     s.used_host = at::zeros({count}, at::TensorOptions().dtype(at::kInt));

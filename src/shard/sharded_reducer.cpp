@@ -54,6 +54,7 @@ struct ShardedReducerState {
   std::vector<size_t> locate;           // param -> bucket
   at::Tensor shards;                    // this rank's part of every bucket, bucket after bucket
   std::vector<at::Tensor> chunk_grads;  // per param: its chunk within `shards`
+  std::vector<at::Tensor> accumulated;  // per cast param: its no_sync gradients' sum in the shards' dtype
 
   std::mutex mutex;
   bool sync = true;
@@ -67,10 +68,15 @@ struct ShardedReducerState {
   std::atomic<double> exposed_seconds{0.0};  // the last finalize's wait for its reduce-scatters
 
   void on_gradient(size_t index, const std::shared_ptr<ShardedReducerState>& self);
+  /// no_sync, a parameter cast to a narrower dtype than the shards' (mixed precision): its gradient added
+  /// into its accumulator, in the shards' dtype, and released.
+  void accumulate_local(size_t index);
+  /// What is sent for parameter `index`: its .grad, plus what no_sync accumulated.
+  at::Tensor sent_gradient(size_t index);
   void launch_ready_buckets();
   void launch_ready_buckets_untimed();
   void launch(size_t b);
-  void pack(ShardBucket& bucket, at::Tensor& staging) const;
+  void pack(ShardBucket& bucket, at::Tensor& staging);
   /// DDP-like buckets for `options`' caps (the parameters' indices per bucket, in launch order).
   std::vector<std::vector<size_t>> plan_buckets(const ddp::DdpOptions& options) const;
   void lay_out(const std::vector<std::vector<size_t>>& planned);
@@ -90,9 +96,30 @@ void ShardedReducerState::reset_iteration() {
   in_backward = false;
 }
 
+void ShardedReducerState::accumulate_local(size_t index) {
+  at::Tensor& param = params[index];
+  if (param.scalar_type() == shards.scalar_type() || !param.grad().defined()) return;
+  at::Tensor& sum = accumulated[index];
+  if (sum.defined()) {
+    sum.add_(param.grad());
+  } else {
+    sum = param.grad().to(shards.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  }
+  param.mutable_grad() = at::Tensor();  // the next micro-batch's gradient arrives alone
+}
+
+at::Tensor ShardedReducerState::sent_gradient(size_t index) {
+  const at::Tensor& grad = params[index].grad();
+  at::Tensor& sum = accumulated[index];
+  return sum.defined() ? sum.add_(grad) : grad;
+}
+
 void ShardedReducerState::on_gradient(size_t index, const std::shared_ptr<ShardedReducerState>& self) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (!sync) return;
+  if (!sync) {
+    accumulate_local(index);
+    return;
+  }
   if (!in_backward) {
     in_backward = true;
     blocked_seconds = 0.0;
@@ -120,18 +147,18 @@ void ShardedReducerState::launch_ready_buckets_untimed() {
 }
 
 // Rank r's part of `staging` receives chunk r of each member's gradient.
-void ShardedReducerState::pack(ShardBucket& bucket, at::Tensor& staging) const {
+void ShardedReducerState::pack(ShardBucket& bucket, at::Tensor& staging) {
   const int world = group->size();
   at::Tensor rows = staging.view({world, bucket.part});
   for (size_t j = 0; j < bucket.params.size(); ++j) {
-    pack_chunks(rows, bucket.offsets[j], bucket.strides[j], params[bucket.params[j]].grad().reshape({-1}));
+    pack_chunks(rows, bucket.offsets[j], bucket.strides[j], sent_gradient(bucket.params[j]).reshape({-1}));
   }
 }
 
 void ShardedReducerState::launch(size_t b) {
   ShardBucket& bucket = buckets[b];
   if (bucket.direct) {
-    const at::Tensor& grad = params[bucket.params.front()].grad();
+    const at::Tensor grad = sent_gradient(bucket.params.front());
     if (grad.scalar_type() != shards.scalar_type()) {  // FSDP's mixed precision: reduced in the shards' dtype
       bucket.input = grad.to(shards.scalar_type()).view({-1});
     } else {
@@ -152,7 +179,10 @@ void ShardedReducerState::finish(size_t b) {
   ShardBucket& bucket = buckets[b];
   bucket.work.wait();
   if (bucket.accumulate) shards.narrow(0, bucket.shard_offset, bucket.part).add_(bucket.output);
-  for (size_t i : bucket.params) params[i].mutable_grad() = at::Tensor();  // reduced: the full one goes
+  for (size_t i : bucket.params) {  // reduced: the full ones go
+    params[i].mutable_grad() = at::Tensor();
+    accumulated[i] = at::Tensor();
+  }
   bucket.input = bucket.output = at::Tensor();
   bucket.work = comm::Work();
 }
@@ -333,6 +363,7 @@ void ShardedReducer::init(std::vector<at::Tensor> parameters, std::vector<std::s
 void ShardedReducer::install_hooks() {
   auto& s = *state_;
   s.chunk_grads.resize(s.params.size());
+  s.accumulated.resize(s.params.size());
   for (const detail::ShardBucket& bucket : s.buckets) {
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t i = bucket.params[j];

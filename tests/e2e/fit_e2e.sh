@@ -346,7 +346,9 @@ zero_bf16)
   # ZeRO). ddp's autocast computes with bfloat16 copies of the same float32 weights and reduces the
   # gradients in float32, as zero1's float32 buckets and zero2's float32 chunk gradients do: the weights
   # match ddp's (bit for bit here), clipped too under zero1 (zero2's sharded norm differs from torch's in the
-  # last bit, which bfloat16 forward passes amplify: the clip is tested in float32 above). Model state per
+  # last bit, which bfloat16 forward passes amplify: the clip is tested in float32 above), and with
+  # gradient accumulation (the micro-batches' bfloat16 gradients sum in float32, as ddp's .grad does;
+  # fsdp's too). Model state per
   # rank on 2 ranks: zero1 14 bytes a parameter (bfloat16 parameter and .grad, float32 bucket, master and
   # Adam for half), zero2 10. Checkpoints hold the float32 masters: resumed with zero1 the run is the
   # uninterrupted one bit for bit, resumed with ddp (whole float32 weights) too, and `lockstep export`
@@ -361,6 +363,13 @@ zero_bf16)
   for strategy in zero1 zero2; do
     run --max-epochs 2 --ckpt-dir "$work/$strategy" --strategy $strategy --metrics-file "$work/$strategy.jsonl"
     same "$work/$strategy/final.safetensors" "$work/ddp/final.safetensors" "bf16-mixed $strategy trained other weights than ddp"
+  done
+  run --max-epochs 2 --ckpt-dir "$work/ddp_acc" --accumulate-grad-batches 2
+  for strategy in zero1 zero2 fsdp; do
+    run --max-epochs 2 --ckpt-dir "$work/${strategy}_acc" --accumulate-grad-batches 2 --strategy $strategy \
+      --fsdp-min-unit-params 1000
+    same "$work/${strategy}_acc/final.safetensors" "$work/ddp_acc/final.safetensors" \
+      "bf16-mixed $strategy with accumulation trained other weights than ddp"
   done
   run --max-epochs 2 --ckpt-dir "$work/ddp_clip" --gradient-clip-val 0.05
   run --max-epochs 2 --ckpt-dir "$work/zero1_clip" --gradient-clip-val 0.05 --strategy zero1

@@ -281,14 +281,14 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
       EXPECT_LE(max_difference(got[rank], want[0]), 1e-5) << "world " << world << ", rank " << rank;
     }
   }
-  // Without accumulation: under it fsdp's bfloat16 .grad sums in bfloat16 (docs/sharding.md).
-  const auto bf16_ddp = train(2, Strategy::kDdp, Precision::kBf16Mixed, 1);
-  const auto bf16 = train(2, Strategy::kFsdp, Precision::kBf16Mixed, 1);
+  // With accumulation: the bfloat16 gradients of the micro-batches sum in float32, as ddp's .grad does.
+  const auto bf16_ddp = train(2, Strategy::kDdp, Precision::kBf16Mixed, 2);
+  const auto bf16 = train(2, Strategy::kFsdp, Precision::kBf16Mixed, 2);
   EXPECT_EQ(bf16[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
   EXPECT_LE(max_difference(bf16[0], bf16_ddp[0]), 1e-4)
       << "bf16: fsdp's bfloat16 parameters against autocast";
   for (const Strategy strategy : {Strategy::kZero1, Strategy::kZero2}) {
-    const auto zero = train(2, strategy, Precision::kBf16Mixed, 1);
+    const auto zero = train(2, strategy, Precision::kBf16Mixed, 2);
     EXPECT_EQ(zero[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
     EXPECT_LE(max_difference(zero[0], bf16_ddp[0]), 1e-4)
         << "bf16: " << to_string(strategy) << "'s bfloat16 parameters against autocast";

@@ -41,7 +41,10 @@ struct ReducerState;
  *
  * A parameter cast to another dtype after construction (ZeroOptimizer's bfloat16 parameters) is still
  * reduced in the dtype it had: its gradient is cast into the bucket, averaged there, and cast back into
- * .grad (never a view of the bucket then); bucket_gradient() gives the average before that cast.
+ * .grad (never a view of the bucket then); bucket_gradient() gives the average before that cast. Under
+ * no_sync its gradients sum in the bucket too, in the wider dtype (as a float32 .grad sums them under
+ * autocast): each micro-batch's gradient is added into its slot and .grad released, so between the
+ * micro-batches such a parameter has no .grad; the synchronised backward adds its own and reduces the sum.
  *
  * Inside a no_sync() scope the hooks do nothing: gradients accumulate locally in .grad, and the next
  * synchronised backward reduces the accumulated sum.

@@ -82,7 +82,8 @@ class FsdpOptions {
  * chunks cast to bfloat16 (half the bytes) into bfloat16 parameters (half the memory; not in a unit that
  * keeps float32 for a BatchNorm, below), and forward and
  * backward compute with them. Their bfloat16 gradients are reduce-scattered in float32 (cast as they are
- * packed), so the averaging and the chunk gradients the optimizer steps from keep float32's precision.
+ * packed), so the averaging and the chunk gradients the optimizer steps from keep float32's precision;
+ * under no_sync they sum in float32 too (the reducer's accumulators: sharded_reducer.h).
  * A unit holding a BatchNorm's parameters keeps the master dtype (PyTorch's FSDP keeps BatchNorm in full
  * precision too, as its running statistics are; here the whole unit does, as units gather in one dtype).
  * Between steps a rank holds 16/N bytes a parameter with Adam as without it (master shard, float32 chunk

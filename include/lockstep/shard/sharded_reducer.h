@@ -43,7 +43,11 @@ struct ShardedReducerState;
  * step). Gradient clipping needs the global norm over every rank's chunks: clip_grad_norm_.
  *
  * no_sync: the hooks do nothing and gradients accumulate in .grad, full size, until the next synchronised
- * backward reduce-scatters the sum (DDP's gradient accumulation). Every trainable parameter must get a
+ * backward reduce-scatters the sum (DDP's gradient accumulation). A parameter in a narrower dtype than the
+ * chunk gradients (mixed precision: bfloat16 over float32) sums them in the wider one instead, as a
+ * float32 .grad does under autocast: each micro-batch's gradient is added into a full-size accumulator
+ * and .grad released (between the micro-batches such a parameter has no .grad); the synchronised backward
+ * adds its own and sends the sum. Every trainable parameter must get a
  * gradient in every synchronised backward (find_unused_parameters and comm hooks are not supported).
  */
 class ShardedReducer : public ddp::GradientSync {

@@ -192,7 +192,8 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
 
 /// Whether `model` is or holds a BatchNorm (LibTorch's BatchNorm1d/2d/3d). Its parameters stay float32 under
 /// mixed precision, as its running statistics are (PyTorch's FSDP keeps BatchNorm in full precision): the
-/// Trainer and the Accelerator give such a model no param_dtype under zero1/zero2, FSDP keeps its unit.
+/// Trainer and the Accelerator give such a model no param_dtype under zero1/zero2, as FSDP keeps a unit
+/// holding one in the master dtype.
 bool holds_batch_norm(const torch::nn::Module& model);
 
 /// The tensors an optimizer's per-parameter state holds, by the names its serialize() gives them (Adam:

@@ -464,6 +464,7 @@ void Reducer::reduce_zeros() {
   // The result (the others' mean) is discarded: a joined rank does not step. With
   // gradient_as_bucket_view the buffers are .grad, so clear them again.
   for (auto& b : s.buckets) b.buffer.zero_();
+  std::fill(s.accumulated.begin(), s.accumulated.end(), 0);  // no no_sync sum survives in them
 }
 
 }  // namespace lockstep::ddp

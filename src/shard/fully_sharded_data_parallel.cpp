@@ -264,7 +264,7 @@ void FullyShardedDataParallel::retype_all(at::ScalarType dtype) {
     at::Tensor shell = at::empty({0}, param.options().dtype(dtype).requires_grad(false));
     shell.unsafeGetTensorImpl()->set_sizes_contiguous(param.sizes());
     param.set_data(shell);
-    if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // accumulated under no_sync
+    if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // one left in .grad
   }
 }
 

@@ -94,6 +94,8 @@ void ShardedReducerState::reset_iteration() {
   }
   next_launch = next_finish = 0;
   in_backward = false;
+  // Sent and released by the buckets that finished; after a failed backward, dropped with the rest.
+  for (auto& sum : accumulated) sum = at::Tensor();
 }
 
 void ShardedReducerState::accumulate_local(size_t index) {
@@ -407,6 +409,7 @@ void ShardedReducer::reduce_zeros() {
   auto& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   TORCH_CHECK(!s.in_backward, "ShardedReducer::reduce_zeros() called during a backward pass");
+  for (auto& sum : s.accumulated) sum = at::Tensor();  // a joined rank sends zeros, not what it summed
   for (auto& bucket : s.buckets) {
     at::Tensor zeros = at::zeros({bucket.part * s.group->size()}, s.shards.options());
     at::Tensor discard = at::empty({bucket.part}, s.shards.options());  // a joined rank does not step

@@ -177,7 +177,8 @@ void ZeroOptimizer::build(const ChunkSource& chunk_source) {
       }
       if (gradients_ != nullptr || averages_ != nullptr) {
         slot.gradient = gradients_ != nullptr ? gradients_->index_of(param) : averages_->index_of(param);
-        if (slot.gradient < 0) {
+        // ZeRO-1 under mixed precision: a parameter DDP leaves out (frozen) steps from its own .grad, if any.
+        if (slot.gradient < 0 && gradients_ != nullptr) {
           throw std::invalid_argument(
               "ZeroOptimizer: a parameter of shape " + c10::str(param.sizes()) +
               " is not one the sharded reducer synchronises: build the optimizer over "
@@ -206,7 +207,7 @@ void ZeroOptimizer::retype(Slot& slot, at::ScalarType dtype, bool values) {
   at::Tensor& param = slot.param;
   param.set_data(values ? param.detach().to(dtype)
                         : at::empty(param.sizes(), param.options().dtype(dtype).requires_grad(false)));
-  if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // accumulated under no_sync
+  if (param.grad().defined()) param.mutable_grad() = param.grad().to(dtype);  // between backward and step
   const Range mine = chunk(param.numel(), group_->rank(), group_->size());
   slot.local = chunk_of(param, mine.begin, mine.length);
 }
@@ -272,10 +273,7 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
         continue;
       }
       const Range mine = chunk(slot.param.numel(), group_->rank(), group_->size());
-      // Mixed precision: the float32 average, not its bfloat16 copy in .grad.
-      const at::Tensor whole =
-          averages_ != nullptr ? averages_->bucket_gradient(static_cast<size_t>(slot.gradient)) : grad;
-      slot.chunk.mutable_grad() = whole.reshape({-1}).narrow(0, mine.begin, mine.length);
+      slot.chunk.mutable_grad() = averaged_gradient(slot).reshape({-1}).narrow(0, mine.begin, mine.length);
     }
   }
   inner_->step();
@@ -287,13 +285,23 @@ at::Tensor ZeroOptimizer::step(LossClosure closure) {
   return {};
 }
 
-double ZeroOptimizer::clip_grad_norm_(double max_norm) {
-  if (gradients_ != nullptr) return gradients_->clip_grad_norm_(max_norm);  // every rank's chunks
+at::Tensor ZeroOptimizer::averaged_gradient(const Slot& slot) const {
+  // Mixed precision: the float32 average, not its bfloat16 copy in .grad.
+  if (averages_ != nullptr && slot.gradient >= 0)
+    return averages_->bucket_gradient(static_cast<size_t>(slot.gradient));
+  return slot.param.grad().to(options_.dtype().toScalarType());  // no copy unless cast
+}
+
+double ZeroOptimizer::clip_grad_norm_(double max_norm, const std::vector<at::Tensor>& others) {
+  if (gradients_ != nullptr) {
+    TORCH_CHECK(others.empty(), "ZeroOptimizer::clip_grad_norm_: ZeRO-2 and FSDP clip their own chunks only");
+    return gradients_->clip_grad_norm_(max_norm);  // every rank's chunks
+  }
   std::vector<at::Tensor> clipped;  // what holds the gradients as .grad
   for (const auto& group : slots_) {
     for (const Slot& slot : group) {
       if (!slot.param.grad().defined()) continue;
-      if (averages_ == nullptr) {
+      if (averages_ == nullptr || slot.gradient < 0) {
         clipped.push_back(slot.param);
         continue;
       }
@@ -302,12 +310,13 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm) {
       clipped.push_back(holder);
     }
   }
+  clipped.insert(clipped.end(), others.begin(), others.end());
   const double norm = torch::nn::utils::clip_grad_norm_(clipped, max_norm);
   if (averages_ != nullptr) {  // the bfloat16 copies in .grad follow
     torch::NoGradGuard no_grad;
     for (const auto& group : slots_) {
       for (const Slot& slot : group) {
-        if (slot.param.grad().defined())
+        if (slot.param.grad().defined() && slot.gradient >= 0)
           slot.param.mutable_grad().copy_(averages_->bucket_gradient(static_cast<size_t>(slot.gradient)));
       }
     }
@@ -316,7 +325,11 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm) {
 }
 
 void ZeroOptimizer::gather_all() {
-  if (!param_dtype_ || holds_++ > 0) return;  // whole already (without mixed precision: always)
+  if (!param_dtype_) return;  // whole already
+  if (holds_ > 0) {
+    ++holds_;
+    return;
+  }
   torch::NoGradGuard no_grad;
   const int world = group_->size();
   for (auto& group : slots_) {
@@ -331,6 +344,7 @@ void ZeroOptimizer::gather_all() {
       copy_chunks_out(flat, all, slot.chunk_size, 0, world, /*skip=*/-1);
     }
   }
+  holds_ = 1;  // only once whole: a failed gather (the group failed) holds nothing
 }
 
 void ZeroOptimizer::reshard(bool from_parameters) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -411,8 +412,19 @@ std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_
                                   to_string(options_.strategy()) + (master ? " under bf16" : "") +
                                   " clips by the 2-norm, got norm_type " + std::to_string(norm_type));
     }
-    // zero2, fsdp: the global norm over every rank's chunks; bf16 zero1: the float32 gradients.
-    return master != nullptr ? master->clip_grad_norm_(max_norm) : sharded->clip_grad_norm_(max_norm);
+    // zero2, fsdp: the global norm over every rank's chunks (one model); bf16 zero1: the float32 gradients,
+    // and the .grad of the parameters of models prepared after the one it steps.
+    if (master == nullptr) return sharded->clip_grad_norm_(max_norm);
+    if (sharded != nullptr) return master->clip_grad_norm_(max_norm);
+    std::unordered_set<const void*> stepped;
+    for (const auto& group : master->param_groups())
+      for (const auto& p : group.params()) stepped.insert(p.unsafeGetTensorImpl());
+    std::vector<at::Tensor> others;
+    for (const auto& model : models_) {
+      for (const auto& p : model.module->parameters())
+        if (stepped.count(p.unsafeGetTensorImpl()) == 0) others.push_back(p);
+    }
+    return master->clip_grad_norm_(max_norm, others);
   }
   std::vector<at::Tensor> parameters;
   for (const auto& model : models_) {

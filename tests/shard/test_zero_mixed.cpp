@@ -136,11 +136,11 @@ std::vector<double> train(ddp::DistributedDataParallel<torch::nn::Sequential>& d
   return norms;
 }
 
-void expect_masters(ZeroOptimizer& optimizer, torch::nn::Sequential& net,
-                    const std::vector<torch::Tensor>& want, double rtol, double atol,
-                    const std::string& what) {
+template <typename Net>
+void expect_masters(ZeroOptimizer& optimizer, Net& net, const std::vector<torch::Tensor>& want, double rtol,
+                    double atol, const std::string& what) {
   optimizer.gather_all();
-  const auto got = net->parameters();
+  const std::vector<torch::Tensor> got = net->parameters();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].scalar_type(), torch::kDouble) << what << ": gather_all must give the master dtype";
@@ -265,6 +265,100 @@ TEST(ZeroMixed, WeightsLoadedIntoTheWholeParametersBecomeTheMasters) {
     expect_masters(optimizer, net, loaded, 0.0, 0.0, "rank " + std::to_string(rank));
     pg.shutdown();
   }));
+}
+
+// A head used only in the no_sync micro-batch (find_unused_parameters: its float64 sum is reduced by the
+// synchronised backward it took no part in) and a frozen layer the optimizer holds (DDP leaves it out: it
+// keeps its master chunk and never steps), against one process.
+struct BranchyImpl : torch::nn::Module {
+  BranchyImpl() {
+    trunk = register_module("trunk", torch::nn::Linear(10, 16));
+    frozen = register_module("frozen", torch::nn::Linear(10, 16));
+    head = register_module("head", torch::nn::Linear(16, 3));
+    extra = register_module("extra", torch::nn::Linear(16, 3));
+    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_extra) {
+    const auto h = torch::tanh(trunk->forward(x) + frozen->forward(x));
+    return use_extra ? head->forward(h) + extra->forward(h) : head->forward(h);
+  }
+  torch::nn::Linear trunk{nullptr}, frozen{nullptr}, head{nullptr}, extra{nullptr};
+};
+TORCH_MODULE(Branchy);
+
+Branchy make_branchy(uint64_t seed) {
+  static std::mutex generator_mutex;
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(seed);
+  Branchy net;
+  net->to(torch::kDouble);
+  return net;
+}
+
+TEST(ZeroMixed, UnusedAndFrozenParametersStepAsOneProcess) {
+  // One process: micro-batch 0 uses the extra head, micro-batch 1 does not; float32 gradients summed in
+  // float64.
+  auto master = make_branchy(7);
+  auto compute = make_branchy(7);
+  compute->to(torch::kFloat);
+  const auto masters = master->parameters(), computes = compute->parameters();
+  auto reference = torch::optim::Adam(masters, torch::optim::AdamOptions(0.01));
+  for (int step = 0; step < kSteps; ++step) {
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < masters.size(); ++i) computes[i].copy_(masters[i]);
+    }
+    for (auto& p : masters) p.mutable_grad() = torch::Tensor();
+    for (int micro = 0; micro < 2; ++micro) {
+      for (auto& p : computes) p.mutable_grad() = torch::Tensor();
+      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
+      torch::mse_loss(compute->forward(x.to(torch::kFloat), micro == 0), y.to(torch::kFloat)).backward();
+      for (size_t i = 0; i < masters.size(); ++i) {
+        if (!computes[i].grad().defined()) continue;
+        const auto grad = computes[i].grad().to(torch::kDouble);
+        masters[i].mutable_grad() = masters[i].grad().defined() ? masters[i].grad() + grad : grad;
+      }
+    }
+    reference.step();
+  }
+  for (const int world : {1, 2}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto pg = comm::init_process_group(
+          lockstep::testing::thread_group_options(rank, world, store, "zero-mixed-unused"));
+      auto net = make_branchy(rank == 0 ? 7 : 40 + rank);
+      const auto initial_frozen = make_branchy(7)->frozen->weight.detach().clone();
+      ddp::DistributedDataParallel<Branchy> ddp(
+          net, pg, ddp::DdpOptions().find_unused_parameters(true).gradient_as_bucket_view(true));
+      auto adam = std::make_shared<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+      ZeroOptimizer optimizer(adam, pg, ddp.gradient_sync(), torch::kFloat);
+      const int64_t per_rank = kMicroBatch / world;
+      for (int step = 0; step < kSteps; ++step) {
+        optimizer.zero_grad();
+        for (int micro = 0; micro < 2; ++micro) {
+          auto [x, y] = regression_batch(2 * step + micro, rank * per_rank, per_rank);
+          const auto loss = [&] {
+            return torch::mse_loss(ddp.forward(x.to(torch::kFloat), micro == 0), y.to(torch::kFloat));
+          };
+          if (micro == 0) {
+            auto local = ddp.no_sync();
+            loss().backward();
+          } else {
+            loss().backward();
+          }
+        }
+        optimizer.step();
+      }
+      std::vector<torch::Tensor> want;
+      for (const auto& p : masters) want.push_back(p.detach());
+      const std::string what = "world " + std::to_string(world) + ", rank " + std::to_string(rank);
+      expect_masters(optimizer, net, want, 1e-6, 1e-7, what);
+      optimizer.gather_all();
+      EXPECT_TRUE(torch::equal(net->frozen->weight, initial_frozen)) << what << ": the frozen layer changed";
+      optimizer.reshard();
+      pg.shutdown();
+    }));
+  }
 }
 
 TEST(ZeroMixed, RefusesAParamDtypeNotNarrowerThanTheParameters) {

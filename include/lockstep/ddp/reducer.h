@@ -46,8 +46,8 @@ struct ReducerState;
  * autocast): each micro-batch's gradient is added into its slot and .grad released, so between the
  * micro-batches such a parameter has no .grad; the synchronised backward adds its own and reduces the sum.
  *
- * Inside a no_sync() scope the hooks do nothing: gradients accumulate locally in .grad, and the next
- * synchronised backward reduces the accumulated sum.
+ * Inside a no_sync() scope the hooks do nothing (but sum a cast parameter's gradient, above): gradients
+ * accumulate locally in .grad, and the next synchronised backward reduces the accumulated sum.
  *
  * Steady state allocates nothing per step: buckets, views and works are reused.
  */
@@ -76,7 +76,7 @@ class Reducer : public GradientSync {
   /// Parameter `index`'s slot in its bucket, in the buckets' dtype (the parameters' when the reducer was
   /// built): after a synchronised backward it holds the averaged gradient, which .grad holds too (cast to
   /// the parameter's dtype where that changed since: ZeRO's mixed precision reads the float32 average
-  /// here), until the next synchronised backward.
+  /// here), until the next backward (a no_sync one sums a cast parameter's gradient into it).
   at::Tensor bucket_gradient(size_t index) const;
 
   /// For a rank that has joined (run out of inputs): takes part in one backward's bucket all-reduces

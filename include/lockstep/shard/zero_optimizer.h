@@ -71,7 +71,8 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  * chunks step exactly as ddp's float32 parameters under autocast do (autocast computes with bfloat16
  * copies of the same values). gather_all() gives the parameters whole in float32, the master values
  * (validation, checkpoints of the whole model, final weights); reshard() casts them back. Clip with
- * clip_grad_norm_ (the float32 gradients).
+ * clip_grad_norm_ (the float32 gradients): under ZeRO-1 the step reads the averages, so a change made to
+ * .grad in another way is not seen.
  *
  * Checkpoints hold the state whole, in the inner optimizer's own format: consolidate() (every rank) gathers
  * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
@@ -109,9 +110,12 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
 
   /// torch::nn::utils::clip_grad_norm_ (2-norm) over the gradients this optimizer steps from: under ZeRO-2
   /// and FSDP the chunk gradients (ShardedReducer::clip_grad_norm_: an all-reduce, every rank calls it),
-  /// under ZeRO-1 with mixed precision the float32 averages (and their copies in .grad), otherwise the
-  /// parameters' .grad. Returns the norm.
-  double clip_grad_norm_(double max_norm);
+  /// under ZeRO-1 with mixed precision the float32 averages (and their copies in .grad follow: changing .grad
+  /// otherwise is not seen, as the step reads the averages), otherwise the parameters' .grad. Returns the
+  /// norm.
+  /// `others`: more parameters whose .grad counts in the norm and is clipped alike (an Accelerator's other
+  /// models; not with ZeRO-2 or FSDP).
+  double clip_grad_norm_(double max_norm, const std::vector<at::Tensor>& others = {});
   /// Mixed precision: the parameters whole in the master dtype (ShardedParameters; a collective). Without
   /// it the parameters are whole and in their dtype already: nothing to do.
   void gather_all() override;
@@ -166,6 +170,9 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   /// Gives `param` a new memory of `dtype` (its values cast when `values`), its .grad cast too, and points
   /// the slot's local chunk at it.
   void retype(Slot& slot, at::ScalarType dtype, bool values);
+  /// What the slot's chunk steps from, whole, in the master dtype: under ZeRO-1's mixed precision the
+  /// reducer's float32 average (a parameter DDP leaves out: its own .grad, cast); otherwise its .grad.
+  at::Tensor averaged_gradient(const Slot& slot) const;
   void plan_gathers(const at::TensorOptions& buffer);
   void gather_chunks();
   using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;

@@ -63,31 +63,41 @@ struct Reference {
   std::vector<double> norms;
 };
 
-// One process: the float64 masters copied into a float32 model before each step, whose gradients (two
-// micro-batches of the whole batch, each cast to float64 and summed there, as a float32 .grad sums
-// bfloat16 gradients under autocast) are clipped and stepped by Adam.
+// The one-process reference's backward of `step`: the float64 masters copied into the float32 model, then
+// two micro-batches of the whole batch (`forward(x, micro)`), each one's float32 gradients cast to float64
+// and summed in the masters' .grad (as a float32 .grad sums bfloat16 gradients under autocast).
+template <typename Net, typename Forward>
+void reference_backward(Net& master, Net& compute, int step, const Forward& forward) {
+  const std::vector<torch::Tensor> masters = master->parameters(), computes = compute->parameters();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < masters.size(); ++i) computes[i].copy_(masters[i]);
+  }
+  for (auto p : masters) p.mutable_grad() = torch::Tensor();
+  for (int micro = 0; micro < 2; ++micro) {
+    for (auto p : computes) p.mutable_grad() = torch::Tensor();
+    auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
+    torch::mse_loss(forward(x.to(torch::kFloat), micro), y.to(torch::kFloat)).backward();
+    for (size_t i = 0; i < masters.size(); ++i) {
+      if (!computes[i].grad().defined()) continue;
+      const torch::Tensor grad = computes[i].grad().to(torch::kDouble);
+      torch::Tensor sum = masters[i];
+      sum.mutable_grad() = sum.grad().defined() ? sum.grad() + grad : grad;
+    }
+  }
+}
+
+// One process: reference_backward, then the float64 gradients clipped and stepped by Adam.
 Reference one_process(int steps) {
   auto master = make_net(7);
   auto compute = make_net(7);
   compute->to(torch::kFloat);
-  const auto masters = master->parameters(), computes = compute->parameters();
+  const auto masters = master->parameters();
   auto optimizer = two_group_adam(masters);
   Reference out;
   for (int step = 0; step < steps; ++step) {
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < masters.size(); ++i) computes[i].copy_(masters[i]);
-    }
-    for (auto& p : masters) p.mutable_grad() = torch::Tensor();
-    for (int micro = 0; micro < 2; ++micro) {
-      for (auto& p : computes) p.mutable_grad() = torch::Tensor();
-      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
-      torch::mse_loss(compute->forward(x.to(torch::kFloat)), y.to(torch::kFloat)).backward();
-      for (size_t i = 0; i < masters.size(); ++i) {
-        const auto grad = computes[i].grad().to(torch::kDouble);
-        masters[i].mutable_grad() = micro == 0 ? grad : masters[i].grad() + grad;
-      }
-    }
+    reference_backward(master, compute, step,
+                       [&](const torch::Tensor& x, int) { return compute->forward(x); });
     out.norms.push_back(torch::nn::utils::clip_grad_norm_(masters, kMaxNorm));
     optimizer->step();
   }
@@ -301,24 +311,11 @@ TEST(ZeroMixed, UnusedAndFrozenParametersStepAsOneProcess) {
   auto master = make_branchy(7);
   auto compute = make_branchy(7);
   compute->to(torch::kFloat);
-  const auto masters = master->parameters(), computes = compute->parameters();
+  const auto masters = master->parameters();
   auto reference = torch::optim::Adam(masters, torch::optim::AdamOptions(0.01));
   for (int step = 0; step < kSteps; ++step) {
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < masters.size(); ++i) computes[i].copy_(masters[i]);
-    }
-    for (auto& p : masters) p.mutable_grad() = torch::Tensor();
-    for (int micro = 0; micro < 2; ++micro) {
-      for (auto& p : computes) p.mutable_grad() = torch::Tensor();
-      auto [x, y] = regression_batch(2 * step + micro, 0, kMicroBatch);
-      torch::mse_loss(compute->forward(x.to(torch::kFloat), micro == 0), y.to(torch::kFloat)).backward();
-      for (size_t i = 0; i < masters.size(); ++i) {
-        if (!computes[i].grad().defined()) continue;
-        const auto grad = computes[i].grad().to(torch::kDouble);
-        masters[i].mutable_grad() = masters[i].grad().defined() ? masters[i].grad() + grad : grad;
-      }
-    }
+    reference_backward(master, compute, step,
+                       [&](const torch::Tensor& x, int micro) { return compute->forward(x, micro == 0); });
     reference.step();
   }
   for (const int world : {1, 2}) {

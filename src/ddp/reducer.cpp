@@ -109,9 +109,7 @@ bool ReducerState::grad_is_slot(size_t index) const {
 }
 
 bool ReducerState::may_alias(size_t index) const {
-  const auto [bucket, slot] = locate[index];
-  return options.gradient_as_bucket_view() &&
-         params[index].scalar_type() == buckets[bucket].views[slot].scalar_type();
+  return options.gradient_as_bucket_view() && !is_cast(index);
 }
 
 bool ReducerState::is_cast(size_t index) const {

@@ -306,7 +306,7 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm, const std::vector<at::Ten
         continue;
       }
       at::Tensor holder = at::empty({0}, options_);
-      holder.mutable_grad() = averages_->bucket_gradient(static_cast<size_t>(slot.gradient));
+      holder.mutable_grad() = averaged_gradient(slot);
       clipped.push_back(holder);
     }
   }
@@ -317,7 +317,7 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm, const std::vector<at::Ten
     for (const auto& group : slots_) {
       for (const Slot& slot : group) {
         if (slot.param.grad().defined() && slot.gradient >= 0)
-          slot.param.mutable_grad().copy_(averages_->bucket_gradient(static_cast<size_t>(slot.gradient)));
+          slot.param.mutable_grad().copy_(averaged_gradient(slot));
       }
     }
   }

@@ -618,8 +618,7 @@ TrainerResult Trainer::Run::finish() {
   }
   // bfloat16 parameters under zero1/zero2: the model the run leaves holds the float32 master weights, as
   // after ddp (the optimizer keeping them goes with the run).
-  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get()); zero && zero->param_dtype())
-    zero->gather_all();
+  if (shard::ZeroOptimizer* master = master_optimizer()) master->gather_all();
   if (owned_group) owned_group->shutdown();
   char summary[128];
   std::snprintf(summary, sizeof summary, "%lld optimizer step(s), %d rank(s), %.1f s",
@@ -639,13 +638,14 @@ ddp::GradientSync& Trainer::Run::gradient_sync() {
 
 shard::FullParameters Trainer::Run::whole_parameters() const {
   std::vector<shard::ShardedParameters*> models;
-  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get());
-  if (fsdp) {
-    models.push_back(fsdp.get());
-  } else if (zero != nullptr && zero->param_dtype()) {  // bfloat16 parameters: the float32 masters
-    models.push_back(zero);
-  }
+  if (fsdp) models.push_back(fsdp.get());
+  if (shard::ZeroOptimizer* master = master_optimizer()) models.push_back(master);
   return shard::FullParameters(models);
+}
+
+shard::ZeroOptimizer* Trainer::Run::master_optimizer() const {
+  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get());
+  return zero != nullptr && zero->param_dtype() ? zero : nullptr;
 }
 
 double Trainer::Run::model_state_mb() const {
@@ -654,11 +654,9 @@ double Trainer::Run::model_state_mb() const {
     bytes += static_cast<int64_t>(fsdp->shard_bytes() + fsdp->reducer().bucket_bytes());
   } else {
     bytes += static_cast<int64_t>(ddp->gradient_sync().bucket_bytes());
-    const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
     // zero1 under bf16-mixed: .grad (bfloat16) beside the float32 buckets, not a view of them.
-    const bool grads_apart = zero != nullptr && zero->param_dtype() && sharded == nullptr;
-    for (const auto& p : module->parameters())
-      bytes += static_cast<int64_t>(p.nbytes()) * (grads_apart ? 2 : 1);
+    const int64_t copies = master_optimizer() != nullptr && sharded == nullptr ? 2 : 1;
+    for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes()) * copies;
   }
   const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
   bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);

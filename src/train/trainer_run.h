@@ -87,9 +87,13 @@ struct Trainer::Run {
   /// the device: at epoch ends and checkpoints). Throws, as train_batch does, when the loss summed there
   /// is not finite. Nothing without a graph.
   void flush_graph_logs();
-  /// With fsdp, every parameter whole for the scope (a collective: every rank; shard::FullParameters),
-  /// then released again, keeping what was loaded into them. Without fsdp, nothing.
+  /// With fsdp, every parameter whole for the scope, and under bf16 zero1/zero2 the float32 masters in the
+  /// parameters (a collective: every rank; shard::FullParameters), then released again, keeping what was
+  /// loaded into them. Otherwise nothing.
   shard::FullParameters whole_parameters() const;
+  /// The zero1/zero2 optimizer stepping float32 masters of bfloat16 parameters (bf16-mixed, a model without
+  /// a BatchNorm); null otherwise.
+  shard::ZeroOptimizer* master_optimizer() const;
 
  private:
   /// What one epoch's training part did on this rank.

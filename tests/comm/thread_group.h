@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/utils.h>
+
 #include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,6 +17,15 @@
 #include "thread_ranks.h"
 
 namespace lockstep::testing {
+
+/// The process-wide default generator seeded to `seed` and held for the caller until the returned lock goes:
+/// ranks that run as threads build their models from it one at a time, each from the seed it asked for.
+[[nodiscard]] inline std::unique_lock<std::mutex> lock_default_generator(uint64_t seed) {
+  static std::mutex mutex;
+  std::unique_lock<std::mutex> lock(mutex);
+  torch::manual_seed(seed);
+  return lock;
+}
 
 /// Options for rank `rank` of `world` over `store`: 20 s timeouts, one Gloo thread.
 inline comm::ProcessGroupOptions thread_group_options(int rank, int world,

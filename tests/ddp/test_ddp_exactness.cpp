@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <tuple>
 
 #include "../comm/thread_group.h"
@@ -64,9 +63,7 @@ Data make_data(int64_t n) {
 
 Net make_net(uint64_t seed, int hidden = 16, bool with_unused = false, bool with_empty = false) {
   // The default generator is process-wide: ranks running as threads must not interleave their draws.
-  static std::mutex generator_mutex;
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   Net net(hidden, with_unused, with_empty);
   net->to(torch::kDouble);
   return net;
@@ -194,9 +191,7 @@ struct MixedNetImpl : torch::nn::Module {
 TORCH_MODULE(MixedNet);
 
 MixedNet make_mixed_net(uint64_t seed) {
-  static std::mutex generator_mutex;
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   MixedNet net;
   net->fc1->to(torch::kDouble);
   return net;

@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 
 #include "../comm/thread_group.h"
@@ -57,9 +56,7 @@ struct BranchNetImpl : torch::nn::Module {
 TORCH_MODULE(BranchNet);
 
 BranchNet make_net(uint64_t seed) {
-  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   BranchNet net;
   net->to(torch::kDouble);
   return net;

@@ -13,7 +13,6 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -42,9 +41,7 @@ constexpr double kMaxNorm = 0.5;
 // straight into their memory on every world here, the others packed; the last bias of 3 has empty chunks on
 // 4 and 8 ranks.
 models::Mlp make_mlp(uint64_t seed) {
-  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   models::Mlp mlp(models::MlpOptions().in_features(10).hidden({12, 700, 16}).num_classes(3).dropout(0.0));
   mlp->to(torch::kDouble);
   return mlp;
@@ -263,9 +260,7 @@ TEST(Fsdp, UnitsFollowThePolicyAndLoadedWeightsAreResharded) {
 // statistics, not per-rank batch statistics, so the ranks compute what one process does).
 TEST(Fsdp, ResNet18TrainsInUnitsOfItsStages) {
   const auto make = [] {
-    static std::mutex generator_mutex;
-    std::lock_guard<std::mutex> lock(generator_mutex);
-    torch::manual_seed(3);
+    const auto generator = lockstep::testing::lock_default_generator(3);
     models::ResNet18 net(models::ResNet18Options().in_channels(3).num_classes(4));
     net->eval();
     return net;

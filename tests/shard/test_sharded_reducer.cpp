@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,9 +43,7 @@ constexpr double kMaxNorm = 0.5;  // below the gradients' norm on the first step
 // sent straight from .grad on every world here; a bucket per parameter sends the 11000 biases straight on
 // 1, 2, 4 and 8 ranks and packed on 3; the bias of 3 has empty chunks on 4 and 8 ranks.
 torch::nn::Sequential make_net(uint64_t seed) {
-  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   torch::nn::Sequential net(torch::nn::Linear(10, 12), torch::nn::Tanh(), torch::nn::Linear(12, 11000),
                             torch::nn::Tanh(), torch::nn::Linear(11000, 3));
   net->to(torch::kDouble);

@@ -45,9 +45,7 @@ constexpr double kMaxNorm = 0.5;  // below the gradients' norm on the first step
 // 20480 + 2048, 6144 + 3 parameters: the first weights (80 KiB in float32) are gathered straight into their
 // memory where 2048 divides by the world, the others packed; the bias of 3 has an empty chunk on 4 ranks.
 torch::nn::Sequential make_net(uint64_t seed) {
-  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   torch::nn::Sequential net(torch::nn::Linear(10, 2048), torch::nn::Tanh(), torch::nn::Linear(2048, 3));
   net->to(torch::kDouble);
   return net;
@@ -297,9 +295,7 @@ struct BranchyImpl : torch::nn::Module {
 TORCH_MODULE(Branchy);
 
 Branchy make_branchy(uint64_t seed) {
-  static std::mutex generator_mutex;
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   Branchy net;
   net->to(torch::kDouble);
   return net;

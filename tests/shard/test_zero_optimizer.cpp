@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,9 +49,7 @@ struct NetImpl : torch::nn::Module {
 TORCH_MODULE(Net);
 
 Net make_net(uint64_t seed) {
-  static std::mutex generator_mutex;  // the default generator is process-wide; ranks are threads
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   Net net;
   net->to(torch::kDouble);
   return net;
@@ -318,9 +315,7 @@ TEST(ZeroOptimizer, ShardedCheckpointsResumeOnAnyWorldFromEachRanksOwnShard) {
 // of a 512 x 256 layer on 2 and 4 ranks (on 3 it does not divide, and goes through a bucket).
 TEST(ZeroOptimizer, LargeParametersGatherStraightIntoTheirMemory) {
   auto make = [](uint64_t seed) {
-    static std::mutex generator_mutex;
-    std::lock_guard<std::mutex> lock(generator_mutex);
-    torch::manual_seed(seed);
+    const auto generator = lockstep::testing::lock_default_generator(seed);
     torch::nn::Sequential net(torch::nn::Linear(10, 512), torch::nn::Tanh(), torch::nn::Linear(512, 256),
                               torch::nn::Tanh(), torch::nn::Linear(256, 3));
     net->to(torch::kDouble);

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -44,9 +43,7 @@ TORCH_MODULE(Net);
 
 // Net with the weights of `seed`. The default generator is process-wide: thread ranks must not interleave.
 Net make_net(uint64_t seed) {
-  static std::mutex generator_mutex;
-  std::lock_guard<std::mutex> lock(generator_mutex);
-  torch::manual_seed(seed);
+  const auto generator = lockstep::testing::lock_default_generator(seed);
   return Net();
 }
 
@@ -238,9 +235,7 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
                                          .mixed_precision(precision)
                                          .fsdp(shard::FsdpOptions().min_unit_params(100)));
       models::Mlp mlp = [&] {
-        static std::mutex generator_mutex;
-        std::lock_guard<std::mutex> lock(generator_mutex);
-        torch::manual_seed(rank == 0 ? 5 : 50 + rank);
+        const auto generator = lockstep::testing::lock_default_generator(rank == 0 ? 5 : 50 + rank);
         return models::Mlp(models::MlpOptions().in_features(16).hidden({24, 12}).num_classes(4).dropout(0.0));
       }();
       auto [model, optimizer, loader] =

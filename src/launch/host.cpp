@@ -1,6 +1,7 @@
 #include "lockstep/launch/detail/host.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,22 +21,35 @@ int online_cpu_count() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-int find_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw LaunchError(std::string("standalone: cannot create a socket: ") + error_text(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw LaunchError(std::string("standalone: cannot find a free port on 127.0.0.1: ") + error_text(err));
+int find_free_port(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+    throw LaunchError("cannot find a free port on " + host + ": " + ::gai_strerror(rc));
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  int err = EADDRNOTAVAIL;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      ::close(fd);
+      ::freeaddrinfo(found);
+      return ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&addr)->sin_port
+                                             : reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    }
+    err = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  throw LaunchError("cannot find a free port on " + host + ": " + error_text(err));
 }
 
 std::string error_text(int errnum) {

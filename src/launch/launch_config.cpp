@@ -1,9 +1,12 @@
 #include "lockstep/launch/launch_config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
@@ -15,23 +18,124 @@ void check(bool ok, const std::string& message) {
   if (!ok) throw LaunchError(message);
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Whether `name` is executable here: a path as given, a bare name looked up in PATH.
+bool findable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    if (::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return false;
+}
+
+// The interpreter for a program that runs under Python (torchrun: PYTHON_EXEC, else its own sys.executable;
+// lockstep has no Python of its own, so python3 from PATH).
+std::string python_interpreter(const LaunchOptions& options, const std::string& what) {
+  std::string python;
+  const char* from;
+  if (options.python()) {
+    python = *options.python();
+    from = "python";
+  } else if (const char* exec = std::getenv("PYTHON_EXEC"); exec != nullptr && *exec != '\0') {
+    python = exec;
+    from = "PYTHON_EXEC";
+  } else {
+    python = "python3";
+    from = "";
+  }
+  check(findable(python),
+        what + " runs under Python, but " +
+            (*from != '\0' ? std::string(from) + "='" + python + "' is not an executable"
+                           : std::string("no python3 was found in PATH")) +
+            ": install Python, set PYTHON_EXEC to the interpreter, or pass --no-python to execute it directly");
+  return python;
+}
+
+// The argv each worker runs (ProgramMode).
+std::vector<std::string> worker_command(const LaunchOptions& options) {
+  const std::vector<std::string>& command = options.command();
+  const std::string& program = command.front();
+  const ProgramMode mode = options.program_mode();
+  if (mode == ProgramMode::kExecutable || (mode == ProgramMode::kAuto && !ends_with(program, ".py"))) {
+    return command;
+  }
+  const std::string what = mode == ProgramMode::kModule    ? "module '" + program + "' (-m)"
+                           : mode == ProgramMode::kRunPath ? "'" + program + "' (--run-path)"
+                                                           : "'" + program + "' (a .py script)";
+  std::vector<std::string> argv{python_interpreter(options, what), "-u"};  // -u: as torchrun
+  if (mode == ProgramMode::kModule) argv.emplace_back("-m");
+  if (mode == ProgramMode::kRunPath) {
+    // runpy.run_path in a fresh interpreter, with sys.argv as the script would see it.
+    argv.emplace_back("-c");
+    argv.emplace_back("import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')");
+  }
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+// The names worker_environment sets itself; a worker_env entry may not take them over.
+bool torchrun_variable(const std::string& name) {
+  static const char* const kNames[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                                       "MASTER_ADDR", "MASTER_PORT"};
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return name.rfind("TORCHELASTIC_", 0) == 0;
+}
+
 }  // namespace
+
+NodeWorld LaunchConfig::static_world(int restart_count) const {
+  NodeWorld w;
+  w.node_rank = node_rank;
+  w.nnodes = nnodes;
+  w.rank_offset = rank_of(0);
+  w.world_size = world_size();
+  w.role_rank_offset = w.rank_offset;
+  w.role_world_size = w.world_size;
+  w.master_addr = master_addr;
+  w.master_port = master_port;
+  w.restart_count = restart_count;
+  return w;
+}
 
 LaunchConfig resolve(const LaunchOptions& options) {
   LaunchConfig config;
 
   check(!options.command().empty() && !options.command().front().empty(),
         "no worker command given (expected: lockstep run [options] [--] CMD [ARGS...])");
-  config.command = options.command();
+  config.command = worker_command(options);
 
   const NprocPerNode& nproc = options.nproc_per_node();
   check(nproc.is_auto() || nproc.count() >= 1, "nproc_per_node=" + std::to_string(nproc.count()) +
                                                    " is not valid (expected a positive integer or 'auto')");
   config.nproc_per_node = nproc.resolve(options.device_counter());
 
-  check(options.nnodes() >= 1,
-        "nnodes=" + std::to_string(options.nnodes()) + " is not valid (expected an integer >= 1)");
-  config.nnodes = options.nnodes();
+  const NodeRange nodes = options.nnodes();
+  const std::string nnodes_text =
+      nodes.fixed() ? std::to_string(nodes.min) : std::to_string(nodes.min) + ":" + std::to_string(nodes.max);
+  check(nodes.min >= 1 && nodes.max >= nodes.min,
+        "nnodes=" + nnodes_text + " is not valid (expected an integer >= 1, or MIN:MAX with 1 <= MIN <= MAX)");
+  config.rdzv_backend = options.rdzv_backend();
+  const bool c10d = config.rdzv_backend == RdzvBackend::kC10d;
+  check(c10d || nodes.fixed(), "nnodes=" + nnodes_text +
+                                   " is an elastic range, which needs rdzv_backend=c10d (the static "
+                                   "rendezvous has a fixed node count)");
+  config.min_nodes = nodes.min;
+  config.max_nodes = nodes.max;
+  config.nnodes = nodes.max;
 
   // world_size() and rank_of() compute in int: every rank must fit.
   const long long world = static_cast<long long>(config.nnodes) * config.nproc_per_node;
@@ -39,11 +143,31 @@ LaunchConfig resolve(const LaunchOptions& options) {
                               std::to_string(config.nproc_per_node) + " = " + std::to_string(world) +
                               " workers is too many (at most " + std::to_string(INT_MAX) + ")");
 
-  check(options.node_rank() >= 0 && options.node_rank() < options.nnodes(),
-        "node_rank=" + std::to_string(options.node_rank()) +
-            " is out of range for nnodes=" + std::to_string(options.nnodes()) + " (must be in [0, " +
-            std::to_string(options.nnodes() - 1) + "])");
-  config.node_rank = options.node_rank();
+  const int node_rank = options.node_rank().value_or(0);
+  check(node_rank >= 0 && node_rank < config.nnodes,
+        "node_rank=" + std::to_string(node_rank) + " is out of range for nnodes=" + nnodes_text +
+            " (must be in [0, " + std::to_string(config.nnodes - 1) + "])");
+  if (c10d) {
+    config.asked_node_rank = options.node_rank();
+  } else {
+    config.node_rank = node_rank;
+  }
+
+  const std::string& role = options.role();
+  check(!role.empty() && role.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
+                             std::string::npos,
+        "role='" + role + "' is not valid (expected letters, digits, '_', '-' and '.')");
+  config.role = role;
+  for (const auto& [name, value] : options.worker_env()) {
+    check(!name.empty() && name.find('=') == std::string::npos,
+          "worker_env: '" + name + "' is not a variable name");
+    check(!torchrun_variable(name), "worker_env: " + name + " is one of torchrun's variables, which the launcher sets");
+  }
+  config.worker_env = options.worker_env();
+  check(options.monitor_interval().count() > 0,
+        "monitor_interval=" + std::to_string(options.monitor_interval().count() / 1000.0) +
+            " is not valid (expected a positive number of seconds)");
+  config.monitor_interval = options.monitor_interval();
 
   check(options.max_restarts() >= 0, "max_restarts=" + std::to_string(options.max_restarts()) +
                                          " is not valid (expected an integer >= 0)");
@@ -83,8 +207,10 @@ LaunchConfig resolve(const LaunchOptions& options) {
   }
 
   if (options.standalone()) {
-    check(options.nnodes() == 1, "standalone runs a single-node job, but nnodes=" +
-                                     std::to_string(options.nnodes()) + " (drop one of them)");
+    check(nodes == NodeRange(1), "standalone runs a single-node job, but nnodes=" + nnodes_text + " (drop one of them)");
+    check(!c10d && !options.rdzv_endpoint(),
+          "standalone runs its own single-node rendezvous; it cannot be combined with rdzv_backend=c10d or "
+          "rdzv_endpoint (drop one of them)");
     check(!options.master_addr(),
           "standalone picks 127.0.0.1 itself; it cannot be combined with "
           "master_addr=" +
@@ -93,6 +219,31 @@ LaunchConfig resolve(const LaunchOptions& options) {
           "standalone picks a free port itself; it cannot be combined with "
           "master_port=" +
               std::to_string(options.master_port().value_or(0)));
+    config.master_addr = "127.0.0.1";
+    config.master_port = detail::find_free_port();
+  } else if (c10d) {
+    check(!options.master_addr() && !options.master_port(),
+          "master_addr and master_port belong to the static rendezvous; under rdzv_backend=c10d the node "
+          "that becomes node 0 of a round picks them (pass the meeting point as rdzv_endpoint)");
+    config.rdzv_endpoint = parse_endpoint(options.rdzv_endpoint().value_or("localhost:29400"));
+    check(config.rdzv_endpoint.port != 0 || config.max_nodes == 1,
+          "rdzv_endpoint='" + *options.rdzv_endpoint() +
+              "' has port 0 (any free port), which only a single-node job can use: give the port every node "
+              "will meet at");
+    config.rdzv_conf = options.rdzv_conf();
+    config.local_addr = options.local_addr().value_or("");
+  } else if (options.rdzv_endpoint()) {
+    // torchrun's static rendezvous takes the master from the endpoint when one is given.
+    check(!options.master_addr() && !options.master_port(),
+          "rdzv_endpoint='" + *options.rdzv_endpoint() +
+              "' names the master of the static rendezvous, as master_addr/master_port do: give one of them");
+    const Endpoint master = parse_endpoint(*options.rdzv_endpoint());
+    check(master.port >= 1, "rdzv_endpoint='" + *options.rdzv_endpoint() + "' needs a port in 1..65535");
+    config.master_addr = master.host;
+    config.master_port = master.port;
+  } else if (config.nnodes == 1 && !options.master_addr() && !options.master_port()) {
+    // As torchrun: a single node given no master runs on a free local port, so that two such jobs on
+    // one machine do not meet.
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
   } else {

@@ -21,6 +21,7 @@
 
 #include "lockstep/detail/shm_names.h"
 #include "lockstep/detail/worker_contract.h"
+#include "lockstep/launch/detail/elastic_rendezvous.h"
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
@@ -100,7 +101,7 @@ struct Worker {
 };
 
 // Why an attempt stops its workers.
-enum class StopCause { kNone, kWorkerFailed, kSpawnFailed, kSignal };
+enum class StopCause { kNone, kWorkerFailed, kSpawnFailed, kSignal, kRoundEnded };
 
 // The shm backend unlinks its segment as soon as every rank has mapped it; a worker killed inside that
 // set-up window leaves the name in /dev/shm. Remove the names created by this attempt's workers (the
@@ -121,6 +122,7 @@ void remove_shm_leftovers(const std::string& run_id, const std::vector<pid_t>& p
 
 struct AttemptResult {
   StopCause cause = StopCause::kNone;
+  std::optional<detail::RoundEnd> round_end;  // kRoundEnded: why
   bool preempted = false;  // SIGUSR1 was forwarded: the workers were asked to checkpoint and leave
   int exit_status = 0;
   std::optional<int> failed_rank;
@@ -148,17 +150,20 @@ std::string join_command(const std::vector<std::string>& command) {
   return s;
 }
 
-// One start of all local workers, until they have all ended.
+// One start of all local workers, until they have all ended. `watch`, in a c10d round, says when the
+// round ended elsewhere: then the workers are stopped.
 class Attempt {
  public:
-  Attempt(const LaunchConfig& config, const LaunchStreams& streams, detail::SignalRelay& relay,
-          const std::vector<int>& out_logs, const std::vector<int>& err_logs, int restart_count)
+  Attempt(const LaunchConfig& config, const NodeWorld& world, const LaunchStreams& streams,
+          detail::SignalRelay& relay, const std::vector<int>& out_logs, const std::vector<int>& err_logs,
+          detail::RoundWatch* watch = nullptr)
       : config_(config),
+        world_(world),
         streams_(streams),
         relay_(relay),
         out_logs_(out_logs),
         err_logs_(err_logs),
-        restart_count_(restart_count) {}
+        watch_(watch) {}
 
   // Normally every worker is reaped by run(). When an exception cut it short (no fds left for a pipe,
   // poll failed), no worker may outlive the launcher: kill and reap what is left.
@@ -196,9 +201,9 @@ class Attempt {
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
       settings.inherit_stdout = local_rank == config_.direct_stdout_local_rank;
-      detail::SpawnedWorker spawned = detail::spawn_worker(
-          config_.command, worker_environment(config_, local_rank, restart_count_, base), settings);
-      const int rank = config_.rank_of(local_rank);
+      detail::SpawnedWorker spawned =
+          detail::spawn_worker(config_.command, worker_environment(config_, world_, local_rank, base), settings);
+      const int rank = world_.rank_of(local_rank);
       if (spawned.error != 0) {
         spawn_error_ = spawned.error;
         failed_rank_ = rank;
@@ -219,7 +224,7 @@ class Attempt {
     }
   }
 
-  enum class Pipe { kOut, kErr, kHeartbeat };
+  enum class Pipe { kOut, kErr, kHeartbeat, kWatch };
 
   void loop() {
     std::vector<pollfd> fds;
@@ -242,6 +247,10 @@ class Attempt {
       owners.clear();
       fds.push_back({relay_.fd(), POLLIN, 0});
       owners.emplace_back(nullptr, Pipe::kOut);
+      if (watch_ != nullptr && cause_ == StopCause::kNone) {
+        fds.push_back({watch_->fd(), POLLIN, 0});
+        owners.emplace_back(nullptr, Pipe::kWatch);
+      }
       for (Worker& w : workers_) {
         if (w.out_fd.valid()) {
           fds.push_back({w.out_fd.get(), POLLIN, 0});
@@ -265,7 +274,9 @@ class Attempt {
       bool wrote = false;
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        if (owners[i].second == Pipe::kHeartbeat) {
+        if (owners[i].second == Pipe::kWatch) {
+          round_ended();
+        } else if (owners[i].second == Pipe::kHeartbeat) {
           read_heartbeat(*owners[i].first);
         } else {
           wrote = read_pipe(*owners[i].first, owners[i].second == Pipe::kErr) || wrote;
@@ -344,11 +355,22 @@ class Attempt {
     if (beat.partial.size() > 4096) beat.partial.clear();  // not heartbeats: ignore
   }
 
+  // The round ended on another node (a failure there, a lost node, a node joining): stop this node's
+  // workers, which cannot go on in the old world.
+  void round_ended() {
+    if (cause_ != StopCause::kNone) return;
+    round_end_ = watch_->end();
+    if (!round_end_) return;
+    message("round " + std::to_string(world_.restart_count) + " ended: " + round_end_->reason + "; stopping " +
+            std::to_string(live_count()) + " worker(s) (SIGTERM, SIGKILL in " + grace_text() + ")");
+    begin_stop(StopCause::kRoundEnded, SIGTERM);
+  }
+
   // In a job of several ranks, a worker that reports through heartbeats but went silent, or reached no
   // collective, for the collective timeout holds every other rank up: kill it and stop the job, as
   // after a failure (so --max-restarts applies).
   void check_stalls(Clock::time_point now) {
-    if (cause_ != StopCause::kNone || config_.world_size() <= 1) return;
+    if (cause_ != StopCause::kNone || world_.world_size <= 1) return;
     const auto timeout = config_.collective_timeout;
     for (Worker& w : workers_) {
       const Heartbeat& beat = w.heartbeat;
@@ -534,6 +556,7 @@ class Attempt {
   AttemptResult result() const {
     AttemptResult r;
     r.cause = cause_;
+    r.round_end = round_end_;
     r.preempted = preempted_;
     r.failed_rank = failed_rank_;
     r.failure = failure_;
@@ -550,6 +573,9 @@ class Attempt {
         break;
       case StopCause::kSignal:
         r.exit_status = 128 + *stop_signal_;
+        break;
+      case StopCause::kRoundEnded:
+        r.exit_status = round_end_->failure ? round_end_->status : 0;
         break;
     }
     return r;
@@ -582,11 +608,13 @@ class Attempt {
   }
 
   const LaunchConfig& config_;
+  const NodeWorld& world_;
   const LaunchStreams& streams_;
   detail::SignalRelay& relay_;
   const std::vector<int>& out_logs_;
   const std::vector<int>& err_logs_;
-  const int restart_count_;
+  detail::RoundWatch* watch_;
+  std::optional<detail::RoundEnd> round_end_;
 
   std::vector<Worker> workers_;
   StopCause cause_ = StopCause::kNone;
@@ -602,28 +630,66 @@ class Attempt {
   char buffer_[kReadChunk];
 };
 
-// Opens DIR/rank_N.<stream>.log for each local rank (truncating), creating DIR.
-std::vector<detail::UniqueFd> open_logs(const LaunchConfig& config, const char* stream) {
-  std::vector<detail::UniqueFd> fds;
-  if (config.log_dir.empty()) return fds;
-  for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
-    const std::string path = (std::filesystem::path(config.log_dir) /
-                              ("rank_" + std::to_string(config.rank_of(local_rank)) + "." + stream + ".log"))
-                                 .string();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      throw LaunchError("log_dir='" + config.log_dir + "': cannot open " + path + ": " +
-                        detail::error_text(errno));
+// The files of one attempt in torchrun's layout, JOB_DIR/attempt_<K>/<local rank>/{stdout,stderr}.log
+// (created, truncating); no files when JOB_DIR is empty.
+struct AttemptLogs {
+  AttemptLogs(const std::string& job_dir, int attempt, int nproc) {
+    out.assign(static_cast<std::size_t>(nproc), -1);
+    err.assign(static_cast<std::size_t>(nproc), -1);
+    if (job_dir.empty()) return;
+    for (int local_rank = 0; local_rank < nproc; ++local_rank) {
+      const std::filesystem::path dir = std::filesystem::path(job_dir) / ("attempt_" + std::to_string(attempt)) /
+                                        std::to_string(local_rank);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw LaunchError("log_dir: cannot create " + dir.string() + ": " + ec.message());
+      const auto i = static_cast<std::size_t>(local_rank);
+      out[i] = open_log(dir / "stdout.log");
+      err[i] = open_log(dir / "stderr.log");
     }
-    fds.emplace_back(fd);
   }
-  return fds;
+  std::vector<int> out;
+  std::vector<int> err;
+
+ private:
+  int open_log(const std::filesystem::path& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw LaunchError("log_dir: cannot open " + path.string() + ": " + detail::error_text(errno));
+    return files_.emplace_back(fd).get();
+  }
+  std::vector<detail::UniqueFd> files_;
+};
+
+// The job's directory under log_dir, as torchrun makes it: <run_id>_<random> (mkdtemp), so that runs
+// sharing a log_dir never mix. Empty without log_dir.
+std::string make_job_log_dir(const LaunchConfig& config) {
+  if (config.log_dir.empty()) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(config.log_dir, ec);
+  if (ec) throw LaunchError("log_dir='" + config.log_dir + "': cannot create the directory: " + ec.message());
+  std::string id = config.run_id;
+  std::replace(id.begin(), id.end(), '/', '_');
+  std::string pattern = (std::filesystem::path(config.log_dir) / (id + "_XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw LaunchError("log_dir='" + config.log_dir + "': cannot create a directory for this job: " +
+                      detail::error_text(errno));
+  }
+  return pattern;
 }
 
-std::vector<int> raw_fds(const std::vector<detail::UniqueFd>& fds, int count) {
-  std::vector<int> raw(static_cast<std::size_t>(count), -1);
-  for (std::size_t i = 0; i < fds.size(); ++i) raw[i] = fds[i].get();
-  return raw;
+void say(const LaunchStreams& streams, const std::string& text) {
+  streams.err->flush();
+  *streams.err << kTag << text << '\n';
+  streams.err->flush();
+}
+
+// "rank 3 exited with status 1 on node 1 (10.0.0.2)": why this node's attempt failed, for the others.
+std::string failure_text(const AttemptResult& attempt, const detail::Round& round, const LaunchConfig& config) {
+  const detail::RdzvNode& me = round.nodes[static_cast<std::size_t>(round.node_rank)];
+  const std::string where = " on node " + std::to_string(round.node_rank) + " (" + me.addr + ")";
+  if (attempt.cause == StopCause::kSpawnFailed) return "'" + config.command.front() + "' could not be started" + where;
+  std::string what = attempt.failure ? attempt.failure->describe() : "failed";
+  return "rank " + std::to_string(attempt.failed_rank.value_or(-1)) + " " + what + where;
 }
 
 }  // namespace
@@ -638,22 +704,14 @@ Launcher::Launcher(LaunchConfig config, LaunchStreams streams)
 }
 
 LaunchResult Launcher::run() {
-  if (!config_.log_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(config_.log_dir, ec);
-    if (ec) {
-      throw LaunchError("log_dir='" + config_.log_dir + "': cannot create the directory: " + ec.message());
-    }
-  }
-  const std::vector<detail::UniqueFd> out_logs = open_logs(config_, "stdout");
-  const std::vector<detail::UniqueFd> err_logs = open_logs(config_, "stderr");
-  const std::vector<int> out_raw = raw_fds(out_logs, config_.nproc_per_node);
-  const std::vector<int> err_raw = raw_fds(err_logs, config_.nproc_per_node);
-
+  const std::string job_log_dir = make_job_log_dir(config_);
   detail::SignalRelay relay;
+  if (config_.rdzv_backend == RdzvBackend::kC10d) return run_rounds(relay, job_log_dir);
   LaunchResult result;
   for (int restart = 0;; ++restart) {
-    const AttemptResult attempt = Attempt(config_, streams_, relay, out_raw, err_raw, restart).run();
+    const AttemptLogs logs(job_log_dir, restart, config_.nproc_per_node);
+    const NodeWorld world = config_.static_world(restart);
+    const AttemptResult attempt = Attempt(config_, world, streams_, relay, logs.out, logs.err).run();
     result.exit_status = attempt.exit_status;
     result.failed_rank = attempt.failed_rank;
     result.failure = attempt.failure;
@@ -665,11 +723,71 @@ LaunchResult Launcher::run() {
         restart >= config_.max_restarts) {
       break;
     }
-    *streams_.err << kTag << "restarting all " << config_.nproc_per_node << " worker(s) (restart "
-                  << restart + 1 << " of " << config_.max_restarts << ")\n";
-    streams_.err->flush();
+    say(streams_, "restarting all " + std::to_string(config_.nproc_per_node) + " worker(s) (restart " +
+                      std::to_string(restart + 1) + " of " + std::to_string(config_.max_restarts) + ")");
   }
   return result;
+}
+
+LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string& job_log_dir) {
+  const auto tell = [this](const std::string& text) { say(streams_, text); };
+  detail::ElasticRendezvous rendezvous(config_, tell);
+  for (const std::string& note : config_.rdzv_conf.notes) tell("rdzv_conf: " + note);
+  LaunchResult result;
+  for (int attempt_number = 0;; ++attempt_number) {
+    detail::Round round;
+    try {
+      round = rendezvous.join();
+    } catch (const detail::JobOver& over) {
+      tell("the job is over (" + over.why + "): nothing left for this node to do");
+      return result;
+    }
+    const NodeWorld& w = round.world;
+    tell(round.describe() + "; this node is node " + std::to_string(round.node_rank) + ", ranks " +
+         std::to_string(w.rank_offset) + ".." + std::to_string(w.rank_offset + config_.nproc_per_node - 1) +
+         " of " + std::to_string(w.world_size) + "; began because " + round.began_because);
+    for (const std::string& note : round.notes) tell(note);
+
+    const AttemptLogs logs(job_log_dir, attempt_number, config_.nproc_per_node);
+    AttemptResult attempt;
+    {
+      detail::RoundWatch watch(rendezvous, round);
+      attempt = Attempt(config_, w, streams_, relay, logs.out, logs.err, &watch).run();
+    }
+    result.exit_status = attempt.exit_status;
+    result.failed_rank = attempt.failed_rank;
+    result.failure = attempt.failure;
+    result.signal = attempt.signal;
+    result.restarts = round.number;
+    if (attempt.cause == StopCause::kNone) {
+      rendezvous.finish(round);
+      return result;
+    }
+    if (attempt.signal || attempt.preempted) {  // this node leaves the job for good
+      rendezvous.leave(round, attempt.exit_status,
+                       "node " + std::to_string(round.node_rank) + " (" + round.nodes[static_cast<std::size_t>(round.node_rank)].addr +
+                           ") left: " + (attempt.preempted ? "preempted" : "its launcher was stopped"));
+      return result;
+    }
+    const detail::RoundEnd end =
+        attempt.cause == StopCause::kRoundEnded
+            ? *attempt.round_end
+            : rendezvous.end_round(round, detail::RoundEnd{true, attempt.exit_status, failure_text(attempt, round, config_)});
+    if (end.failure) {
+      const int failures = rendezvous.failures();
+      if (failures > config_.max_restarts) {
+        tell("the job failed: " + end.reason + "; " + std::to_string(failures) +
+             " round(s) ended in a failure, more than max_restarts=" + std::to_string(config_.max_restarts));
+        result.exit_status = attempt.cause == StopCause::kRoundEnded ? end.status : attempt.exit_status;
+        if (result.exit_status == 0) result.exit_status = 1;
+        return result;
+      }
+      tell("round " + std::to_string(round.number) + " ended in a failure (" + std::to_string(failures) + " of " +
+           std::to_string(config_.max_restarts) + " restart(s) used): " + end.reason + "; meeting again");
+    } else {
+      tell("round " + std::to_string(round.number) + " ended: " + end.reason + "; meeting again");
+    }
+  }
 }
 
 }  // namespace lockstep::launch

@@ -15,23 +15,21 @@ std::string key_of(const std::string& entry) {
 
 }  // namespace
 
-EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int restart_count,
+EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world, int local_rank,
                               const EnvEntries& base) {
-  const int rank = config.rank_of(local_rank);
-  const int world_size = config.world_size();
   std::vector<std::pair<std::string, std::string>> vars = {
-      {"RANK", std::to_string(rank)},
+      {"RANK", std::to_string(world.rank_of(local_rank))},
       {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(world_size)},
+      {"WORLD_SIZE", std::to_string(world.world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(config.node_rank)},
-      {"GROUP_WORLD_SIZE", std::to_string(config.nnodes)},
-      {"ROLE_RANK", std::to_string(rank)},
-      {"ROLE_WORLD_SIZE", std::to_string(world_size)},
-      {"ROLE_NAME", "default"},
-      {"MASTER_ADDR", config.master_addr},
-      {"MASTER_PORT", std::to_string(config.master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+      {"GROUP_RANK", std::to_string(world.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(world.nnodes)},
+      {"ROLE_RANK", std::to_string(world.role_rank_offset + local_rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world.role_world_size)},
+      {"ROLE_NAME", config.role},
+      {"MASTER_ADDR", world.master_addr},
+      {"MASTER_PORT", std::to_string(world.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(world.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
       {"TORCHELASTIC_RUN_ID", config.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
@@ -44,6 +42,7 @@ EnvEntries worker_environment(const LaunchConfig& config, int local_rank, int re
   if (config.collective_timeout_given) {
     vars.emplace_back("LOCKSTEP_TIMEOUT", std::to_string(config.collective_timeout.count() / 1000.0));
   }
+  vars.insert(vars.end(), config.worker_env.begin(), config.worker_env.end());
 
   bool user_omp = false;
   bool user_unbuffered = false;

@@ -1,17 +1,30 @@
 #include "worker_process.h"
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
+
+// Why not posix_spawn: a worker must die with its launcher (PR_SET_PDEATHSIG), which only the child
+// itself can ask for between fork and exec, and posix_spawn has no hook there. So this is what glibc's
+// posix_spawn does inside, with that one call added: clone(CLONE_VM | CLONE_VFORK) on a stack of the
+// child's own (no copy of the launcher's page tables; the launcher waits until the exec), every signal
+// blocked around it so that no handler of the launcher runs in the child, the child resetting caught
+// handlers to SIG_DFL before it unblocks anything, and an exec failure reported through shared memory.
 
 namespace lockstep::launch::detail {
 namespace {
@@ -34,73 +47,151 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what = "outp
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
 }
 
-// RAII for the posix_spawn attribute objects.
-struct SpawnAttributes {
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_t actions;
-  SpawnAttributes() {
-    posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_init(&actions);
+// execvp's search, done before the clone: the program's path, or the errno execvp would give (ENOENT
+// when no directory of PATH has it, EACCES when one has it but not executable).
+int find_program(const std::string& name, std::string& path) {
+  if (name.find('/') != std::string::npos) {
+    path = name;
+    return 0;
   }
-  ~SpawnAttributes() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
+  const char* env_path = std::getenv("PATH");
+  const std::string dirs = env_path != nullptr ? env_path : "/bin:/usr/bin";
+  int error = ENOENT;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::access(candidate.c_str(), X_OK) == 0) {
+        path = candidate;
+        return 0;
+      }
+      error = EACCES;
+    }
+    if (colon == std::string::npos) return error;
+    start = colon + 1;
   }
-  SpawnAttributes(const SpawnAttributes&) = delete;
-  SpawnAttributes& operator=(const SpawnAttributes&) = delete;
+}
+
+// What the child needs; it lives on the launcher's stack, which the child shares until its exec.
+struct ChildPlan {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  int out_fd;        // -1: keep the launcher's stdout
+  int err_fd;
+  int heartbeat_from;  // -1: none
+  int heartbeat_to;
+  bool null_stdin;
+  bool default_sigpipe;
+  int first_closed;
+  sigset_t ignored;  // signals the launcher ignores that the worker must not (SIGPIPE when asked)
+  volatile int error;
 };
+
+int child_main(void* arg) {
+  auto* plan = static_cast<ChildPlan*>(arg);
+  // Caught handlers back to SIG_DFL first (the launcher's would run on shared memory); ignored ones stay
+  // ignored across exec, as with posix_spawn, except those the plan resets.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa {};
+    if (::sigaction(sig, nullptr, &sa) != 0) continue;
+    const bool ignored = sa.sa_handler == SIG_IGN && !(sa.sa_flags & SA_SIGINFO);
+    if ((ignored && !sigismember(&plan->ignored, sig)) || sa.sa_handler == SIG_DFL) continue;
+    sa.sa_handler = SIG_DFL;
+    sa.sa_flags = 0;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != plan->parent) {
+    plan->error = ESRCH;  // the launcher is gone already (or the kernel refused): do not start orphaned
+    ::_exit(127);
+  }
+  int rc = ::setpgid(0, 0);
+  if (rc == 0 && plan->out_fd >= 0) rc = ::dup2(plan->out_fd, STDOUT_FILENO) < 0 ? -1 : 0;
+  if (rc == 0) rc = ::dup2(plan->err_fd, STDERR_FILENO) < 0 ? -1 : 0;
+  if (rc == 0 && plan->null_stdin) {
+    const int fd = ::open("/dev/null", O_RDONLY);
+    rc = fd < 0 || ::dup2(fd, STDIN_FILENO) < 0 ? -1 : 0;
+  }
+  if (rc == 0 && plan->heartbeat_from >= 0) {
+    if (plan->heartbeat_from == plan->heartbeat_to) {
+      rc = ::fcntl(plan->heartbeat_to, F_SETFD, 0);
+    } else {
+      rc = ::dup2(plan->heartbeat_from, plan->heartbeat_to) < 0 ? -1 : 0;
+    }
+  }
+  if (rc != 0) {
+    plan->error = errno;
+    ::_exit(127);
+  }
+  // Like Python's Popen(close_fds=True): descriptors the embedding program forgot to mark close-on-exec
+  // do not leak into workers (ours are all O_CLOEXEC anyway).
+#ifdef SYS_close_range
+  ::syscall(SYS_close_range, static_cast<unsigned>(plan->first_closed), ~0U, 0U);
+#endif
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(plan->path, plan->argv, plan->envp);
+  plan->error = errno;
+  ::_exit(127);
+}
 
 }  // namespace
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                            const SpawnSettings& settings) {
   SpawnedWorker worker;
+  std::string path;
+  if (const int error = find_program(argv.front(), path); error != 0) {
+    worker.error = error;
+    return worker;
+  }
   UniqueFd out_write, err_write, heartbeat_write;
   if (!settings.inherit_stdout) make_pipe(worker.out, out_write);
   make_pipe(worker.err, err_write);
   if (settings.heartbeat_fd >= 0) make_pipe(worker.heartbeat, heartbeat_write, "heartbeats");
 
-  // posix_spawn rather than fork: glibc starts the child with clone(CLONE_VM | CLONE_VFORK), which does
-  // not copy the launcher's page tables, and reports exec failures (ENOENT, EACCES) as its return value.
-  SpawnAttributes spawn;
-  if (!settings.inherit_stdout)
-    posix_spawn_file_actions_adddup2(&spawn.actions, out_write.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&spawn.actions, err_write.get(), STDERR_FILENO);
-  if (settings.null_stdin) {
-    posix_spawn_file_actions_addopen(&spawn.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  }
-  int first_closed = 3;
-  if (settings.heartbeat_fd >= 0) {
-    // dup2 onto the same number clears close-on-exec (glibc); onto another gives a copy without it.
-    posix_spawn_file_actions_adddup2(&spawn.actions, heartbeat_write.get(), settings.heartbeat_fd);
-    first_closed = std::max(first_closed, settings.heartbeat_fd + 1);
-  }
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-  // Like Python's Popen(close_fds=True): descriptors the embedding program forgot to mark close-on-exec
-  // do not leak into workers. (Ours are all O_CLOEXEC anyway.)
-  posix_spawn_file_actions_addclosefrom_np(&spawn.actions, first_closed);
-#endif
-
-  short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK;
-  posix_spawnattr_setpgroup(&spawn.attr, 0);  // own process group, so that a kill reaches its children
-  sigset_t empty;
-  sigemptyset(&empty);
-  posix_spawnattr_setsigmask(&spawn.attr, &empty);
-  if (settings.default_sigpipe) {
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigdefault(&spawn.attr, &defaults);
-    flags |= POSIX_SPAWN_SETSIGDEF;
-  }
-  posix_spawnattr_setflags(&spawn.attr, flags);
-
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, c_argv[0], &spawn.actions, &spawn.attr, c_argv.data(), c_env.data());
-  if (rc != 0) {
-    worker.error = rc;
+  ChildPlan plan{};
+  plan.path = path.c_str();
+  plan.argv = c_argv.data();
+  plan.envp = c_env.data();
+  plan.parent = ::getpid();
+  plan.out_fd = settings.inherit_stdout ? -1 : out_write.get();
+  plan.err_fd = err_write.get();
+  plan.heartbeat_from = settings.heartbeat_fd >= 0 ? heartbeat_write.get() : -1;
+  plan.heartbeat_to = settings.heartbeat_fd;
+  plan.null_stdin = settings.null_stdin;
+  plan.default_sigpipe = settings.default_sigpipe;
+  plan.first_closed = std::max(3, settings.heartbeat_fd + 1);
+  sigemptyset(&plan.ignored);
+  if (settings.default_sigpipe) sigaddset(&plan.ignored, SIGPIPE);
+  plan.error = 0;
+
+  constexpr std::size_t kStackBytes = std::size_t{256} * 1024;
+  void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) throw LaunchError(std::string("cannot start a worker: mmap: ") + error_text(errno));
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                            &plan);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ::munmap(stack, kStackBytes);
+
+  if (pid < 0 || plan.error != 0) {
+    if (pid > 0) {
+      int status;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    worker.error = pid < 0 ? clone_errno : plan.error;
     worker.out.reset();
     worker.err.reset();
     worker.heartbeat.reset();

@@ -34,8 +34,10 @@ struct SpawnedWorker {
 
 /// Starts `argv` (looked up in PATH like execvp) with environment `env`, as the leader of a new process
 /// group, with an empty signal mask, stdout and stderr into new pipes and no other inherited file
-/// descriptor beyond 0-2 (and the heartbeat pipe's write end, when asked for). Throws LaunchError when the
-/// pipes cannot be created; an exec failure (ENOENT, EACCES, ...) is returned in `error`.
+/// descriptor beyond 0-2 (and the heartbeat pipe's write end, when asked for). The worker gets SIGKILL
+/// when the calling thread ends (PR_SET_PDEATHSIG): a worker never outlives its launcher, even one killed
+/// with SIGKILL. Throws LaunchError when the pipes cannot be created; an exec failure (ENOENT, EACCES,
+/// ...) is returned in `error`.
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                            const SpawnSettings& settings);
 

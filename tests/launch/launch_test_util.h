@@ -81,6 +81,20 @@ inline bool process_alive(pid_t pid) {
 
 using lockstep::testing::wait_until;
 
+/// The one job directory `log_dir` holds for run id `run_id` (torchrun's layout: <run_id>_<random>), or
+/// "" when there is none or more than one.
+inline std::string job_log_dir(const std::string& log_dir, const std::string& run_id) {
+  std::string found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(log_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(run_id + "_", 0) != 0 || name.size() != run_id.size() + 7) continue;
+    if (!found.empty()) return "";
+    found = entry.path().string();
+  }
+  return found;
+}
+
 /// A program started with stdout and stderr redirected to files.
 class Subprocess {
  public:

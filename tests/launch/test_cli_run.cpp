@@ -18,6 +18,7 @@ namespace lockstep::launch {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::job_log_dir;
 using testing::line_set;
 using testing::lines_of;
 using testing::process_alive;
@@ -203,16 +204,19 @@ TEST_F(LockstepRun, SigintIsForwardedToTheWorkers) {
   EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] got-int", "[rank 1] got-int"}));
 }
 
+// torchrun's layout: LOG_DIR/<run id>_<random>/attempt_<K>/<local rank>/{stdout,stderr}.log.
 TEST_F(LockstepRun, LogDirGetsEachRanksOutput) {
   TempDir dir;
   const std::string logs = dir / "nested/logs";
-  Subprocess p(cmd({"--nproc-per-node", "2", "--log-dir", logs, "sh", "-c",
+  Subprocess p(cmd({"--nproc-per-node", "2", "--log-dir", logs, "--rdzv-id", "j1", "sh", "-c",
                     "echo out $RANK; echo err $RANK >&2; printf tail"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
-  EXPECT_EQ(read_file(logs + "/rank_0.stdout.log"), "out 0\ntail");
-  EXPECT_EQ(read_file(logs + "/rank_1.stdout.log"), "out 1\ntail");
-  EXPECT_EQ(read_file(logs + "/rank_0.stderr.log"), "err 0\n");
-  EXPECT_EQ(read_file(logs + "/rank_1.stderr.log"), "err 1\n");
+  const std::string job = job_log_dir(logs, "j1");
+  ASSERT_FALSE(job.empty()) << "no single j1_* directory in " << logs;
+  EXPECT_EQ(read_file(job + "/attempt_0/0/stdout.log"), "out 0\ntail");
+  EXPECT_EQ(read_file(job + "/attempt_0/1/stdout.log"), "out 1\ntail");
+  EXPECT_EQ(read_file(job + "/attempt_0/0/stderr.log"), "err 0\n");
+  EXPECT_EQ(read_file(job + "/attempt_0/1/stderr.log"), "err 1\n");
   EXPECT_EQ(line_set(p.out()).count("[rank 1] out 1"), 1u);  // still forwarded
 }
 
@@ -264,7 +268,9 @@ TEST_F(LockstepRun, UnderscoreSpellingsWork) {
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 2] 2 4 127.0.0.2 29999 abc",
                                                            "[rank 3] 3 4 127.0.0.2 29999 abc"}));
-  EXPECT_TRUE(std::filesystem::exists(dir / "l/rank_3.stdout.log"));
+  const std::string job = job_log_dir(dir / "l", "abc");
+  ASSERT_FALSE(job.empty());
+  EXPECT_TRUE(std::filesystem::exists(job + "/attempt_0/1/stdout.log"));
 }
 
 TEST_F(LockstepRun, RunIdSpellings) {
@@ -275,11 +281,19 @@ TEST_F(LockstepRun, RunIdSpellings) {
   }
 }
 
+// As torchrun: one node and no master given run on a free local port (torchrun then turns standalone), so
+// that two such jobs on one machine never meet; several nodes meet at 29500.
 TEST_F(LockstepRun, DefaultsAreTorchrunsDefaults) {
   Subprocess p(cmd({"sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
-  EXPECT_TRUE(std::regex_match(p.out(), std::regex(R"(\[rank 0\] 0 1 127\.0\.0\.1 29500 [0-9a-f]{16}\n)")))
-      << p.out();
+  std::smatch m;
+  const std::string out = p.out();
+  ASSERT_TRUE(std::regex_match(out, m, std::regex(R"(\[rank 0\] 0 1 127\.0\.0\.1 (\d+) [0-9a-f]{16}\n)"))) << out;
+  const int port = std::stoi(m[1]);
+  EXPECT_TRUE(port >= 1 && port <= 65535) << port;
+  Subprocess node(cmd({"--nnodes", "2", "--node-rank", "1", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT"}));
+  ASSERT_EQ(node.wait(kTimeout), 0) << node.err();
+  EXPECT_EQ(node.out(), "[rank 1] 127.0.0.1 29500\n");
 }
 
 TEST_F(LockstepRun, StandaloneUsesAFreePortAndARandomRunId) {

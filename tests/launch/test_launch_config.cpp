@@ -30,7 +30,10 @@ TEST(Resolve, DefaultsAreTorchrunsDefaults) {
   EXPECT_EQ(c.nnodes, 1);
   EXPECT_EQ(c.node_rank, 0);
   EXPECT_EQ(c.master_addr, "127.0.0.1");
-  EXPECT_EQ(c.master_port, 29500);
+  // One node and no master: a free port (torchrun runs such a job standalone); several nodes: 29500.
+  EXPECT_TRUE(c.master_port >= 1 && c.master_port <= 65535) << c.master_port;
+  EXPECT_EQ(resolve(opts().nnodes(2)).master_port, 29500);
+  EXPECT_EQ(c.rdzv_backend, RdzvBackend::kStatic);
   EXPECT_EQ(c.max_restarts, 0);
   EXPECT_TRUE(c.log_dir.empty());
   EXPECT_EQ(c.grace_period, std::chrono::seconds(3));

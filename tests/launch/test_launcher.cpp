@@ -25,6 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::Clock;
+using testing::job_log_dir;
 using testing::line_set;
 using testing::read_file;
 using testing::TempDir;
@@ -133,13 +134,17 @@ TEST(Launcher, GivesUpAfterMaxRestarts) {
   EXPECT_EQ(line_set(io.out.str()), (std::multiset<std::string>{"[rank 0] try 0", "[rank 0] try 1"}));
 }
 
-TEST(Launcher, LogFilesKeepTheirContentAcrossRestarts) {
+// Each restart writes its own attempt_<K> directory, as torchrun: nothing of an earlier attempt is lost.
+TEST(Launcher, LogFilesAreKeptPerAttempt) {
   TempDir dir;
   Captured io;
-  Launcher(sh("echo attempt $TORCHELASTIC_RESTART_COUNT; exit 1").max_restarts(1).log_dir(dir / "logs"),
+  Launcher(sh("echo attempt $TORCHELASTIC_RESTART_COUNT; exit 1").max_restarts(1).log_dir(dir / "logs").run_id("r"),
            io.streams())
       .run();
-  EXPECT_EQ(read_file(dir / "logs/rank_0.stdout.log"), "attempt 0\nattempt 1\n");
+  const std::string job = job_log_dir(dir / "logs", "r");
+  ASSERT_FALSE(job.empty());
+  EXPECT_EQ(read_file(job + "/attempt_0/0/stdout.log"), "attempt 0\n");
+  EXPECT_EQ(read_file(job + "/attempt_1/0/stdout.log"), "attempt 1\n");
 }
 
 TEST(Launcher, LogDirThatCannotBeCreatedThrowsNamingIt) {

@@ -59,7 +59,7 @@ TEST(WorkerContract, WhatIsNotAHeartbeatIsSkipped) {
 
 TEST(WorkerContract, TheLaunchersWorkersFindThePipeWhereCommLooks) {
   launch::LaunchConfig config;
-  const auto env = launch::worker_environment(config, 0, 0, {});
+  const auto env = launch::worker_environment(config, config.static_world(), 0, {});
   bool found = false;
   for (const auto& entry : env) {
     if (entry == std::string(kHeartbeatFdVariable) + "=" + std::to_string(kHeartbeatFd)) found = true;

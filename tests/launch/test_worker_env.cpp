@@ -31,8 +31,13 @@ LaunchConfig two_nodes_of_four() {
   return c;
 }
 
+// The environment of a static launch's worker (the world as the flags fix it).
+EnvEntries static_env(const LaunchConfig& c, int local_rank, int restart_count, const EnvEntries& base) {
+  return worker_environment(c, c.static_world(restart_count), local_rank, base);
+}
+
 TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
-  const auto env = as_map(worker_environment(two_nodes_of_four(), /*local_rank=*/2, /*restart_count=*/1, {}));
+  const auto env = as_map(static_env(two_nodes_of_four(), /*local_rank=*/2, /*restart_count=*/1, {}));
   EXPECT_EQ(env.at("RANK"), "6");
   EXPECT_EQ(env.at("LOCAL_RANK"), "2");
   EXPECT_EQ(env.at("WORLD_SIZE"), "8");
@@ -54,7 +59,7 @@ TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
 }
 
 TEST(WorkerEnvironment, KeepsTheUsersNcclErrorHandling) {
-  const auto env = as_map(worker_environment(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0,
+  const auto env = as_map(static_env(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0,
                                              {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
@@ -62,7 +67,7 @@ TEST(WorkerEnvironment, KeepsTheUsersNcclErrorHandling) {
 TEST(WorkerEnvironment, RankZeroOfNodeZero) {
   LaunchConfig c = two_nodes_of_four();
   c.node_rank = 0;
-  const auto env = as_map(worker_environment(c, /*local_rank=*/0, /*restart_count=*/0, {}));
+  const auto env = as_map(static_env(c, /*local_rank=*/0, /*restart_count=*/0, {}));
   EXPECT_EQ(env.at("RANK"), "0");
   EXPECT_EQ(env.at("GROUP_RANK"), "0");
   EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "0");
@@ -76,7 +81,7 @@ TEST(WorkerEnvironment, ReplacesInheritedTorchrunVariablesAndKeepsTheRest) {
                            "EMPTY=",
                            "WITH_EQUALS=a=b",
                            "TORCHELASTIC_USE_AGENT_STORE=True"};
-  const EnvEntries env = worker_environment(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0, base);
+  const EnvEntries env = static_env(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0, base);
   const auto m = as_map(env);
   EXPECT_EQ(m.at("RANK"), "4");
   EXPECT_EQ(m.at("WORLD_SIZE"), "8");
@@ -93,27 +98,59 @@ TEST(WorkerEnvironment, ReplacesInheritedTorchrunVariablesAndKeepsTheRest) {
 }
 
 TEST(WorkerEnvironment, KeepsUserOmpNumThreads) {
-  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS=7"}));
+  const auto env = as_map(static_env(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS=7"}));
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "7");
 }
 
 TEST(WorkerEnvironment, KeepsUserOmpNumThreadsEvenWhenEmpty) {
-  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS="}));
+  const auto env = as_map(static_env(two_nodes_of_four(), 0, 0, {"OMP_NUM_THREADS="}));
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "");
 }
 
 TEST(WorkerEnvironment, SetsPythonUnbufferedSoThatLinesArriveAsPrinted) {
-  const auto env = as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PATH=/usr/bin"}));
+  const auto env = as_map(static_env(two_nodes_of_four(), 0, 0, {"PATH=/usr/bin"}));
   EXPECT_EQ(env.at("PYTHONUNBUFFERED"), "1");
 }
 
 TEST(WorkerEnvironment, KeepsUserPythonUnbuffered) {
   EXPECT_EQ(
-      as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED=0"})).at("PYTHONUNBUFFERED"),
+      as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED=0"})).at("PYTHONUNBUFFERED"),
       "0");
   EXPECT_EQ(
-      as_map(worker_environment(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED="})).at("PYTHONUNBUFFERED"),
+      as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED="})).at("PYTHONUNBUFFERED"),
       "");
+}
+
+// A node of a c10d round: its place comes from the round (nodes before it with other worker counts, a
+// role of its own), not from the flags.
+TEST(WorkerEnvironment, TakesTheNodesPlaceFromItsRound) {
+  LaunchConfig c = two_nodes_of_four();
+  c.role = "trainer";
+  c.worker_env = {{"ACCELERATE_MIXED_PRECISION", "fp16"}};
+  NodeWorld w;
+  w.node_rank = 2;
+  w.nnodes = 3;
+  w.rank_offset = 5;  // nodes 0 and 1 hold 2 and 3 workers
+  w.world_size = 13;
+  w.role_rank_offset = 3;
+  w.role_world_size = 7;
+  w.master_addr = "10.0.0.9";
+  w.master_port = 4321;
+  w.restart_count = 2;
+  const auto env = as_map(worker_environment(c, w, /*local_rank=*/1, {}));
+  EXPECT_EQ(env.at("RANK"), "6");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "13");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("GROUP_RANK"), "2");
+  EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "3");
+  EXPECT_EQ(env.at("ROLE_RANK"), "4");
+  EXPECT_EQ(env.at("ROLE_WORLD_SIZE"), "7");
+  EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.9");
+  EXPECT_EQ(env.at("MASTER_PORT"), "4321");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(env.at("ACCELERATE_MIXED_PRECISION"), "fp16");
 }
 
 TEST(WorkerEnvironment, CurrentEnvironmentHasPath) {

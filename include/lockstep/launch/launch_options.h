@@ -7,8 +7,21 @@
 #include <vector>
 
 #include "lockstep/launch/nproc_per_node.h"
+#include "lockstep/launch/rendezvous_options.h"
 
 namespace lockstep::launch {
+
+/// Environment variables as (name, value) pairs.
+using EnvPairs = std::vector<std::pair<std::string, std::string>>;
+
+/// How the worker command is run (torchrun: a script under Python unless --no-python).
+enum class ProgramMode {
+  kAuto,        ///< a program whose name ends in ".py" runs under Python (`PYTHON -u SCRIPT ARGS`); any
+                ///< other is executed as given
+  kExecutable,  ///< --no-python: executed as given, whatever its name
+  kModule,      ///< -m / --module: `PYTHON -u -m MODULE ARGS`
+  kRunPath,     ///< --run-path: the script run by runpy.run_path in `PYTHON -u -c ...`, as __main__
+};
 
 /// What the user asked `lockstep run` for: torchrun's flags, one setter each. Values here are as given;
 /// `resolve()` (launch_config.h) checks them and fills in the defaults that depend on other fields
@@ -24,7 +37,8 @@ namespace lockstep::launch {
 ///   Launcher launcher(options);
 class LaunchOptions {
  public:
-  /// `command`: the worker program and its arguments, passed to execvp untouched (looked up in PATH).
+  /// `command`: the worker program and its arguments (see program_mode; a program without '/' is looked
+  /// up in PATH).
   explicit LaunchOptions(std::vector<std::string> command) : command_(std::move(command)) {}
 
 #define LOCKSTEP_LAUNCH_ARG(T, name) \
@@ -46,25 +60,68 @@ class LaunchOptions {
   /// --nproc-per-node: workers started on this node (each gets one LOCAL_RANK).
   LOCKSTEP_LAUNCH_ARG(NprocPerNode, nproc_per_node) = 1;
 
-  /// --nnodes: nodes in the job; each runs one launcher with the same flags except --node-rank.
-  LOCKSTEP_LAUNCH_ARG(int, nnodes) = 1;
+  /// How `command` runs: under Python or as given (ProgramMode).
+  LOCKSTEP_LAUNCH_ARG(ProgramMode, program_mode) = ProgramMode::kAuto;
 
-  /// --node-rank: this node's index in [0, nnodes); GROUP_RANK of its workers.
-  LOCKSTEP_LAUNCH_ARG(int, node_rank) = 0;
+  /// The Python interpreter for a script or module. Unset: PYTHON_EXEC (torchrun's variable), else
+  /// `python3` from PATH.
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, python);
 
-  /// --master-addr: where rank 0 hosts the rendezvous store (MASTER_ADDR). Unset: 127.0.0.1.
+  /// --nnodes: nodes in the job, N or MIN:MAX (an elastic range needs the c10d rendezvous); each node
+  /// runs one launcher with the same flags (but --node-rank).
+  LOCKSTEP_LAUNCH_ARG(NodeRange, nnodes) = 1;
+
+  /// --node-rank: this node's index in [0, nnodes); GROUP_RANK of its workers. Static rendezvous: unset
+  /// is 0. c10d: unset takes the next free index in order of arrival; set, the round gives it this one
+  /// when it has that many nodes and no other node asked for it (else order of arrival, with a line
+  /// saying so).
+  LOCKSTEP_LAUNCH_ARG(std::optional<int>, node_rank);
+
+  /// --rdzv-backend: static (fixed nodes, --node-rank) or c10d (elastic rounds at rdzv_endpoint).
+  LOCKSTEP_LAUNCH_ARG(RdzvBackend, rdzv_backend) = RdzvBackend::kStatic;
+
+  /// --rdzv-endpoint HOST[:PORT]: c10d: where the nodes meet (the node whose address it is hosts the
+  /// rendezvous store; port 29400 when none is given; unset: localhost:29400). static: the master's
+  /// address and port (instead of master_addr/master_port).
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, rdzv_endpoint);
+
+  /// --rdzv-conf: the c10d rendezvous' timeouts and keep-alive (rendezvous_options.h).
+  LOCKSTEP_LAUNCH_ARG(RdzvConf, rdzv_conf);
+
+  /// --local-addr: the address the other nodes reach this one at (MASTER_ADDR when this node is node 0
+  /// of a c10d round). Unset: the address this node reaches the rendezvous store from.
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, local_addr);
+
+  /// --role: ROLE_NAME of this node's workers (ROLE_RANK and ROLE_WORLD_SIZE count the workers of the
+  /// same role across the nodes of a c10d round). Letters, digits, '_', '-' and '.'.
+  LOCKSTEP_LAUNCH_ARG(std::string, role) = "default";
+
+  /// --monitor-interval: how often a c10d node looks at the rendezvous (the round over, a node waiting
+  /// to join). Worker exits are seen at once, whatever this is.
+  LOCKSTEP_LAUNCH_ARG(std::chrono::milliseconds, monitor_interval) = std::chrono::milliseconds(100);
+
+  /// Variables set for every worker, after torchrun's (a launcher built on this one sets its own:
+  /// `lockstep launch` sets Accelerate's). A name torchrun's variables use is refused.
+  LOCKSTEP_LAUNCH_ARG(EnvPairs, worker_env);
+
+  /// --master-addr: static rendezvous: where rank 0 hosts the workers' store (MASTER_ADDR). Unset:
+  /// 127.0.0.1.
   LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, master_addr);
 
-  /// --master-port: the rendezvous store's TCP port (MASTER_PORT), 1..65535. Unset: 29500.
+  /// --master-port: static rendezvous: the workers' store's TCP port (MASTER_PORT), 1..65535. Unset:
+  /// 29500, or for a single-node job without master_addr a free port (as torchrun, which then runs
+  /// standalone).
   LOCKSTEP_LAUNCH_ARG(std::optional<int>, master_port);
 
   /// --standalone: a single-node job on a free local port: MASTER_ADDR=127.0.0.1, MASTER_PORT picked
   /// by the OS, a random run id. Requires nnodes == 1 and no master_addr/master_port.
   LOCKSTEP_LAUNCH_ARG(bool, standalone) = false;
 
-  /// --max-restarts: how many times all local workers are restarted after one of them fails
-  /// (TORCHELASTIC_RESTART_COUNT counts them). Restarts are per node: with nnodes > 1 they line up only
-  /// when every node's workers fail together (as they do when a peer of a collective disappears).
+  /// --max-restarts: how many times the workers are started again after a failure. static: per node,
+  /// all local workers after one of them fails (with nnodes > 1 they line up only when every node's
+  /// workers fail together, as they do when a peer of a collective disappears). c10d: per job, each
+  /// round that ended in a failure (a worker, a lost node) counts once on every node; rounds that
+  /// begin for a joining node do not count.
   LOCKSTEP_LAUNCH_ARG(int, max_restarts) = 0;
 
   /// --log-dir: also write each rank's raw output to DIR/rank_N.stdout.log and DIR/rank_N.stderr.log

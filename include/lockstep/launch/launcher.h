@@ -8,6 +8,10 @@
 
 namespace lockstep::launch {
 
+namespace detail {
+class SignalRelay;
+}
+
 /// Where a `Launcher` writes. Each worker's stdout lines go to `out` and its stderr lines to `err`, each
 /// complete line prefixed "[rank N] "; the launcher's own messages (failure summary, restarts,
 /// forwarded signals) go to `err`, prefixed "lockstep run: ". Only the thread in `Launcher::run` writes.
@@ -55,6 +59,8 @@ class Launcher {
   LaunchResult run();
 
  private:
+  LaunchResult run_rounds(detail::SignalRelay& relay, const std::string& job_log_dir);
+
   LaunchConfig config_;
   LaunchStreams streams_;
 };

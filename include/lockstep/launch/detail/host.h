@@ -7,9 +7,9 @@ namespace lockstep::launch::detail {
 /// CPU cores online now (sysconf(_SC_NPROCESSORS_ONLN)), at least 1.
 int online_cpu_count();
 
-/// A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0, read the port back, close).
-/// Throws LaunchError when no socket can be bound.
-int find_free_port();
+/// A TCP port that was free on `host` (an address of this host) a moment ago: bind to port 0, read the
+/// port back, close. Throws LaunchError naming the host when no socket can be bound.
+int find_free_port(const std::string& host = "127.0.0.1");
 
 /// strerror(errnum), thread-safe.
 std::string error_text(int errnum);

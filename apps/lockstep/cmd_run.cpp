@@ -15,6 +15,7 @@
 #include "flag_words.h"
 #include "lockstep/env/slurm.h"
 #include "lockstep/launch/launch.h"
+#include "torchrun_flags.h"
 
 namespace lockstep::cli {
 namespace {
@@ -24,37 +25,48 @@ namespace launch = lockstep::launch;
 constexpr const char* kRunDescription =
     "Start N copies of CMD on this node, each with torchrun's environment:\n"
     "  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,\n"
-    "  ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,\n"
-    "  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, TORCHELASTIC_SIGNALS_TO_HANDLE (the signals\n"
-    "  lockstep run forwards); OMP_NUM_THREADS = max(1, cores / N),\n"
-    "  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (as torchrun) and PYTHONUNBUFFERED=1 (Python writes each\n"
-    "  line at once into the launcher's pipe), each only when not already set.\n"
+    "  ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,\n"
+    "  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, TORCHELASTIC_USE_AGENT_STORE=False,\n"
+    "  TORCHELASTIC_SIGNALS_TO_HANDLE, TORCHELASTIC_ERROR_FILE (with a log dir); OMP_NUM_THREADS =\n"
+    "  max(1, cores / N), TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (as torchrun) and PYTHONUNBUFFERED=1 (Python\n"
+    "  writes each line at once into the launcher's pipe), each only when not already set.\n"
     "Each worker's output lines are printed prefixed with \"[rank R] \" (stdout to stdout, stderr to\n"
-    "stderr). When one worker fails, the others are stopped (SIGTERM, SIGKILL 3 s later).\n"
+    "stderr). When one worker fails, the others are stopped (SIGTERM, SIGKILL 3 s later). A worker\n"
+    "never outlives its launcher: it is killed when the launcher dies, even by SIGKILL.\n"
     "Everything after the first non-option argument (or after --) is the worker command, passed\n"
     "untouched.\n"
+    "--rdzv-backend c10d: one `lockstep run` per node, all with the same --rdzv-endpoint, --rdzv-id and\n"
+    "--nnodes MIN:MAX. The node whose address the endpoint names hosts the rendezvous; node ranks follow\n"
+    "the order of arrival; a round starts with MAX nodes, or with MIN once last_call_timeout has passed.\n"
+    "A node that fails or stops answering ends the round: the others (at least MIN) start their workers\n"
+    "again in a smaller world; a node that arrives later joins at the next round (docs/elastic.md).\n"
     "Started by srun, one task per node (srun --ntasks-per-node=1 lockstep run ...), it takes\n"
     "--nnodes (SLURM_NNODES), --node-rank (SLURM_NODEID), --master-addr (first host of the\n"
     "step's nodelist), --master-port (10000 + SLURM_JOB_ID % 10000) and --rdzv-id (the job and\n"
-    "step id) from Slurm when they are not given; MASTER_ADDR / MASTER_PORT win.";
+    "step id) from Slurm when they are not given (c10d: only --nnodes and --rdzv-id).";
 
 constexpr const char* kRunFooter =
     "Exit status:\n"
     "  0        every worker exited with status 0\n"
     "  S        the first worker that failed exited with status S (the others were stopped)\n"
     "  128+N    the first worker that failed was killed by signal N, or the launcher itself\n"
-    "           received signal N (SIGINT, SIGTERM, SIGHUP are forwarded to every worker)\n"
+    "           received signal N (the stop signals are forwarded to every worker)\n"
     "  127/126  CMD was not found / could not be executed\n"
     "  2        bad flags\n"
+    "  1        the launch could not start, or a c10d rendezvous failed (timeout, host lost)\n"
     "\n"
     "Examples:\n"
     "  lockstep run --nproc-per-node 4 --standalone ./train --epochs 3\n"
-    "  lockstep run --nproc-per-node 2 python3 train.py --lr 0.1\n"
-    "  # two nodes (run one on each):\n"
+    "  lockstep run --nproc_per_node=2 train.py --lr 0.1           # python3 -u train.py --lr 0.1\n"
+    "  # two nodes, static (run one on each):\n"
     "  lockstep run --nnodes 2 --node-rank 0 --nproc-per-node 4 --master-addr 10.0.0.1 \\\n"
     "               --master-port 29500 --rdzv-id job42 ./train\n"
     "  lockstep run --nnodes 2 --node-rank 1 --nproc-per-node 4 --master-addr 10.0.0.1 \\\n"
-    "               --master-port 29500 --rdzv-id job42 ./train";
+    "               --master-port 29500 --rdzv-id job42 ./train\n"
+    "  # an elastic job of 2 to 4 nodes (the same line on every node, any order):\n"
+    "  lockstep run --nnodes 2:4 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 \\\n"
+    "               --rdzv-id job42 --max-restarts 3 ./train\n"
+    "\n";
 
 // CLI11's help with our usage line (the worker command is not a CLI11 positional).
 class RunFormatter : public CLI::Formatter {
@@ -67,36 +79,6 @@ class RunFormatter : public CLI::Formatter {
            make_footer(app);
   }
 };
-
-// A usage mistake: printed as "lockstep run: <message>", exit status 2.
-struct UsageError {
-  std::string message;
-};
-
-// A flag's integer value, strictly: decimal digits only (no sign, no spaces: strtol would take "+2" and
-// " 2"), at most INT_MAX. The message shows a well-formed integer as is ("--node-rank=-1"), anything
-// else quoted ("--nnodes='+2'").
-int parse_int(const std::string& flag, const std::string& text, const char* expected) {
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-  if (digits && text.size() <= 10) {
-    const long long value = std::stoll(text);
-    if (value <= INT_MAX) return static_cast<int>(value);
-  }
-  const bool integer = digits || (text.size() > 1 && text[0] == '-' &&
-                                  text.find_first_not_of("0123456789", 1) == std::string::npos);
-  const std::string shown = integer ? flag + "=" + text : flag + "='" + text + "'";
-  throw UsageError{shown + " is not valid (expected " + expected + ")"};
-}
-
-// A positive number of seconds ("30", "0.5") as a duration.
-std::chrono::milliseconds parse_seconds(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !(seconds > 0) || seconds > 1e7) {
-    throw UsageError{flag + "='" + text + "' is not valid (expected a positive number of seconds)"};
-  }
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
-}
 
 // Started by srun as one launcher per node: fills the flags not given from the job step (see the
 // description). Throws UsageError when the step runs several tasks on this node, as each would start its
@@ -137,93 +119,45 @@ int usage_error(const std::string& message) {
 
 int run_main(int argc, char** argv) {
   CLI::App app(kRunDescription, "lockstep run");
-  app.footer(kRunFooter);
+  app.footer(std::string(kRunFooter) + kTorchrunTable);
   app.prefix_command();  // the first positional and all after it are the worker command
   auto formatter = std::make_shared<RunFormatter>();
   formatter->column_width(34);
   app.formatter(formatter);
-
-  std::optional<std::string> nproc, nnodes, node_rank, master_addr, master_port, max_restarts, log_dir,
-      run_id, collective_timeout;
-  bool standalone = false;
-  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                 "Workers to start on this node: a count, 'auto' (one per\n"
-                 "GPU when there are GPUs, else one per online CPU core), or\n"
-                 "'gpu' (one per visible GPU; an error without one). Default: 1")
-      ->type_name("N|auto|gpu");
-  app.add_option("--nnodes", nnodes,
-                 "Nodes in the job; start one launcher per node with the same\n"
-                 "flags except --node-rank. Default: 1")
-      ->type_name("N");
-  app.add_option("--node-rank,--node_rank", node_rank,
-                 "This node's index in [0, nnodes); a worker's RANK is\n"
-                 "node_rank * nproc_per_node + LOCAL_RANK. Default: 0")
-      ->type_name("R");
-  app.add_option("--master-addr,--master_addr", master_addr,
-                 "Address of node 0, where rank 0 hosts the rendezvous store\n"
-                 "(MASTER_ADDR). Default: 127.0.0.1")
-      ->type_name("ADDR");
-  app.add_option("--master-port,--master_port", master_port,
-                 "Port of the rendezvous store on node 0 (MASTER_PORT), 1..65535.\n"
-                 "Default: 29500")
-      ->type_name("PORT");
-  app.add_flag("--standalone", standalone,
-               "Single-node job on its own: MASTER_ADDR=127.0.0.1, a free\n"
-               "port, a random run id (not with --master-addr, --master-port\n"
-               "or --nnodes > 1)");
-  app.add_option("--max-restarts,--max_restarts", max_restarts,
-                 "After a worker fails, stop all and start them again, up to K\n"
-                 "times (TORCHELASTIC_RESTART_COUNT counts them). Default: 0")
-      ->type_name("K");
-  app.add_option("--collective-timeout,--collective_timeout", collective_timeout,
-                 "Seconds one collective may take (LOCKSTEP_TIMEOUT for the\n"
-                 "workers); in a job of several ranks, a worker that sends no\n"
-                 "heartbeat or reaches no collective for that long is killed\n"
-                 "and the job stopped. Default: LOCKSTEP_TIMEOUT, else 1800")
-      ->type_name("S");
-  app.add_option("--log-dir,--log_dir", log_dir,
-                 "Also write each rank's output, unprefixed, to\n"
-                 "DIR/rank_N.stdout.log and DIR/rank_N.stderr.log (DIR is\n"
-                 "created)")
-      ->type_name("DIR");
-  app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", run_id,
-                 "Job id (TORCHELASTIC_RUN_ID), the same on every node.\n"
-                 "Default: random for a single-node job, 'none' with --nnodes > 1\n"
-                 "(with a warning: pass the scheduler's job id)")
-      ->type_name("ID");
+  RunFlags flags;
+  add_torchrun_flags(app, flags);
 
   if (const int status = parse_or_status(app, argc, argv, usage_error); status >= 0) return status;
   std::vector<std::string> command;
   if (const auto unknown = take_command(app, command)) {
     return usage_error("unknown option '" + *unknown +
-                       "' (put the worker command after the flags, or after --)");
+                       "' (put the worker command after the flags, or after --; `lockstep run --help` lists "
+                       "torchrun's flags)");
   }
   if (command.empty())
     return usage_error("no worker command given (usage: lockstep run [flags] [--] CMD [ARGS...])");
 
   std::optional<launch::Launcher> launcher;
   try {
-    if (!standalone) apply_slurm_defaults(nnodes, node_rank, master_addr, master_port, run_id);
-    launch::LaunchOptions options(command);
-    if (nproc) options.nproc_per_node(launch::NprocPerNode::parse(*nproc));
-    if (nnodes) options.nnodes(parse_int("--nnodes", *nnodes, "an integer >= 1"));
-    if (node_rank) options.node_rank(parse_int("--node-rank", *node_rank, "an integer >= 0"));
-    if (master_addr) options.master_addr(*master_addr);
-    if (master_port) options.master_port(parse_int("--master-port", *master_port, "a port in 1..65535"));
-    if (max_restarts) options.max_restarts(parse_int("--max-restarts", *max_restarts, "an integer >= 0"));
-    if (log_dir) options.log_dir(*log_dir);
-    if (collective_timeout)
-      options.collective_timeout(parse_seconds("--collective-timeout", *collective_timeout));
-    if (run_id) options.run_id(*run_id);
-    options.standalone(standalone);
+    const bool c10d = flags.rdzv_backend && *flags.rdzv_backend == "c10d";
+    if (!flags.standalone) {
+      // Under c10d the rendezvous gives node ranks and the master; Slurm gives only the count and the id.
+      std::optional<std::string> unused_rank, unused_addr, unused_port;
+      apply_slurm_defaults(flags.nnodes, c10d ? unused_rank : flags.node_rank,
+                           c10d ? unused_addr : flags.master_addr, c10d ? unused_port : flags.master_port,
+                           flags.rdzv_id);
+    }
+    std::vector<std::string> warnings;
+    const launch::LaunchOptions options = launch_options(flags, command, warnings);
+    for (const std::string& warning : warnings) std::cerr << "lockstep run: warning: " << warning << '\n';
     launcher.emplace(options);
-    if (launcher->config().nnodes > 1 && !run_id) {
+    if (launcher->config().max_nodes > 1 && !flags.rdzv_id) {
       std::cerr << "lockstep run: warning: no --rdzv-id for a multi-node job; using run id 'none', so a "
                    "process of another job started the same way could join this one — pass --rdzv-id "
                    "<job id> on every node\n";
     }
   } catch (const UsageError& e) {
-    return usage_error(e.message);
+    return usage_error(in_flag_words(e.message, option_flags(app)));
   } catch (const launch::LaunchError& e) {
     return usage_error(in_flag_words(e.what(), option_flags(app)));
   }

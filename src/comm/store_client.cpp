@@ -252,8 +252,8 @@ std::string StoreClient::call(const std::string& frame, milliseconds reply_withi
     return recv_frame(fd_, deadline);
   } catch (const IoError& e) {
     fail(std::string(op) + " on the rendezvous store at " + endpoint() + " failed: " + e.why +
-         (e.timed_out ? " (within " + seconds_text(reply_within) + ")" : "") +
-         ". Is " + options_.server_name() + " still running?");
+         (e.timed_out ? " (within " + seconds_text(reply_within) + ")" : "") + ". Is " +
+         options_.server_name() + " still running?");
   }
   return {};  // not reached
 }
@@ -287,7 +287,8 @@ void StoreClient::set(const std::string& key, const Bytes& value) {
   expect_status(r, false, "set('" + key + "')");
 }
 
-StoreClient::Bytes StoreClient::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+StoreClient::Bytes StoreClient::compare_set(const std::string& key, const Bytes& expected,
+                                            const Bytes& desired) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string reply = call(
       FrameWriter().u8(static_cast<uint8_t>(Op::kCompareSet)).str(key).str(expected).str(desired).finish(),
@@ -301,9 +302,12 @@ StoreClient::Bytes StoreClient::compare_set(const std::string& key, const Bytes&
 
 std::optional<StoreClient::Bytes> StoreClient::get_within(const std::string& key, milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string reply = call(
-      FrameWriter().u8(static_cast<uint8_t>(Op::kGet)).str(key).i64(timeout.count() < 0 ? -1 : timeout.count()).finish(),
-      with_grace(timeout), "get");
+  const std::string reply = call(FrameWriter()
+                                     .u8(static_cast<uint8_t>(Op::kGet))
+                                     .str(key)
+                                     .i64(timeout.count() < 0 ? -1 : timeout.count())
+                                     .finish(),
+                                 with_grace(timeout), "get");
   FrameReader r(reply.data(), reply.size());
   if (expect_status(r, true, "get('" + key + "')") == Status::kTimeout) return std::nullopt;
   Bytes value;
@@ -314,9 +318,10 @@ std::optional<StoreClient::Bytes> StoreClient::get_within(const std::string& key
 StoreClient::Bytes StoreClient::get(const std::string& key, milliseconds timeout) {
   std::optional<Bytes> value = get_within(key, timeout);
   if (!value) {
-    throw StoreError("timed out after " + seconds_text(timeout) + " waiting for key '" + key +
-                     "' (get) in the rendezvous store at " + endpoint() +
-                     ": the process that sets it may have failed or be slow (raise the timeout if it is slow)");
+    throw StoreError(
+        "timed out after " + seconds_text(timeout) + " waiting for key '" + key +
+        "' (get) in the rendezvous store at " + endpoint() +
+        ": the process that sets it may have failed or be slow (raise the timeout if it is slow)");
   }
   return std::move(*value);
 }

@@ -54,12 +54,6 @@ std::string seconds(milliseconds ms) {
   return out.str();
 }
 
-std::string this_hostname() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
-
 // "<addr> <nproc> <role> <asked_rank> <host>": how a node announces itself (no field holds a space:
 // resolve() checks the role; addresses and host names have none).
 std::string encode(const RdzvNode& n) {
@@ -72,8 +66,8 @@ RdzvNode decode(const std::string& s, int ticket) {
   RdzvNode n;
   n.ticket = ticket;
   if (!(in >> n.addr >> n.nproc >> n.role >> n.asked_rank >> n.host) || n.nproc < 1) {
-    throw LaunchError("the rendezvous store holds a malformed announcement of node " + std::to_string(ticket) +
-                      ": '" + s + "' (is every node running the same lockstep?)");
+    throw LaunchError("the rendezvous store holds a malformed announcement of node " +
+                      std::to_string(ticket) + ": '" + s + "' (is every node running the same lockstep?)");
   }
   return n;
 }
@@ -126,7 +120,12 @@ bool address_is_here(const std::string& host) {
 }  // namespace
 
 std::string RdzvNode::describe() const {
-  return "node at " + addr + " (host " + host + ")";
+  return addr + " (host " + host + ")";
+}
+
+std::string Round::node(int node_rank) const {
+  const RdzvNode& n = nodes[static_cast<std::size_t>(node_rank)];
+  return "node " + std::to_string(node_rank) + " (" + n.addr + ", host " + n.host + ")";
 }
 
 std::string Round::describe() const {
@@ -172,7 +171,7 @@ bool is_loopback(const std::string& address) {
 // ElasticRendezvous
 
 ElasticRendezvous::ElasticRendezvous(const LaunchConfig& config, Say say)
-    : config_(config), say_(std::move(say)), hostname_(this_hostname()) {
+    : config_(config), say_(std::move(say)), hostname_(host_name()) {
   const Endpoint& endpoint = config_.rdzv_endpoint;
   const RdzvConf& conf = config_.rdzv_conf;
   int port = endpoint.port;
@@ -202,8 +201,8 @@ ElasticRendezvous::ElasticRendezvous(const LaunchConfig& config, Say say)
   } catch (const comm::StoreRefusedError& e) {
     throw LaunchError("the rendezvous at " + endpoint.host + ":" + std::to_string(port) +
                       " belongs to another job: rdzv_id '" + e.their_run_id() + "' with nnodes max " +
-                      std::to_string(e.their_world_size()) + ", while this node has rdzv_id '" + config_.run_id +
-                      "' and nnodes max " + std::to_string(config_.max_nodes) +
+                      std::to_string(e.their_world_size()) + ", while this node has rdzv_id '" +
+                      config_.run_id + "' and nnodes max " + std::to_string(config_.max_nodes) +
                       ": give every node of a job the same rdzv_id and nnodes");
   } catch (const comm::StoreError& e) {
     throw LaunchError("cannot reach the rendezvous at rdzv_endpoint=" + endpoint.host + ":" +
@@ -228,7 +227,18 @@ int ElasticRendezvous::current_round() {
 }
 
 int ElasticRendezvous::failures() {
-  return static_cast<int>(store_->add(kFailuresKey, 0));
+  try {
+    return static_cast<int>(store_->add(kFailuresKey, 0));
+  } catch (const comm::StoreError& e) {
+    throw lost(e);
+  }
+}
+
+LaunchError ElasticRendezvous::lost(const comm::StoreError& e) const {
+  return LaunchError("lost the rendezvous at " + store_->endpoint() +
+                     " (the node that hosts it is gone or stopped; as under torchrun, the job cannot go on "
+                     "without it): " +
+                     e.what());
 }
 
 void ElasticRendezvous::check_deadline(Clock::time_point deadline, const std::string& waiting_for) {
@@ -284,7 +294,7 @@ Round ElasticRendezvous::join() {
       wait_for_next(number, *members, deadline);
     }
   } catch (const comm::StoreError& e) {
-    throw LaunchError("lost the rendezvous at " + endpoint() + " while joining a round: " + e.what());
+    throw lost(e);
   }
 }
 
@@ -346,10 +356,10 @@ Round ElasticRendezvous::build_round(int number, int ticket, int members) {
       Round unstarted;
       unstarted.number = number;
       unstarted.ticket = ticket;
-      throw end_round(unstarted, RoundEnd{true, 1,
-                                                      "node " + std::to_string(t) + " of round " +
-                                                          std::to_string(number) +
-                                                          " took its place but never announced itself"});
+      throw end_round(unstarted,
+                      RoundEnd{true, 1,
+                               "node " + std::to_string(t) + " of round " + std::to_string(number) +
+                                   " took its place but never announced itself"});
     }
   }
   // Node ranks: a --node-rank wish where it fits and is not taken, the rest in order of arrival.
@@ -399,8 +409,9 @@ Round ElasticRendezvous::build_round(int number, int ticket, int members) {
     }
   }
   if (world > INT_MAX) {
-    throw end_round(round, RoundEnd{true, 1, "round " + std::to_string(number) + " would have " +
-                                                  std::to_string(world) + " workers (more than INT_MAX)"});
+    throw end_round(round, RoundEnd{true, 1,
+                                    "round " + std::to_string(number) + " would have " +
+                                        std::to_string(world) + " workers (more than INT_MAX)"});
   }
   w.rank_offset = static_cast<int>(offset);
   w.world_size = static_cast<int>(world);
@@ -417,10 +428,10 @@ Round ElasticRendezvous::build_round(int number, int ticket, int members) {
     std::istringstream in(store_->get_text(master_key, read));
     in >> w.master_addr >> w.master_port;
   } catch (const comm::StoreError&) {
-    throw end_round(round, RoundEnd{true, 1, "node 0 of round " + std::to_string(number) + " (" +
-                                                  round.nodes.front().describe() +
-                                                  ") did not publish the workers' master address within " +
-                                                  seconds(read)});
+    throw end_round(round,
+                    RoundEnd{true, 1,
+                             round.node(0) + " of round " + std::to_string(number) +
+                                 " did not publish the workers' master address within " + seconds(read)});
   }
   if (number == 0) {
     round.began_because = "the job started";
@@ -431,7 +442,11 @@ Round ElasticRendezvous::build_round(int number, int ticket, int members) {
 }
 
 RoundEnd ElasticRendezvous::end_round(const Round& round, const RoundEnd& end) {
-  return end_round_in(*store_, round.number, end);
+  try {
+    return end_round_in(*store_, round.number, end);
+  } catch (const comm::StoreError& e) {
+    throw lost(e);
+  }
 }
 
 void ElasticRendezvous::leave(const Round& round, int status, const std::string& reason) {
@@ -446,9 +461,9 @@ void ElasticRendezvous::leave(const Round& round, int status, const std::string&
 void ElasticRendezvous::finish(const Round& round) {
   try {
     store_->set(key(round.number, "done", round.ticket), "1");
-    store_->compare_set(kClosingKey, {},
-                        bytes(round.nodes[static_cast<std::size_t>(round.node_rank)].describe() +
-                              " finished round " + std::to_string(round.number)));
+    store_->compare_set(
+        kClosingKey, {},
+        bytes(round.node(round.node_rank) + " finished round " + std::to_string(round.number)));
   } catch (const comm::StoreError&) {
     return;  // the host is gone: nobody to tell
   }
@@ -459,7 +474,8 @@ void ElasticRendezvous::finish(const Round& round) {
   for (;;) {
     const auto now = Clock::now();
     std::vector<std::string> waiting;
-    for (const RdzvNode& n : round.nodes) {
+    for (std::size_t r = 0; r < round.nodes.size(); ++r) {
+      const RdzvNode& n = round.nodes[r];
       if (n.ticket == round.ticket) continue;
       if (store_->try_get_text(key(round.number, "done", n.ticket)) ||
           store_->try_get_text(key(round.number, "left", n.ticket))) {
@@ -472,7 +488,7 @@ void ElasticRendezvous::finish(const Round& round) {
       } else if (now - it->second.second >= config_.rdzv_conf.keep_alive_timeout()) {
         continue;  // silent: gone
       }
-      waiting.push_back(n.describe());
+      waiting.push_back(round.node(static_cast<int>(r)));
     }
     if (waiting.empty()) return;
     if (now >= deadline) {
@@ -489,7 +505,8 @@ void ElasticRendezvous::finish(const Round& round) {
 // ---------------------------------------------------------------------------------------------------
 // RoundWatch
 
-RoundWatch::RoundWatch(ElasticRendezvous& rendezvous, const Round& round) : rendezvous_(rendezvous), round_(round) {
+RoundWatch::RoundWatch(ElasticRendezvous& rendezvous, const Round& round)
+    : rendezvous_(rendezvous), round_(round) {
   const LaunchConfig& config = rendezvous_.config();
   const comm::TcpStoreOptions& options = rendezvous_.store_->options();
   store_ = std::make_unique<comm::StoreClient>(comm::TcpStoreOptions(options)
@@ -535,8 +552,9 @@ void RoundWatch::run() {
       if (look(now)) return;
     } catch (const comm::StoreError& e) {
       if (closing_) return;  // the job is finishing and its host left: let the workers finish too
-      ended(RoundEnd{true, 1, "lost the rendezvous at " + store_->endpoint() +
-                                  " (the node that hosts it is gone or stopped): " + e.what()});
+      ended(RoundEnd{true, 1,
+                     "lost the rendezvous at " + store_->endpoint() +
+                         " (the node that hosts it is gone or stopped): " + e.what()});
       return;
     }
     std::this_thread::sleep_for(config.monitor_interval);
@@ -565,7 +583,8 @@ bool RoundWatch::look(Clock::time_point now) {
       return end_with(RoundEnd{false, 0, std::to_string(waiting) + " node(s) asked to join"});
     }
   }
-  for (const RdzvNode& n : round_.nodes) {
+  for (std::size_t r = 0; r < round_.nodes.size(); ++r) {
+    const RdzvNode& n = round_.nodes[r];
     if (n.ticket == round_.ticket) continue;
     if (store_->try_get_text(key(number, "done", n.ticket))) continue;
     const int64_t beats = store_->add(key(number, "alive", n.ticket), 0);
@@ -573,10 +592,12 @@ bool RoundWatch::look(Clock::time_point now) {
     if (it == seen_.end() || it->second.first != beats) {
       seen_[n.ticket] = {beats, now};
     } else if (now - it->second.second >= config.rdzv_conf.keep_alive_timeout()) {
-      return end_with(RoundEnd{true, 1, n.describe() + " stopped answering: no keep-alive for " +
-                                            seconds(std::chrono::duration_cast<milliseconds>(now - it->second.second)) +
-                                            " (keep_alive_interval x keep_alive_max_attempt = " +
-                                            seconds(config.rdzv_conf.keep_alive_timeout()) + ")"});
+      return end_with(
+          RoundEnd{true, 1,
+                   round_.node(static_cast<int>(r)) + " stopped answering: no keep-alive for " +
+                       seconds(std::chrono::duration_cast<milliseconds>(now - it->second.second)) +
+                       " (keep_alive_interval x keep_alive_max_attempt = " +
+                       seconds(config.rdzv_conf.keep_alive_timeout()) + ")"});
     }
   }
   return false;

@@ -52,6 +52,12 @@ int find_free_port(const std::string& host) {
   throw LaunchError("cannot find a free port on " + host + ": " + error_text(err));
 }
 
+std::string host_name() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
 std::string error_text(int errnum) {
   char buffer[256];
   // GNU strerror_r: returns the message, which may or may not live in `buffer`.

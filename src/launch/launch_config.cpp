@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,11 +55,12 @@ std::string python_interpreter(const LaunchOptions& options, const std::string& 
     python = "python3";
     from = "";
   }
-  check(findable(python),
-        what + " runs under Python, but " +
-            (*from != '\0' ? std::string(from) + "='" + python + "' is not an executable"
-                           : std::string("no python3 was found in PATH")) +
-            ": install Python, set PYTHON_EXEC to the interpreter, or pass --no-python to execute it directly");
+  check(
+      findable(python),
+      what + " runs under Python, but " +
+          (*from != '\0' ? std::string(from) + "='" + python + "' is not an executable"
+                         : std::string("no python3 was found in PATH")) +
+          ": install Python, set PYTHON_EXEC to the interpreter, or pass --no-python to execute it directly");
   return python;
 }
 
@@ -78,7 +80,8 @@ std::vector<std::string> worker_command(const LaunchOptions& options) {
   if (mode == ProgramMode::kRunPath) {
     // runpy.run_path in a fresh interpreter, with sys.argv as the script would see it.
     argv.emplace_back("-c");
-    argv.emplace_back("import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')");
+    argv.emplace_back(
+        "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')");
   }
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
@@ -86,9 +89,9 @@ std::vector<std::string> worker_command(const LaunchOptions& options) {
 
 // The names worker_environment sets itself; a worker_env entry may not take them over.
 bool torchrun_variable(const std::string& name) {
-  static const char* const kNames[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                       "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                                       "MASTER_ADDR", "MASTER_PORT"};
+  static const char* const kNames[] = {"RANK",       "LOCAL_RANK",       "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",  "ROLE_WORLD_SIZE",
+                                       "ROLE_NAME",  "MASTER_ADDR",      "MASTER_PORT"};
   for (const char* n : kNames) {
     if (name == n) return true;
   }
@@ -119,15 +122,17 @@ LaunchConfig resolve(const LaunchOptions& options) {
   config.command = worker_command(options);
 
   const NprocPerNode& nproc = options.nproc_per_node();
-  check(nproc.is_auto() || nproc.count() >= 1, "nproc_per_node=" + std::to_string(nproc.count()) +
-                                                   " is not valid (expected a positive integer or 'auto')");
+  check(nproc.is_auto() || nproc.is_gpu() || nproc.is_cpu() || nproc.count() >= 1,
+        "nproc_per_node=" + std::to_string(nproc.count()) +
+            " is not valid (expected a positive integer or 'auto')");
   config.nproc_per_node = nproc.resolve(options.device_counter());
 
   const NodeRange nodes = options.nnodes();
   const std::string nnodes_text =
       nodes.fixed() ? std::to_string(nodes.min) : std::to_string(nodes.min) + ":" + std::to_string(nodes.max);
-  check(nodes.min >= 1 && nodes.max >= nodes.min,
-        "nnodes=" + nnodes_text + " is not valid (expected an integer >= 1, or MIN:MAX with 1 <= MIN <= MAX)");
+  check(
+      nodes.min >= 1 && nodes.max >= nodes.min,
+      "nnodes=" + nnodes_text + " is not valid (expected an integer >= 1, or MIN:MAX with 1 <= MIN <= MAX)");
   config.rdzv_backend = options.rdzv_backend();
   const bool c10d = config.rdzv_backend == RdzvBackend::kC10d;
   check(c10d || nodes.fixed(), "nnodes=" + nnodes_text +
@@ -154,14 +159,16 @@ LaunchConfig resolve(const LaunchOptions& options) {
   }
 
   const std::string& role = options.role();
-  check(!role.empty() && role.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
-                             std::string::npos,
+  check(!role.empty() &&
+            role.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
+                std::string::npos,
         "role='" + role + "' is not valid (expected letters, digits, '_', '-' and '.')");
   config.role = role;
   for (const auto& [name, value] : options.worker_env()) {
     check(!name.empty() && name.find('=') == std::string::npos,
           "worker_env: '" + name + "' is not a variable name");
-    check(!torchrun_variable(name), "worker_env: " + name + " is one of torchrun's variables, which the launcher sets");
+    check(!torchrun_variable(name),
+          "worker_env: " + name + " is one of torchrun's variables, which the launcher sets");
   }
   config.worker_env = options.worker_env();
   check(options.monitor_interval().count() > 0,
@@ -207,7 +214,8 @@ LaunchConfig resolve(const LaunchOptions& options) {
   }
 
   if (options.standalone()) {
-    check(nodes == NodeRange(1), "standalone runs a single-node job, but nnodes=" + nnodes_text + " (drop one of them)");
+    check(nodes == NodeRange(1),
+          "standalone runs a single-node job, but nnodes=" + nnodes_text + " (drop one of them)");
     check(!c10d && !options.rdzv_endpoint(),
           "standalone runs its own single-node rendezvous; it cannot be combined with rdzv_backend=c10d or "
           "rdzv_endpoint (drop one of them)");
@@ -258,9 +266,22 @@ LaunchConfig resolve(const LaunchOptions& options) {
     config.run_id = config.nnodes == 1 ? detail::random_run_id() : "none";
   }
 
+  config.output = options.output();
   if (options.log_dir()) {
     check(!options.log_dir()->empty(), "log_dir='' is not valid (expected a directory)");
     config.log_dir = *options.log_dir();
+    if (!config.output.redirects && !config.output.tee) config.output.tee = StdStreams(kBothStreams);
+  }
+  check(!options.signals_to_handle().empty(), "signals_to_handle is empty (name at least one signal)");
+  config.signals_to_handle = options.signals_to_handle();
+  config.virtual_local_rank = options.virtual_local_rank();
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      config.virtual_local_rank && visible != nullptr) {
+    const long entries = 1 + std::count(visible, visible + std::strlen(visible), ',');
+    check(entries >= config.nproc_per_node,
+          std::string("virtual_local_rank gives each local rank one entry of CUDA_VISIBLE_DEVICES='") +
+              visible + "', which has " + std::to_string(entries) +
+              " for nproc_per_node=" + std::to_string(config.nproc_per_node) + " workers");
   }
 
   config.omp_num_threads = std::max(1, detail::online_cpu_count() / config.nproc_per_node);

@@ -130,6 +130,56 @@ struct AttemptResult {
   std::optional<int> signal;
 };
 
+// The files of one attempt in torchrun's layout, under JOB_DIR/attempt_<K>/: <local rank>/stdout.log and
+// stderr.log for the streams that WorkerOutput keeps, <local rank>/error.json for the worker to write
+// (TORCHELASTIC_ERROR_FILE; Python's @record does), filtered_stdout.log / filtered_stderr.log for the
+// duplicate filters. Nothing without a JOB_DIR.
+struct AttemptLogs {
+  AttemptLogs(const std::string& job_dir, int attempt, const LaunchConfig& config) {
+    const auto n = static_cast<std::size_t>(config.nproc_per_node);
+    out.assign(n, -1);
+    err.assign(n, -1);
+    error_files.assign(n, "");
+    if (job_dir.empty()) return;
+    const WorkerOutput& output = config.output;
+    const std::filesystem::path attempt_dir =
+        std::filesystem::path(job_dir) / ("attempt_" + std::to_string(attempt));
+    for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
+      const std::filesystem::path dir = attempt_dir / std::to_string(local_rank);
+      make_dirs(dir);
+      const int kept =
+          output.redirects.value_or(kNoStream).of(local_rank) | output.tee.value_or(kNoStream).of(local_rank);
+      const auto i = static_cast<std::size_t>(local_rank);
+      if (kept & kStdout) out[i] = open_log(dir / "stdout.log");
+      if (kept & kStderr) err[i] = open_log(dir / "stderr.log");
+      error_files[i] = (dir / "error.json").string();
+    }
+    make_dirs(attempt_dir);
+    if (!output.duplicate_stdout_filters.empty())
+      filtered_out = open_log(attempt_dir / "filtered_stdout.log");
+    if (!output.duplicate_stderr_filters.empty())
+      filtered_err = open_log(attempt_dir / "filtered_stderr.log");
+  }
+  std::vector<int> out;
+  std::vector<int> err;
+  std::vector<std::string> error_files;  // "" without files
+  int filtered_out = -1;
+  int filtered_err = -1;
+
+ private:
+  static void make_dirs(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw LaunchError("log_dir: cannot create " + dir.string() + ": " + ec.message());
+  }
+  int open_log(const std::filesystem::path& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw LaunchError("log_dir: cannot open " + path.string() + ": " + detail::error_text(errno));
+    return files_.emplace_back(fd).get();
+  }
+  std::vector<detail::UniqueFd> files_;
+};
+
 // The command as a shell would need it typed: arguments with special characters in single quotes.
 std::string join_command(const std::vector<std::string>& command) {
   std::string s;
@@ -155,15 +205,8 @@ std::string join_command(const std::vector<std::string>& command) {
 class Attempt {
  public:
   Attempt(const LaunchConfig& config, const NodeWorld& world, const LaunchStreams& streams,
-          detail::SignalRelay& relay, const std::vector<int>& out_logs, const std::vector<int>& err_logs,
-          detail::RoundWatch* watch = nullptr)
-      : config_(config),
-        world_(world),
-        streams_(streams),
-        relay_(relay),
-        out_logs_(out_logs),
-        err_logs_(err_logs),
-        watch_(watch) {}
+          detail::SignalRelay& relay, const AttemptLogs& logs, detail::RoundWatch* watch = nullptr)
+      : config_(config), world_(world), streams_(streams), relay_(relay), logs_(logs), watch_(watch) {}
 
   // Normally every worker is reaped by run(). When an exception cut it short (no fds left for a pipe,
   // poll failed), no worker may outlive the launcher: kill and reap what is left.
@@ -198,12 +241,17 @@ class Attempt {
     settings.default_sigpipe = !relay_.sigpipe_was_ignored();
     settings.heartbeat_fd = lockstep::detail::kHeartbeatFd;
     const EnvEntries base = current_environment();
+    const WorkerOutput& output = config_.output;
+    const std::string hostname = output.line_prefix_template ? detail::host_name() : "";
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
-      settings.inherit_stdout = local_rank == config_.direct_stdout_local_rank;
-      detail::SpawnedWorker spawned =
-          detail::spawn_worker(config_.command, worker_environment(config_, world_, local_rank, base), settings);
+      const auto index = static_cast<std::size_t>(local_rank);
       const int rank = world_.rank_of(local_rank);
+      settings.inherit_stdout = local_rank == config_.direct_stdout_local_rank;
+      EnvEntries env = worker_environment(config_, world_, local_rank, base);
+      if (!logs_.error_files[index].empty())
+        env.push_back("TORCHELASTIC_ERROR_FILE=" + logs_.error_files[index]);
+      detail::SpawnedWorker spawned = detail::spawn_worker(config_.command, env, settings);
       if (spawned.error != 0) {
         spawn_error_ = spawned.error;
         failed_rank_ = rank;
@@ -218,9 +266,20 @@ class Attempt {
       w.out_fd = std::move(spawned.out);
       w.err_fd = std::move(spawned.err);
       w.heartbeat_fd = std::move(spawned.heartbeat);
-      const auto index = static_cast<std::size_t>(local_rank);
-      w.out = std::make_unique<detail::OutputForwarder>(rank, *streams_.out, out_logs_[index]);
-      w.err = std::make_unique<detail::OutputForwarder>(rank, *streams_.err, err_logs_[index]);
+      // The console shows a stream unless it is redirected (and not tee'd) or the rank is filtered out.
+      const bool shown = !output.local_ranks_filter || output.local_ranks_filter->count(local_rank) > 0;
+      const int redirected = output.redirects.value_or(kNoStream).of(local_rank) &
+                             ~output.tee.value_or(kNoStream).of(local_rank);
+      const std::string prefix =
+          output.line_prefix_template
+              ? render_line_prefix(*output.line_prefix_template, rank, local_rank, config_.role, hostname)
+              : detail::rank_prefix(rank);
+      w.out = std::make_unique<detail::OutputForwarder>(
+          prefix, shown && !(redirected & kStdout) ? streams_.out : nullptr, logs_.out[index]);
+      w.err = std::make_unique<detail::OutputForwarder>(
+          prefix, shown && !(redirected & kStderr) ? streams_.err : nullptr, logs_.err[index]);
+      if (logs_.filtered_out >= 0) w.out->duplicate_to(logs_.filtered_out, &output.duplicate_stdout_filters);
+      if (logs_.filtered_err >= 0) w.err->duplicate_to(logs_.filtered_err, &output.duplicate_stderr_filters);
     }
   }
 
@@ -361,8 +420,9 @@ class Attempt {
     if (cause_ != StopCause::kNone) return;
     round_end_ = watch_->end();
     if (!round_end_) return;
-    message("round " + std::to_string(world_.restart_count) + " ended: " + round_end_->reason + "; stopping " +
-            std::to_string(live_count()) + " worker(s) (SIGTERM, SIGKILL in " + grace_text() + ")");
+    message("round " + std::to_string(world_.restart_count) + " ended: " + round_end_->reason +
+            "; stopping " + std::to_string(live_count()) + " worker(s) (SIGTERM, SIGKILL in " + grace_text() +
+            ")");
     begin_stop(StopCause::kRoundEnded, SIGTERM);
   }
 
@@ -417,13 +477,14 @@ class Attempt {
   void handle_signals() {
     for (int signal : relay_.take()) {
       if (signal == SIGCHLD) continue;  // reap() runs on every turn of the loop
-      if (signal == SIGUSR1) {
+      if (signal == SIGUSR1 || signal == SIGUSR2) {
         // Slurm's --signal=USR1@90: a warning before the job is stopped. The workers decide what to do
         // (lockstep's Trainer checkpoints at the next step and exits 75); the launcher only passes it on
         // and, afterwards, does not restart them.
         if (cause_ == StopCause::kNone) {
-          message("received SIGUSR1; forwarding it to " + std::to_string(live_count()) + " worker(s)");
-          kill_all(SIGUSR1);
+          message("received " + signal_name(signal) + "; forwarding it to " + std::to_string(live_count()) +
+                  " worker(s)");
+          kill_all(signal);
           preempted_ = true;
         }
         continue;
@@ -611,8 +672,7 @@ class Attempt {
   const NodeWorld& world_;
   const LaunchStreams& streams_;
   detail::SignalRelay& relay_;
-  const std::vector<int>& out_logs_;
-  const std::vector<int>& err_logs_;
+  const AttemptLogs& logs_;
   detail::RoundWatch* watch_;
   std::optional<detail::RoundEnd> round_end_;
 
@@ -630,64 +690,46 @@ class Attempt {
   char buffer_[kReadChunk];
 };
 
-// The files of one attempt in torchrun's layout, JOB_DIR/attempt_<K>/<local rank>/{stdout,stderr}.log
-// (created, truncating); no files when JOB_DIR is empty.
-struct AttemptLogs {
-  AttemptLogs(const std::string& job_dir, int attempt, int nproc) {
-    out.assign(static_cast<std::size_t>(nproc), -1);
-    err.assign(static_cast<std::size_t>(nproc), -1);
-    if (job_dir.empty()) return;
-    for (int local_rank = 0; local_rank < nproc; ++local_rank) {
-      const std::filesystem::path dir = std::filesystem::path(job_dir) / ("attempt_" + std::to_string(attempt)) /
-                                        std::to_string(local_rank);
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) throw LaunchError("log_dir: cannot create " + dir.string() + ": " + ec.message());
-      const auto i = static_cast<std::size_t>(local_rank);
-      out[i] = open_log(dir / "stdout.log");
-      err[i] = open_log(dir / "stderr.log");
-    }
-  }
-  std::vector<int> out;
-  std::vector<int> err;
-
- private:
-  int open_log(const std::filesystem::path& path) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw LaunchError("log_dir: cannot open " + path.string() + ": " + detail::error_text(errno));
-    return files_.emplace_back(fd).get();
-  }
-  std::vector<detail::UniqueFd> files_;
-};
-
-// The job's directory under log_dir, as torchrun makes it: <run_id>_<random> (mkdtemp), so that runs
-// sharing a log_dir never mix. Empty without log_dir.
-std::string make_job_log_dir(const LaunchConfig& config) {
-  if (config.log_dir.empty()) return "";
-  std::error_code ec;
-  std::filesystem::create_directories(config.log_dir, ec);
-  if (ec) throw LaunchError("log_dir='" + config.log_dir + "': cannot create the directory: " + ec.message());
-  std::string id = config.run_id;
-  std::replace(id.begin(), id.end(), '/', '_');
-  std::string pattern = (std::filesystem::path(config.log_dir) / (id + "_XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    throw LaunchError("log_dir='" + config.log_dir + "': cannot create a directory for this job: " +
-                      detail::error_text(errno));
-  }
-  return pattern;
-}
-
 void say(const LaunchStreams& streams, const std::string& text) {
   streams.err->flush();
   *streams.err << kTag << text << '\n';
   streams.err->flush();
 }
 
+// The job's directory under log_dir, as torchrun makes it: <run_id>_<random> (mkdtemp), so that runs
+// sharing a log_dir never mix. Empty without log_dir.
+std::string make_job_log_dir(const LaunchConfig& config, const LaunchStreams& streams) {
+  std::string base = config.log_dir;
+  if (base.empty()) {
+    if (!config.output.needs_files()) return "";
+    // Files asked for (redirects, tee, filters) but no log_dir: as torchrun's torchelastic_* directory.
+    base = (std::filesystem::temp_directory_path() / "lockstep_run_XXXXXX").string();
+    if (::mkdtemp(base.data()) == nullptr) {
+      throw LaunchError("cannot create a log directory under " +
+                        std::filesystem::temp_directory_path().string() +
+                        " (give log_dir): " + detail::error_text(errno));
+    }
+    say(streams, "no log_dir given: writing the workers' log files under " + base);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (ec) throw LaunchError("log_dir='" + base + "': cannot create the directory: " + ec.message());
+  std::string id = config.run_id;
+  std::replace(id.begin(), id.end(), '/', '_');
+  std::string pattern = (std::filesystem::path(base) / (id + "_XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw LaunchError("log_dir='" + base +
+                      "': cannot create a directory for this job: " + detail::error_text(errno));
+  }
+  return pattern;
+}
+
 // "rank 3 exited with status 1 on node 1 (10.0.0.2)": why this node's attempt failed, for the others.
-std::string failure_text(const AttemptResult& attempt, const detail::Round& round, const LaunchConfig& config) {
-  const detail::RdzvNode& me = round.nodes[static_cast<std::size_t>(round.node_rank)];
-  const std::string where = " on node " + std::to_string(round.node_rank) + " (" + me.addr + ")";
-  if (attempt.cause == StopCause::kSpawnFailed) return "'" + config.command.front() + "' could not be started" + where;
+std::string failure_text(const AttemptResult& attempt, const detail::Round& round,
+                         const LaunchConfig& config) {
+  const std::string where = " on " + round.node(round.node_rank);
+  if (attempt.cause == StopCause::kSpawnFailed)
+    return "'" + config.command.front() + "' could not be started" + where;
   std::string what = attempt.failure ? attempt.failure->describe() : "failed";
   return "rank " + std::to_string(attempt.failed_rank.value_or(-1)) + " " + what + where;
 }
@@ -704,14 +746,14 @@ Launcher::Launcher(LaunchConfig config, LaunchStreams streams)
 }
 
 LaunchResult Launcher::run() {
-  const std::string job_log_dir = make_job_log_dir(config_);
-  detail::SignalRelay relay;
+  const std::string job_log_dir = make_job_log_dir(config_, streams_);
+  detail::SignalRelay relay(config_.signals_to_handle);
   if (config_.rdzv_backend == RdzvBackend::kC10d) return run_rounds(relay, job_log_dir);
   LaunchResult result;
   for (int restart = 0;; ++restart) {
-    const AttemptLogs logs(job_log_dir, restart, config_.nproc_per_node);
+    const AttemptLogs logs(job_log_dir, restart, config_);
     const NodeWorld world = config_.static_world(restart);
-    const AttemptResult attempt = Attempt(config_, world, streams_, relay, logs.out, logs.err).run();
+    const AttemptResult attempt = Attempt(config_, world, streams_, relay, logs).run();
     result.exit_status = attempt.exit_status;
     result.failed_rank = attempt.failed_rank;
     result.failure = attempt.failure;
@@ -734,7 +776,7 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
   detail::ElasticRendezvous rendezvous(config_, tell);
   for (const std::string& note : config_.rdzv_conf.notes) tell("rdzv_conf: " + note);
   LaunchResult result;
-  for (int attempt_number = 0;; ++attempt_number) {
+  for (;;) {
     detail::Round round;
     try {
       round = rendezvous.join();
@@ -748,11 +790,12 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
          " of " + std::to_string(w.world_size) + "; began because " + round.began_because);
     for (const std::string& note : round.notes) tell(note);
 
-    const AttemptLogs logs(job_log_dir, attempt_number, config_.nproc_per_node);
+    const AttemptLogs logs(job_log_dir, round.number,
+                           config_);  // attempt_<K>: K = TORCHELASTIC_RESTART_COUNT
     AttemptResult attempt;
     {
       detail::RoundWatch watch(rendezvous, round);
-      attempt = Attempt(config_, w, streams_, relay, logs.out, logs.err, &watch).run();
+      attempt = Attempt(config_, w, streams_, relay, logs, &watch).run();
     }
     result.exit_status = attempt.exit_status;
     result.failed_rank = attempt.failed_rank;
@@ -765,14 +808,15 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
     }
     if (attempt.signal || attempt.preempted) {  // this node leaves the job for good
       rendezvous.leave(round, attempt.exit_status,
-                       "node " + std::to_string(round.node_rank) + " (" + round.nodes[static_cast<std::size_t>(round.node_rank)].addr +
-                           ") left: " + (attempt.preempted ? "preempted" : "its launcher was stopped"));
+                       round.node(round.node_rank) +
+                           " left: " + (attempt.preempted ? "preempted" : "its launcher was stopped"));
       return result;
     }
     const detail::RoundEnd end =
         attempt.cause == StopCause::kRoundEnded
             ? *attempt.round_end
-            : rendezvous.end_round(round, detail::RoundEnd{true, attempt.exit_status, failure_text(attempt, round, config_)});
+            : rendezvous.end_round(
+                  round, detail::RoundEnd{true, attempt.exit_status, failure_text(attempt, round, config_)});
     if (end.failure) {
       const int failures = rendezvous.failures();
       if (failures > config_.max_restarts) {
@@ -782,10 +826,13 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
         if (result.exit_status == 0) result.exit_status = 1;
         return result;
       }
-      tell("round " + std::to_string(round.number) + " ended in a failure (" + std::to_string(failures) + " of " +
-           std::to_string(config_.max_restarts) + " restart(s) used): " + end.reason + "; meeting again");
-    } else {
+      tell("round " + std::to_string(round.number) + " ended in a failure (" + std::to_string(failures) +
+           " of " + std::to_string(config_.max_restarts) + " restart(s) used)" +
+           (attempt.cause == StopCause::kRoundEnded ? "" : ": " + end.reason) + "; meeting again");
+    } else if (attempt.cause != StopCause::kRoundEnded) {
       tell("round " + std::to_string(round.number) + " ended: " + end.reason + "; meeting again");
+    } else {
+      tell("meeting again for the next round");
     }
   }
 }

@@ -25,9 +25,16 @@ NprocPerNode NprocPerNode::gpus() {
   return n;
 }
 
+NprocPerNode NprocPerNode::cpus() {
+  NprocPerNode n;
+  n.cpu_ = true;
+  return n;
+}
+
 NprocPerNode NprocPerNode::parse(const std::string& text) {
   if (text == "auto") return automatic();
   if (text == "gpu") return gpus();
+  if (text == "cpu") return cpus();
   // Decimal digits only: no sign, no spaces (strtol would take "+2" and " 2"), at most INT_MAX.
   long long value = 0;
   bool ok = !text.empty() && text.size() <= 10;
@@ -40,12 +47,13 @@ NprocPerNode NprocPerNode::parse(const std::string& text) {
   }
   if (!ok || value < 1 || value > INT_MAX) {
     throw LaunchError("nproc_per_node='" + text +
-                      "' is not valid (expected a positive integer, 'auto' or 'gpu')");
+                      "' is not valid (expected a positive integer, 'auto', 'cpu' or 'gpu')");
   }
   return NprocPerNode(static_cast<int>(value));
 }
 
 int NprocPerNode::resolve(const DeviceCounter& count_devices) const {
+  if (cpu_) return detail::online_cpu_count();
   if (!auto_ && !gpu_) return count_;
   const int devices = count_devices ? count_devices() : 0;
   if (gpu_ && devices == 0) {

@@ -24,8 +24,16 @@ std::string rank_prefix(int rank) {
   return "[rank " + std::to_string(rank) + "] ";
 }
 
+OutputForwarder::OutputForwarder(std::string prefix, std::ostream* sink, int log_fd, std::size_t tail_lines)
+    : prefix_(std::move(prefix)), sink_(sink), log_fd_(log_fd), tail_lines_(tail_lines) {}
+
 OutputForwarder::OutputForwarder(int rank, std::ostream& sink, int log_fd, std::size_t tail_lines)
-    : prefix_(rank_prefix(rank)), sink_(sink), log_fd_(log_fd), tail_lines_(tail_lines) {}
+    : OutputForwarder(rank_prefix(rank), &sink, log_fd, tail_lines) {}
+
+void OutputForwarder::duplicate_to(int fd, const std::vector<std::string>* filters) {
+  duplicate_fd_ = fd;
+  filters_ = filters;
+}
 
 void OutputForwarder::feed(std::string_view bytes) {
   if (log_fd_ >= 0) write_all(log_fd_, bytes);
@@ -40,7 +48,14 @@ void OutputForwarder::emit(std::string_view line) {
   buffer_.assign(prefix_);
   buffer_.append(line);
   buffer_.push_back('\n');
-  sink_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  if (sink_ != nullptr) sink_->write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  if (duplicate_fd_ >= 0) {
+    for (const std::string& filter : *filters_) {
+      if (line.find(filter) == std::string_view::npos) continue;
+      write_all(duplicate_fd_, buffer_);
+      break;
+    }
+  }
   if (tail_lines_ == 0) return;
   if (tail_.size() == tail_lines_) tail_.pop_front();
   tail_.emplace_back(line.substr(0, kMaxTailLineBytes));

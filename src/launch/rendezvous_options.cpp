@@ -31,7 +31,8 @@ std::chrono::milliseconds seconds_value(const std::string& key, const std::strin
   char* end = nullptr;
   const double s = std::strtod(value.c_str(), &end);
   if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(s) || s <= 0 || s > 1e7) {
-    throw LaunchError("rdzv_conf: " + key + "='" + value + "' is not valid (expected a positive number of seconds)");
+    throw LaunchError("rdzv_conf: " + key + "='" + value +
+                      "' is not valid (expected a positive number of seconds)");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::ceil(s * 1000.0)));
 }
@@ -78,7 +79,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = text.find(',', start);
-    const std::string entry = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    const std::string entry =
+        trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     start = comma == std::string::npos ? text.size() + 1 : comma + 1;
     if (entry.empty()) continue;
     const std::size_t eq = entry.find('=');
@@ -102,25 +104,28 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       conf.keep_alive_interval = seconds_value(key, value);
     } else if (key == "keep_alive_max_attempt") {
       if (!all_digits(value) || std::stoi(value) < 1) {
-        throw LaunchError("rdzv_conf: keep_alive_max_attempt='" + value + "' is not valid (expected an integer >= 1)");
+        throw LaunchError("rdzv_conf: keep_alive_max_attempt='" + value +
+                          "' is not valid (expected an integer >= 1)");
       }
       conf.keep_alive_max_attempt = std::stoi(value);
     } else if (key == "is_host") {
       conf.is_host = bool_value(key, value);
     } else if (key == "store_type") {
       if (lower(value) != "tcp") {
-        throw LaunchError("rdzv_conf: store_type='" + value +
-                          "' is not available (lockstep's rendezvous is served over TCP only: store_type=tcp)");
+        throw LaunchError(
+            "rdzv_conf: store_type='" + value +
+            "' is not available (lockstep's rendezvous is served over TCP only: store_type=tcp)");
       }
     } else if (key == "cas_backoff_max_seconds") {
       conf.notes.push_back(
           "cas_backoff_max_seconds changes nothing here: lockstep's rendezvous makes no whole-state "
           "compare-and-set retries that a back-off would space out");
     } else {
-      throw LaunchError("rdzv_conf: unknown key '" + key +
-                        "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
-                        "heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, store_type, "
-                        "cas_backoff_max_seconds)");
+      throw LaunchError(
+          "rdzv_conf: unknown key '" + key +
+          "' (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
+          "heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, store_type, "
+          "cas_backoff_max_seconds)");
     }
   }
   return conf;
@@ -131,10 +136,12 @@ Endpoint parse_endpoint(const std::string& text) {
   std::string port;
   if (!text.empty() && text.front() == '[') {  // [IPv6]:port
     const auto close = text.find(']');
-    if (close == std::string::npos) throw LaunchError("rdzv_endpoint='" + text + "' is not valid (an unclosed '[')");
+    if (close == std::string::npos)
+      throw LaunchError("rdzv_endpoint='" + text + "' is not valid (an unclosed '[')");
     e.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw LaunchError("rdzv_endpoint='" + text + "' is not valid (expected [HOST]:PORT)");
+      if (text[close + 1] != ':')
+        throw LaunchError("rdzv_endpoint='" + text + "' is not valid (expected [HOST]:PORT)");
       port = text.substr(close + 2);
       if (port.empty()) throw LaunchError("rdzv_endpoint='" + text + "' is not valid (an empty port)");
     }

@@ -31,11 +31,14 @@ extern "C" void relay_signal(int signal) {
 
 }  // namespace
 
-SignalRelay::SignalRelay() {
+SignalRelay::SignalRelay(const std::vector<int>& signals) : handled_{SIGCHLD} {
+  handled_.insert(handled_.end(), signals.begin(), signals.end());
+  old_.resize(handled_.size());
+  installed_.assign(handled_.size(), false);
   if (g_relay_alive.exchange(true)) {
     throw LaunchError(
         "a Launcher is already running in this process (only one run() at a time: it owns the "
-        "SIGCHLD/SIGINT/SIGTERM/SIGHUP handlers)");
+        "SIGCHLD handler and those of the signals it forwards)");
   }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -51,8 +54,8 @@ SignalRelay::SignalRelay() {
   action.sa_handler = relay_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (std::size_t i = 0; i < sizeof(kHandled) / sizeof(kHandled[0]); ++i) {
-    const int signal = kHandled[i];
+  for (std::size_t i = 0; i < handled_.size(); ++i) {
+    const int signal = handled_[i];
     ::sigaction(signal, nullptr, &old_[i]);
     if (signal != SIGCHLD && old_[i].sa_handler == SIG_IGN) continue;
     action.sa_flags = SA_RESTART | (signal == SIGCHLD ? SA_NOCLDSTOP : 0);
@@ -67,13 +70,13 @@ SignalRelay::SignalRelay() {
   // that takes them runs the same handler).
   sigset_t set;
   sigemptyset(&set);
-  for (int signal : kHandled) sigaddset(&set, signal);
+  for (int signal : handled_) sigaddset(&set, signal);
   pthread_sigmask(SIG_UNBLOCK, &set, &old_mask_);
 }
 
 SignalRelay::~SignalRelay() {
-  for (std::size_t i = 0; i < sizeof(kHandled) / sizeof(kHandled[0]); ++i) {
-    if (installed_[i]) ::sigaction(kHandled[i], &old_[i], nullptr);
+  for (std::size_t i = 0; i < handled_.size(); ++i) {
+    if (installed_[i]) ::sigaction(handled_[i], &old_[i], nullptr);
   }
   ::sigaction(SIGPIPE, &old_pipe_, nullptr);
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);

@@ -10,14 +10,14 @@ namespace lockstep::launch::detail {
 /// Turns signals into bytes on a pipe that poll() can wait on (the self-pipe trick): the handler only
 /// write()s the signal number, which is async-signal-safe, and the launcher's loop does the rest.
 ///
-/// While alive it handles SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGUSR1 (all but SIGCHLD only when they were
-/// not ignored: a launcher started with `nohup` or in the background keeps ignoring them) and ignores SIGPIPE
-/// (a closed stdout must not kill the launcher and orphan its workers). The destructor restores every
-/// previous disposition. At most one relay exists per process.
+/// While alive it handles SIGCHLD and the signals it is given (LaunchOptions::signals_to_handle; each
+/// only when it was not ignored: a launcher started with `nohup` or in the background keeps ignoring
+/// them) and ignores SIGPIPE (a closed stdout must not kill the launcher and orphan its workers). The
+/// destructor restores every previous disposition. At most one relay exists per process.
 class SignalRelay {
  public:
   /// Throws LaunchError when another relay is alive or the pipe cannot be created.
-  SignalRelay();
+  explicit SignalRelay(const std::vector<int>& signals);
   ~SignalRelay();
   SignalRelay(const SignalRelay&) = delete;
   SignalRelay& operator=(const SignalRelay&) = delete;
@@ -33,12 +33,11 @@ class SignalRelay {
   bool sigpipe_was_ignored() const { return old_pipe_.sa_handler == SIG_IGN; }
 
  private:
-  static constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
-
+  std::vector<int> handled_;  // SIGCHLD first
   UniqueFd read_fd_;
   UniqueFd write_fd_;
-  struct sigaction old_[sizeof(kHandled) / sizeof(kHandled[0])] = {};
-  bool installed_[sizeof(kHandled) / sizeof(kHandled[0])] = {};
+  std::vector<struct sigaction> old_;
+  std::vector<bool> installed_;
   struct sigaction old_pipe_ = {};
   sigset_t old_mask_ = {};
 };

@@ -19,7 +19,7 @@ EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world
                               const EnvEntries& base) {
   std::vector<std::pair<std::string, std::string>> vars = {
       {"RANK", std::to_string(world.rank_of(local_rank))},
-      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_RANK", std::to_string(config.virtual_local_rank ? 0 : local_rank)},
       {"WORLD_SIZE", std::to_string(world.world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
       {"GROUP_RANK", std::to_string(world.node_rank)},
@@ -34,7 +34,7 @@ EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world
       {"TORCHELASTIC_RUN_ID", config.run_id},
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       // What torchrun names here, the signals its agent handles: lockstep run's (launcher.h).
-      {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGUSR1"},
+      {"TORCHELASTIC_SIGNALS_TO_HANDLE", signal_list_text(config.signals_to_handle)},
       // The write end of the worker's heartbeat pipe (worker_process.cpp puts it there); lockstep's
       // process groups report their progress through it (comm/progress.h).
       {lockstep::detail::kHeartbeatFdVariable, std::to_string(lockstep::detail::kHeartbeatFd)},
@@ -43,6 +43,27 @@ EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world
     vars.emplace_back("LOCKSTEP_TIMEOUT", std::to_string(config.collective_timeout.count() / 1000.0));
   }
   vars.insert(vars.end(), config.worker_env.begin(), config.worker_env.end());
+
+  // --virtual-local-rank: the worker's one GPU at index 0 (torchrun narrows CUDA_VISIBLE_DEVICES the same
+  // way: the local rank's entry of the launcher's list, or the local rank itself; resolve() checked that
+  // the list is long enough).
+  if (config.virtual_local_rank) {
+    std::string visible = std::to_string(local_rank);
+    for (const std::string& entry : base) {
+      if (key_of(entry) != "CUDA_VISIBLE_DEVICES") continue;
+      std::vector<std::string> devices(1);
+      for (char c : entry.substr(entry.find('=') + 1)) {
+        if (c == ',') {
+          devices.emplace_back();
+        } else if (c != ' ') {
+          devices.back() += c;
+        }
+      }
+      if (static_cast<std::size_t>(local_rank) < devices.size())
+        visible = devices[static_cast<std::size_t>(local_rank)];
+    }
+    vars.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  }
 
   bool user_omp = false;
   bool user_unbuffered = false;

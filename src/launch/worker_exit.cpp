@@ -4,6 +4,10 @@
 
 #include <csignal>
 #include <string>
+#include <vector>
+
+#include "lockstep/launch/launch_error.h"
+#include "lockstep/launch/launch_options.h"
 
 namespace lockstep::launch {
 
@@ -36,6 +40,43 @@ std::string signal_name(int signal) {
     if (s.number == signal) return s.name;
   }
   return "SIG" + std::to_string(signal);
+}
+
+std::vector<int> default_signals_to_handle() {
+  return {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1};
+}
+
+std::vector<int> parse_signals(const std::string& text) {
+  static constexpr int kHandleable[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  std::vector<int> signals;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    bool known = false;
+    for (int signal : kHandleable) {
+      if (signal_name(signal) != name) continue;
+      known = true;
+      bool seen = false;
+      for (int s : signals) seen = seen || s == signal;
+      if (!seen) signals.push_back(signal);
+    }
+    if (!known) {
+      throw LaunchError(
+          "signals_to_handle='" + text + "': '" +
+          text.substr(start, comma == std::string::npos ? std::string::npos : comma - start) +
+          "' is not a signal the launcher can handle (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2)");
+    }
+    if (comma == std::string::npos) return signals;
+    start = comma + 1;
+  }
+}
+
+std::string signal_list_text(const std::vector<int>& signals) {
+  std::string text;
+  for (int signal : signals) text += (text.empty() ? "" : ",") + signal_name(signal);
+  return text;
 }
 
 }  // namespace lockstep::launch

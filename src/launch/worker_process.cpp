@@ -81,7 +81,7 @@ struct ChildPlan {
   char* const* argv;
   char* const* envp;
   pid_t parent;
-  int out_fd;        // -1: keep the launcher's stdout
+  int out_fd;  // -1: keep the launcher's stdout
   int err_fd;
   int heartbeat_from;  // -1: none
   int heartbeat_to;
@@ -174,13 +174,15 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   plan.error = 0;
 
   constexpr std::size_t kStackBytes = std::size_t{256} * 1024;
-  void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) throw LaunchError(std::string("cannot start a worker: mmap: ") + error_text(errno));
+  void* stack =
+      ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED)
+    throw LaunchError(std::string("cannot start a worker: mmap: ") + error_text(errno));
   sigset_t all, old;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                            &plan);
+  const pid_t pid =
+      ::clone(child_main, static_cast<char*>(stack) + kStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::munmap(stack, kStackBytes);

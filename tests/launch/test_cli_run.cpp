@@ -288,10 +288,12 @@ TEST_F(LockstepRun, DefaultsAreTorchrunsDefaults) {
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   std::smatch m;
   const std::string out = p.out();
-  ASSERT_TRUE(std::regex_match(out, m, std::regex(R"(\[rank 0\] 0 1 127\.0\.0\.1 (\d+) [0-9a-f]{16}\n)"))) << out;
+  ASSERT_TRUE(std::regex_match(out, m, std::regex(R"(\[rank 0\] 0 1 127\.0\.0\.1 (\d+) [0-9a-f]{16}\n)")))
+      << out;
   const int port = std::stoi(m[1]);
   EXPECT_TRUE(port >= 1 && port <= 65535) << port;
-  Subprocess node(cmd({"--nnodes", "2", "--node-rank", "1", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT"}));
+  Subprocess node(
+      cmd({"--nnodes", "2", "--node-rank", "1", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT"}));
   ASSERT_EQ(node.wait(kTimeout), 0) << node.err();
   EXPECT_EQ(node.out(), "[rank 1] 127.0.0.1 29500\n");
 }
@@ -436,8 +438,37 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadFlags{"NprocZero", {"--nproc-per-node", "0", "true"}, "--nproc-per-node='0'"},
         BadFlags{"NprocText", {"--nproc-per-node", "many", "true"}, "--nproc-per-node='many'"},
-        BadFlags{"NnodesZero", {"--nnodes", "0", "true"}, "--nnodes=0"},
-        BadFlags{"NnodesText", {"--nnodes", "1:2", "true"}, "--nnodes='1:2'"},
+        BadFlags{"NnodesZero", {"--nnodes", "0", "true"}, "--nnodes='0'"},
+        BadFlags{"NnodesText", {"--nnodes", "two", "true"}, "--nnodes='two'"},
+        BadFlags{
+            "NnodesRangeBackwards", {"--nnodes", "3:2", "--rdzv-backend", "c10d", "true"}, "--nnodes='3:2'"},
+        BadFlags{"ElasticRangeNeedsC10d", {"--nnodes", "1:2", "true"}, "needs --rdzv-backend=c10d"},
+        BadFlags{"EtcdIsNamed", {"--rdzv-backend", "etcd", "true"}, "needs an etcd server"},
+        BadFlags{"UnknownRdzvConfKey",
+                 {"--rdzv-backend", "c10d", "--rdzv-conf", "join_timeout=5,bogus=1", "true"},
+                 "unknown key 'bogus'"},
+        BadFlags{"BadRdzvConfTimeout", {"--rdzv-conf", "join_timeout=-1", "true"}, "join_timeout='-1'"},
+        BadFlags{"StoreTypeFile", {"--rdzv-conf", "store_type=file", "true"}, "store_type='file'"},
+        BadFlags{
+            "LogsSpecsIsRefused", {"--logs-specs", "mine", "true"}, "--logs-specs='mine' cannot be honoured"},
+        BadFlags{"NumaBindingIsRefused", {"--numa-binding=node", "true"}, "prefix the command with numactl"},
+        BadFlags{
+            "PrintCompletionIsRefused", {"--print-completion", "bash", "true"}, "--print-completion='bash'"},
+        BadFlags{
+            "EventLogHandlerPlugin", {"--event-log-handler", "scuba", "true"}, "--event-log-handler='scuba'"},
+        BadFlags{"StartMethodBad", {"--start-method", "thread", "true"}, "--start-method='thread'"},
+        BadFlags{"ModuleAndNoPython", {"-m", "--no-python", "pkg"}, "--module and --no-python"},
+        BadFlags{"Xpu", {"--nproc-per-node", "xpu", "true"}, "no XPU support"},
+        BadFlags{"RedirectsBad", {"-r", "4", "true"}, "--redirects='4'"},
+        BadFlags{"TeeBad", {"--tee", "0:x", "true"}, "--tee='0:x'"},
+        BadFlags{
+            "LocalRanksFilterBad", {"--local-ranks-filter", "0,a", "true"}, "--local-ranks-filter='0,a'"},
+        BadFlags{
+            "SignalUnknown", {"--signals-to-handle", "SIGTERM,SIGKILL", "true"}, "'SIGKILL' is not a signal"},
+        BadFlags{"RoleWithSpace", {"--role", "a b", "true"}, "--role='a b'"},
+        BadFlags{"EndpointBadPort",
+                 {"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "true"},
+                 "--rdzv-endpoint='h:99999'"},
         BadFlags{"NodeRankOutOfRange",
                  {"--nnodes", "2", "--node-rank", "2", "true"},
                  "--node-rank=2 is out of range for --nnodes=2"},

@@ -138,7 +138,10 @@ TEST(Launcher, GivesUpAfterMaxRestarts) {
 TEST(Launcher, LogFilesAreKeptPerAttempt) {
   TempDir dir;
   Captured io;
-  Launcher(sh("echo attempt $TORCHELASTIC_RESTART_COUNT; exit 1").max_restarts(1).log_dir(dir / "logs").run_id("r"),
+  Launcher(sh("echo attempt $TORCHELASTIC_RESTART_COUNT; exit 1")
+               .max_restarts(1)
+               .log_dir(dir / "logs")
+               .run_id("r"),
            io.streams())
       .run();
   const std::string job = job_log_dir(dir / "logs", "r");

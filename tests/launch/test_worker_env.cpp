@@ -55,12 +55,12 @@ TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
   EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "5");
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
-  EXPECT_EQ(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGUSR1");
+  EXPECT_EQ(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1");
 }
 
 TEST(WorkerEnvironment, KeepsTheUsersNcclErrorHandling) {
   const auto env = as_map(static_env(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0,
-                                             {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));
+                                     {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));
   EXPECT_EQ(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
@@ -113,12 +113,9 @@ TEST(WorkerEnvironment, SetsPythonUnbufferedSoThatLinesArriveAsPrinted) {
 }
 
 TEST(WorkerEnvironment, KeepsUserPythonUnbuffered) {
-  EXPECT_EQ(
-      as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED=0"})).at("PYTHONUNBUFFERED"),
-      "0");
-  EXPECT_EQ(
-      as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED="})).at("PYTHONUNBUFFERED"),
-      "");
+  EXPECT_EQ(as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED=0"})).at("PYTHONUNBUFFERED"),
+            "0");
+  EXPECT_EQ(as_map(static_env(two_nodes_of_four(), 0, 0, {"PYTHONUNBUFFERED="})).at("PYTHONUNBUFFERED"), "");
 }
 
 // A node of a c10d round: its place comes from the round (nodes before it with other worker counts, a

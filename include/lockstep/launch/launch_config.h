@@ -39,8 +39,13 @@ struct LaunchConfig {
   int master_port = 29500;
   std::string run_id = "none";
   int max_restarts = 0;
-  /// Empty: no log files.
+  /// Empty: no log files, unless `output` asks for some (the launcher then makes a fresh base directory
+  /// under $TMPDIR and says where).
   std::string log_dir;
+  /// How output is shown and kept; tee is 3 here when log_dir was given without redirects or tee.
+  WorkerOutput output;
+  std::vector<int> signals_to_handle = default_signals_to_handle();
+  bool virtual_local_rank = false;
   std::chrono::milliseconds grace_period = std::chrono::seconds(3);
   int direct_stdout_local_rank = -1;  ///< -1: none (see LaunchOptions)
   /// See LaunchOptions::collective_timeout. `collective_timeout_given`: it came from the flag, so the
@@ -57,10 +62,10 @@ struct LaunchConfig {
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   int min_nodes = 1;
   int max_nodes = 1;
-  Endpoint rdzv_endpoint;           ///< c10d only
-  RdzvConf rdzv_conf;               ///< c10d only
+  Endpoint rdzv_endpoint;              ///< c10d only
+  RdzvConf rdzv_conf;                  ///< c10d only
   std::optional<int> asked_node_rank;  ///< c10d: --node-rank, a wish for each round
-  std::string local_addr;           ///< c10d: empty: the address this node reaches the store from
+  std::string local_addr;              ///< c10d: empty: the address this node reaches the store from
   std::chrono::milliseconds monitor_interval{100};
 
   /// Cannot overflow for a config from `resolve` (it checks the product).

@@ -8,8 +8,19 @@
 
 #include "lockstep/launch/nproc_per_node.h"
 #include "lockstep/launch/rendezvous_options.h"
+#include "lockstep/launch/worker_output.h"
 
 namespace lockstep::launch {
+
+/// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1.
+std::vector<int> default_signals_to_handle();
+
+/// "SIGTERM,SIGINT" (torchrun's --signals-to-handle): each of SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1,
+/// SIGUSR2, with or without "SIG". Throws LaunchError naming signals_to_handle and the bad entry otherwise.
+std::vector<int> parse_signals(const std::string& text);
+
+/// "SIGTERM,SIGINT,...": the names, as TORCHELASTIC_SIGNALS_TO_HANDLE gives them to the workers.
+std::string signal_list_text(const std::vector<int>& signals);
 
 /// Environment variables as (name, value) pairs.
 using EnvPairs = std::vector<std::pair<std::string, std::string>>;
@@ -124,9 +135,25 @@ class LaunchOptions {
   /// begin for a joining node do not count.
   LOCKSTEP_LAUNCH_ARG(int, max_restarts) = 0;
 
-  /// --log-dir: also write each rank's raw output to DIR/rank_N.stdout.log and DIR/rank_N.stderr.log
-  /// (DIR is created). Unset: no files.
+  /// --log-dir: where workers' output files go, in torchrun's layout:
+  /// DIR/<run id>_<random>/attempt_<K>/<local rank>/{stdout,stderr}.log (which streams: `output`), and
+  /// TORCHELASTIC_ERROR_FILE=.../error.json for each worker. Unset: no files, unless `output` asks for
+  /// some (then a fresh directory under $TMPDIR, named on stderr, as torchrun's torchelastic_*).
   LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, log_dir);
+
+  /// How workers' output is shown and kept: --redirects, --tee, --local-ranks-filter,
+  /// --log-line-prefix-template, --duplicate-std{out,err}-filters (worker_output.h).
+  LOCKSTEP_LAUNCH_ARG(WorkerOutput, output);
+
+  /// --signals-to-handle: the signals the launcher catches. SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the
+  /// workers (that signal to each, SIGKILL after grace_period; a second one kills at once); SIGUSR1 and
+  /// SIGUSR2 are passed on to every worker and stop nothing (a preemption notice: the workers decide).
+  /// Default: torchrun's SIGTERM, SIGINT, SIGHUP, SIGQUIT, plus SIGUSR1 (Slurm's --signal=USR1@90).
+  LOCKSTEP_LAUNCH_ARG(std::vector<int>, signals_to_handle) = default_signals_to_handle();
+
+  /// --virtual-local-rank: every worker sees LOCAL_RANK=0 and, as its only GPU, the one of its local
+  /// rank (CUDA_VISIBLE_DEVICES narrowed to that entry of the launcher's list, or to the index).
+  LOCKSTEP_LAUNCH_ARG(bool, virtual_local_rank) = false;
 
   /// --rdzv-id / --run-id: the job id (TORCHELASTIC_RUN_ID), the same on every node. Unset: random
   /// hex for a single-node job, "none" for nnodes > 1 (as torchrun) so that all nodes agree.

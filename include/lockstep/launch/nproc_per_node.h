@@ -8,7 +8,7 @@ namespace lockstep::launch {
 /// Counts the accelerators (GPUs) this node offers its workers; 0 when there are none.
 using DeviceCounter = std::function<int()>;
 
-/// The value of `--nproc-per-node`: a count of workers, `auto` or `gpu` (torchrun's spellings).
+/// The value of `--nproc-per-node`: a count of workers, `auto`, `cpu` or `gpu` (torchrun's spellings).
 ///
 /// `auto` means one worker per accelerator when the node has any (as torchrun does for CUDA), else one
 /// per online CPU core; `gpu` one worker per visible GPU, and an error on a node without one.
@@ -27,13 +27,16 @@ class NprocPerNode {
   static NprocPerNode automatic();
   /// `gpu`: one worker per accelerator; resolve() throws when there is none.
   static NprocPerNode gpus();
+  /// `cpu`: one worker per online CPU core (torchrun's spelling).
+  static NprocPerNode cpus();
 
-  /// Parses a command-line value: "auto", "gpu" or a positive integer. Throws `LaunchError` naming
+  /// Parses a command-line value: "auto", "cpu", "gpu" or a positive integer. Throws `LaunchError` naming
   /// --nproc-per-node and the value otherwise.
   static NprocPerNode parse(const std::string& text);
 
   bool is_auto() const { return auto_; }
   bool is_gpu() const { return gpu_; }
+  bool is_cpu() const { return cpu_; }
   /// The fixed count; meaningless when `is_auto()`.
   int count() const { return count_; }
 
@@ -46,6 +49,7 @@ class NprocPerNode {
   int count_ = 1;
   bool auto_ = false;
   bool gpu_ = false;
+  bool cpu_ = false;
 };
 
 /// The accelerators visible to this process without loading any GPU runtime: NVIDIA GPUs listed by the

@@ -57,7 +57,9 @@ struct RdzvConf {
   std::vector<std::string> notes;
 
   /// How long a node may go without a keep-alive before the others drop it.
-  std::chrono::milliseconds keep_alive_timeout() const { return keep_alive_interval * keep_alive_max_attempt; }
+  std::chrono::milliseconds keep_alive_timeout() const {
+    return keep_alive_interval * keep_alive_max_attempt;
+  }
 };
 
 /// Parses "key=value,key=value" (torchrun's --rdzv-conf). Timeouts are whole or fractional seconds; is_host

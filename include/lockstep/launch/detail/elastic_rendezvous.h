@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "lockstep/launch/launch_config.h"
+#include "lockstep/launch/launch_error.h"
 
 namespace lockstep::comm {
 class StoreClient;
+class StoreError;
 class TcpStoreServer;
 }  // namespace lockstep::comm
 
@@ -29,7 +31,7 @@ struct RdzvNode {
   int asked_rank = -1;  ///< --node-rank, or -1
   std::string host;     ///< its host name (for messages)
 
-  /// "node at 10.0.0.2 (host gpu7)".
+  /// "10.0.0.2 (host gpu7)".
   std::string describe() const;
 };
 
@@ -52,6 +54,8 @@ struct Round {
 
   /// "round 2: 2 node(s): node 0 = ..., node 1 = ...".
   std::string describe() const;
+  /// "node 1 (10.0.0.2, host gpu7)".
+  std::string node(int node_rank) const;
 };
 
 /// Thrown by `join` when the job is over (a node finished it) before this node got a round: nothing is
@@ -130,6 +134,7 @@ class ElasticRendezvous {
   std::optional<RoundEnd> read_end(int number);
   void check_deadline(std::chrono::steady_clock::time_point deadline, const std::string& waiting_for);
   void beat(int number, int ticket);
+  LaunchError lost(const comm::StoreError& e) const;
 
   const LaunchConfig& config_;
   Say say_;

@@ -11,6 +11,9 @@ int online_cpu_count();
 /// port back, close. Throws LaunchError naming the host when no socket can be bound.
 int find_free_port(const std::string& host = "127.0.0.1");
 
+/// This host's name (gethostname), "?" when it cannot be read.
+std::string host_name();
+
 /// strerror(errnum), thread-safe.
 std::string error_text(int errnum);
 

@@ -54,18 +54,18 @@ std::string seconds(milliseconds ms) {
   return out.str();
 }
 
-// "<addr> <nproc> <role> <asked_rank> <host>": how a node announces itself (no field holds a space:
-// resolve() checks the role; addresses and host names have none).
+// "<addr> <nproc> <role> <asked_rank> <agent> <host>": how a node announces itself (no field holds a
+// space: resolve() checks the role; addresses, ids and host names have none).
 std::string encode(const RdzvNode& n) {
   return n.addr + " " + std::to_string(n.nproc) + " " + n.role + " " + std::to_string(n.asked_rank) + " " +
-         n.host;
+         n.agent + " " + n.host;
 }
 
 RdzvNode decode(const std::string& s, int ticket) {
   std::istringstream in(s);
   RdzvNode n;
   n.ticket = ticket;
-  if (!(in >> n.addr >> n.nproc >> n.role >> n.asked_rank >> n.host) || n.nproc < 1) {
+  if (!(in >> n.addr >> n.nproc >> n.role >> n.asked_rank >> n.agent >> n.host) || n.nproc < 1) {
     throw LaunchError("the rendezvous store holds a malformed announcement of node " +
                       std::to_string(ticket) + ": '" + s + "' (is every node running the same lockstep?)");
   }
@@ -134,6 +134,18 @@ std::string Round::describe() const {
     s += (r == 0 ? " " : ", ") + std::string("node ") + std::to_string(r) + " = " + nodes[r].addr + " (" +
          std::to_string(nodes[r].nproc) + " worker(s), host " + nodes[r].host + ")";
   }
+  const auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+    return out;
+  };
+  if (!left.empty() || !joined.empty()) {
+    s += " (";
+    if (!left.empty()) s += "left since round " + std::to_string(number - 1) + ": " + list(left);
+    if (!left.empty() && !joined.empty()) s += "; ";
+    if (!joined.empty()) s += "joined: " + list(joined);
+    s += ")";
+  }
   return s;
 }
 
@@ -171,7 +183,7 @@ bool is_loopback(const std::string& address) {
 // ElasticRendezvous
 
 ElasticRendezvous::ElasticRendezvous(const LaunchConfig& config, Say say)
-    : config_(config), say_(std::move(say)), hostname_(host_name()) {
+    : config_(config), say_(std::move(say)), hostname_(host_name()), agent_(random_run_id().substr(0, 8)) {
   const Endpoint& endpoint = config_.rdzv_endpoint;
   const RdzvConf& conf = config_.rdzv_conf;
   int port = endpoint.port;
@@ -277,7 +289,12 @@ Round ElasticRendezvous::join() {
       me.role = config_.role;
       me.asked_rank = config_.asked_node_rank.value_or(-1);
       me.host = hostname_;
+      me.agent = agent_;
       store_->set(key(number, "node", me.ticket), encode(me));
+      say_("joined round " + std::to_string(number) + " as arrival " + std::to_string(me.ticket) +
+           "; it starts with " + std::to_string(config_.max_nodes) + " node(s), or with " +
+           std::to_string(config_.min_nodes) + " or more once " + std::to_string(config_.min_nodes) +
+           " have been in for last_call_timeout (" + seconds(config_.rdzv_conf.last_call_timeout) + ")");
       next_beat_ = Clock::time_point();
       const std::optional<int> members = wait_for_close(number, me.ticket, deadline);
       if (!members) continue;  // the round moved on meanwhile
@@ -346,21 +363,46 @@ std::string ElasticRendezvous::my_address(const std::vector<RdzvNode>& nodes, in
   return address_;
 }
 
+// The first `members` nodes to arrive at round `number`, in order of arrival. Throws StoreError when one
+// has not announced itself within read_timeout.
+std::vector<RdzvNode> ElasticRendezvous::members_of(int number, int members) {
+  std::vector<RdzvNode> arrived;
+  for (int t = 1; t <= members; ++t) {
+    arrived.push_back(decode(store_->get_text(key(number, "node", t), config_.rdzv_conf.read_timeout), t));
+  }
+  return arrived;
+}
+
+// Which nodes of the round before left, and which are new (by launcher id: the same host may come back).
+void ElasticRendezvous::compare_with_previous(Round& round) {
+  if (round.number == 0) return;
+  const auto closed = store_->try_get_text(key(round.number - 1, "close"));
+  if (!closed) return;
+  const std::vector<RdzvNode> before = members_of(round.number - 1, std::stoi(*closed));
+  const auto has = [](const std::vector<RdzvNode>& nodes, const RdzvNode& n) {
+    return std::any_of(nodes.begin(), nodes.end(), [&](const RdzvNode& m) { return m.agent == n.agent; });
+  };
+  for (const RdzvNode& n : before) {
+    if (!has(round.nodes, n)) round.left.push_back(n.describe());
+  }
+  for (const RdzvNode& n : round.nodes) {
+    if (!has(before, n)) round.joined.push_back(n.describe());
+  }
+}
+
 Round ElasticRendezvous::build_round(int number, int ticket, int members) {
   const milliseconds read = config_.rdzv_conf.read_timeout;
   std::vector<RdzvNode> arrived;
-  for (int t = 1; t <= members; ++t) {
-    try {
-      arrived.push_back(decode(store_->get_text(key(number, "node", t), read), t));
-    } catch (const comm::StoreError&) {
-      Round unstarted;
-      unstarted.number = number;
-      unstarted.ticket = ticket;
-      throw end_round(unstarted,
-                      RoundEnd{true, 1,
-                               "node " + std::to_string(t) + " of round " + std::to_string(number) +
-                                   " took its place but never announced itself"});
-    }
+  try {
+    arrived = members_of(number, members);
+  } catch (const comm::StoreError&) {
+    Round unstarted;
+    unstarted.number = number;
+    unstarted.ticket = ticket;
+    throw end_round(unstarted,
+                    RoundEnd{true, 1,
+                             "a node of round " + std::to_string(number) +
+                                 " took its place but did not announce itself within " + seconds(read)});
   }
   // Node ranks: a --node-rank wish where it fits and is not taken, the rest in order of arrival.
   Round round;
@@ -438,6 +480,7 @@ Round ElasticRendezvous::build_round(int number, int ticket, int members) {
   } else if (const auto end = read_end(number - 1)) {
     round.began_because = end->reason;
   }
+  compare_with_previous(round);
   return round;
 }
 

@@ -212,6 +212,9 @@ TEST(ElasticRendezvous, ANodeArrivingAtARunningRoundEndsItAndJoinsTheNext) {
     EXPECT_EQ(r->nodes.size(), 3u);
     EXPECT_EQ(r->world.restart_count, 1);
     EXPECT_EQ(r->began_because, "1 node(s) asked to join");
+    EXPECT_TRUE(r->left.empty());
+    ASSERT_EQ(r->joined.size(), 1u);  // c, by its launcher's id
+    EXPECT_NE(r->describe().find("(joined: 127.0.0.1 (host "), std::string::npos) << r->describe();
   }
   EXPECT_EQ(a.rendezvous->failures(), 0);  // a membership change is not a failure
   EXPECT_NE(c.transcript().find("the job is running round 0 with 2 node(s); asking to join"),

@@ -30,6 +30,7 @@ struct RdzvNode {
   std::string role = "default";
   int asked_rank = -1;  ///< --node-rank, or -1
   std::string host;     ///< its host name (for messages)
+  std::string agent;    ///< a random id of its launcher, the same in every round it takes part in
 
   /// "10.0.0.2 (host gpu7)".
   std::string describe() const;
@@ -49,10 +50,12 @@ struct Round {
   int node_rank = 0;
   std::vector<RdzvNode> nodes;  ///< index = node rank
   std::string began_because;
-  std::vector<std::string> notes;  ///< e.g. a --node-rank the round could not honour
-  NodeWorld world;                 ///< this node's place (worker_environment's input)
+  std::vector<std::string> left;    ///< the nodes of the round before that are not in this one
+  std::vector<std::string> joined;  ///< the nodes of this round that were not in the round before
+  std::vector<std::string> notes;   ///< e.g. a --node-rank the round could not honour
+  NodeWorld world;                  ///< this node's place (worker_environment's input)
 
-  /// "round 2: 2 node(s): node 0 = ..., node 1 = ...".
+  /// "round 2: 2 node(s): node 0 = ..., node 1 = ... (left: ...; joined: ...)".
   std::string describe() const;
   /// "node 1 (10.0.0.2, host gpu7)".
   std::string node(int node_rank) const;
@@ -130,6 +133,8 @@ class ElasticRendezvous {
   std::optional<int> wait_for_close(int number, int ticket, std::chrono::steady_clock::time_point deadline);
   void wait_for_next(int number, int members, std::chrono::steady_clock::time_point deadline);
   Round build_round(int number, int ticket, int members);
+  std::vector<RdzvNode> members_of(int number, int members);
+  void compare_with_previous(Round& round);
   std::string my_address(const std::vector<RdzvNode>& nodes, int node_rank) const;
   std::optional<RoundEnd> read_end(int number);
   void check_deadline(std::chrono::steady_clock::time_point deadline, const std::string& waiting_for);
@@ -142,6 +147,7 @@ class ElasticRendezvous {
   std::unique_ptr<comm::StoreClient> store_;
   std::string address_;  ///< where the others reach this node
   std::string hostname_;
+  std::string agent_;  ///< this launcher's random id
   std::chrono::steady_clock::time_point next_beat_;
 };
 

@@ -2,9 +2,14 @@
 // in C++ with lockstep::train::Accelerator: the single-process loop, with prepare(), accumulate() and
 // backward() doing the distributed work.
 //
-//   build/lockstep run --nproc-per-node 2 --standalone -- build/examples/accelerate \
+//   build/lockstep launch --num_processes=2 --mixed_precision=fp16 build/examples/accelerate \
 //       [--epochs 10] [--limit-batches N] [--mixed-precision no|bf16|fp16] [--gradient-accumulation-steps K]
 //       [--batch-size 64] [--data-dir /usr/share/datasets/fashion-mnist] [--save model.pt]
+//
+// (or `build/lockstep run --nproc-per-node 2 --standalone -- build/examples/accelerate ...`). As in
+// Accelerate, the precision and the accumulation steps the program does not set come from the launcher
+// (`lockstep launch --mixed_precision`, `--gradient_accumulation_steps`); the example sets them only when
+// its own --mixed-precision / --gradient-accumulation-steps are given, and prints the ones it trains with.
 //
 // Data: Fashion-MNIST (IDX files, the dataset-fashion-mnist package). --limit-batches trains only the first
 // N batches of each epoch on every rank (rounded up to a multiple of the accumulation steps), for quick runs.
@@ -12,6 +17,7 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -42,9 +48,9 @@ TORCH_MODULE(SimpleNet);
 
 struct Args {
   int epochs = 10;
-  int64_t limit_batches = 0;  // 0: whole epochs
-  std::string mixed_precision = "no";
-  int64_t gradient_accumulation_steps = 1;
+  int64_t limit_batches = 0;                           // 0: whole epochs
+  std::optional<std::string> mixed_precision;          // unset: the launcher's, else no
+  std::optional<int64_t> gradient_accumulation_steps;  // unset: the launcher's, else 1
   int64_t batch_size = 64;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string save;
@@ -93,10 +99,13 @@ int main(int argc, char** argv) {
   try {
     const Args args = parse_args(argc, argv);
     // Initialise the accelerator (reads the launcher's environment, joins the process group).
-    Accelerator accelerator(AcceleratorOptions()
-                                .mixed_precision(lockstep::train::parse_precision(args.mixed_precision))
-                                .gradient_accumulation_steps(args.gradient_accumulation_steps)
-                                .seed(42));
+    AcceleratorOptions options = AcceleratorOptions().seed(42);
+    if (args.mixed_precision)
+      options.mixed_precision(lockstep::train::parse_precision(*args.mixed_precision));
+    if (args.gradient_accumulation_steps)
+      options.gradient_accumulation_steps(*args.gradient_accumulation_steps);
+    Accelerator accelerator(options);
+    const int64_t accumulation = accelerator.gradient_accumulation_steps();
 
     // Data: Fashion-MNIST's own mean and std (the seed's 0.1307/0.3081 are MNIST's).
     auto dataset = std::make_shared<const lockstep::data::IdxDataset>(
@@ -116,13 +125,13 @@ int main(int argc, char** argv) {
 
     int64_t limit = train_loader.size();
     if (args.limit_batches > 0) {
-      const int64_t steps = args.gradient_accumulation_steps;
-      limit = std::min(limit, (args.limit_batches + steps - 1) / steps * steps);  // whole accumulation groups
+      limit = std::min(limit, (args.limit_batches + accumulation - 1) / accumulation *
+                                  accumulation);  // whole accumulation groups
     }
     accelerator.print("training on ", accelerator.num_processes(), " process(es), ", limit, " batches of ",
                       args.batch_size, " per process and epoch, precision ",
                       lockstep::train::to_string(accelerator.mixed_precision()), ", gradient accumulation ",
-                      args.gradient_accumulation_steps);
+                      accumulation);
 
     for (int epoch = 0; epoch < args.epochs; ++epoch) {
       model->train();

@@ -145,21 +145,21 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 }  // namespace
 
 void AcceleratorOptions::validate() const {
-  if (gradient_accumulation_steps_ < 1) {
+  if (gradient_accumulation_steps_ && *gradient_accumulation_steps_ < 1) {
     throw std::invalid_argument("AcceleratorOptions::gradient_accumulation_steps must be >= 1, got " +
-                                std::to_string(gradient_accumulation_steps_) + " (1 means no accumulation)");
+                                std::to_string(*gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
   ddp_.validate();
   fsdp_.validate();
-  if (fsdp_.param_dtype() && mixed_precision_ != Precision::kBf16Mixed) {
+  const Precision precision = mixed_precision_.value_or(Precision::k32);
+  if (fsdp_.param_dtype() && precision != Precision::kBf16Mixed) {
     throw std::invalid_argument(
         std::string(
             "AcceleratorOptions: fsdp().param_dtype needs autocast to cast what its layers are given: "
             "set mixed_precision bf16, or leave param_dtype unset (mixed_precision is ") +
-        to_string(mixed_precision_) + ")");
+        to_string(precision) + ")");
   }
-  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) &&
-      mixed_precision_ == Precision::k16Mixed) {
+  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) && precision == Precision::k16Mixed) {
     throw std::invalid_argument(
         std::string("AcceleratorOptions: strategy ") + to_string(strategy_) +
         " does not support mixed_precision fp16 yet (the gradient scaler would need the "
@@ -178,8 +178,10 @@ void PreparedOptimizer::zero_grad() {
 
 // ---- Accelerator
 
-Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(options)) {
-  options_.validate();  // before any connection: a bad option fails at once, on every rank
+// Both constructors resolve and validate the options before any connection: a bad option fails at once,
+// on every rank.
+Accelerator::Accelerator(AcceleratorOptions options)
+    : options_(resolve_launch_environment(options)), precision_from_launcher_(!options.mixed_precision()) {
   const env::Environment environment = env::from_env();
   init(environment.local_rank, environment.local_world_size, options_.backend() == comm::Backend::kGloo);
   owned_group_ = std::make_unique<comm::ProcessGroup>(
@@ -190,8 +192,9 @@ Accelerator::Accelerator(AcceleratorOptions options) : options_(std::move(option
 }
 
 Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
-    : options_(std::move(options)), group_(&group) {
-  options_.validate();
+    : options_(resolve_launch_environment(options)),
+      precision_from_launcher_(!options.mixed_precision()),
+      group_(&group) {
   const auto& group_options = group.options();
   int local_world_size = group_options.local_world_size();
   if (local_world_size <= 0)
@@ -205,17 +208,25 @@ Accelerator::~Accelerator() = default;
 
 void Accelerator::init(int local_rank, int local_world_size, bool share_gpus) {
   local_process_index_ = local_rank;
-  precision_ = options_.mixed_precision();
-  const AcceleratorKind kind = options_.cpu() ? AcceleratorKind::kCpu : options_.accelerator();
+  precision_ = *options_.mixed_precision();
+  const AcceleratorKind kind = *options_.cpu() ? AcceleratorKind::kCpu : options_.accelerator();
   device_ = training_device(kind, local_rank, local_world_size, share_gpus);
   use_device(device_);
-  check_precision_supported(precision_, device_.type());
+  try {
+    check_precision_supported(precision_, device_.type());
+  } catch (const std::invalid_argument& e) {
+    if (!precision_from_launcher_) throw;
+    throw std::invalid_argument(
+        std::string(e.what()) +
+        " (the precision is the launcher's: ACCELERATE_MIXED_PRECISION, from lockstep "
+        "launch or accelerate launch --mixed_precision)");
+  }
   GradScalerOptions scaler_options = options_.scaler();
   scaler_options.enabled = scaler_options.enabled && precision_ == Precision::k16Mixed;
   scaler_ = GradScaler(scaler_options);
   gradient_state_ = std::make_shared<detail::GradientState>();
-  gradient_state_->num_steps = options_.gradient_accumulation_steps();
-  gradient_state_->group_size = options_.gradient_accumulation_steps();
+  gradient_state_->num_steps = *options_.gradient_accumulation_steps();
+  gradient_state_->group_size = *options_.gradient_accumulation_steps();
 }
 
 void Accelerator::move_to_device(torch::nn::Module& module) const {

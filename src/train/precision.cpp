@@ -58,12 +58,13 @@ void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
 void check_precision_supported(Precision precision, c10::DeviceType device) {
   if (precision == Precision::k32) return;
   const std::string device_name = c10::DeviceTypeName(device, /*lower_case=*/true);
-  if (device == c10::DeviceType::CPU && precision == Precision::k16Mixed) {
-    // LibTorch's CPU autocast only lowers to bfloat16; float16 on CPU would silently run in float32.
+  if (device == c10::DeviceType::CPU && precision == Precision::k16Mixed && !cpu_autocast_has_float16()) {
+    // Setting the CPU autocast dtype to float16 here would not be refused: the linear layers would cast
+    // their inputs to float16 and then find no CPU kernel for them.
     throw std::invalid_argument(
-        "precision \"16-mixed\" (fp16) cannot run on device \"cpu\": CPU autocast has no float16; use "
-        "bf16-mixed "
-        "(Accelerate: bf16) or 32");
+        "precision \"16-mixed\" (fp16) cannot run on device \"cpu\" with LibTorch " TORCH_VERSION
+        ": its CPU autocast lowers to bfloat16 only (float16 came with LibTorch 2.5); use bf16-mixed "
+        "(Accelerate: bf16) or 32, or build lockstep against LibTorch >= 2.5");
   }
   if (device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) {
     throw std::invalid_argument(

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -456,16 +458,29 @@ TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
   expect_save_then_load_continues(Strategy::kFsdp);  // the model saved whole, the optimizer as shards
 }
 
-TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
+template <typename Exception, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Exception& e) {
+    return e.what();
+  }
+  return "(no exception of the expected type)";
+}
+
+// 2 ranks train 20 epochs in `precision` (bf16 or fp16) on the CPU: outputs float32, weights float32, the
+// forward differs from the float32 module's (it ran in the lower precision), the loss falls.
+void expect_mixed_precision_trains(Precision precision) {
   const auto dataset = make_dataset(256);
   const int world = 2;
   std::vector<double> first(world), last(world);
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group = make_group(rank, world, store);
-    Accelerator accelerator(
-        group, AcceleratorOptions().mixed_precision(parse_precision("bf16")).gradient_accumulation_steps(2));
-    EXPECT_EQ(accelerator.mixed_precision(), Precision::kBf16Mixed);
+    Accelerator accelerator(group,
+                            AcceleratorOptions().mixed_precision(precision).gradient_accumulation_steps(2));
+    EXPECT_EQ(accelerator.mixed_precision(), precision);
+    EXPECT_EQ(accelerator.scaler().enabled(), precision == Precision::k16Mixed);  // fp16: loss scaling
     auto net = make_net(5);
     auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.02),
                                                           DataLoaderSpec(dataset, data::LoaderOptions(16)));
@@ -502,6 +517,32 @@ TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
   }
 }
 
+TEST(Accelerator, Bf16TrainsWithFloat32WeightsAndOutputs) {
+  expect_mixed_precision_trains(parse_precision("bf16"));
+}
+
+// fp16 on the CPU: trains where LibTorch's CPU autocast has float16 (>= 2.5), as on CUDA (float16 autocast
+// and the GradScaler); before that, an error that says why, and never float32 in fp16's name (which is what
+// Python Accelerate does on a CPU: no autocast, no scaler, no warning).
+TEST(Accelerator, Fp16OnCpuTrainsWhereLibTorchAutocastsFloat16) {
+  if constexpr (cpu_autocast_has_float16()) {
+    expect_mixed_precision_trains(parse_precision("fp16"));
+  } else {
+    auto store = new_store();
+    expect_all_ok(run_ranks(1, [&](int rank) {
+      auto group = make_group(rank, 1, store);
+      const auto message = error_of<std::invalid_argument>(
+          [&] { Accelerator(group, AcceleratorOptions().mixed_precision(Precision::k16Mixed).cpu(true)); });
+      EXPECT_NE(message.find("\"16-mixed\" (fp16) cannot run on device \"cpu\" with LibTorch " TORCH_VERSION
+                             ": its CPU autocast lowers to bfloat16 only"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("use bf16-mixed (Accelerate: bf16) or 32"), std::string::npos) << message;
+      group.shutdown();
+    }));
+  }
+}
+
 TEST(Accelerator, GatherReduceAndProcessInfo) {
   const int world = 3;
   auto store = new_store();
@@ -525,14 +566,165 @@ TEST(Accelerator, GatherReduceAndProcessInfo) {
   }));
 }
 
-template <typename Exception, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Exception& e) {
-    return e.what();
+// ---- Accelerate's launcher variables (resolve_launch_environment)
+
+env::EnvLookup lookup_of(std::map<std::string, std::string> variables) {
+  return [variables = std::move(variables)](const std::string& name) -> std::optional<std::string> {
+    const auto found = variables.find(name);
+    if (found == variables.end()) return std::nullopt;
+    return found->second;
+  };
+}
+
+const std::map<std::string, std::string> kLaunchedFp16 = {{"ACCELERATE_MIXED_PRECISION", "fp16"},
+                                                          {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"},
+                                                          {"ACCELERATE_USE_CPU", "True"}};
+
+TEST(AcceleratorLaunchEnvironment, OptionsTheProgramLeftUnsetComeFromTheVariables) {
+  const auto resolved = resolve_launch_environment(AcceleratorOptions(), lookup_of(kLaunchedFp16));
+  EXPECT_EQ(resolved.mixed_precision(), Precision::k16Mixed);
+  EXPECT_EQ(resolved.gradient_accumulation_steps(), 4);
+  EXPECT_EQ(resolved.cpu(), true);
+  for (const char* precision : {"no", "bf16"}) {
+    const auto other = resolve_launch_environment(AcceleratorOptions(),
+                                                  lookup_of({{"ACCELERATE_MIXED_PRECISION", precision}}));
+    EXPECT_EQ(other.mixed_precision(), parse_precision(precision)) << precision;
   }
-  return "(no exception of the expected type)";
+}
+
+TEST(AcceleratorLaunchEnvironment, AnOptionTheProgramSetWinsOverTheVariable) {
+  // Also where the program set the default value: set is set (k32 is not "unset").
+  const auto resolved = resolve_launch_environment(
+      AcceleratorOptions().mixed_precision(Precision::k32).gradient_accumulation_steps(1).cpu(false),
+      lookup_of(kLaunchedFp16));
+  EXPECT_EQ(resolved.mixed_precision(), Precision::k32);
+  EXPECT_EQ(resolved.gradient_accumulation_steps(), 1);
+  EXPECT_EQ(resolved.cpu(), false);
+  // A program that asked for the GPU keeps it: ACCELERATE_USE_CPU does not move it to the CPU.
+  EXPECT_EQ(resolve_launch_environment(AcceleratorOptions().accelerator(AcceleratorKind::kGpu),
+                                       lookup_of(kLaunchedFp16))
+                .cpu(),
+            false);
+  // Field by field: the others still come from the launcher.
+  const auto mixed = resolve_launch_environment(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed),
+                                                lookup_of(kLaunchedFp16));
+  EXPECT_EQ(mixed.mixed_precision(), Precision::kBf16Mixed);
+  EXPECT_EQ(mixed.gradient_accumulation_steps(), 4);
+  EXPECT_EQ(mixed.cpu(), true);
+}
+
+TEST(AcceleratorLaunchEnvironment, WithoutVariablesTheDefaults) {
+  for (const auto& variables :
+       {std::map<std::string, std::string>{},
+        std::map<std::string, std::string>{{"ACCELERATE_MIXED_PRECISION", ""},
+                                           {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ""},
+                                           {"ACCELERATE_USE_CPU", ""}}}) {
+    const auto resolved = resolve_launch_environment(AcceleratorOptions(), lookup_of(variables));
+    EXPECT_EQ(resolved.mixed_precision(), Precision::k32);
+    EXPECT_EQ(resolved.gradient_accumulation_steps(), 1);
+    EXPECT_EQ(resolved.cpu(), false);
+  }
+  EXPECT_FALSE(AcceleratorOptions().mixed_precision().has_value());  // unset until resolved
+}
+
+TEST(AcceleratorLaunchEnvironment, ReadsAccelerateTruthValues) {
+  for (const char* yes : {"True", "true", "1", "YES", "y", "t", "on"}) {
+    EXPECT_EQ(
+        resolve_launch_environment(AcceleratorOptions(), lookup_of({{"ACCELERATE_USE_CPU", yes}})).cpu(),
+        true)
+        << yes;
+  }
+  for (const char* no : {"False", "0", "no", "n", "f", "OFF"}) {
+    EXPECT_EQ(resolve_launch_environment(AcceleratorOptions(), lookup_of({{"ACCELERATE_USE_CPU", no}})).cpu(),
+              false)
+        << no;
+  }
+}
+
+TEST(AcceleratorLaunchEnvironment, BadValuesNameTheVariableAndWhatIsAccepted) {
+  const auto error_for = [](const char* name, const char* value) {
+    return error_of<std::invalid_argument>([&] {
+      resolve_launch_environment(AcceleratorOptions(), lookup_of({{name, value}}));
+    });
+  };
+  auto message = error_for("ACCELERATE_MIXED_PRECISION", "FP16");
+  EXPECT_NE(message.find("ACCELERATE_MIXED_PRECISION='FP16' is not a precision (expected no, fp16 or bf16"),
+            std::string::npos)
+      << message;
+  message = error_for("ACCELERATE_MIXED_PRECISION", "fp8");
+  EXPECT_NE(message.find("ACCELERATE_MIXED_PRECISION='fp8' asks for float8 training, which lockstep does not "
+                         "have"),
+            std::string::npos)
+      << message;
+  for (const char* steps : {"0", "-2", "two", "+3", " 3"}) {
+    message = error_for("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", steps);
+    EXPECT_NE(message.find(std::string("ACCELERATE_GRADIENT_ACCUMULATION_STEPS='") + steps +
+                           "' is not valid (expected an integer >= 1"),
+              std::string::npos)
+        << message;
+  }
+  message = error_for("ACCELERATE_USE_CPU", "maybe");
+  EXPECT_NE(message.find("ACCELERATE_USE_CPU='maybe' is not a truth value"), std::string::npos) << message;
+  // A variable the program's own setting overrides is not read, so a bad one there is no error.
+  EXPECT_EQ(resolve_launch_environment(AcceleratorOptions().mixed_precision(Precision::k32),
+                                       lookup_of({{"ACCELERATE_MIXED_PRECISION", "FP16"}}))
+                .mixed_precision(),
+            Precision::k32);
+}
+
+TEST(AcceleratorLaunchEnvironment, AnOptionConflictFromTheLauncherNamesItsVariable) {
+  const auto message = error_of<std::invalid_argument>([] {
+    resolve_launch_environment(AcceleratorOptions().strategy(Strategy::kZero2),
+                               lookup_of({{"ACCELERATE_MIXED_PRECISION", "fp16"}}));
+  });
+  EXPECT_NE(message.find("strategy zero2 does not support mixed_precision fp16"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(set by the launcher: ACCELERATE_MIXED_PRECISION='fp16')"), std::string::npos)
+      << message;
+}
+
+// Sets a variable of this process for one scope (the Accelerator reads the real environment).
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, /*overwrite=*/1);
+  }
+  ~ScopedVariable() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Accelerator, TakesTheLaunchersPrecisionUnlessTheProgramSetsOne) {
+  const ScopedVariable precision("ACCELERATE_MIXED_PRECISION", "bf16");
+  const ScopedVariable steps("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3");
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    {
+      Accelerator launched(group);
+      EXPECT_EQ(launched.mixed_precision(), Precision::kBf16Mixed);
+      EXPECT_EQ(launched.gradient_accumulation_steps(), 3);
+      EXPECT_EQ(launched.options().mixed_precision(), Precision::kBf16Mixed);
+    }
+    {
+      Accelerator own(group,
+                      AcceleratorOptions().mixed_precision(Precision::k32).gradient_accumulation_steps(2));
+      EXPECT_EQ(own.mixed_precision(), Precision::k32);
+      EXPECT_EQ(own.gradient_accumulation_steps(), 2);
+    }
+    group.shutdown();
+  }));
 }
 
 TEST(Accelerator, BadOptionsAreRejectedBeforeConnecting) {
@@ -551,13 +743,6 @@ TEST(Accelerator, MisuseIsAClearError) {
   auto store = new_store();
   expect_all_ok(run_ranks(1, [&](int rank) {
     auto group = make_group(rank, 1, store);
-    if (!torch::cuda::is_available()) {
-      auto message = error_of<std::invalid_argument>(
-          [&] { Accelerator(group, AcceleratorOptions().mixed_precision(Precision::k16Mixed)); });
-      EXPECT_NE(message.find("fp16"), std::string::npos) << message;
-      EXPECT_NE(message.find("\"cpu\""), std::string::npos) << message;
-      EXPECT_NE(message.find("bf16"), std::string::npos) << message;
-    }
     Accelerator accelerator(group);
     auto message =
         error_of<std::logic_error>([&] { accelerator.backward(torch::ones({1}, torch::requires_grad())); });

@@ -10,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/nn.h>
 #include <torch/optim.h>
+#include <torch/version.h>
 
 #include "lockstep/train/precision.h"
 
@@ -50,15 +51,31 @@ TEST(Precision, RejectsUnknownValuesNamingThem) {
   }
 }
 
-TEST(Precision, Fp16OnCpuIsAClearError) {
-  const std::string message =
-      error_of([] { check_precision_supported(Precision::k16Mixed, c10::DeviceType::CPU); });
-  EXPECT_NE(message.find("16-mixed"), std::string::npos) << message;
-  EXPECT_NE(message.find("\"cpu\""), std::string::npos) << message;
-  EXPECT_NE(message.find("use bf16-mixed"), std::string::npos) << message;
-  EXPECT_NE(message.find("32"), std::string::npos) << message;
-  // The scope checks too, before touching the autocast state.
-  EXPECT_THROW(AutocastScope(Precision::k16Mixed, c10::DeviceType::CPU), std::invalid_argument);
+// LibTorch < 2.5: its CPU autocast has no float16, so 16-mixed on the CPU is an error that says so. From
+// 2.5 on, 16-mixed runs on the CPU: the autocast scope lowers a Linear to float16 and restores the state.
+TEST(Precision, Fp16OnCpuRunsWhereCpuAutocastHasFloat16ElseIsAClearError) {
+  torch::nn::Linear linear(4, 3);
+  const auto x = torch::randn({2, 4});
+  if constexpr (cpu_autocast_has_float16()) {
+    EXPECT_NO_THROW(check_precision_supported(Precision::k16Mixed, c10::DeviceType::CPU));
+    {
+      AutocastScope scope(Precision::k16Mixed, c10::DeviceType::CPU);
+      EXPECT_EQ(linear(x).scalar_type(), at::kHalf);
+      EXPECT_EQ(linear->weight.scalar_type(), at::kFloat);
+    }
+    EXPECT_EQ(linear(x).scalar_type(), at::kFloat);
+  } else {
+    const std::string message =
+        error_of([] { check_precision_supported(Precision::k16Mixed, c10::DeviceType::CPU); });
+    EXPECT_NE(
+        message.find("precision \"16-mixed\" (fp16) cannot run on device \"cpu\" with LibTorch " TORCH_VERSION
+                     ": its CPU autocast lowers to bfloat16 only (float16 came with LibTorch 2.5); use "
+                     "bf16-mixed (Accelerate: bf16) or 32, or build lockstep against LibTorch >= 2.5"),
+        std::string::npos)
+        << message;
+    // The scope checks too, before touching the autocast state.
+    EXPECT_THROW(AutocastScope(Precision::k16Mixed, c10::DeviceType::CPU), std::invalid_argument);
+  }
   EXPECT_FALSE(at::autocast::is_cpu_enabled());
   EXPECT_NO_THROW(check_precision_supported(Precision::kBf16Mixed, c10::DeviceType::CPU));
   EXPECT_NO_THROW(check_precision_supported(Precision::k32, c10::DeviceType::CPU));

@@ -29,6 +29,7 @@
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/detail/option.h"
+#include "lockstep/env/environment.h"
 #include "lockstep/models/staged.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
@@ -40,23 +41,32 @@ namespace lockstep::train {
 
 /// Options of an Accelerator; Hugging Face Accelerate's names and defaults.
 ///
+/// mixed_precision, gradient_accumulation_steps and cpu remember whether the program set them: one left
+/// unset is read from the variable Accelerate's launcher sets (`accelerate launch`, `lockstep launch`:
+/// resolve_launch_environment below), so the launcher's `--mixed_precision fp16` reaches a program that
+/// did not choose a precision, and a program that did keeps its own. Their getters return std::nullopt
+/// while unset; Accelerator::options() returns them resolved.
+///
 /// Example:
 ///   Accelerator
 ///   accelerator(AcceleratorOptions().mixed_precision(Precision::kBf16Mixed).gradient_accumulation_steps(4));
 class AcceleratorOptions {
  public:
-  /// Precision::k32 (Accelerate's "no"), kBf16Mixed ("bf16") or k16Mixed ("fp16", CUDA only);
-  /// parse_precision reads Accelerate's and Lightning's spellings.
+  /// Precision::k32 (Accelerate's "no"), kBf16Mixed ("bf16") or k16Mixed ("fp16": CUDA, and the CPU with
+  /// LibTorch >= 2.5; precision.h); parse_precision reads Accelerate's and Lightning's spellings. Unset:
+  /// ACCELERATE_MIXED_PRECISION, else k32.
   LOCKSTEP_OPTION(AcceleratorOptions, Precision, mixed_precision)
   /// Micro-batches whose gradients are summed before each optimizer step, >= 1. Each rank's effective
-  /// batch is batch_size * gradient_accumulation_steps; the job's is that times num_processes().
+  /// batch is batch_size * gradient_accumulation_steps; the job's is that times num_processes(). Unset:
+  /// ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1.
   LOCKSTEP_OPTION(AcceleratorOptions, int64_t, gradient_accumulation_steps)
   /// Collective backend (comm::Backend; comm::parse_backend reads "auto", "gloo", "shm", ...). Ignored by
   /// the constructor that takes an existing process group.
   LOCKSTEP_OPTION(AcceleratorOptions, comm::Backend, backend)
   /// Seeds the shuffle of every prepared data loader (DistributedSampler: seed + epoch).
   LOCKSTEP_OPTION(AcceleratorOptions, uint64_t, seed)
-  /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`; the same as accelerator kCpu).
+  /// Stay on the CPU even when LibTorch sees a GPU (Accelerate's `cpu=True`; the same as accelerator kCpu,
+  /// and it wins over accelerator kGpu, as in Accelerate). Unset: ACCELERATE_USE_CPU, else false.
   LOCKSTEP_OPTION(AcceleratorOptions, bool, cpu)
   /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
   /// sees one, one device per local rank.
@@ -77,21 +87,48 @@ class AcceleratorOptions {
   /// The loss scaler used with fp16 (ignored otherwise).
   LOCKSTEP_OPTION(AcceleratorOptions, GradScalerOptions, scaler)
 
-  /// Throws std::invalid_argument naming the option, the bad value and what is accepted.
+  /// Throws std::invalid_argument naming the option, the bad value and what is accepted. Unset options
+  /// count as their defaults.
   void validate() const;
 
  private:
-  Precision mixed_precision_ = Precision::k32;
-  int64_t gradient_accumulation_steps_ = 1;
+  std::optional<Precision> mixed_precision_;
+  std::optional<int64_t> gradient_accumulation_steps_;
   comm::Backend backend_ = comm::Backend::kAuto;
   uint64_t seed_ = 0;
-  bool cpu_ = false;
+  std::optional<bool> cpu_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   Strategy strategy_ = Strategy::kDdp;
   ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
   shard::FsdpOptions fsdp_;
   GradScalerOptions scaler_;
 };
+
+/// `options` as an Accelerator runs with them: each of mixed_precision, gradient_accumulation_steps and
+/// cpu that the program left unset is read from the variable Accelerate's launcher gives its workers
+/// (`accelerate launch`, `lockstep launch`; docs/accelerator.md), else set to its default; then
+/// validated. What the program set wins, as Accelerate's constructor argument wins over
+/// ACCELERATE_MIXED_PRECISION:
+///
+///   ACCELERATE_MIXED_PRECISION              no, fp16 or bf16 (--mixed_precision)      unset: k32
+///   ACCELERATE_GRADIENT_ACCUMULATION_STEPS  an integer >= 1                           unset: 1
+///   ACCELERATE_USE_CPU                      y yes t true on 1 / n no f false off 0    unset: false
+///                                           (Accelerate's truth values, any case)
+/// (An empty variable counts as unset.)
+///
+/// (Python Accelerate lets ACCELERATE_GRADIENT_ACCUMULATION_STEPS win over its constructor argument,
+/// although its docstring calls the variable the default; lockstep follows the docstring, one rule for
+/// all three. A cpu(false) set by the program, or accelerator(kGpu), also wins over ACCELERATE_USE_CPU=true,
+/// which Python's `cpu=False` cannot say.) Throws std::invalid_argument naming the variable, its value and
+/// what is accepted (fp8 is refused: lockstep has no float8 training), or a validate() error that names the
+/// variables the resolved options came from.
+///
+/// Example:
+///   // under `lockstep launch --mixed_precision fp16`:
+///   auto a = resolve_launch_environment(AcceleratorOptions());  // a.mixed_precision() == k16Mixed
+///   auto b = resolve_launch_environment(AcceleratorOptions().mixed_precision(Precision::k32));  // k32
+AcceleratorOptions resolve_launch_environment(AcceleratorOptions options,
+                                              const env::EnvLookup& lookup = env::process_env());
 
 /// A dataset and how to batch it: what Accelerator::prepare turns into this rank's shard (the C++ form of
 /// handing Accelerate a `DataLoader(dataset, batch_size=64, shuffle=True)`): a data::DataSource<B> of any
@@ -413,14 +450,17 @@ class AccumulateGuard {
 ///   accelerator.end_training();
 class Accelerator {
  public:
-  /// Reads who this process is (env::from_env(): torchrun, Slurm, Open MPI, ... or a single process) and
-  /// joins the process group (comm::init_process_group with options.backend()). Throws
-  /// std::invalid_argument for bad options (before any connection is made), std::invalid_argument when
-  /// the precision cannot run on the device (fp16 on CPU), env::EnvError / comm::CommError from setup.
+  /// Fills the options the program left unset from Accelerate's launcher variables
+  /// (resolve_launch_environment), reads who this process is (env::from_env(): torchrun, Slurm, Open MPI,
+  /// ... or a single process) and joins the process group (comm::init_process_group with
+  /// options.backend()). Throws std::invalid_argument for bad options or launcher variables (before any
+  /// connection is made), std::invalid_argument when the precision cannot run on the device (fp16 on
+  /// CPU with LibTorch < 2.5), env::EnvError / comm::CommError from setup.
   explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
-  /// Uses an existing process group (tests with thread ranks, programs with their own group). The group
-  /// must outlive the accelerator; end_training() leaves it open (its owner shuts it down).
-  /// is_local_main_process() assumes torchrun's rank layout (rank = node * local_world_size + local rank).
+  /// Uses an existing process group (tests with thread ranks, programs with their own group); the options
+  /// are resolved as above. The group must outlive the accelerator; end_training() leaves it open (its owner
+  /// shuts it down). is_local_main_process() assumes torchrun's rank layout (rank = node * local_world_size +
+  /// local rank).
   explicit Accelerator(comm::ProcessGroup& group, AcceleratorOptions options = AcceleratorOptions());
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;
@@ -484,7 +524,9 @@ class Accelerator {
   /// sees a GPU; never with cpu()), else cpu. See device_choice.h.
   const c10::Device& device() const { return device_; }
   Precision mixed_precision() const { return precision_; }
-  int64_t gradient_accumulation_steps() const { return options_.gradient_accumulation_steps(); }
+  int64_t gradient_accumulation_steps() const { return *options_.gradient_accumulation_steps(); }
+  /// The options resolved (resolve_launch_environment): mixed_precision, gradient_accumulation_steps and
+  /// cpu are set.
   const AcceleratorOptions& options() const { return options_; }
   GradScaler& scaler() { return scaler_; }
   comm::ProcessGroup& group() { return *group_; }
@@ -574,7 +616,9 @@ class Accelerator {
     shard::FullyShardedDataParallel* fsdp = nullptr;  // under fsdp
   };
 
-  AcceleratorOptions options_;
+  AcceleratorOptions options_;  // resolved (resolve_launch_environment)
+  // mixed_precision came from ACCELERATE_MIXED_PRECISION, not the program (errors say so).
+  bool precision_from_launcher_ = false;
   Precision precision_ = Precision::k32;
   std::unique_ptr<comm::ProcessGroup> owned_group_;
   comm::ProcessGroup* group_ = nullptr;

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 
+#include "lockstep/detail/torch_version.h"
 #include "lockstep/train/precision_mode.h"
 
 namespace torch::optim {
@@ -14,8 +15,15 @@ class Optimizer;
 
 namespace lockstep::train {
 
-/// Throws std::invalid_argument when `precision` cannot run on `device`, naming both and the precision to
-/// use instead (16-mixed on CPU: "use bf16-mixed (or 32)").
+/// Whether LibTorch's CPU autocast can lower to float16: LibTorch >= 2.5 (1.13's lowers to bfloat16
+/// only). Where it can, 16-mixed runs on the CPU as on CUDA: float16 autocast and the GradScaler.
+constexpr bool cpu_autocast_has_float16() {
+  return LOCKSTEP_TORCH_AT_LEAST(2, 5);
+}
+
+/// Throws std::invalid_argument when `precision` cannot run on `device`, naming both, the LibTorch version
+/// where that is the reason, and the precision to use instead (16-mixed on the CPU of LibTorch < 2.5:
+/// "use bf16-mixed (Accelerate: bf16) or 32").
 void check_precision_supported(Precision precision, c10::DeviceType device);
 
 /// RAII: autocast for `device` with the precision's dtype for the scope (the forward pass and the loss);

@@ -10,7 +10,8 @@ enum class Precision {
   k32,         ///< float32 throughout
   kBf16Mixed,  ///< forward under autocast to bfloat16 (CPU and CUDA); weights, gradients and optimizer in
                ///< float32
-  k16Mixed,  ///< forward under autocast to float16 with a GradScaler (CUDA only: CPU autocast has no float16)
+  k16Mixed,    ///< forward under autocast to float16 with a GradScaler (CUDA; the CPU with LibTorch >= 2.5,
+               ///< whose CPU autocast has float16: precision.h)
 };
 
 /// Parses Lightning's spellings "32" (also "32-true"), "bf16-mixed", "16-mixed" and Accelerate's "no",

@@ -1,8 +1,11 @@
 #!/bin/sh
 # Installs PyPI's torch (LibTorch 2.x inside: headers, libraries, TorchConfig.cmake) for `python3`, the
-# second LibTorch that lockstep builds and tests against (.ci/run; README, "LibTorch 2.x"), and numpy (the
+# second LibTorch that lockstep builds and tests against (.ci/run; README, "LibTorch 2.x"), numpy (the
 # tests' Python checks read safetensors files with it; Debian's python3-torch brings it, the wheel does
-# not). Pinned: the newest torch that pip offers on the project's machines when this was written. PyPI's
+# not), and Hugging Face Accelerate with torchvision (`lockstep launch` runs seed 000's Accelerate script,
+# which reads MNIST through torchvision, and is compared with Accelerate's own launcher:
+# tests/e2e/accelerate_launch.sh). torchvision 0.29.2 is the newest on PyPI for these machines; it asks
+# for torch >= 2.14 and its compiled ops load and run with torch 2.15.0 (checked: torchvision.ops.nms). Pinned: the newest torch that pip offers on the project's machines when this was written. PyPI's
 # Linux wheel is a CUDA build (about 5 GiB with its nvidia-* wheels); it runs on the CPU when no GPU is
 # present. Idempotent: nothing is downloaded when these versions are already installed.
 #   LOCKSTEP_PIP_TORCH=2.15.0   the version (default below)
@@ -10,13 +13,19 @@
 set -eu
 version=${LOCKSTEP_PIP_TORCH:-2.15.0}
 numpy_version=2.4.6
+accelerate_version=1.15.0
+torchvision_version=0.29.2
 python=${PYTHON:-python3}
-have=$("$python" -c 'import numpy, torch; print(torch.__version__.split("+")[0], numpy.__version__)' 2>/dev/null || true)
-if [ "$have" = "$version $numpy_version" ]; then
-  echo "install-pip-torch: torch $version and numpy $numpy_version already installed for $python"
+want="$version $numpy_version $accelerate_version $torchvision_version"
+have=$("$python" -c 'import accelerate, numpy, torch, torchvision
+print(torch.__version__.split("+")[0], numpy.__version__, accelerate.__version__, torchvision.__version__.split("+")[0])' \
+  2>/dev/null || true)
+if [ "$have" = "$want" ]; then
+  echo "install-pip-torch: torch, numpy, accelerate, torchvision $want already installed for $python"
   exit 0
 fi
-echo "install-pip-torch: installing torch==$version numpy==$numpy_version for $python ($("$python" --version 2>&1))"
+echo "install-pip-torch: installing torch==$version numpy==$numpy_version accelerate==$accelerate_version" \
+  "torchvision==$torchvision_version for $python ($("$python" --version 2>&1))"
 "$python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "torch==$version" \
-  "numpy==$numpy_version"
+  "numpy==$numpy_version" "accelerate==$accelerate_version" "torchvision==$torchvision_version"
 "$python" -c 'import torch; print("install-pip-torch: torch", torch.__version__, "at", torch.utils.cmake_prefix_path)'

@@ -14,6 +14,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run    start N local workers with torchrun's environment (torchrun's flags)\n"
+    "  launch start N local workers as `accelerate launch` does (Accelerate's flags): torchrun's\n"
+    "         environment and ACCELERATE_MIXED_PRECISION, ... for Python and C++ Accelerate programs\n"
     "  fit    train a ready model (mlp, cnn, resnet18) on Fashion-MNIST, MNIST, CIFAR-10 or\n"
     "         synthetic data with N data-parallel ranks (Lightning's flags)\n"
     "  env    print who this process is (rank, world size, master) as lockstep reads it\n"
@@ -42,15 +44,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "run") return lockstep::cli::run_main(argc - 1, argv + 1);
+  if (command == "launch") return lockstep::cli::launch_main(argc - 1, argv + 1);
   if (command == "env") return lockstep::cli::env_main(argc - 1, argv + 1);
   if (command == "fit") return lockstep::cli::fit_main(argc - 1, argv + 1);
   if (command == "bench") return lockstep::cli::bench_main(argc - 1, argv + 1);
   if (command == "export") return lockstep::cli::export_main(argc - 1, argv + 1);
   if (command == "slurm") return lockstep::cli::slurm_main(argc - 1, argv + 1);
   if (command == "report") return lockstep::cli::report_main(argc - 1, argv + 1);
-  std::fprintf(
-      stderr,
-      "lockstep: unknown command '%s' (expected one of: run, fit, env, bench, export, slurm, report)\n\n%s",
-      command.c_str(), kUsage);
+  std::fprintf(stderr,
+               "lockstep: unknown command '%s' (expected one of: run, launch, fit, env, bench, export, "
+               "slurm, report)\n\n%s",
+               command.c_str(), kUsage);
   return 2;
 }

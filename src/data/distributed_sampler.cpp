@@ -70,36 +70,73 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
+namespace {
+
+// `list` padded by repeating from its start to a multiple of `replicas`.
+void pad_for(std::vector<int64_t>& list, int64_t replicas) {
+  const auto n = static_cast<int64_t>(list.size());
+  const int64_t total = (n + replicas - 1) / replicas * replicas;
+  for (std::size_t i = 0; static_cast<int64_t>(list.size()) < total; ++i) list.push_back(list[i]);
+}
+
+}  // namespace
+
 std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options,
                                        int64_t epoch, int64_t consumed, int64_t planned, int64_t num_replicas,
                                        int64_t rank) {
+  return reshard_remaining(dataset_size, old_options, epoch,
+                           {ConsumedPart{old_options.num_replicas(), consumed, planned}}, num_replicas, rank);
+}
+
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options,
+                                       int64_t epoch, const std::vector<ConsumedPart>& parts,
+                                       int64_t num_replicas, int64_t rank) {
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
     throw std::invalid_argument("reshard_remaining: rank " + std::to_string(rank) + " is not in [0, " +
                                 std::to_string(num_replicas) + ")");
   }
-  std::vector<std::vector<int64_t>> old_shards;
-  for (int64_t r = 0; r < old_options.num_replicas(); ++r) {
-    DistributedSampler sampler(dataset_size, DistributedSamplerOptions(old_options).rank(r));
-    sampler.set_epoch(epoch);
-    old_shards.push_back(sampler.indices());
+  if (parts.empty()) throw std::invalid_argument("reshard_remaining: no part of the epoch given");
+  // The list each part dealt round-robin (rank r's k-th sample at position r + k x replicas): for the
+  // first, the sampler's padded order of the epoch; for each later one, the rest of the list before.
+  std::vector<int64_t> list;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const ConsumedPart& part = parts[p];
+    if (part.replicas < 1) {
+      throw std::invalid_argument("reshard_remaining: part " + std::to_string(p) + " has " +
+                                  std::to_string(part.replicas) + " replicas");
+    }
+    if (p == 0) {
+      std::vector<std::vector<int64_t>> shards;
+      for (int64_t r = 0; r < part.replicas; ++r) {
+        DistributedSampler shard(dataset_size,
+                                 DistributedSamplerOptions(old_options).num_replicas(part.replicas).rank(r));
+        shard.set_epoch(epoch);
+        shards.push_back(shard.indices());
+      }
+      list.clear();
+      for (std::size_t k = 0; k < shards.front().size(); ++k) {
+        for (const auto& shard : shards) list.push_back(shard[k]);
+      }
+    } else {
+      pad_for(list, part.replicas);
+    }
+    const int64_t shard = static_cast<int64_t>(list.size()) / part.replicas;
+    const int64_t planned = part.planned < 0 ? shard : part.planned;
+    if (part.consumed < 0 || part.consumed > planned || planned > shard) {
+      throw std::invalid_argument("reshard_remaining: consumed " + std::to_string(part.consumed) +
+                                  " and planned " + std::to_string(planned) +
+                                  " must satisfy 0 <= consumed <= planned <= " + std::to_string(shard) +
+                                  " (the shard size of part " + std::to_string(p) + ")");
+    }
+    list = std::vector<int64_t>(list.begin() + part.consumed * part.replicas,
+                                list.begin() + planned * part.replicas);
   }
-  const auto shard = static_cast<int64_t>(old_shards.front().size());
-  if (consumed < 0 || consumed > planned || planned > shard) {
-    throw std::invalid_argument("reshard_remaining: consumed " + std::to_string(consumed) + " and planned " +
-                                std::to_string(planned) + " must satisfy 0 <= consumed <= planned <= " +
-                                std::to_string(shard) + " (the old shard size)");
-  }
-  std::vector<int64_t> rest;
-  for (int64_t k = consumed; k < planned; ++k) {
-    for (const auto& old : old_shards) rest.push_back(old[static_cast<std::size_t>(k)]);
-  }
-  if (rest.empty()) return {};
-  const int64_t total = (static_cast<int64_t>(rest.size()) + num_replicas - 1) / num_replicas * num_replicas;
-  for (std::size_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(rest[i]);
+  if (list.empty()) return {};
+  pad_for(list, num_replicas);
   std::vector<int64_t> mine;
-  for (auto i = static_cast<std::size_t>(rank); i < rest.size();
+  for (auto i = static_cast<std::size_t>(rank); i < list.size();
        i += static_cast<std::size_t>(num_replicas)) {
-    mine.push_back(rest[i]);
+    mine.push_back(list[i]);
   }
   return mine;
 }

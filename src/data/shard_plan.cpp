@@ -18,8 +18,12 @@ void check_plan(const ShardPlan& plan) {
     throw std::invalid_argument("ShardPlan: rank " + std::to_string(plan.rank) + " is outside [0, world " +
                                 std::to_string(plan.world) + ")");
   }
-  if (plan.old_world < 0) {
-    throw std::invalid_argument("ShardPlan: old_world must be >= 0, got " + std::to_string(plan.old_world));
+  for (const EpochPart& part : plan.before) {
+    if (part.world < 1 || part.batches < 0) {
+      throw std::invalid_argument("ShardPlan: an earlier part of the epoch has world " +
+                                  std::to_string(part.world) + " and " + std::to_string(part.batches) +
+                                  " batches (need world >= 1, batches >= 0)");
+    }
   }
 }
 
@@ -42,12 +46,21 @@ std::vector<int64_t> plan_indices(int64_t dataset_size, const LoaderOptions& opt
   check_plan(plan);
   const int64_t b = options.batch_size();
   std::vector<int64_t> indices;
-  if (plan.old_world > 0) {
-    const auto old_options = DistributedSamplerOptions(plan.old_world, 0).shuffle(shuffle).seed(plan.seed);
-    const int64_t shard = DistributedSampler(dataset_size, old_options).num_samples();
-    const int64_t planned = plan.old_planned < 0 ? shard : std::min(shard, plan.old_planned * b);
-    indices = reshard_remaining(dataset_size, old_options, plan.epoch,
-                                std::min(plan.old_batches * b, planned), planned, plan.world, plan.rank);
+  if (!plan.before.empty()) {
+    const auto options0 =
+        DistributedSamplerOptions(plan.before.front().world, 0).shuffle(shuffle).seed(plan.seed);
+    const int64_t shard0 = DistributedSampler(dataset_size, options0).num_samples();
+    std::vector<ConsumedPart> parts;
+    for (std::size_t p = 0; p < plan.before.size(); ++p) {
+      const EpochPart& part = plan.before[p];
+      ConsumedPart consumed{part.world, part.batches * b, part.planned < 0 ? -1 : part.planned * b};
+      if (p == 0) {
+        consumed.planned = consumed.planned < 0 ? shard0 : std::min(shard0, consumed.planned);
+        consumed.consumed = std::min(consumed.consumed, consumed.planned);
+      }
+      parts.push_back(consumed);
+    }
+    indices = reshard_remaining(dataset_size, options0, plan.epoch, parts, plan.world, plan.rank);
   } else {
     DistributedSampler sampler(
         dataset_size, DistributedSamplerOptions(plan.world, plan.rank).shuffle(shuffle).seed(plan.seed));
@@ -65,11 +78,15 @@ StreamWindows::StreamWindows(const LoaderOptions& options, const ShardPlan& plan
       rank(plan.rank),
       even(plan.even),
       drop_last(options.drop_last()),
-      base(plan.old_world > 0 ? plan.old_batches * options.batch_size() * plan.old_world : 0),
-      end(plan.old_world > 0 && plan.old_planned >= 0
-              ? plan.old_planned * options.batch_size() * plan.old_world
-              : -1) {
+      base(0),
+      end(-1) {
   check_plan(plan);
+  // A stream is read in windows of batch_size x world samples, none padded: each earlier part took its
+  // windows in turn, and the first one's limit ends the epoch.
+  for (const EpochPart& part : plan.before) base += part.batches * batch_size * part.world;
+  if (!plan.before.empty() && plan.before.front().planned >= 0) {
+    end = plan.before.front().planned * batch_size * plan.before.front().world;
+  }
 }
 
 std::vector<int64_t> StreamWindows::own_offsets(int64_t read) const {

@@ -99,8 +99,15 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   for (const auto& [key, value] : state.callback_states) callbacks.insert(key, value);
   archive.write("callback_states", c10::IValue(callbacks));
   if (state.scaler_state.defined()) archive.write("scaler_state", state.scaler_state, /*is_buffer=*/true);
-  archive.write("reshard_world", c10::IValue(static_cast<int64_t>(state.reshard_world)));
-  archive.write("reshard_batch", c10::IValue(state.reshard_batch));
+  // Each earlier part of the epoch as (world, batches); their planned counts follow from the run's options
+  // (Trainer::Run::restore). A file of version 2 from before the list held one part as reshard_world and
+  // reshard_batch (read below).
+  c10::List<int64_t> parts;
+  for (const data::EpochPart& part : state.reshard_parts) {
+    parts.push_back(part.world);
+    parts.push_back(part.batches);
+  }
+  archive.write("reshard_parts", c10::IValue(parts));
 }
 
 // Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
@@ -258,8 +265,16 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   }
   at::Tensor scaler;
   if (archive.try_read("scaler_state", scaler, /*is_buffer=*/true)) state.scaler_state = scaler.cpu();
-  state.reshard_world = static_cast<int>(read_value(archive, path, "reshard_world").toInt());
-  state.reshard_batch = read_value(archive, path, "reshard_batch").toInt();
+  c10::IValue parts;
+  if (archive.try_read("reshard_parts", parts)) {
+    const auto list = parts.toIntList();
+    for (std::size_t i = 0; i + 1 < list.size(); i += 2) {
+      state.reshard_parts.push_back(data::EpochPart{static_cast<int>(list.get(i)), list.get(i + 1)});
+    }
+  } else if (const int64_t world = read_value(archive, path, "reshard_world").toInt(); world != 0) {
+    state.reshard_parts.push_back(
+        data::EpochPart{static_cast<int>(world), read_value(archive, path, "reshard_batch").toInt()});
+  }
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
                              model_name + "': resume with model '" + state.model +

@@ -154,8 +154,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   for (const auto& callback : options_.callbacks())
     state.callback_states[callback->state_key()] = callback->state_dict();
   if (run.scaler.enabled()) state.scaler_state = run.scaler.state();
-  state.reshard_world = run.reshard_world;
-  state.reshard_batch = run.reshard_batch;
+  state.reshard_parts = run.reshard_parts;
   state.shards = std::move(shards);
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);

@@ -46,23 +46,21 @@ void Trainer::Run::restore() {
     }
   }
   if (saved.scaler_state.defined() && scaler.enabled()) scaler.load_state(saved.scaler_state);
+  reshard_parts = saved.reshard_parts;  // still inside an epoch re-sharded by the run that wrote it
+  if (!reshard_parts.empty()) reshard_parts.front().planned = planned_batches(reshard_parts.front().world);
   if (saved.world_size == world) {
     set_cpu_rng_state(saved.rng_states[rank]);
     module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
-    if (saved.reshard_world != 0) {  // still inside an epoch re-sharded by the run that wrote it
-      reshard_world = saved.reshard_world;
-      reshard_batch = saved.reshard_batch;
-      reshard_planned = planned_batches(reshard_world);
-    }
-  } else if (start_.batch != 0) {
-    reshard_after(saved, path);
+  } else if (start_.batch != 0 || !reshard_parts.empty()) {
+    reshard_after(saved);
   }
-  print_line("resumed from " + path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
-             std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) +
-             " (written by " + std::to_string(saved.world_size) + " rank(s)" +
-             (reshard_world != 0 && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
-             ")");
-  if (reshard_world == 0 && train_batches_ >= 0 && start_.batch > train_batches_) {
+  print_line(
+      "resumed from " + path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
+      std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) +
+      " (written by " + std::to_string(saved.world_size) + " rank(s)" +
+      (!reshard_parts.empty() && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
+      ")");
+  if (reshard_parts.empty() && train_batches_ >= 0 && start_.batch > train_batches_) {
     throw std::invalid_argument(
         "checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
         std::to_string(start_.batch) + ") is beyond this run's " + std::to_string(train_batches_) +
@@ -91,17 +89,13 @@ void Trainer::Run::load_shards(const std::vector<std::string>& shards) {
 }
 
 // Mid-epoch on another world size: the old ranks' logged sums go to rank 0 (sync_dist sums stay exact over
-// all ranks; rank-local values become rank 0's view), and the rest of the epoch is dealt anew.
-void Trainer::Run::reshard_after(const CheckpointState& saved, const std::string& path) {
-  if (saved.reshard_world != 0) {
-    throw std::invalid_argument("checkpoint '" + path + "' lies in an epoch already re-sharded from " +
-                                std::to_string(saved.reshard_world) + " to " +
-                                std::to_string(saved.world_size) + " rank(s): resume it with " +
-                                std::to_string(saved.world_size) + " ranks, or from an epoch-end checkpoint");
+// all ranks; rank-local values become rank 0's view), and the rest of the epoch is dealt anew: what the
+// saved world trained becomes one more part of the epoch (its first, or after the parts before it).
+void Trainer::Run::reshard_after(const CheckpointState& saved) {
+  if (start_.batch != 0) {
+    const int64_t planned = reshard_parts.empty() ? planned_batches(saved.world_size) : -1;
+    reshard_parts.push_back(data::EpochPart{saved.world_size, start_.batch, planned});
   }
-  reshard_world = saved.world_size;
-  reshard_batch = start_.batch;
-  reshard_planned = planned_batches(reshard_world);
   if (group->rank() == 0) {
     LoggedMetrics merged = LoggedMetrics::from_json(saved.logged_states.at(0));
     for (std::size_t r = 1; r < saved.logged_states.size(); ++r) {

@@ -130,7 +130,12 @@ void Trainer::Run::choose_device() {
   const bool share = backend != comm::Backend::kNccl && (given || backend != comm::Backend::kAuto);
   device_ = training_device(options.accelerator(), local_rank_, local_world, share);
   use_device(device_);
-  check_precision_supported(precision_, device_.type());  // 16-mixed where auto found no GPU
+  // The Trainer runs 16-mixed on CUDA only (TrainerOptions::check_cpu_training), so auto without a GPU is
+  // refused as accelerator 'cpu' is, also where LibTorch >= 2.5 could autocast to float16 on the CPU (the
+  // Accelerator does).
+  if (!device_.is_cuda() && precision_ == Precision::k16Mixed)
+    options.check_cpu_training("accelerator 'auto', and LibTorch sees no GPU");
+  check_precision_supported(precision_, device_.type());
   // On a GPU the sampled batches wait for the device at each phase boundary, so kernels count where queued.
   const auto synchronize = [](const void* device) {
     synchronize_device(*static_cast<const c10::Device*>(device));
@@ -305,10 +310,8 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   EpochTraining training;
   data::ShardPlan plan = train_plan(e);
   plan.first_batch = first_batch;
-  if (resumed_epoch && reshard_world != 0) {  // the rest of an epoch begun by another world size
-    plan.old_world = reshard_world;
-    plan.old_batches = reshard_batch;
-    plan.old_planned = reshard_planned;
+  if (resumed_epoch && !reshard_parts.empty()) {  // the rest of an epoch begun by other world sizes
+    plan.before = reshard_parts;
     plan.max_batches = -1;
   }
   training.planned = train_loader_->start(plan);
@@ -557,8 +560,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
 
 void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
   position = TrainPosition{e + 1, 0, position.step};
-  reshard_world = 0;
-  reshard_batch = 0;
+  reshard_parts.clear();
   mid_accumulation = false;
   for (const auto& callback : options.callbacks()) callback->on_validation_end(trainer);
   result_.epochs.push_back(m);

@@ -70,9 +70,9 @@ struct Trainer::Run {
   TrainPosition position;                             // where a checkpoint written now resumes
   int64_t epoch = 0;              // the epoch in progress, or just finished in the epoch-end hooks
   bool mid_accumulation = false;  // gradients of an unfinished accumulation group exist
-  int reshard_world = 0;          // see CheckpointState
-  int64_t reshard_batch = 0;
-  int64_t reshard_planned = -1;  // the old world's batches per rank in that epoch (-1: all of it)
+  // The resumed epoch's parts on earlier world sizes (CheckpointState::reshard_parts), with their planned
+  // counts filled in.
+  std::vector<data::EpochPart> reshard_parts;
   std::map<std::string, double> callback_metrics;
   bool stop_requested = false;
   std::string stop_reason;
@@ -124,7 +124,7 @@ struct Trainer::Run {
   data::ShardPlan val_plan(int64_t e) const;
   void setup_model();
   std::string resume_path() const;
-  void reshard_after(const CheckpointState& saved, const std::string& path);
+  void reshard_after(const CheckpointState& saved);
   void load_shards(const std::vector<std::string>& shards);
 
   // ---- cuda_graphs (trainer_graph.cpp) ----

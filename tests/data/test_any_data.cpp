@@ -242,8 +242,7 @@ TEST(ShardPlan, ReshardDealsWhatTheOldRanksHadNotReached) {
         plan.world = world;
         plan.rank = rank;
         plan.seed = 17;
-        plan.old_world = old_world;
-        plan.old_batches = done;
+        plan.before = {EpochPart{old_world, done}};
         const auto rest = detail::plan_indices(size, LoaderOptions(batch), /*shuffle=*/true, plan);
         counts.insert(static_cast<int64_t>(rest.size()));
         dealt.insert(rest.begin(), rest.end());
@@ -265,6 +264,39 @@ TEST(ShardPlan, ReshardDealsWhatTheOldRanksHadNotReached) {
       }
     }
   }
+}
+
+// An epoch that went through several world sizes (an elastic job: 2 ranks, then 3, then 1): each part
+// deals what the one before left, so that no sample is trained twice and none is lost (padding aside).
+TEST(ShardPlan, AnEpochOfSeveralWorldSizesTrainsEverySampleOnce) {
+  const int64_t size = 101, batch = 3;
+  const auto deal = [&](const std::vector<EpochPart>& before, int world) {
+    std::vector<std::vector<int64_t>> ranks;
+    for (int rank = 0; rank < world; ++rank) {
+      ShardPlan plan;
+      plan.epoch = 2;
+      plan.world = world;
+      plan.rank = rank;
+      plan.seed = 5;
+      plan.before = before;
+      ranks.push_back(detail::plan_indices(size, LoaderOptions(batch), /*shuffle=*/true, plan));
+    }
+    return ranks;
+  };
+  // Part 1: 2 ranks train 4 batches each; part 2: 3 ranks train 2 batches each of the rest; then 1 rank.
+  std::multiset<int64_t> trained;
+  const auto first = deal({}, 2);
+  for (const auto& r : first) trained.insert(r.begin(), r.begin() + 4 * batch);
+  const auto second = deal({EpochPart{2, 4}}, 3);
+  for (const auto& r : second) trained.insert(r.begin(), r.begin() + 2 * batch);
+  const auto last = deal({EpochPart{2, 4}, EpochPart{3, 2}}, 1);
+  trained.insert(last[0].begin(), last[0].end());
+  for (int64_t i = 0; i < size; ++i) EXPECT_GE(trained.count(i), 1u) << "sample " << i << " lost";
+  // Only padding repeats samples: at most one per rank of each part (2 + 3 + 1).
+  EXPECT_LE(static_cast<int64_t>(trained.size()) - size, 6);
+  // The rest after part 2 is what part 2's ranks had not reached of what part 1 left.
+  for (int64_t i : last[0])
+    EXPECT_EQ(std::count(second[0].begin(), second[0].begin() + 2 * batch, i), 0) << i;
 }
 
 // A stream of `size` samples: sample p is the int64 tensor {p}; counts opens and samples read.
@@ -396,8 +428,7 @@ TEST(StreamShards, ReshardGoesOnFromTheOldWorldsPosition) {
   std::set<int64_t> counts;
   for (int rank = 0; rank < 3; ++rank) {
     ShardPlan plan = plan_for(3, rank, true);
-    plan.old_world = 2;
-    plan.old_batches = 5;  // 2 ranks x 5 batches x 2 = positions [0, 20) done
+    plan.before = {EpochPart{2, 5}};  // 2 ranks x 5 batches x 2 = positions [0, 20) done
     auto loader = source.make_loader();
     const auto batches = read_epoch(*loader, plan);
     counts.insert(static_cast<int64_t>(batches.size()));

@@ -121,7 +121,18 @@ assert steps[0] == 4 and steps[9] == 13, steps  # 10 batches of the re-sharded r
   fit --devices 1 --ckpt-dir "$work/ck3" --resume last --metrics-file "$work/again.jsonl" >"$work/again.out" 2>&1 \
     || { cat "$work/again.out"; fail "resuming inside a re-sharded epoch failed"; }
   same_after "$work/reshard.jsonl" "$work/again.jsonl" 8
-  expect_failure 1 "already re-sharded from 2 to 1 rank(s)" -- fit --devices 2 --resume "$work/step7.ckpt"
+  # ... and on yet another world size (an elastic job that shrank, then grew): the rest of the rest is
+  # dealt to 2 ranks, and epoch 0 still counts every sample once.
+  fit --devices 2 --resume "$work/step7.ckpt" --metrics-file "$work/twice.jsonl" >"$work/twice.out" 2>&1 \
+    || { cat "$work/twice.out"; fail "resuming a twice re-sharded epoch on 2 ranks failed"; }
+  grep -q "written by 1 rank(s); re-sharding the rest of the epoch" "$work/twice.out" ||
+    { cat "$work/twice.out"; fail "no re-shard report"; }
+  "$python" -c "
+import json
+epochs = [e for e in map(json.loads, open('$work/twice.jsonl')) if 'batch' not in e]
+assert [e['epoch'] for e in epochs] == [0, 1, 2], epochs
+assert all(e['train_samples'] == 512 for e in epochs), epochs
+" || fail "wrong epochs after re-sharding a re-sharded epoch onto 2 ranks"
   ;;
 restart)
   # kill -9 of one rank after a chosen step (rank 1 and rank 0; rank 0 also inside a checkpoint write,

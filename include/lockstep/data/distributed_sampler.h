@@ -84,4 +84,20 @@ std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSa
                                        int64_t epoch, int64_t consumed, int64_t planned, int64_t num_replicas,
                                        int64_t rank);
 
+/// One part of an epoch in samples: `replicas` ranks each took `consumed` of the first `planned` (-1: all)
+/// samples the part dealt them.
+struct ConsumedPart {
+  int64_t replicas = 1;
+  int64_t consumed = 0;
+  int64_t planned = -1;
+};
+
+/// The same after several world sizes in one epoch: `parts[0]` ran in the sampler's order (with
+/// `old_options`' shuffle and seed; its num_replicas is ignored), each later part over the rest the one
+/// before left, dealt as above (round-robin, padded by repeating from its start). Returns `rank`'s share of
+/// what the last part left, for `num_replicas` ranks. One part is the function above.
+std::vector<int64_t> reshard_remaining(int64_t dataset_size, const DistributedSamplerOptions& old_options,
+                                       int64_t epoch, const std::vector<ConsumedPart>& parts,
+                                       int64_t num_replicas, int64_t rank);
+
 }  // namespace lockstep::data

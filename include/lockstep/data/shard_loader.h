@@ -14,6 +14,7 @@
 #include "lockstep/data/batch.h"
 #include "lockstep/data/collate.h"
 #include "lockstep/data/dataset.h"
+#include "lockstep/data/epoch_part.h"
 #include "lockstep/data/image_dataset.h"
 #include "lockstep/data/iterable_dataset.h"
 #include "lockstep/data/loader.h"
@@ -36,11 +37,10 @@ struct ShardPlan {
   bool even = true;
   int64_t first_batch = 0;   ///< resume: skip the epoch's first batches (counted as in this plan)
   int64_t max_batches = -1;  ///< at most this many batches from the epoch's start (-1: all)
-  /// Resuming an epoch that `old_world` ranks (0: none) had each trained `old_batches` batches of, out of
-  /// `old_planned` (-1: the whole epoch): this plan deals the rest of it (see reshard_remaining).
-  int old_world = 0;
-  int64_t old_batches = 0;
-  int64_t old_planned = -1;
+  /// Resuming an epoch that began on other world sizes: its parts so far, in order (the first one in the
+  /// sampler's order, each later one over what the one before left). This plan deals the rest (see
+  /// reshard_remaining); empty: the epoch in the sampler's own order.
+  std::vector<EpochPart> before;
 };
 
 namespace detail {

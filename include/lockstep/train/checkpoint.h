@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "lockstep/data/epoch_part.h"
+
 namespace torch::nn {
 class Module;
 }
@@ -45,10 +47,10 @@ struct CheckpointState {
   std::map<std::string, std::string> callback_states;
   at::Tensor scaler_state;  ///< GradScaler::state() (undefined when the run has no scaler)
   /// When `position` lies in an epoch that was re-sharded on resume (another world size, mid-epoch): the
-  /// world size that began the epoch and the batches its ranks had trained; `position.batch` then counts
-  /// batches of the re-sharded rest. 0 when the epoch follows the sampler's own order.
-  int reshard_world = 0;
-  int64_t reshard_batch = 0;
+  /// epoch's parts on earlier world sizes, in order (data::ShardPlan::before; their `planned` is not stored:
+  /// it follows from the run's options); `position.batch` then counts batches of the re-sharded rest. Empty
+  /// when the epoch follows the sampler's own order.
+  std::vector<data::EpochPart> reshard_parts;
   /// A sharded checkpoint's shard files, by rank of the run that wrote it (shard_checkpoint.h): as written,
   /// their names beside the checkpoint; as loaded, their paths. Empty for a whole checkpoint.
   std::vector<std::string> shards;

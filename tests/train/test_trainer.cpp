@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -307,6 +308,21 @@ TEST(Trainer, AnInfiniteLossStopsNamingTheStepAndTheFix) {
       << errors[0];
   EXPECT_NE(errors[0].find("lower the learning rate"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("(on_nan skip)"), std::string::npos) << errors[0];
+}
+
+// The Trainer trains 16-mixed on CUDA only: accelerator auto without a GPU is refused as accelerator cpu is,
+// also where LibTorch's CPU autocast could lower to float16 (>= 2.5; the Accelerator uses it there). On a
+// machine with a GPU, auto trains on it (test_cuda: Cuda.SixteenMixedTrainsWithTheGradScaler).
+TEST(Trainer, SixteenMixedWithoutAGpuIsRefused) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "runs where there is no GPU";
+  std::vector<std::string> errors;
+  train_toy(1, 6, TrainerOptions().max_epochs(1).precision(Precision::k16Mixed), nullptr, {}, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(
+      errors[0].find("precision '16-mixed' needs a CUDA device (float16 autocast with a gradient scaler), "
+                     "and this run trains on the CPU (accelerator 'auto', and LibTorch sees no GPU)"),
+      std::string::npos)
+      << errors[0];
 }
 
 TEST(Trainer, CheckpointsOfDifferentPathsOnRanksAreAnError) {

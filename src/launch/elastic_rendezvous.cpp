@@ -510,8 +510,10 @@ void ElasticRendezvous::finish(const Round& round) {
   } catch (const comm::StoreError&) {
     return;  // the host is gone: nobody to tell
   }
-  if (!server_) return;
+  if (!server_ || round.nodes.size() == 1) return;
   // The host: serve the others until each is done, has left, or went silent.
+  say_("this node's workers finished; serving the rendezvous until the other nodes are done (close_timeout " +
+       seconds(config_.rdzv_conf.close_timeout) + ")");
   const auto deadline = Clock::now() + config_.rdzv_conf.close_timeout;
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;
   for (;;) {

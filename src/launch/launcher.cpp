@@ -776,14 +776,23 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
   detail::ElasticRendezvous rendezvous(config_, tell);
   for (const std::string& note : config_.rdzv_conf.notes) tell("rdzv_conf: " + note);
   LaunchResult result;
+  std::optional<detail::Round> failed;  // the last round, when it ended in a failure
   for (;;) {
     detail::Round round;
     try {
       round = rendezvous.join();
     } catch (const detail::JobOver& over) {
-      tell("the job is over (" + over.why + "): nothing left for this node to do");
+      if (!failed) {
+        tell("the job is over (" + over.why + "): nothing left for this node to do");
+        return result;
+      }
+      // Another node finished while this one failed: no round can follow, the failure stands.
+      tell("the job cannot go on (" + over.why + "), and this node's last round ended in a failure");
+      rendezvous.leave(*failed, result.exit_status, "gave up after the job finished elsewhere");
+      if (result.exit_status == 0) result.exit_status = 1;
       return result;
     }
+    failed.reset();
     const NodeWorld& w = round.world;
     tell(round.describe() + "; this node is node " + std::to_string(round.node_rank) + ", ranks " +
          std::to_string(w.rank_offset) + ".." + std::to_string(w.rank_offset + config_.nproc_per_node - 1) +
@@ -818,6 +827,7 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
             : rendezvous.end_round(
                   round, detail::RoundEnd{true, attempt.exit_status, failure_text(attempt, round, config_)});
     if (end.failure) {
+      failed = round;
       const int failures = rendezvous.failures();
       if (failures > config_.max_restarts) {
         tell("the job failed: " + end.reason + "; " + std::to_string(failures) +

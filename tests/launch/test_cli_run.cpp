@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "launch_test_util.h"
+#include "lockstep/launch/detail/host.h"
 
 namespace lockstep::launch {
 namespace {
@@ -412,6 +414,234 @@ TEST_F(LockstepRun, EnvJsonIsValidJsonWithEscapedStrings) {
   EXPECT_EQ(j.at("master_port"), 29500);
   EXPECT_EQ(j.at("restart_count"), 0);
   EXPECT_EQ(j.size(), 11u) << p.out();
+}
+
+// A worker never outlives its launcher: SIGKILL to the launcher (which can handle nothing) kills the workers
+// too (PR_SET_PDEATHSIG), where torchrun leaves them running as orphans.
+TEST_F(LockstepRun, WorkersDieWithTheirLauncherEvenWhenItIsKilled) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  Subprocess p(cmd(
+      {"--nproc-per-node", "2", "sh", "-c",
+       "echo $$ > " + d + "/pid$RANK.tmp; mv " + d + "/pid$RANK.tmp " + d + "/pid$RANK; exec sleep 600"}));
+  const RunningJob job = wait_for_pids(dir, 2);
+  ASSERT_EQ(job.pids.size(), 2u);
+  p.signal(SIGKILL);
+  EXPECT_EQ(p.wait(kTimeout), 128 + SIGKILL);
+  for (pid_t pid : job.pids) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 20000ms))
+        << "worker outlived its launcher: " << pid;
+  }
+}
+
+// A program ending in .py runs as `PYTHON -u SCRIPT ARGS` (torchrun's way), -m as a module, --run-path
+// through runpy, --no-python as given. PYTHON_EXEC names the interpreter; here a stand-in that prints its
+// argv.
+TEST_F(LockstepRun, ScriptsRunUnderPythonAsTorchrunRunsThem) {
+  TempDir dir;
+  const std::string fake = dir / "fakepython";
+  { std::ofstream(fake) << "#!/bin/sh\necho python \"$@\"\n"; }
+  const std::string script = dir / "train.py";
+  { std::ofstream(script) << "#!/bin/sh\necho executed \"$@\"\n"; }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const std::vector<std::string> env = {"PYTHON_EXEC=" + fake};
+  const auto out = [&](std::vector<std::string> args) {
+    Subprocess p(cmd(std::move(args), env));
+    EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
+    return p.out();
+  };
+  EXPECT_EQ(out({script, "--lr", "1"}), "[rank 0] python -u " + script + " --lr 1\n");
+  EXPECT_EQ(out({"-m", "pkg.train", "x"}), "[rank 0] python -u -m pkg.train x\n");
+  EXPECT_EQ(out({"--no-python", script, "x"}), "[rank 0] executed x\n");
+  const std::string run_path = out({"--run-path", script, "x"});
+  EXPECT_EQ(run_path.rfind("[rank 0] python -u -c import runpy, sys; ", 0), 0u) << run_path;
+  EXPECT_NE(run_path.find("run_name='__main__') " + script + " x\n"), std::string::npos) << run_path;
+  // No interpreter: the error names the ways out.
+  Subprocess none(cmd({script}, {"PYTHON_EXEC=" + dir / "nothing"}));
+  EXPECT_EQ(none.wait(kTimeout), 2);
+  EXPECT_NE(none.err().find("PYTHON_EXEC='" + dir / "nothing" + "' is not an executable"), std::string::npos)
+      << none.err();
+  EXPECT_NE(none.err().find("--no-python"), std::string::npos) << none.err();
+}
+
+// torchrun's PET_* variables are the flags' defaults (Kubeflow's PyTorchJob passes its settings that way);
+// a flag on the command line wins.
+TEST_F(LockstepRun, PetVariablesAreTheFlagsDefaults) {
+  const std::vector<std::string> env = {"PET_NPROC_PER_NODE=2", "PET_RDZV_ID=pet-job", "PET_ROLE=trainer"};
+  Subprocess p(cmd({"sh", "-c", "echo $RANK $TORCHELASTIC_RUN_ID $ROLE_NAME"}, env));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()),
+            (std::multiset<std::string>{"[rank 0] 0 pet-job trainer", "[rank 1] 1 pet-job trainer"}));
+  Subprocess flag(cmd({"--nproc-per-node", "1", "sh", "-c", "echo $WORLD_SIZE"}, env));
+  ASSERT_EQ(flag.wait(kTimeout), 0) << flag.err();
+  EXPECT_EQ(flag.out(), "[rank 0] 1\n");
+  Subprocess bad(cmd({"true"}, {"PET_NNODES=zero"}));
+  EXPECT_EQ(bad.wait(kTimeout), 2);
+  EXPECT_NE(bad.err().find("--nnodes='zero'"), std::string::npos) << bad.err();
+}
+
+// torchrun's logging flags: -r keeps a stream in the files only, -t in the files and on the console,
+// --local-ranks-filter hides the other ranks from the console (not from the files), the prefix template
+// and the duplicate filters; each worker is told its error file.
+TEST_F(LockstepRun, RedirectsTeeFiltersAndPrefixesAsTorchrun) {
+  TempDir dir;
+  const std::string logs = dir / "logs";
+  Subprocess p(cmd({"--nproc-per-node", "2", "--rdzv-id", "j", "--log-dir", logs, "-r", "0:1", "-t", "1:3",
+                    "--local-ranks-filter", "1", "--log-line-prefix-template",
+                    "${role_name}${local_rank}:", "--duplicate-stdout-filters", "hit", "sh", "-c",
+                    "echo out$LOCAL_RANK hit; echo miss$LOCAL_RANK; echo err$LOCAL_RANK >&2; "
+                    "echo $TORCHELASTIC_ERROR_FILE >&2"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  const std::string job = job_log_dir(logs, "j");
+  ASSERT_FALSE(job.empty());
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"default1:out1 hit", "default1:miss1"}));
+  EXPECT_EQ(line_set(p.err()),
+            (std::multiset<std::string>{"default1:err1", "default1:" + job + "/attempt_0/1/error.json"}));
+  EXPECT_EQ(read_file(job + "/attempt_0/0/stdout.log"), "out0 hit\nmiss0\n");
+  EXPECT_FALSE(std::filesystem::exists(job + "/attempt_0/0/stderr.log"));  // neither redirected nor tee'd
+  EXPECT_EQ(read_file(job + "/attempt_0/1/stdout.log"), "out1 hit\nmiss1\n");
+  EXPECT_EQ(read_file(job + "/attempt_0/1/stderr.log"), "err1\n" + job + "/attempt_0/1/error.json\n");
+  EXPECT_EQ(line_set(read_file(job + "/attempt_0/filtered_stdout.log")),
+            (std::multiset<std::string>{"default0:out0 hit", "default1:out1 hit"}));
+}
+
+// Files asked for without --log-dir go to a fresh directory under $TMPDIR, named on stderr (torchrun's
+// torchelastic_*).
+TEST_F(LockstepRun, TeeWithoutALogDirNamesWhereTheFilesWent) {
+  TempDir dir;
+  Subprocess p(
+      cmd({"--tee", "1", "--rdzv-id", "t", "sh", "-c", "echo hello"}, {"TMPDIR=" + dir.path().string()}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  std::smatch m;
+  const std::string err = p.err();
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("writing the workers' log files under (\\S+)"))) << err;
+  EXPECT_EQ(read_file(job_log_dir(m[1], "t") + "/attempt_0/0/stdout.log"), "hello\n");
+  EXPECT_EQ(p.out(), "[rank 0] hello\n");
+}
+
+// --signals-to-handle: SIGUSR2 is passed on and stops nothing (the workers decide); the variable tells the
+// workers which signals the launcher handles.
+TEST_F(LockstepRun, SignalsToHandleArePassedOn) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  Subprocess p(cmd({"--signals-to-handle", "SIGTERM,SIGUSR2", "sh", "-c",
+                    "trap 'echo got-usr2 $TORCHELASTIC_SIGNALS_TO_HANDLE; exit 0' USR2; echo $$ > " + d +
+                        "/pid0.tmp; mv " + d + "/pid0.tmp " + d + "/pid0; while :; do sleep 0.05; done"}));
+  ASSERT_EQ(wait_for_pids(dir, 1).pids.size(), 1u);
+  p.signal(SIGUSR2);
+  EXPECT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(p.out(), "[rank 0] got-usr2 SIGTERM,SIGUSR2\n");
+}
+
+// --virtual-local-rank: every worker is local rank 0 and sees only its own GPU.
+TEST_F(LockstepRun, VirtualLocalRankNarrowsTheVisibleGpus) {
+  Subprocess p(cmd({"--nproc-per-node", "2", "--virtual-local-rank", "sh", "-c",
+                    "echo $RANK $LOCAL_RANK $CUDA_VISIBLE_DEVICES"},
+                   {"CUDA_VISIBLE_DEVICES=4,5"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 0] 0 0 4", "[rank 1] 1 0 5"}));
+  Subprocess few(
+      cmd({"--nproc-per-node", "3", "--virtual-local-rank", "true"}, {"CUDA_VISIBLE_DEVICES=4,5"}));
+  EXPECT_EQ(few.wait(kTimeout), 2);
+  EXPECT_NE(few.err().find("CUDA_VISIBLE_DEVICES='4,5', which has 2"), std::string::npos) << few.err();
+}
+
+// Two nodes of a c10d rendezvous on loopback, with 2 and 1 workers: ranks follow the order of arrival and
+// the nodes' worker counts; a failure on one node ends the round on both, and both start again (counted
+// once against --max-restarts, TORCHELASTIC_RESTART_COUNT 1 everywhere).
+TEST_F(LockstepRun, C10dNodesMeetAndRestartTogether) {
+  TempDir dir;
+  const int port = detail::find_free_port();
+  const std::string script =
+      "echo $RANK/$WORLD_SIZE node $GROUP_RANK/$GROUP_WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE "
+      "restart $TORCHELASTIC_RESTART_COUNT; "
+      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 2 ]; then exit 3; fi; exec sleep 600; fi";
+  const auto node = [&](const std::string& nproc) {
+    return cmd({"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "loop", "--max-restarts", "1",
+                "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
+  };
+  Subprocess first(node("2"));
+  ASSERT_TRUE(wait_until([&] { return first.err().find("joined round 0") != std::string::npos; }, 20000ms))
+      << first.err();
+  Subprocess second(node("1"));
+  EXPECT_EQ(first.wait(60s), 0) << first.err();
+  EXPECT_EQ(second.wait(60s), 0) << second.err();
+  // Round 0 in order of arrival; round 1 in its own order of arrival, every rank once, all restarted once.
+  EXPECT_EQ(line_set(first.out()).count("[rank 0] 0/3 node 0/2 local 0/2 restart 0"), 1u) << first.out();
+  EXPECT_EQ(line_set(first.out()).count("[rank 1] 1/3 node 0/2 local 1/2 restart 0"), 1u) << first.out();
+  std::multiset<std::string> restarted;
+  for (const std::string& line : lines_of(first.out() + second.out())) {
+    if (line.find(" restart 1") != std::string::npos) restarted.insert(line.substr(0, line.find(']') + 1));
+  }
+  EXPECT_EQ(restarted, (std::multiset<std::string>{"[rank 0]", "[rank 1]", "[rank 2]"}));
+  EXPECT_NE(second.out().find("[rank 2] 2/3 node 1/2 local 0/1 restart 0"), std::string::npos)
+      << second.out();
+  EXPECT_NE(first.err().find("round 0 ended in a failure (1 of 1 restart(s) used)"), std::string::npos)
+      << first.err();
+  EXPECT_NE(second.err().find("round 1: 2 node(s)"), std::string::npos) << second.err();
+}
+
+// The restarts are the job's: when they are used up, every node stops with the failed worker's status.
+TEST_F(LockstepRun, C10dNodesStopTogetherWhenTheRestartsAreUsedUp) {
+  const int port = detail::find_free_port();
+  const auto node = [&] {
+    return cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "used-up", "--rdzv-conf",
+                "last_call_timeout=1", "--", "sh", "-c", "if [ $RANK = 1 ]; then exit 7; fi; sleep 600"});
+  };
+  Subprocess a(node()), b(node());
+  EXPECT_EQ(a.wait(60s), 7) << a.err();
+  EXPECT_EQ(b.wait(60s), 7) << b.err();
+  for (Subprocess* p : {&a, &b}) {
+    EXPECT_NE(p->err().find("1 round(s) ended in a failure, more than max_restarts=0"), std::string::npos)
+        << p->err();
+  }
+}
+
+// A node whose workers fail after the others finished the job (nothing to restart with) reports the failure,
+// and the host, which keeps the rendezvous up for it, then leaves too.
+TEST_F(LockstepRun, C10dFailureAfterTheOthersFinishedIsReported) {
+  TempDir dir;
+  const int port = detail::find_free_port();
+  const std::string done = dir / "done";
+  const auto node = [&](const std::string& script) {
+    return cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "late-fail", "--max-restarts", "2",
+                "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
+  };
+  Subprocess host(node("exit 0"));
+  ASSERT_TRUE(wait_until([&] { return host.err().find("joined round 0") != std::string::npos; }, 20000ms));
+  Subprocess late(node("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 4"));
+  ASSERT_TRUE(wait_until([&] { return host.err().find("workers finished") != std::string::npos; }, 20000ms))
+      << host.err();
+  { std::ofstream(done) << "x"; }
+  EXPECT_EQ(late.wait(60s), 4) << late.err();
+  EXPECT_NE(late.err().find("the job cannot go on"), std::string::npos) << late.err();
+  EXPECT_EQ(host.wait(60s), 0) << host.err();
+}
+
+// Under c10d the master comes from the round: --master-addr/--master-port are ignored with a warning, as
+// torchrun ignores them.
+TEST_F(LockstepRun, C10dWarnsThatTheMasterFlagsAreIgnored) {
+  Subprocess p(cmd({"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--master-addr", "10.9.9.9",
+                    "sh", "-c", "echo $MASTER_ADDR"}));
+  ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
+  EXPECT_EQ(p.out(), "[rank 0] 127.0.0.1\n");
+  EXPECT_NE(p.err().find("warning: --master-addr and --master-port are for the static rendezvous"),
+            std::string::npos)
+      << p.err();
+}
+
+// The help carries torchrun's whole table.
+TEST_F(LockstepRun, HelpShowsTorchrunsFlagTable) {
+  Subprocess p(cmd({"--help"}));
+  ASSERT_EQ(p.wait(kTimeout), 0);
+  for (const char* flag : {"--rdzv-conf K=V", "PET_NNODES", "--logs-specs NAME", "--numa-binding MODE",
+                           "--virtual-local-rank", "--signals-to-handle", "--start-method M"}) {
+    EXPECT_NE(p.out().find(flag), std::string::npos) << flag;
+  }
 }
 
 struct BadFlags {

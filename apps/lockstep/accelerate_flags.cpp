@@ -232,7 +232,8 @@ void set_meeting_point(const AccelerateFlags& flags, launch::RdzvBackend backend
         "--same_network makes the machines meet at --main_process_ip:--main_process_port as torchrun's "
         "static "
         "master, which --rdzv_backend=c10d does not use: drop --same_network (the c10d rendezvous meets "
-        "there anyway)"};
+        "there "
+        "anyway)"};
   }
   if (machines > 1 && !flags.main_process_ip) {
     throw UsageError{"--num_machines=" + std::to_string(machines) +

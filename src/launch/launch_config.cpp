@@ -263,7 +263,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
     config.run_id = *options.run_id();
   } else {
     // Every node must agree on the id; a random one only works when this launcher is the only one.
-    config.run_id = config.nnodes == 1 ? detail::random_run_id() : "none";
+    config.run_id = config.nnodes == 1 && !c10d ? detail::random_run_id() : "none";
   }
 
   config.output = options.output();

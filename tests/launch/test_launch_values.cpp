@@ -142,6 +142,8 @@ TEST(ResolveRendezvous, C10dTakesTheEndpointAndKeepsNodeRankAsAWish) {
             "localhost");
   // torchrun's default id: every node must agree on it without being told.
   EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2})).run_id, "none");
+  // A one-node c10d job too, as torchrun (seed 000's line: --nnodes=1 --rdzv_backend=c10d, no --rdzv_id).
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d)).run_id, "none");
 }
 
 TEST(ResolveRendezvous, StaticTakesTheMasterFromAnEndpoint) {

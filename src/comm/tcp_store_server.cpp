@@ -160,6 +160,9 @@ class TcpStoreServerLoop {
         last_errno = errno;
         last_call = "listen";
         ::close(fd);
+        // Two sockets with SO_REUSEADDR may both bind a port: the first to listen takes it, and the
+        // second learns it here. Taken is taken: the other family's wildcard must not serve instead.
+        if (last_errno == EADDRINUSE) break;
         continue;
       }
       sockaddr_storage local{};

@@ -497,8 +497,11 @@ void ElasticRendezvous::leave(const Round& round, int status, const std::string&
     store_->set(key(round.number, "left", round.ticket), reason);
     end_round(round, RoundEnd{true, status, reason});
   } catch (const comm::StoreError&) {
-    // The rendezvous is gone as well: nothing to tell.
+    return;  // the rendezvous is gone as well: nothing to tell
+  } catch (const LaunchError&) {
+    return;
   }
+  serve_others(round, "this node leaves the job; serving the rendezvous until the other nodes have left");
 }
 
 void ElasticRendezvous::finish(const Round& round) {
@@ -510,10 +513,20 @@ void ElasticRendezvous::finish(const Round& round) {
   } catch (const comm::StoreError&) {
     return;  // the host is gone: nobody to tell
   }
+  serve_others(round, "this node's workers finished; serving the rendezvous until the other nodes are done");
+}
+
+void ElasticRendezvous::serve_others(const Round& round, const std::string& why) {
   if (!server_ || round.nodes.size() == 1) return;
-  // The host: serve the others until each is done, has left, or went silent.
-  say_("this node's workers finished; serving the rendezvous until the other nodes are done (close_timeout " +
-       seconds(config_.rdzv_conf.close_timeout) + ")");
+  say_(why + " (close_timeout " + seconds(config_.rdzv_conf.close_timeout) + ")");
+  try {
+    wait_for_others(round);
+  } catch (const comm::StoreError& e) {
+    say_("stopped serving the rendezvous: " + std::string(e.what()));
+  }
+}
+
+void ElasticRendezvous::wait_for_others(const Round& round) {
   const auto deadline = Clock::now() + config_.rdzv_conf.close_timeout;
   std::map<int, std::pair<int64_t, Clock::time_point>> seen;
   for (;;) {
@@ -539,7 +552,7 @@ void ElasticRendezvous::finish(const Round& round) {
     if (now >= deadline) {
       std::string who;
       for (const std::string& w : waiting) who += (who.empty() ? "" : ", ") + w;
-      say_("the job is over here; not serving the rendezvous longer than close_timeout (" +
+      say_("not serving the rendezvous longer than close_timeout (" +
            seconds(config_.rdzv_conf.close_timeout) + ") for " + who);
       return;
     }

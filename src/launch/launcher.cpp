@@ -834,6 +834,7 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
              " round(s) ended in a failure, more than max_restarts=" + std::to_string(config_.max_restarts));
         result.exit_status = attempt.cause == StopCause::kRoundEnded ? end.status : attempt.exit_status;
         if (result.exit_status == 0) result.exit_status = 1;
+        rendezvous.leave(round, result.exit_status, "out of restarts");
         return result;
       }
       tell("round " + std::to_string(round.number) + " ended in a failure (" + std::to_string(failures) +

@@ -121,8 +121,9 @@ class ElasticRendezvous {
   /// for the other nodes (see above).
   void finish(const Round& round);
 
-  /// This node leaves `round` for good (its launcher was stopped): the round ends with `reason` (a
-  /// failure of status `status`), so that the others go on without it.
+  /// This node leaves the job for good (stopped, preempted, out of restarts, or failed after the job
+  /// finished elsewhere): says so in `round`, ends the round with `reason` (a failure of status `status`)
+  /// unless it has ended, and, on the host, serves the others as finish does, until they have left too.
   void leave(const Round& round, int status, const std::string& reason);
 
   const LaunchConfig& config() const { return config_; }
@@ -140,6 +141,10 @@ class ElasticRendezvous {
   void check_deadline(std::chrono::steady_clock::time_point deadline, const std::string& waiting_for);
   void beat(int number, int ticket);
   LaunchError lost(const comm::StoreError& e) const;
+  // On the host: keeps the store up until every other node of `round` is done, has left, or went silent
+  // (bounded by close_timeout), saying `why` first.
+  void serve_others(const Round& round, const std::string& why);
+  void wait_for_others(const Round& round);
 
   const LaunchConfig& config_;
   Say say_;

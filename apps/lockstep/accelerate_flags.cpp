@@ -535,12 +535,13 @@ AccelerateLaunch accelerate_launch(const AccelerateFlags& flags, const std::vect
     options.output(output);
   }
   if (flags.role) options.role(*flags.role);
-  options.worker_env(af::accelerate_variables(flags, gpus));
+  launch::EnvPairs variables = af::accelerate_variables(flags, gpus);
   if (flags.num_cpu_threads_per_process) {
     const int threads = af::integer_value("--num_cpu_threads_per_process", *flags.num_cpu_threads_per_process,
                                           1, "an integer >= 1");
-    result.launcher_env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
+    variables.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
   }
+  options.worker_env(variables);
   return result;
 }
 

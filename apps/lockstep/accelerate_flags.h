@@ -39,12 +39,10 @@ void add_accelerate_flags(CLI::App& app, AccelerateFlags& flags);
 /// why lockstep launch cannot honour it and, where one exists, lockstep's equivalent.
 void refuse_unsupported_flags(const CLI::App& app);
 
-/// What `lockstep launch` runs: the launcher's options (worker_env carries Accelerate's variables) and
-/// the variables to set in lockstep launch's own environment before starting it, which the launcher then
-/// passes on as the user's (OMP_NUM_THREADS: the launcher sets its own default only where none is set).
+/// What `lockstep launch` runs: the launcher's options (worker_env carries Accelerate's variables, and
+/// OMP_NUM_THREADS for --num_cpu_threads_per_process, which then stands instead of the launcher's default).
 struct AccelerateLaunch {
   launch::LaunchOptions options;
-  launch::EnvPairs launcher_env;
   /// Lines for flags accepted but changing nothing here (an --rdzv_conf key lockstep notes), as lockstep
   /// run warns.
   std::vector<std::string> warnings;

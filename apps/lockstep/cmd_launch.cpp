@@ -114,9 +114,9 @@ int launch_main(int argc, char** argv) {
     const AccelerateLaunch plan = accelerate_launch(flags, command, launch::visible_cuda_device_count());
     for (const std::string& warning : plan.warnings)
       std::cerr << "lockstep launch: warning: " << warning << '\n';
-    for (const auto& [name, value] : plan.launcher_env)
-      ::setenv(name.c_str(), value.c_str(), /*overwrite=*/1);
-    launcher.emplace(plan.options);
+    launch::LaunchStreams streams;
+    streams.tag = "lockstep launch: ";
+    launcher.emplace(plan.options, streams);
   } catch (const UsageError& e) {
     return lc::usage_error(e.message);
   } catch (const launch::LaunchError& e) {

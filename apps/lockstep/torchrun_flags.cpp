@@ -111,7 +111,8 @@ void add_torchrun_flags(CLI::App& app, RunFlags& f) {
         "HOST[:PORT]");
   value("--rdzv-id,--rdzv_id,--run-id,--run_id", f.rdzv_id, "PET_RDZV_ID",
         "Job id (TORCHELASTIC_RUN_ID), the same on every node.\n"
-        "Default: random for a single-node static job, else 'none'\n"
+        "Default: random for a job this launcher runs on its own\n"
+        "(--standalone, or one node without --master-port), else 'none'\n"
         "(with a warning: pass the scheduler's job id)",
         "ID");
   value("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",

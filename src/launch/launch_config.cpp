@@ -213,6 +213,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
     check(!options.run_id()->empty(), "run_id='' is not valid (expected a non-empty job id)");
   }
 
+  bool on_its_own = false;  // a single-node job on a port this launcher chose
   if (options.standalone()) {
     check(nodes == NodeRange(1),
           "standalone runs a single-node job, but nnodes=" + nnodes_text + " (drop one of them)");
@@ -229,6 +230,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
               std::to_string(options.master_port().value_or(0)));
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
+    on_its_own = true;
   } else if (c10d) {
     check(!options.master_addr() && !options.master_port(),
           "master_addr and master_port belong to the static rendezvous; under rdzv_backend=c10d the node "
@@ -254,6 +256,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
     // one machine do not meet.
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
+    on_its_own = true;
   } else {
     config.master_addr = options.master_addr().value_or("127.0.0.1");
     config.master_port = options.master_port().value_or(29500);
@@ -262,8 +265,9 @@ LaunchConfig resolve(const LaunchOptions& options) {
   if (options.run_id()) {
     config.run_id = *options.run_id();
   } else {
-    // Every node must agree on the id; a random one only works when this launcher is the only one.
-    config.run_id = config.nnodes == 1 && !c10d ? detail::random_run_id() : "none";
+    // Every node must agree on the id: torchrun's "none", unless this launcher runs the job on its own
+    // (standalone, or one node on a port of its choosing), where torchrun makes a random one too.
+    config.run_id = on_its_own ? detail::random_run_id() : "none";
   }
 
   config.output = options.output();

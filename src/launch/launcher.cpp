@@ -69,7 +69,6 @@ constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // poll() never sleeps longer than this, so a lost wake-up cannot stall the loop.
 constexpr int kMaxPollMs = 500;
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
-constexpr const char* kTag = "lockstep run: ";
 
 // What a worker's heartbeats said last (lines "<issued> <finished> <waiting 0|1> <last collective>", or
 // "bye" when its process group ended; see comm/progress.h).
@@ -601,11 +600,10 @@ class Attempt {
           " (command: " + join_command(config_.command) + ")";
       const auto& tail = failed->err->tail();
       if (tail.empty()) {
-        text +=
-            "\n" + std::string(kTag) + "rank " + std::to_string(*failed_rank_) + " wrote nothing to stderr";
+        text += "\n" + streams_.tag + "rank " + std::to_string(*failed_rank_) + " wrote nothing to stderr";
       } else {
-        text += "\n" + std::string(kTag) + "last " + std::to_string(tail.size()) +
-                " stderr line(s) of rank " + std::to_string(*failed_rank_) + ":";
+        text += "\n" + streams_.tag + "last " + std::to_string(tail.size()) + " stderr line(s) of rank " +
+                std::to_string(*failed_rank_) + ":";
         for (const std::string& line : tail) text += "\n  | " + line;
       }
       message(text);
@@ -660,7 +658,7 @@ class Attempt {
 
   void message(const std::string& text) {
     streams_.err->flush();
-    *streams_.err << kTag << text << '\n';
+    *streams_.err << streams_.tag << text << '\n';
     streams_.err->flush();
   }
   void flush() {
@@ -692,7 +690,7 @@ class Attempt {
 
 void say(const LaunchStreams& streams, const std::string& text) {
   streams.err->flush();
-  *streams.err << kTag << text << '\n';
+  *streams.err << streams.tag << text << '\n';
   streams.err->flush();
 }
 

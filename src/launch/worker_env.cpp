@@ -65,16 +65,23 @@ EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world
     vars.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   }
 
-  bool user_omp = false;
-  bool user_unbuffered = false;
-  bool user_nccl_async = false;
+  // The defaults below apply where neither the launcher's environment nor worker_env sets the name.
+  const auto given = [&](const char* name) {
+    for (const auto& var : vars) {
+      if (var.first == name) return true;
+    }
+    for (const std::string& entry : base) {
+      if (key_of(entry) == name) return true;
+    }
+    return false;
+  };
+  const bool user_omp = given("OMP_NUM_THREADS");
+  const bool user_unbuffered = given("PYTHONUNBUFFERED");
+  const bool user_nccl_async = given("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   EnvEntries env;
   env.reserve(base.size() + vars.size() + 2);
   for (const std::string& entry : base) {
     const std::string key = key_of(entry);
-    if (key == "OMP_NUM_THREADS") user_omp = true;
-    if (key == "PYTHONUNBUFFERED") user_unbuffered = true;
-    if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") user_nccl_async = true;
     bool replaced = false;
     for (const auto& var : vars) replaced = replaced || var.first == key;
     if (!replaced) env.push_back(entry);

@@ -86,7 +86,6 @@ TEST(AccelerateFlags, TheSeedsLineStartsFourWorkersInFp16) {
   expected["ACCELERATE_MIXED_PRECISION"] = "fp16";
   expected["ACCELERATE_USE_CPU"] = "True";  // no GPU on this node: the Python Accelerator joins over Gloo
   EXPECT_EQ(env_map(launch.options.worker_env()), expected);
-  EXPECT_TRUE(launch.launcher_env.empty());
 
   // On a node with GPUs the workers choose their device themselves, as under accelerate launch.
   const auto on_gpus = launch_of({"--num_processes=4", "--mixed_precision=fp16", "train.py"}, /*gpus=*/4);
@@ -144,7 +143,7 @@ TEST(AccelerateFlags, EachFlagsVariable) {
   EXPECT_EQ(env.at("ACCELERATE_DEBUG_MODE"), "true");
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "0,1");
   EXPECT_EQ(env.count("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"), 0u);
-  EXPECT_EQ(env_map(launch.launcher_env), (std::map<std::string, std::string>{{"OMP_NUM_THREADS", "3"}}));
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "3");
   // --gpu_ids all changes nothing.
   EXPECT_EQ(
       env_map(launch_of({"--gpu_ids", "all", "prog"}, 2).options.worker_env()).count("CUDA_VISIBLE_DEVICES"),

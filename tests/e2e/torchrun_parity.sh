@@ -47,7 +47,7 @@ differ = {
     "TORCHELASTIC_USE_AGENT_STORE": "torchrun's agent serves the store; lockstep's rank 0 does (False)",
     "OMP_NUM_THREADS": "torchrun: 1; lockstep: max(1, cores / workers) (README, lockstep run)",
     "TORCHELASTIC_SIGNALS_TO_HANDLE": "each launcher's own: lockstep run also forwards SIGUSR1 (Slurm's "
-                                      "preemption notice) and does not handle SIGQUIT",
+                                      "preemption notice) besides torchrun's four",
 }
 # Set by torchrun, not by lockstep:
 absent = {

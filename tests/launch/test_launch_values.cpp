@@ -146,6 +146,15 @@ TEST(ResolveRendezvous, C10dTakesTheEndpointAndKeepsNodeRankAsAWish) {
   EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d)).run_id, "none");
 }
 
+// Random where torchrun makes one (standalone, one node on a port of the launcher's choosing); "none"
+// where nodes must agree without being told, as torchrun.
+TEST(ResolveRendezvous, RunIdsAreRandomOnlyForAJobOnItsOwn) {
+  EXPECT_EQ(resolve(LaunchOptions({"true"})).run_id.size(), 16u);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).standalone(true)).run_id.size(), 16u);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).master_port(29555)).run_id, "none");
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).nnodes(2)).run_id, "none");
+}
+
 TEST(ResolveRendezvous, StaticTakesTheMasterFromAnEndpoint) {
   const LaunchConfig c = resolve(LaunchOptions({"true"}).nnodes(2).rdzv_endpoint("10.0.0.1:1234"));
   EXPECT_EQ(c.master_addr, "10.0.0.1");

@@ -33,7 +33,12 @@ using testing::wait_until;
 
 struct Captured {
   std::ostringstream out, err;
-  LaunchStreams streams() { return LaunchStreams{&out, &err}; }
+  LaunchStreams streams() {
+    LaunchStreams s;
+    s.out = &out;
+    s.err = &err;
+    return s;
+  }
 };
 
 LaunchOptions sh(const std::string& script) {
@@ -135,6 +140,17 @@ TEST(Launcher, GivesUpAfterMaxRestarts) {
 }
 
 // Each restart writes its own attempt_<K> directory, as torchrun: nothing of an earlier attempt is lost.
+// A command built on the launcher names itself in the launcher's lines (lockstep launch).
+TEST(Launcher, ItsLinesCarryTheCallersTag) {
+  Captured io;
+  LaunchStreams streams = io.streams();
+  streams.tag = "lockstep launch: ";
+  Launcher(sh("exit 3"), streams).run();
+  EXPECT_NE(io.err.str().find("lockstep launch: job failed: rank 0 exited with status 3"), std::string::npos)
+      << io.err.str();
+  EXPECT_EQ(io.err.str().find("lockstep run: "), std::string::npos) << io.err.str();
+}
+
 TEST(Launcher, LogFilesAreKeptPerAttempt) {
   TempDir dir;
   Captured io;

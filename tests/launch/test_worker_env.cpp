@@ -107,6 +107,16 @@ TEST(WorkerEnvironment, KeepsUserOmpNumThreadsEvenWhenEmpty) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "");
 }
 
+// A launcher built on this one (lockstep launch's --num_cpu_threads_per_process) sets OMP_NUM_THREADS in
+// worker_env: it stands instead of the default, once (as_map fails on a duplicate), over the inherited one.
+TEST(WorkerEnvironment, WorkerEnvStandsInsteadOfTheLaunchersDefaults) {
+  LaunchConfig c = two_nodes_of_four();
+  c.worker_env = {{"OMP_NUM_THREADS", "3"}, {"PYTHONUNBUFFERED", "0"}};
+  const auto env = as_map(static_env(c, 0, 0, {"OMP_NUM_THREADS=9"}));
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "3");
+  EXPECT_EQ(env.at("PYTHONUNBUFFERED"), "0");
+}
+
 TEST(WorkerEnvironment, SetsPythonUnbufferedSoThatLinesArriveAsPrinted) {
   const auto env = as_map(static_env(two_nodes_of_four(), 0, 0, {"PATH=/usr/bin"}));
   EXPECT_EQ(env.at("PYTHONUNBUFFERED"), "1");

@@ -155,8 +155,9 @@ class LaunchOptions {
   /// rank (CUDA_VISIBLE_DEVICES narrowed to that entry of the launcher's list, or to the index).
   LOCKSTEP_LAUNCH_ARG(bool, virtual_local_rank) = false;
 
-  /// --rdzv-id / --run-id: the job id (TORCHELASTIC_RUN_ID), the same on every node. Unset: random
-  /// hex for a single-node job, "none" for nnodes > 1 (as torchrun) so that all nodes agree.
+  /// --rdzv-id / --run-id: the job id (TORCHELASTIC_RUN_ID), the same on every node. Unset: random hex
+  /// for a job this launcher runs on its own (standalone, or one node without a master_port), else
+  /// "none" (as torchrun), so that all nodes agree.
   LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, run_id);
 
   /// The local rank whose stdout is the launcher's own stdout, unprefixed and unbuffered by the

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <iostream>
+#include <string>
 
 #include "lockstep/launch/launch_config.h"
 #include "lockstep/launch/launch_options.h"
@@ -14,10 +15,12 @@ class SignalRelay;
 
 /// Where a `Launcher` writes. Each worker's stdout lines go to `out` and its stderr lines to `err`, each
 /// complete line prefixed "[rank N] "; the launcher's own messages (failure summary, restarts,
-/// forwarded signals) go to `err`, prefixed "lockstep run: ". Only the thread in `Launcher::run` writes.
+/// forwarded signals) go to `err`, prefixed `tag`. Only the thread in `Launcher::run` writes.
 struct LaunchStreams {
   std::ostream* out = &std::cout;
   std::ostream* err = &std::cerr;
+  /// What the launcher's own lines start with (the command that runs it).
+  std::string tag = "lockstep run: ";
 };
 
 /// Starts this node's workers and watches them: torchrun's local agent.

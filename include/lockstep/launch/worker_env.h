@@ -32,7 +32,8 @@ using EnvEntries = std::vector<std::string>;
 ///   OMP_NUM_THREADS    config.omp_num_threads, only when `base` does not set it
 ///   PYTHONUNBUFFERED   1, only when `base` does not set it (to any value): workers' stdout is a pipe,
 ///                      which Python would block-buffer, holding lines back from the launcher
-///   config.worker_env  as given (LaunchOptions::worker_env)
+///   config.worker_env  as given (LaunchOptions::worker_env); a name set there also stands instead of the
+///                      launcher's defaults above (OMP_NUM_THREADS, PYTHONUNBUFFERED)
 ///
 /// Other entries of `base` keep their order; replaced ones are dropped, the variables above follow.
 /// Pure: reads nothing but its arguments.

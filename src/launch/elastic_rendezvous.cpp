@@ -179,6 +179,15 @@ bool is_loopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
 }
 
+std::chrono::milliseconds KeepAlives::still_for(int ticket, int64_t beats, Clock::time_point now) {
+  auto it = seen_.find(ticket);
+  if (it == seen_.end() || it->second.first != beats) {
+    seen_[ticket] = {beats, now};
+    return milliseconds(0);
+  }
+  return std::chrono::duration_cast<milliseconds>(now - it->second.second);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // ElasticRendezvous
 
@@ -528,7 +537,7 @@ void ElasticRendezvous::serve_others(const Round& round, const std::string& why)
 
 void ElasticRendezvous::wait_for_others(const Round& round) {
   const auto deadline = Clock::now() + config_.rdzv_conf.close_timeout;
-  std::map<int, std::pair<int64_t, Clock::time_point>> seen;
+  KeepAlives keep_alives;
   for (;;) {
     const auto now = Clock::now();
     std::vector<std::string> waiting;
@@ -540,12 +549,7 @@ void ElasticRendezvous::wait_for_others(const Round& round) {
         continue;
       }
       const int64_t beats = store_->add(key(round.number, "alive", n.ticket), 0);
-      auto it = seen.find(n.ticket);
-      if (it == seen.end() || it->second.first != beats) {
-        seen[n.ticket] = {beats, now};
-      } else if (now - it->second.second >= config_.rdzv_conf.keep_alive_timeout()) {
-        continue;  // silent: gone
-      }
+      if (keep_alives.still_for(n.ticket, beats, now) >= config_.rdzv_conf.keep_alive_timeout()) continue;
       waiting.push_back(round.node(static_cast<int>(r)));
     }
     if (waiting.empty()) return;
@@ -646,16 +650,12 @@ bool RoundWatch::look(Clock::time_point now) {
     if (n.ticket == round_.ticket) continue;
     if (store_->try_get_text(key(number, "done", n.ticket))) continue;
     const int64_t beats = store_->add(key(number, "alive", n.ticket), 0);
-    auto it = seen_.find(n.ticket);
-    if (it == seen_.end() || it->second.first != beats) {
-      seen_[n.ticket] = {beats, now};
-    } else if (now - it->second.second >= config.rdzv_conf.keep_alive_timeout()) {
-      return end_with(
-          RoundEnd{true, 1,
-                   round_.node(static_cast<int>(r)) + " stopped answering: no keep-alive for " +
-                       seconds(std::chrono::duration_cast<milliseconds>(now - it->second.second)) +
-                       " (keep_alive_interval x keep_alive_max_attempt = " +
-                       seconds(config.rdzv_conf.keep_alive_timeout()) + ")"});
+    const milliseconds still = keep_alives_.still_for(n.ticket, beats, now);
+    if (still >= config.rdzv_conf.keep_alive_timeout()) {
+      return end_with(RoundEnd{true, 1,
+                               round_.node(static_cast<int>(r)) + " stopped answering: no keep-alive for " +
+                                   seconds(still) + " (keep_alive_interval x keep_alive_max_attempt = " +
+                                   seconds(config.rdzv_conf.keep_alive_timeout()) + ")"});
     }
   }
   return false;

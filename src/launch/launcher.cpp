@@ -797,8 +797,8 @@ LaunchResult Launcher::run_rounds(detail::SignalRelay& relay, const std::string&
          " of " + std::to_string(w.world_size) + "; began because " + round.began_because);
     for (const std::string& note : round.notes) tell(note);
 
-    const AttemptLogs logs(job_log_dir, round.number,
-                           config_);  // attempt_<K>: K = TORCHELASTIC_RESTART_COUNT
+    // attempt_<K>: K = TORCHELASTIC_RESTART_COUNT, the round's number.
+    const AttemptLogs logs(job_log_dir, round.number, config_);
     AttemptResult attempt;
     {
       detail::RoundWatch watch(rendezvous, round);

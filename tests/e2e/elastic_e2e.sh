@@ -101,9 +101,11 @@ no_process_left() {
   done
 }
 
-# The rounds as host 0's launcher told them (what CI shows).
+# The rounds as host 0's launcher told them, also kept in elastic_<case>_rounds.txt in the test's working
+# directory, which .ci/run prints after the suite (CI shows each round).
 show_rounds() {
-  grep -E "round [0-9]+: |ended|stopped answering|began because" "$work/host0.log" | sed 's/^/  /'
+  grep -E "round [0-9]+: |ended|stopped answering|began because" "$work/host0.log" | sed 's/^/  /' |
+    tee "elastic_${case_name}_rounds.txt"
 }
 
 case $case_name in

@@ -72,12 +72,12 @@ comm::StoreClient observer(int port, int max, const std::string& run_id = "rdzv-
 }
 
 // Starts agent.rendezvous->join() on a thread of its own and waits until it has taken ticket `ticket`
-// of round `round` (so the next one started arrives after it).
-std::future<Round> arrive(Agent& agent, comm::StoreClient& store, int ticket, int round = 0) {
+// of round 0 (so the next one started arrives after it).
+std::future<Round> arrive(Agent& agent, comm::StoreClient& store, int ticket) {
   auto joined = std::async(std::launch::async, [&agent] { return agent.rendezvous->join(); });
-  const std::string key = "r" + std::to_string(round) + "/arrivals";
+  const std::string key = "r0/arrivals";
   EXPECT_TRUE(lockstep::testing::wait_until([&] { return store.add(key, 0) >= ticket; }, kHang))
-      << "the agent never took ticket " << ticket << " of round " << round;
+      << "the agent never took ticket " << ticket << " of round 0";
   return joined;
 }
 
@@ -89,17 +89,28 @@ Round get(std::future<Round>& joined) {
   return joined.get();
 }
 
+// Connects `agents` (the first one hosts the store) and lets them arrive at round 0 in that order; returns
+// each one's round once it has started.
+std::vector<Round> meet(const std::vector<Agent*>& agents) {
+  for (Agent* agent : agents) agent->connect();
+  const Endpoint& at = agents.front()->config.rdzv_endpoint;
+  comm::StoreClient store = observer(at.port, agents.front()->config.max_nodes);
+  std::vector<std::future<Round>> joined;
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    joined.push_back(arrive(*agents[i], store, static_cast<int>(i) + 1));
+  }
+  std::vector<Round> rounds;
+  for (auto& j : joined) rounds.push_back(get(j));
+  return rounds;
+}
+
 TEST(ElasticRendezvous, NodesMeetInOrderOfArrivalAndShareOneMaster) {
   const int port = find_free_port();
   Agent a(port, 2, 3, 2, conf()), b(port, 2, 3, 1, conf()), c(port, 2, 3, 3, conf());
-  a.connect();
-  b.connect();
-  c.connect();
+  const std::vector<Round> rounds = meet({&a, &b, &c});
+  const Round &ra = rounds[0], &rb = rounds[1], &rc = rounds[2];
   EXPECT_TRUE(a.rendezvous->is_host());
   EXPECT_FALSE(b.rendezvous->is_host());
-  comm::StoreClient store = observer(port, 3);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2), jc = arrive(c, store, 3);
-  const Round ra = get(ja), rb = get(jb), rc = get(jc);
   for (const Round* r : {&ra, &rb, &rc}) {
     EXPECT_EQ(r->number, 0);
     ASSERT_EQ(r->nodes.size(), 3u);
@@ -129,10 +140,8 @@ TEST(ElasticRendezvous, RolesCountTheirOwnWorkers) {
   const int port = find_free_port();
   Agent a(port, 3, 3, 2, conf()), b(port, 3, 3, 1, conf()), c(port, 3, 3, 3, conf());
   b.config.role = "reader";
-  for (Agent* x : {&a, &b, &c}) x->connect();
-  comm::StoreClient store = observer(port, 3);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2), jc = arrive(c, store, 3);
-  const Round ra = get(ja), rb = get(jb), rc = get(jc);
+  const std::vector<Round> rounds = meet({&a, &b, &c});
+  const Round &ra = rounds[0], &rb = rounds[1], &rc = rounds[2];
   EXPECT_EQ(ra.world.role_rank_offset, 0);
   EXPECT_EQ(ra.world.role_world_size, 5);  // a and c: 2 + 3
   EXPECT_EQ(rb.world.role_rank_offset, 0);
@@ -146,10 +155,8 @@ TEST(ElasticRendezvous, ANodeRankWishIsHonouredWhereItFits) {
   Agent a(port, 3, 3, 1, conf()), b(port, 3, 3, 1, conf()), c(port, 3, 3, 1, conf());
   b.config.asked_node_rank = 0;
   c.config.asked_node_rank = 0;  // taken by b, who arrived first: c gets the next free rank
-  for (Agent* x : {&a, &b, &c}) x->connect();
-  comm::StoreClient store = observer(port, 3);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2), jc = arrive(c, store, 3);
-  const Round ra = get(ja), rb = get(jb), rc = get(jc);
+  const std::vector<Round> rounds = meet({&a, &b, &c});
+  const Round &ra = rounds[0], &rb = rounds[1], &rc = rounds[2];
   EXPECT_EQ(rb.node_rank, 0);
   EXPECT_EQ(ra.node_rank, 1);
   EXPECT_EQ(rc.node_rank, 2);
@@ -163,14 +170,10 @@ TEST(ElasticRendezvous, ANodeRankWishIsHonouredWhereItFits) {
 TEST(ElasticRendezvous, MinNodesStartTheRoundAfterTheLastCall) {
   const int port = find_free_port();
   Agent a(port, 2, 4, 1, conf(200ms)), b(port, 2, 4, 1, conf(200ms));
-  a.connect();
-  b.connect();
-  comm::StoreClient store = observer(port, 4);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2);
-  const Round ra = get(ja), rb = get(jb);
-  EXPECT_EQ(ra.nodes.size(), 2u);
-  EXPECT_EQ(rb.world.world_size, 2);
-  EXPECT_EQ(store.get_text("r0/close", 1s), "2");
+  const std::vector<Round> rounds = meet({&a, &b});
+  EXPECT_EQ(rounds[0].nodes.size(), 2u);
+  EXPECT_EQ(rounds[1].world.world_size, 2);
+  EXPECT_EQ(observer(port, 4).get_text("r0/close", 1s), "2");
 }
 
 TEST(ElasticRendezvous, TooFewNodesWithinTheJoinTimeoutIsAnErrorNamingTheCount) {
@@ -192,11 +195,10 @@ TEST(ElasticRendezvous, TooFewNodesWithinTheJoinTimeoutIsAnErrorNamingTheCount) 
 TEST(ElasticRendezvous, ANodeArrivingAtARunningRoundEndsItAndJoinsTheNext) {
   const int port = find_free_port();
   Agent a(port, 2, 3, 1, conf(100ms)), b(port, 2, 3, 1, conf(100ms)), c(port, 2, 3, 1, conf(100ms));
-  for (Agent* x : {&a, &b, &c}) x->connect();
-  comm::StoreClient store = observer(port, 3);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2);
-  const Round ra = get(ja), rb = get(jb);
+  const std::vector<Round> rounds = meet({&a, &b});
+  const Round &ra = rounds[0], &rb = rounds[1];
   ASSERT_EQ(ra.nodes.size(), 2u);
+  c.connect();
   RoundWatch wa(*a.rendezvous, ra), wb(*b.rendezvous, rb);
   auto jc = std::async(std::launch::async, [&] { return c.rendezvous->join(); });
   ASSERT_TRUE(lockstep::testing::wait_until([&] { return wa.end() && wb.end(); }, kHang));
@@ -225,12 +227,7 @@ TEST(ElasticRendezvous, ANodeArrivingAtARunningRoundEndsItAndJoinsTheNext) {
 TEST(ElasticRendezvous, ANodeThatStopsAnsweringIsDroppedAsAFailureNamingIt) {
   const int port = find_free_port();
   Agent a(port, 2, 2, 1, conf()), b(port, 2, 2, 1, conf());
-  a.connect();
-  b.connect();
-  comm::StoreClient store = observer(port, 2);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2);
-  const Round ra = get(ja);
-  get(jb);
+  const Round ra = meet({&a, &b})[0];
   // b runs no watch: no keep-alive, as a node that was killed or stopped.
   RoundWatch wa(*a.rendezvous, ra);
   ASSERT_TRUE(lockstep::testing::wait_until([&] { return wa.end().has_value(); }, kHang));
@@ -244,11 +241,8 @@ TEST(ElasticRendezvous, ANodeThatStopsAnsweringIsDroppedAsAFailureNamingIt) {
 TEST(ElasticRendezvous, TheFirstEndStandsAndAFailureCountsOnce) {
   const int port = find_free_port();
   Agent a(port, 2, 2, 1, conf()), b(port, 2, 2, 1, conf());
-  a.connect();
-  b.connect();
-  comm::StoreClient store = observer(port, 2);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2);
-  const Round ra = get(ja), rb = get(jb);
+  const std::vector<Round> rounds = meet({&a, &b});
+  const Round &ra = rounds[0], &rb = rounds[1];
   const RoundEnd first = b.rendezvous->end_round(rb, RoundEnd{true, 3, "rank 1 exited with status 3"});
   const RoundEnd second = a.rendezvous->end_round(ra, RoundEnd{true, 143, "rank 0 was stopped"});
   EXPECT_EQ(first.reason, "rank 1 exited with status 3");
@@ -256,18 +250,15 @@ TEST(ElasticRendezvous, TheFirstEndStandsAndAFailureCountsOnce) {
   EXPECT_EQ(second.status, 3);
   EXPECT_TRUE(second.failure);
   EXPECT_EQ(a.rendezvous->failures(), 1);
-  EXPECT_EQ(store.get_text("round", 1s), "1");
+  EXPECT_EQ(observer(port, 2).get_text("round", 1s), "1");
 }
 
 TEST(ElasticRendezvous, AFinishedJobTurnsLateNodesAway) {
   const int port = find_free_port();
   Agent a(port, 1, 2, 1, conf(100ms)), b(port, 1, 2, 1, conf(100ms));
-  a.connect();
-  b.connect();
-  comm::StoreClient store = observer(port, 2);
-  auto ja = arrive(a, store, 1);
-  const Round ra = get(ja);
+  const Round ra = meet({&a})[0];
   ASSERT_EQ(ra.nodes.size(), 1u);
+  b.connect();
   a.rendezvous->finish(ra);  // the host, alone in its round: returns at once
   try {
     b.rendezvous->join();
@@ -285,11 +276,9 @@ TEST(ElasticRendezvous, TheHostServesUntilTheOthersAreDoneButNotForASilentOne) {
   RdzvConf c = conf();
   c.close_timeout = kHang;
   Agent a(port, 3, 3, 1, c), b(port, 3, 3, 1, c), d(port, 3, 3, 1, c);
-  for (Agent* x : {&a, &b, &d}) x->connect();
+  const std::vector<Round> rounds = meet({&a, &b, &d});  // d never bumps its keep-alive again: a dead node
+  const Round &ra = rounds[0], &rb = rounds[1];
   comm::StoreClient store = observer(port, 3);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2), jd = arrive(d, store, 3);
-  const Round ra = get(ja), rb = get(jb);
-  get(jd);  // d never bumps its keep-alive again: a dead node
   auto wb = std::make_unique<RoundWatch>(*b.rendezvous, rb);
   auto host_finished = std::async(std::launch::async, [&] { a.rendezvous->finish(ra); });
   // While b is alive and not done, the host waits (whatever d does).
@@ -318,12 +307,7 @@ TEST(ElasticRendezvous, ARendezvousOfAnotherJobIsRefusedNamingBothIds) {
 TEST(ElasticRendezvous, LosingTheHostEndsTheRoundWithAnErrorSayingSo) {
   const int port = find_free_port();
   Agent a(port, 2, 2, 1, conf()), b(port, 2, 2, 1, conf());
-  a.connect();
-  b.connect();
-  comm::StoreClient store = observer(port, 2);
-  auto ja = arrive(a, store, 1), jb = arrive(b, store, 2);
-  get(ja);
-  const Round rb = get(jb);
+  const Round rb = meet({&a, &b})[1];
   RoundWatch wb(*b.rendezvous, rb);
   a.rendezvous.reset();  // the host's launcher is gone, and its store with it
   ASSERT_TRUE(lockstep::testing::wait_until([&] { return wb.end().has_value(); }, kHang));

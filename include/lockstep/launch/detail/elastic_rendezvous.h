@@ -61,6 +61,19 @@ struct Round {
   std::string node(int node_rank) const;
 };
 
+/// The other nodes' keep-alive counters as last read, and when each last moved: a node whose counter stood
+/// still for the keep-alive timeout is silent (stopped, killed, or its host gone). Measured on this node's
+/// clock only, so the nodes' clocks need not agree.
+class KeepAlives {
+ public:
+  /// Records `beats`, node `ticket`'s counter read at `now`; returns how long it has stood still (zero when
+  /// it moved or is seen for the first time).
+  std::chrono::milliseconds still_for(int ticket, int64_t beats, std::chrono::steady_clock::time_point now);
+
+ private:
+  std::map<int, std::pair<int64_t, std::chrono::steady_clock::time_point>> seen_;
+};
+
 /// Thrown by `join` when the job is over (a node finished it) before this node got a round: nothing is
 /// left to do, which is not a failure.
 struct JobOver {
@@ -189,8 +202,7 @@ class RoundWatch {
   std::optional<RoundEnd> end_;
   std::atomic<bool> stop_{false};
   bool closing_ = false;
-  // Another node's keep-alive counter as last read, and when it last moved.
-  std::map<int, std::pair<int64_t, std::chrono::steady_clock::time_point>> seen_;
+  KeepAlives keep_alives_;
   std::thread thread_;
 };
 

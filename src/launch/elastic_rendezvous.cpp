@@ -645,6 +645,10 @@ bool RoundWatch::look(Clock::time_point now) {
       return end_with(RoundEnd{false, 0, std::to_string(waiting) + " node(s) asked to join"});
     }
   }
+  // The others' keep-alives: a read per node, so once every keep_alive_interval rather than every look
+  // (a job of N nodes then costs the store N x N reads per interval, not per monitor_interval).
+  if (now < next_scan_) return false;
+  next_scan_ = now + config.rdzv_conf.keep_alive_interval;
   for (std::size_t r = 0; r < round_.nodes.size(); ++r) {
     const RdzvNode& n = round_.nodes[r];
     if (n.ticket == round_.ticket) continue;

@@ -170,9 +170,10 @@ class ElasticRendezvous {
 };
 
 /// Watches a running round from a thread of its own (its own connection to the store): bumps this
-/// node's keep-alive every keep_alive_interval and, every monitor_interval, looks whether the round has
-/// ended, whether a node is waiting to join (then ends it: no failure), and whether another node's
-/// keep-alive stood still for keep_alive_timeout (then ends it: a failure naming the node). `fd()`
+/// node's keep-alive every keep_alive_interval and looks, every monitor_interval, whether the round has
+/// ended and whether a node is waiting to join (then ends it: no failure), and, every keep_alive_interval,
+/// whether another node's keep-alive stood still for keep_alive_timeout (then ends it: a failure naming
+/// the node). `fd()`
 /// becomes readable once the round has ended, for whatever reason; `end()` says why.
 ///
 /// A lost store ends the watch with a failure, unless the job was already finishing (a node finished):
@@ -203,6 +204,7 @@ class RoundWatch {
   std::atomic<bool> stop_{false};
   bool closing_ = false;
   KeepAlives keep_alives_;
+  std::chrono::steady_clock::time_point next_scan_;  // when to read the others' keep-alives next
   std::thread thread_;
 };
 

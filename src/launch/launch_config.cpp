@@ -114,22 +114,17 @@ NodeWorld LaunchConfig::static_world(int restart_count) const {
   return w;
 }
 
-LaunchConfig resolve(const LaunchOptions& options) {
-  LaunchConfig config;
+namespace {
 
-  check(!options.command().empty() && !options.command().front().empty(),
-        "no worker command given (expected: lockstep run [options] [--] CMD [ARGS...])");
-  config.command = worker_command(options);
+std::string range_text(const NodeRange& nodes) {
+  return nodes.fixed() ? std::to_string(nodes.min)
+                       : std::to_string(nodes.min) + ":" + std::to_string(nodes.max);
+}
 
-  const NprocPerNode& nproc = options.nproc_per_node();
-  check(nproc.is_auto() || nproc.is_gpu() || nproc.is_cpu() || nproc.count() >= 1,
-        "nproc_per_node=" + std::to_string(nproc.count()) +
-            " is not valid (expected a positive integer or 'auto')");
-  config.nproc_per_node = nproc.resolve(options.device_counter());
-
+// The nodes of the job and this node's place among them (static: node_rank; c10d: a wish).
+void resolve_nodes(const LaunchOptions& options, LaunchConfig& config) {
   const NodeRange nodes = options.nnodes();
-  const std::string nnodes_text =
-      nodes.fixed() ? std::to_string(nodes.min) : std::to_string(nodes.min) + ":" + std::to_string(nodes.max);
+  const std::string nnodes_text = range_text(nodes);
   check(
       nodes.min >= 1 && nodes.max >= nodes.min,
       "nnodes=" + nnodes_text + " is not valid (expected an integer >= 1, or MIN:MAX with 1 <= MIN <= MAX)");
@@ -157,7 +152,10 @@ LaunchConfig resolve(const LaunchOptions& options) {
   } else {
     config.node_rank = node_rank;
   }
+}
 
+// How this node's workers run and are watched: role, extra variables, restarts, timeouts.
+void resolve_workers(const LaunchOptions& options, LaunchConfig& config) {
   const std::string& role = options.role();
   check(!role.empty() &&
             role.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
@@ -200,7 +198,12 @@ LaunchConfig resolve(const LaunchOptions& options) {
               "' is not a valid timeout: give a positive number of seconds");
     config.collective_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
   }
+}
 
+// Where the job meets: the master of a static job (given, from the endpoint, or a free local port) or the
+// c10d endpoint. Returns whether this launcher runs the job on its own (standalone, or one node on a port
+// of its choosing).
+bool resolve_master(const LaunchOptions& options, LaunchConfig& config) {
   if (options.master_port()) {
     const int port = *options.master_port();
     check(port >= 1 && port <= 65535,
@@ -209,29 +212,24 @@ LaunchConfig resolve(const LaunchOptions& options) {
   if (options.master_addr()) {
     check(!options.master_addr()->empty(), "master_addr='' is not valid (expected a host name or IP)");
   }
-  if (options.run_id()) {
-    check(!options.run_id()->empty(), "run_id='' is not valid (expected a non-empty job id)");
-  }
-
-  bool on_its_own = false;  // a single-node job on a port this launcher chose
+  const bool c10d = config.rdzv_backend == RdzvBackend::kC10d;
   if (options.standalone()) {
-    check(nodes == NodeRange(1),
-          "standalone runs a single-node job, but nnodes=" + nnodes_text + " (drop one of them)");
+    check(options.nnodes() == NodeRange(1), "standalone runs a single-node job, but nnodes=" +
+                                                range_text(options.nnodes()) + " (drop one of them)");
     check(!c10d && !options.rdzv_endpoint(),
           "standalone runs its own single-node rendezvous; it cannot be combined with rdzv_backend=c10d or "
           "rdzv_endpoint (drop one of them)");
     check(!options.master_addr(),
-          "standalone picks 127.0.0.1 itself; it cannot be combined with "
-          "master_addr=" +
+          "standalone picks 127.0.0.1 itself; it cannot be combined with master_addr=" +
               options.master_addr().value_or(""));
     check(!options.master_port(),
-          "standalone picks a free port itself; it cannot be combined with "
-          "master_port=" +
+          "standalone picks a free port itself; it cannot be combined with master_port=" +
               std::to_string(options.master_port().value_or(0)));
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
-    on_its_own = true;
-  } else if (c10d) {
+    return true;
+  }
+  if (c10d) {
     check(!options.master_addr() && !options.master_port(),
           "master_addr and master_port belong to the static rendezvous; under rdzv_backend=c10d the node "
           "that becomes node 0 of a round picks them (pass the meeting point as rdzv_endpoint)");
@@ -242,7 +240,9 @@ LaunchConfig resolve(const LaunchOptions& options) {
               "will meet at");
     config.rdzv_conf = options.rdzv_conf();
     config.local_addr = options.local_addr().value_or("");
-  } else if (options.rdzv_endpoint()) {
+    return false;
+  }
+  if (options.rdzv_endpoint()) {
     // torchrun's static rendezvous takes the master from the endpoint when one is given.
     check(!options.master_addr() && !options.master_port(),
           "rdzv_endpoint='" + *options.rdzv_endpoint() +
@@ -251,25 +251,22 @@ LaunchConfig resolve(const LaunchOptions& options) {
     check(master.port >= 1, "rdzv_endpoint='" + *options.rdzv_endpoint() + "' needs a port in 1..65535");
     config.master_addr = master.host;
     config.master_port = master.port;
-  } else if (config.nnodes == 1 && !options.master_addr() && !options.master_port()) {
+    return false;
+  }
+  if (config.nnodes == 1 && !options.master_addr() && !options.master_port()) {
     // As torchrun: a single node given no master runs on a free local port, so that two such jobs on
     // one machine do not meet.
     config.master_addr = "127.0.0.1";
     config.master_port = detail::find_free_port();
-    on_its_own = true;
-  } else {
-    config.master_addr = options.master_addr().value_or("127.0.0.1");
-    config.master_port = options.master_port().value_or(29500);
+    return true;
   }
+  config.master_addr = options.master_addr().value_or("127.0.0.1");
+  config.master_port = options.master_port().value_or(29500);
+  return false;
+}
 
-  if (options.run_id()) {
-    config.run_id = *options.run_id();
-  } else {
-    // Every node must agree on the id: torchrun's "none", unless this launcher runs the job on its own
-    // (standalone, or one node on a port of its choosing), where torchrun makes a random one too.
-    config.run_id = on_its_own ? detail::random_run_id() : "none";
-  }
-
+// What is shown and kept of the workers' output, the signals handled, the GPUs each worker sees.
+void resolve_output(const LaunchOptions& options, LaunchConfig& config) {
   config.output = options.output();
   if (options.log_dir()) {
     check(!options.log_dir()->empty(), "log_dir='' is not valid (expected a directory)");
@@ -287,7 +284,34 @@ LaunchConfig resolve(const LaunchOptions& options) {
               visible + "', which has " + std::to_string(entries) +
               " for nproc_per_node=" + std::to_string(config.nproc_per_node) + " workers");
   }
+}
 
+}  // namespace
+
+LaunchConfig resolve(const LaunchOptions& options) {
+  LaunchConfig config;
+  check(!options.command().empty() && !options.command().front().empty(),
+        "no worker command given (expected: lockstep run [options] [--] CMD [ARGS...])");
+  config.command = worker_command(options);
+
+  const NprocPerNode& nproc = options.nproc_per_node();
+  check(nproc.is_auto() || nproc.is_gpu() || nproc.is_cpu() || nproc.count() >= 1,
+        "nproc_per_node=" + std::to_string(nproc.count()) +
+            " is not valid (expected a positive integer, 'auto', 'cpu' or 'gpu')");
+  config.nproc_per_node = nproc.resolve(options.device_counter());
+
+  resolve_nodes(options, config);
+  resolve_workers(options, config);
+  const bool on_its_own = resolve_master(options, config);
+  if (options.run_id()) {
+    check(!options.run_id()->empty(), "run_id='' is not valid (expected a non-empty job id)");
+    config.run_id = *options.run_id();
+  } else {
+    // Every node must agree on the id: torchrun's "none", unless this launcher runs the job on its own,
+    // where torchrun makes a random one too.
+    config.run_id = on_its_own ? detail::random_run_id() : "none";
+  }
+  resolve_output(options, config);
   config.omp_num_threads = std::max(1, detail::online_cpu_count() / config.nproc_per_node);
   return config;
 }

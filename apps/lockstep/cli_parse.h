@@ -6,11 +6,32 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 namespace lockstep::cli {
+
+/// CLI11's help for a command whose operands CLI11 does not parse (the command after the flags of an App
+/// with prefix_command()): "Usage: NAME [OPTIONS] OPERANDS", the description, the flags, then `table` (if
+/// any) and the footer.
+class CommandFormatter : public CLI::Formatter {
+ public:
+  explicit CommandFormatter(std::string operands, std::string table = "")
+      : operands_(std::move(operands)), table_(std::move(table)) {}
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] " + operands_ + "\n";
+  }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    return make_usage(app, name) + "\n" + make_description(app) + make_groups(app, mode) + "\n" +
+           (table_.empty() ? "" : table_ + "\n") + make_footer(app);
+  }
+
+ private:
+  std::string operands_;
+  std::string table_;
+};
 
 /// Parses argv into `app`. Returns -1 to go on; 0 after printing --help; after a parse error, what
 /// `usage_error` (which prints the message) returns.

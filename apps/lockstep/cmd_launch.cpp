@@ -44,18 +44,6 @@ constexpr const char* kLaunchFooter =
     "  lockstep launch --num_machines 2 --machine_rank 1 --num_processes 8 --main_process_ip 10.0.0.1 \\\n"
     "                  --main_process_port 29500 train.py";
 
-// CLI11's help with our usage line (the script is not a CLI11 positional), and the flags table.
-class LaunchFormatter : public CLI::Formatter {
- public:
-  std::string make_usage(const CLI::App*, std::string name) const override {
-    return "Usage: " + name + " [OPTIONS] [--] SCRIPT [ARGS...]\n";
-  }
-  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
-    return make_usage(app, name) + "\n" + make_description(app) + make_groups(app, mode) + "\n" +
-           kAccelerateTable + "\n" + make_footer(app);
-  }
-};
-
 int usage_error(const std::string& message) {
   std::cerr << "lockstep launch: " << message << "\nRun 'lockstep launch --help' for the flags.\n";
   return 2;
@@ -92,7 +80,7 @@ int launch_main(int argc, char** argv) {
   CLI::App app(lc::kLaunchDescription, "lockstep launch");
   app.footer(lc::kLaunchFooter);
   app.prefix_command();  // the first positional and all after it are the worker command
-  auto formatter = std::make_shared<lc::LaunchFormatter>();
+  auto formatter = std::make_shared<CommandFormatter>("[--] SCRIPT [ARGS...]", kAccelerateTable);
   formatter->column_width(36);
   app.formatter(formatter);
   AccelerateFlags flags;

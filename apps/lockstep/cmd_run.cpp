@@ -68,18 +68,6 @@ constexpr const char* kRunFooter =
     "               --rdzv-id job42 --max-restarts 3 ./train\n"
     "\n";
 
-// CLI11's help with our usage line (the worker command is not a CLI11 positional).
-class RunFormatter : public CLI::Formatter {
- public:
-  std::string make_usage(const CLI::App*, std::string name) const override {
-    return "Usage: " + name + " [OPTIONS] [--] CMD [ARGS...]\n";
-  }
-  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
-    return make_usage(app, name) + "\n" + make_description(app) + make_groups(app, mode) + "\n" +
-           make_footer(app);
-  }
-};
-
 // Started by srun as one launcher per node: fills the flags not given from the job step (see the
 // description). Throws UsageError when the step runs several tasks on this node, as each would start its
 // own copy of the node's workers, or when a SLURM_* variable is garbled.
@@ -121,7 +109,7 @@ int run_main(int argc, char** argv) {
   CLI::App app(kRunDescription, "lockstep run");
   app.footer(std::string(kRunFooter) + kTorchrunTable);
   app.prefix_command();  // the first positional and all after it are the worker command
-  auto formatter = std::make_shared<RunFormatter>();
+  auto formatter = std::make_shared<CommandFormatter>("[--] CMD [ARGS...]");
   formatter->column_width(34);
   app.formatter(formatter);
   RunFlags flags;

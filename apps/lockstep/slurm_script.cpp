@@ -72,18 +72,6 @@ std::string command_line(const std::vector<std::string>& words) {
   return text + line;
 }
 
-// CLI11's help with our usage line (the training command is not a CLI11 positional).
-class SlurmFormatter : public CLI::Formatter {
- public:
-  std::string make_usage(const CLI::App*, std::string name) const override {
-    return "Usage: " + name + " [OPTIONS] -- CMD [ARGS...]\n";
-  }
-  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
-    return make_usage(app, name) + "\n" + make_description(app) + make_groups(app, mode) + "\n" +
-           make_footer(app);
-  }
-};
-
 }  // namespace
 
 const char* to_string(SlurmStyle style) {
@@ -292,7 +280,7 @@ int parse_slurm_flags(int argc, char** argv, SlurmScriptOptions& options, std::s
       "the script then requeues the job (scontrol requeue), and the requeued run resumes.",
       "lockstep slurm");
   app.prefix_command();
-  auto formatter = std::make_shared<SlurmFormatter>();
+  auto formatter = std::make_shared<CommandFormatter>("-- CMD [ARGS...]");
   formatter->column_width(30);
   app.formatter(formatter);
   app.footer(

@@ -99,22 +99,14 @@ RoundEnd end_round_in(comm::StoreClient& store, int number, const RoundEnd& end)
   return decode_end(text(standing));
 }
 
-// Whether this host has `host`'s address: a socket can be bound to it (port 0).
+// Whether this host has `host`'s address: a port of it can be bound (find_free_port).
 bool address_is_here(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), "0", &hints, &found) != 0) return false;
-  bool here = false;
-  for (addrinfo* ai = found; ai != nullptr && !here; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    here = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-    ::close(fd);
+  try {
+    find_free_port(host);
+    return true;
+  } catch (const LaunchError&) {
+    return false;
   }
-  ::freeaddrinfo(found);
-  return here;
 }
 
 }  // namespace

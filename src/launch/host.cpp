@@ -4,12 +4,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string.h>  // GNU strerror_r
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "lockstep/launch/launch_error.h"
@@ -50,6 +52,36 @@ int find_free_port(const std::string& host) {
   }
   ::freeaddrinfo(found);
   throw LaunchError("cannot find a free port on " + host + ": " + error_text(err));
+}
+
+int find_in_path(const std::string& name, std::string& path) {
+  const auto check = [](const std::string& candidate) {
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return ENOENT;
+    return ::access(candidate.c_str(), X_OK) == 0 ? 0 : EACCES;
+  };
+  if (name.find('/') != std::string::npos) {
+    path = name;
+    return check(name);
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string dirs = env_path != nullptr ? env_path : "/bin:/usr/bin";
+  int error = ENOENT;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t colon = dirs.find(':', start);
+    const std::string dir =
+        dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    const int found = check(candidate);
+    if (found == 0) {
+      path = candidate;
+      return 0;
+    }
+    if (found == EACCES) error = EACCES;
+    if (colon == std::string::npos) return error;
+    start = colon + 1;
+  }
 }
 
 std::string host_name() {

@@ -23,23 +23,6 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Whether `name` is executable here: a path as given, a bare name looked up in PATH.
-bool findable(const std::string& name) {
-  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t colon = dirs.find(':', start);
-    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    if (::access((dir + "/" + name).c_str(), X_OK) == 0) return true;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  return false;
-}
-
 // The interpreter for a program that runs under Python (torchrun: PYTHON_EXEC, else its own sys.executable;
 // lockstep has no Python of its own, so python3 from PATH).
 std::string python_interpreter(const LaunchOptions& options, const std::string& what) {
@@ -55,8 +38,9 @@ std::string python_interpreter(const LaunchOptions& options, const std::string& 
     python = "python3";
     from = "";
   }
+  std::string found;
   check(
-      findable(python),
+      detail::find_in_path(python, found) == 0,
       what + " runs under Python, but " +
           (*from != '\0' ? std::string(from) + "='" + python + "' is not an executable"
                          : std::string("no python3 was found in PATH")) +

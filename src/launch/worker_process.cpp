@@ -47,34 +47,6 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const char* what = "outp
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
 }
 
-// execvp's search, done before the clone: the program's path, or the errno execvp would give (ENOENT
-// when no directory of PATH has it, EACCES when one has it but not executable).
-int find_program(const std::string& name, std::string& path) {
-  if (name.find('/') != std::string::npos) {
-    path = name;
-    return 0;
-  }
-  const char* env_path = std::getenv("PATH");
-  const std::string dirs = env_path != nullptr ? env_path : "/bin:/usr/bin";
-  int error = ENOENT;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t colon = dirs.find(':', start);
-    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      if (::access(candidate.c_str(), X_OK) == 0) {
-        path = candidate;
-        return 0;
-      }
-      error = EACCES;
-    }
-    if (colon == std::string::npos) return error;
-    start = colon + 1;
-  }
-}
-
 // What the child needs; it lives on the launcher's stack, which the child shares until its exec.
 struct ChildPlan {
   const char* path;
@@ -146,7 +118,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
                            const SpawnSettings& settings) {
   SpawnedWorker worker;
   std::string path;
-  if (const int error = find_program(argv.front(), path); error != 0) {
+  // The search allocates: it runs here, before the clone, never in the child.
+  if (const int error = find_in_path(argv.front(), path); error != 0) {
     worker.error = error;
     return worker;
   }

@@ -14,6 +14,11 @@ int find_free_port(const std::string& host = "127.0.0.1");
 /// This host's name (gethostname), "?" when it cannot be read.
 std::string host_name();
 
+/// execvp's search for `name`: a name with '/' as given, else the first executable regular file of that
+/// name in PATH's directories (an empty entry is the current directory). Returns 0 and sets `path`, or
+/// the errno execvp would give: ENOENT (nowhere), EACCES (found, but not executable).
+int find_in_path(const std::string& name, std::string& path);
+
 /// strerror(errnum), thread-safe.
 std::string error_text(int errnum);
 

@@ -27,6 +27,7 @@
 
 #include "lockstep/data/idx_dataset.h"
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/error_message.h"
 
 namespace {
 
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
     accelerator.end_training();
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "accelerate: %s\n", e.what());
+    std::fprintf(stderr, "accelerate: %s\n", lockstep::train::error_message(e).c_str());
     return 1;
   }
 }

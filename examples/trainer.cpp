@@ -24,6 +24,7 @@
 
 #include "lockstep/data/idx_dataset.h"
 #include "lockstep/train/early_stopping.h"
+#include "lockstep/train/error_message.h"
 #include "lockstep/train/lr_monitor.h"
 #include "lockstep/train/model_checkpoint.h"
 #include "lockstep/train/trainer.h"
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainer example: %s\n", e.what());
+    std::fprintf(stderr, "trainer example: %s\n", lockstep::train::error_message(e).c_str());
     return 1;
   }
 }

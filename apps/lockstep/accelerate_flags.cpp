@@ -31,11 +31,13 @@ constexpr const char* kTrainingFunctionReason =
     "block (or main() in C++) starts the training: drop the flag";
 constexpr const char* kDeepSpeedReason =
     "DeepSpeed is not part of lockstep; its ZeRO stages are lockstep's strategies, which the program "
-    "chooses: AcceleratorOptions().strategy(Strategy::kZero1 / kZero2 / kFsdp), or `lockstep fit "
+    "chooses: AcceleratorOptions().strategy(Zero1Strategy() / Zero2Strategy() / FsdpStrategy()), or "
+    "`lockstep fit "
     "--strategy zero1|zero2|fsdp`";
 constexpr const char* kFsdpReason =
     "lockstep launch does not configure FSDP for the program: the program chooses it, "
-    "AcceleratorOptions().strategy(Strategy::kFsdp) (fsdp() for its units), or `lockstep fit --strategy "
+    "AcceleratorOptions().strategy(FsdpStrategy()) (min_unit_params(), unit_starts() for its units), or "
+    "`lockstep fit --strategy "
     "fsdp`";
 constexpr const char* kMegatronReason =
     "Megatron-LM (tensor and pipeline parallelism) is not part of lockstep: data parallelism only (DDP, "
@@ -362,8 +364,10 @@ const char* const kAccelerateTable =
     "    KMP_BLOCKTIME (from its one-process CPU launch: compact pinning would put N workers on one set of\n"
     "    cores).\n"
     "Refused, each naming the reason: --config_file; --tpu and the TPU flags, --main_training_function;\n"
-    "--use_deepspeed and the DeepSpeed flags (lockstep's ZeRO: AcceleratorOptions().strategy(kZero1 |\n"
-    "kZero2), lockstep fit --strategy zero1|zero2); --use_fsdp and --fsdp_* (strategy(kFsdp), lockstep fit\n"
+    "--use_deepspeed and the DeepSpeed flags (lockstep's ZeRO: "
+    "AcceleratorOptions().strategy(Zero1Strategy()\n"
+    "| Zero2Strategy()), lockstep fit --strategy zero1|zero2); --use_fsdp and --fsdp_* (FsdpStrategy(), "
+    "lockstep fit\n"
     "--strategy fsdp); --use_megatron_lm, --megatron_lm_*; --use_parallelism_config, "
     "--parallelism_config_*;\n"
     "--mixed_precision fp8 and --fp8_*; --dynamo_backend other than no and --dynamo_*;\n"

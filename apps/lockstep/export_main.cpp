@@ -5,6 +5,7 @@
 
 #include "export_flags.h"
 #include "lockstep/train/checkpoint_export.h"
+#include "lockstep/train/error_message.h"
 
 int main(int argc, char** argv) {
   lockstep::cli::ExportFlags flags;
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
                 result.output.c_str());
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "lockstep export: %s\n", e.what());
+    std::fprintf(stderr, "lockstep export: %s\n", lockstep::train::error_message(e).c_str());
     return 1;
   }
 }

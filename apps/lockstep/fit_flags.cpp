@@ -107,9 +107,18 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       "ddp, zero1 (DDP with the optimizer's state sharded over the ranks: each rank keeps 1/N of\n"
       "Adam's moments), zero2 (zero1, and gradients reduce-scattered during backward: each rank keeps\n"
       "1/N of them), or fsdp (zero2, and parameters sharded too: each unit of layers gathered when used,\n"
-      "released after; cnn and resnet18 are one unit). Exact against ddp; checkpoints sharded per rank",
-      [&t](const std::string& text) { t.strategy(train::parse_strategy(text)); }, to_string(t.strategy()))
-      ->type_name("ddp|zero1|zero2|fsdp");
+      "released after; cnn and resnet18 are one unit). Exact against ddp; checkpoints sharded per rank.\n"
+      "Lightning's names too: ddp_find_unused_parameters_true (ddp letting parameters go unused in a\n"
+      "step), ddp_find_unused_parameters_false, auto (ddp), deepspeed_stage_1 (zero1), deepspeed_stage_2\n"
+      "(zero2); the others are refused with what to use instead",
+      [&t](const std::string& text) {
+        // The strategy's own options given before it stay (--bucket-cap-mb, --fsdp-min-unit-params).
+        train::StrategyOptions strategy = train::parse_strategy(text);
+        strategy.bucket_cap_mb(t.strategy().bucket_cap_mb()).min_unit_params(t.strategy().min_unit_params());
+        t.strategy(strategy);
+      },
+      t.strategy().name())
+      ->type_name("ddp|zero1|zero2|fsdp|...");
   add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"
@@ -152,21 +161,24 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       app, "--fsdp-min-unit-params",
       "--strategy fsdp's auto-wrap: consecutive layers join one unit (gathered together) until it\n"
       "holds this many parameters (PyTorch's size_based_auto_wrap_policy min_num_params)",
-      [&t](const int64_t& n) { t.fsdp_min_unit_params(n); }, shown(t.fsdp_min_unit_params()));
+      [&t](const int64_t& n) { t.strategy(train::StrategyOptions(t.strategy()).min_unit_params(n)); },
+      shown(t.strategy().min_unit_params()));
   add_trainer_flag<std::string>(
       app, "--bucket-cap-mb,--bucket_cap_mb",
       "Size cap of DDP's gradient buckets, MiB (Lightning's DDPStrategy(bucket_cap_mb)). auto:\n"
       "a 16th of the model's gradients within [1, 25] MiB, so that most of the all-reduce\n"
       "overlaps backward even on a slow link (docs/multinode.md); Lightning's default is 25",
       [&t](const std::string& text) {
-        if (text == "auto") return void(t.bucket_cap_mb(std::nullopt));
+        if (text == "auto")
+          return void(t.strategy(train::StrategyOptions(t.strategy()).bucket_cap_mb(std::nullopt)));
         char* end = nullptr;
         const double mb = std::strtod(text.c_str(), &end);
         if (text.empty() || end != text.c_str() + text.size()) {
           throw std::invalid_argument(
               "--bucket-cap-mb must be a number of MiB > 0, or auto (the default), got " + text);
         }
-        t.bucket_cap_mb(mb);  // the range is checked by TrainerOptions::validate()
+        // The range is checked by TrainerOptions::validate().
+        t.strategy(train::StrategyOptions(t.strategy()).bucket_cap_mb(mb));
       },
       "auto")
       ->type_name("MB|auto");

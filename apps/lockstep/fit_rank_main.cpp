@@ -12,6 +12,7 @@
 #include "fit_flags.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/train/error_message.h"
 #include "lockstep/train/fit.h"
 #include "lockstep/train/step_memory.h"
 #include "lockstep/train/trainer.h"
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
     std::fflush(nullptr);
     std::_Exit(1);
   } catch (const std::exception& e) {
-    const std::string message = lockstep::cli::in_flag_words(e.what());
+    // The message without LibTorch's C++ stack trace (LOCKSTEP_DEBUG=1 keeps it).
+    const std::string message = lockstep::cli::in_flag_words(lockstep::train::error_message(e));
     if (rank >= 0) {
       std::fprintf(stderr, "lockstep fit: rank %d: %s\n", rank, message.c_str());
     } else {

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "lockstep/ddp/bucket.h"
@@ -284,10 +286,12 @@ void ReducerState::finalize() {
       }
     }
     reset_iteration();
-    TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(),
-                "): these parameters received no gradient in this ", "backward pass: ", names_list.str(),
-                ". Every parameter must take part in the loss on every rank, or construct DDP with "
-                "DdpOptions().find_unused_parameters(true) to let a parameter go unused.");
+    // A message for the user, not a LibTorch error: no C++ stack trace in it.
+    throw std::runtime_error(
+        "lockstep DDP (rank " + std::to_string(group->rank()) +
+        "): these parameters received no gradient in this backward pass: " + names_list.str() +
+        ". Every parameter must take part in the loss on every rank, or " +
+        options.unused_parameters_advice() + " to let a parameter go unused.");
   }
   mark_unused_ready(missing);
   launch_ready_buckets();

@@ -7,13 +7,11 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
@@ -149,21 +147,10 @@ void AcceleratorOptions::validate() const {
     throw std::invalid_argument("AcceleratorOptions::gradient_accumulation_steps must be >= 1, got " +
                                 std::to_string(*gradient_accumulation_steps_) + " (1 means no accumulation)");
   }
-  ddp_.validate();
-  fsdp_.validate();
-  const Precision precision = mixed_precision_.value_or(Precision::k32);
-  if (fsdp_.param_dtype() && precision != Precision::kBf16Mixed) {
-    throw std::invalid_argument(
-        std::string(
-            "AcceleratorOptions: fsdp().param_dtype needs autocast to cast what its layers are given: "
-            "set mixed_precision bf16, or leave param_dtype unset (mixed_precision is ") +
-        to_string(precision) + ")");
-  }
-  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) && precision == Precision::k16Mixed) {
-    throw std::invalid_argument(
-        std::string("AcceleratorOptions: strategy ") + to_string(strategy_) +
-        " does not support mixed_precision fp16 yet (the gradient scaler would need the "
-        "sharded gradients): use bf16 or no mixed precision, or strategy zero1");
+  try {
+    strategy_.validate(mixed_precision_.value_or(Precision::k32), "mixed_precision");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
   }
 }
 
@@ -183,12 +170,13 @@ void PreparedOptimizer::zero_grad() {
 Accelerator::Accelerator(AcceleratorOptions options)
     : options_(resolve_launch_environment(options)), precision_from_launcher_(!options.mixed_precision()) {
   const env::Environment environment = env::from_env();
-  init(environment.local_rank, environment.local_world_size, options_.backend() == comm::Backend::kGloo);
+  init(environment.local_rank, environment.local_world_size, options_.backend());
   owned_group_ = std::make_unique<comm::ProcessGroup>(
       comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
                                    .backend(options_.backend())
                                    .cuda(device_.is_cuda())));
   group_ = owned_group_.get();
+  strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
 }
 
 Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
@@ -199,19 +187,17 @@ Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
   int local_world_size = group_options.local_world_size();
   if (local_world_size <= 0)
     local_world_size = std::max(1, group.size() / std::max(1, group_options.num_nodes()));
-  // Ranks may share a GPU over any backend but nccl (device_choice.h).
-  init(group.rank() % local_world_size, std::min(local_world_size, group.size()),
-       group.backend() != comm::Backend::kNccl);
+  init(group.rank() % local_world_size, std::min(local_world_size, group.size()), group.backend());
+  strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
 }
 
 Accelerator::~Accelerator() = default;
 
-void Accelerator::init(int local_rank, int local_world_size, bool share_gpus) {
+void Accelerator::init(int local_rank, int local_world_size, comm::Backend backend) {
   local_process_index_ = local_rank;
   precision_ = *options_.mixed_precision();
   const AcceleratorKind kind = *options_.cpu() ? AcceleratorKind::kCpu : options_.accelerator();
-  device_ = training_device(kind, local_rank, local_world_size, share_gpus);
-  use_device(device_);
+  device_ = rank_device(kind, local_rank, local_world_size, backend);
   try {
     check_precision_supported(precision_, device_.type());
   } catch (const std::invalid_argument& e) {
@@ -233,67 +219,20 @@ void Accelerator::move_to_device(torch::nn::Module& module) const {
   if (device_.type() != c10::kCPU) module.to(device_);
 }
 
-ddp::DdpOptions Accelerator::model_ddp_options() const {
-  ddp::DdpOptions options = options_.ddp();
-  if (options_.strategy() == Strategy::kZero2) {
-    if (!models_.empty()) {
-      throw std::invalid_argument(
-          "Accelerator: strategy zero2 shards one prepared model's gradients, and a second model was "
-          "prepared: put both in one module, or use strategy zero1");
-    }
-    options.gradient_sync(shard::ShardedReducer::factory());
-  }
-  return options;
-}
-
-shard::ShardedReducer* Accelerator::sharded_reducer() const {
-  return models_.empty() ? nullptr : dynamic_cast<shard::ShardedReducer*>(models_.front().reducer);
-}
-
-void Accelerator::register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
-                                 std::shared_ptr<void> ddp, shard::FullyShardedDataParallel* fsdp) {
-  models_.push_back(ModelEntry{std::move(module), &reducer, std::move(ddp), fsdp});
-}
-
 std::shared_ptr<detail::FsdpModel> Accelerator::shard_model(
     const std::shared_ptr<torch::nn::Module>& module) {
-  if (!models_.empty()) {
-    throw std::invalid_argument(
-        "Accelerator: strategy fsdp shards one prepared model, and a second model was prepared: put both in "
-        "one module");
-  }
   auto sharded = std::make_shared<detail::FsdpModel>();
   const auto modules = module->modules(/*include_self=*/true);
   const bool staged = std::any_of(modules.begin(), modules.end(), [](const auto& m) {
     return dynamic_cast<models::Staged*>(m.get()) != nullptr;
   });
   if (!staged) sharded->single = std::make_shared<models::SingleStage>(module);
-  shard::FsdpOptions options = options_.fsdp();
-  if (precision_ == Precision::kBf16Mixed && !options.param_dtype()) options.param_dtype(at::kBFloat16);
-  sharded->fsdp =
-      std::make_unique<shard::FullyShardedDataParallel>(module, *group_, options, sharded->single.get());
-  register_model(module, sharded->fsdp->reducer(), sharded, sharded->fsdp.get());
+  sharded->fsdp = strategy_->shard_model(module, sharded->single.get(), sharded->single);
   return sharded;
 }
 
-std::vector<shard::ShardedParameters*> Accelerator::sharded_parameters() const {
-  std::vector<shard::ShardedParameters*> out;
-  for (const ModelEntry& model : models_)
-    if (model.fsdp != nullptr) out.push_back(model.fsdp);
-  if (shard::ZeroOptimizer* zero = mixed_precision_optimizer()) out.push_back(zero);
-  return out;
-}
-
-shard::ZeroOptimizer* Accelerator::mixed_precision_optimizer() const {
-  for (const auto& optimizer : optimizers_) {
-    auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizer.get());
-    if (zero != nullptr && zero->param_dtype()) return zero;
-  }
-  return nullptr;
-}
-
 FullParameters Accelerator::full_parameters() {
-  return FullParameters(sharded_parameters());
+  return strategy_->whole_parameters();
 }
 
 PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimizer) {
@@ -303,31 +242,17 @@ PreparedOptimizer Accelerator::prepare_optimizer(torch::optim::Optimizer& optimi
 
 PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
   if (!optimizer) throw std::invalid_argument("Accelerator::prepare_optimizer: the optimizer is null");
-  if (precision_ == Precision::k16Mixed && !optimizers_.empty()) {
+  if (precision_ == Precision::k16Mixed && strategy_->optimizer_count() > 0) {
     // The GradScaler keeps one optimizer's inf check per step (torch's keeps one per optimizer).
     throw std::invalid_argument(
         "Accelerator: mixed_precision fp16 supports one prepared optimizer, got a second: "
         "put all parameters in one optimizer (parameter groups), or use bf16");
   }
-  const Strategy strategy = options_.strategy();
-  if ((strategy == Strategy::kZero2 || strategy == Strategy::kFsdp) && sharded_reducer() == nullptr) {
-    throw std::invalid_argument(std::string("Accelerator::prepare_optimizer: strategy ") +
-                                to_string(strategy) +
-                                " steps the gradients the prepared model's reducer shards: prepare the model "
-                                "before its optimizer");
+  try {
+    optimizer = strategy_->wrap_optimizer(std::move(optimizer));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("Accelerator::prepare_optimizer: ") + e.what());
   }
-  // The same optimizer, stepping this rank's chunks only (under fsdp where FSDP keeps them).
-  if (strategy == Strategy::kFsdp) {
-    optimizer = models_.front().fsdp->make_optimizer(std::move(optimizer));
-  } else if (strategy != Strategy::kDdp && precision_ == Precision::kBf16Mixed && models_.size() == 1 &&
-             optimizers_.empty() && !shard::holds_batch_norm(*models_.front().module)) {
-    // DeepSpeed's bf16 ZeRO: bfloat16 parameters, float32 master chunks (shard/zero_optimizer.h).
-    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_,
-                                                       *models_.front().reducer, at::kBFloat16);
-  } else if (strategy != Strategy::kDdp) {
-    optimizer = std::make_shared<shard::ZeroOptimizer>(std::move(optimizer), *group_, sharded_reducer());
-  }
-  optimizers_.push_back(optimizer);
   return PreparedOptimizer(std::move(optimizer), *this);
 }
 
@@ -378,7 +303,7 @@ int64_t Accelerator::step() const {
 }
 
 void Accelerator::backward(const at::Tensor& loss) {
-  if (models_.empty()) {
+  if (strategy_->model_count() == 0) {
     throw std::logic_error(
         "Accelerator::backward called before a model was prepared: call "
         "accelerator.prepare(model) first (an unprepared model's gradients are not averaged "
@@ -406,42 +331,16 @@ void Accelerator::optimizer_step(PreparedOptimizer& optimizer) {
 void Accelerator::optimizer_zero_grad(PreparedOptimizer& optimizer) {
   if (!gradient_state_->sync_gradients) return;
   optimizer.optimizer_->zero_grad();
-  if (auto* sharded = sharded_reducer()) sharded->clear();
+  strategy_->clear_gradients();
 }
 
 std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_type) {
   if (!gradient_state_->sync_gradients) return std::nullopt;
   // Clip the true gradients, not the scaled ones (torch's "unscale before clipping").
   if (scaler_.enabled()) {
-    for (auto& optimizer : optimizers_) scaler_.unscale(*optimizer);
+    for (size_t i = 0; i < strategy_->optimizer_count(); ++i) scaler_.unscale(strategy_->optimizer(i));
   }
-  shard::ShardedReducer* sharded = sharded_reducer();
-  shard::ZeroOptimizer* master = mixed_precision_optimizer();
-  if (sharded != nullptr || master != nullptr) {
-    if (norm_type != 2.0) {
-      throw std::invalid_argument(std::string("Accelerator::clip_grad_norm_: strategy ") +
-                                  to_string(options_.strategy()) + (master ? " under bf16" : "") +
-                                  " clips by the 2-norm, got norm_type " + std::to_string(norm_type));
-    }
-    // zero2, fsdp: the global norm over every rank's chunks (one model); bf16 zero1: the float32 gradients,
-    // and the .grad of the parameters of models prepared after the one it steps.
-    if (master == nullptr) return sharded->clip_grad_norm_(max_norm);
-    if (sharded != nullptr) return master->clip_grad_norm_(max_norm);
-    std::unordered_set<const void*> stepped;
-    for (const auto& group : master->param_groups())
-      for (const auto& p : group.params()) stepped.insert(p.unsafeGetTensorImpl());
-    std::vector<at::Tensor> others;
-    for (const auto& model : models_) {
-      for (const auto& p : model.module->parameters())
-        if (stepped.count(p.unsafeGetTensorImpl()) == 0) others.push_back(p);
-    }
-    return master->clip_grad_norm_(max_norm, others);
-  }
-  std::vector<at::Tensor> parameters;
-  for (const auto& model : models_) {
-    for (auto& parameter : model.module->parameters()) parameters.push_back(parameter);
-  }
-  return torch::nn::utils::clip_grad_norm_(parameters, max_norm, norm_type);
+  return strategy_->clip_grad_norm_(max_norm, norm_type);
 }
 
 void Accelerator::wait_for_everyone() {
@@ -466,7 +365,7 @@ void Accelerator::save_state(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
   // fsdp, bf16 zero1/zero2: the model is saved whole, in float32 (optimizer: shards above).
-  const FullParameters whole(sharded_parameters());
+  const FullParameters whole = strategy_->whole_parameters();
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
     if (!is_main_process()) return;
     ensure_writable_dir(dir);
@@ -477,21 +376,21 @@ void Accelerator::save_state(const std::string& dir) {
     archive.write("step", c10::IValue(gradient_state_->sync_steps));
     archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
     archive.write("group_size", c10::IValue(gradient_state_->group_size));
-    archive.write("model_count", c10::IValue(static_cast<int64_t>(models_.size())));
-    for (size_t i = 0; i < models_.size(); ++i) {
+    archive.write("model_count", c10::IValue(static_cast<int64_t>(strategy_->model_count())));
+    for (size_t i = 0; i < strategy_->model_count(); ++i) {
       torch::serialize::OutputArchive model_archive(archive.compilation_unit());
-      models_[i].module->save(model_archive);
+      strategy_->model(i).save(model_archive);
       archive.write("model_" + std::to_string(i), model_archive);
     }
-    archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(optimizers_.size())));
-    for (size_t i = 0; i < optimizers_.size(); ++i) {
+    archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(strategy_->optimizer_count())));
+    for (size_t i = 0; i < strategy_->optimizer_count(); ++i) {
       if (!shards[i].empty()) {  // sharded: the files every rank wrote
         archive.write("optimizer_" + std::to_string(i) + "_shards",
                       c10::IValue(c10::List<std::string>(shards[i])));
         continue;
       }
       torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
-      optimizers_[i]->save(optimizer_archive);
+      strategy_->optimizer(i).save(optimizer_archive);
       archive.write("optimizer_" + std::to_string(i), optimizer_archive);
     }
     std::vector<int64_t> epochs;
@@ -503,7 +402,7 @@ void Accelerator::save_state(const std::string& dir) {
     archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
     archive.write("rng_states", rng_states, /*is_buffer=*/true);
     save_checksummed_archive(archive, path);
-    for (size_t i = 0; i < optimizers_.size(); ++i)  // the shards of the states this one replaced
+    for (size_t i = 0; i < strategy_->optimizer_count(); ++i)  // the shards of the states this one replaced
       if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
   });
 }
@@ -533,10 +432,9 @@ void Accelerator::on_every_rank(const std::string& dir, const std::string& failu
 // gathered; the step in the names keeps the files the state on disk names until the new one replaces it.
 // Returns, per optimizer, its shards' file names (empty: not sharded). Collective.
 std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const std::string& dir) {
-  std::vector<std::vector<std::string>> names(optimizers_.size());
-  std::vector<const shard::ZeroOptimizer*> sharded(optimizers_.size());
-  for (size_t i = 0; i < optimizers_.size(); ++i)
-    sharded[i] = dynamic_cast<const shard::ZeroOptimizer*>(optimizers_[i].get());
+  std::vector<std::vector<std::string>> names(strategy_->optimizer_count());
+  std::vector<const shard::ZeroOptimizer*> sharded(names.size());
+  for (size_t i = 0; i < names.size(); ++i) sharded[i] = strategy_->sharded_optimizer(i);
   if (std::none_of(sharded.begin(), sharded.end(), [](const auto* zero) { return zero != nullptr; }))
     return names;
   on_every_rank(dir, "rank 0 could not create the directory", [&] {
@@ -545,7 +443,7 @@ std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const s
   // Every shard is on disk (or every rank knows one is not) before rank 0 writes the state naming them.
   on_every_rank(dir, "a rank could not write its optimizer shard", [&] {
     const int64_t step = gradient_state_->sync_steps;
-    for (size_t i = 0; i < optimizers_.size(); ++i) {
+    for (size_t i = 0; i < names.size(); ++i) {
       if (sharded[i] == nullptr) continue;
       names[i] =
           save_checkpoint_shard(optimizer_base(dir, i), *sharded[i], process_index(), num_processes(), step);
@@ -563,11 +461,7 @@ void Accelerator::load_optimizer_shards(const std::string& dir, size_t i,
         archive, paths.at(static_cast<size_t>(k)), "Accelerator::load_state: optimizer shard",
         "copy the saved directory again with all its files, or load an older state", device_);
   };
-  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optimizers_[i].get())) {
-    zero->load_shards(static_cast<int>(paths.size()), read);
-  } else {
-    shard::load_whole_from_shards(*optimizers_[i], static_cast<int>(paths.size()), read);
-  }
+  strategy_->load_optimizer_shards(i, static_cast<int>(paths.size()), read);
 }
 
 void Accelerator::load_state(const std::string& dir) {
@@ -592,25 +486,26 @@ void Accelerator::load_state(const std::string& dir) {
   }
   const int64_t model_count = read_value(archive, path, "model_count").toInt();
   const int64_t optimizer_count = read_value(archive, path, "optimizer_count").toInt();
-  if (model_count != static_cast<int64_t>(models_.size()) ||
-      optimizer_count != static_cast<int64_t>(optimizers_.size())) {
+  const auto models = static_cast<int64_t>(strategy_->model_count());
+  const auto optimizers = static_cast<int64_t>(strategy_->optimizer_count());
+  if (model_count != models || optimizer_count != optimizers) {
     throw std::runtime_error("Accelerator::load_state: '" + path + "' holds " + std::to_string(model_count) +
                              " model(s) and " + std::to_string(optimizer_count) + " optimizer(s), but " +
-                             std::to_string(models_.size()) + " and " + std::to_string(optimizers_.size()) +
+                             std::to_string(models) + " and " + std::to_string(optimizers) +
                              " are prepared: prepare the same objects, in the same order, before load_state");
   }
   {
-    const FullParameters whole(sharded_parameters());  // loaded whole, then each rank keeps its chunks
-    for (size_t i = 0; i < models_.size(); ++i) {
+    const FullParameters whole = strategy_->whole_parameters();  // loaded whole, then each keeps its chunks
+    for (size_t i = 0; i < strategy_->model_count(); ++i) {
       torch::serialize::InputArchive model_archive;
       if (!archive.try_read("model_" + std::to_string(i), model_archive)) {
         throw std::runtime_error("Accelerator::load_state: '" + path + "' lacks model " + std::to_string(i) +
                                  " (damaged?)");
       }
-      load_module_in_place(model_archive, *models_[i].module, "accelerator state '" + path + "'");
+      load_module_in_place(model_archive, strategy_->model(i), "accelerator state '" + path + "'");
     }
   }
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
+  for (size_t i = 0; i < strategy_->optimizer_count(); ++i) {
     c10::IValue shards;
     if (archive.try_read("optimizer_" + std::to_string(i) + "_shards", shards)) {
       std::vector<std::string> names;
@@ -624,7 +519,7 @@ void Accelerator::load_state(const std::string& dir) {
                                std::to_string(i) + " (damaged?)");
     }
     try {
-      optimizers_[i]->load(optimizer_archive);
+      strategy_->optimizer(i).load(optimizer_archive);
     } catch (const c10::Error& e) {
       throw std::runtime_error("Accelerator::load_state: '" + path + "' holds another kind of optimizer " +
                                std::to_string(i) + ": " + e.what_without_backtrace());

@@ -47,4 +47,8 @@ DeviceChoice choose_device(AcceleratorKind kind, int local_rank, int local_world
   return {true, local_rank % gpus.count};
 }
 
+bool ranks_may_share_gpu(comm::Backend backend) {
+  return backend == comm::Backend::kGloo;
+}
+
 }  // namespace lockstep::train

@@ -97,8 +97,8 @@ const std::map<std::string, double>& Trainer::callback_metrics() const {
 
 std::vector<double> Trainer::learning_rates() const {
   std::vector<double> rates;
-  if (!run_ || !run_->optim.optimizer) return rates;
-  for (const auto& group : run_->optim.optimizer->param_groups()) rates.push_back(group.options().get_lr());
+  if (!run_ || !run_->optimizer) return rates;
+  for (const auto& group : run_->optimizer->param_groups()) rates.push_back(group.options().get_lr());
   return rates;
 }
 
@@ -137,7 +137,7 @@ void Trainer::save_checkpoint(const std::string& path) {
       group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());
   // Sharded strategies (zero1, zero2, fsdp): every rank writes its shard, nothing is gathered; once all are
   // on disk rank 0 commits the checkpoint that names them (shard_checkpoint.h).
-  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(run.optim.optimizer.get());
+  shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
   std::vector<std::string> shards;
   if (zero) {
     shards = save_checkpoint_shard(path, *zero, group.rank(), group.size(), run.position.step);
@@ -159,7 +159,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
   } else {
-    train::save_checkpoint(path, *run.module, *run.optim.optimizer, state);
+    train::save_checkpoint(path, *run.module, *run.optimizer, state);
   }
 }
 

@@ -42,8 +42,8 @@ std::string backend_refusal(comm::Backend backend) {
 std::string Trainer::Run::graph_option_refusal() const {
   std::string why = StepGraph::unavailable(device_);
   if (!why.empty()) return why;
-  if (options.strategy() != Strategy::kDdp)
-    return std::string("strategy ") + to_string(options.strategy()) + " (ddp only)";
+  if (options.strategy().kind() != StrategyKind::kDdp)
+    return std::string("strategy ") + to_string(options.strategy().kind()) + " (ddp only)";
   why = backend_refusal(options.process_group() ? options.process_group()->backend() : options.backend());
   if (!why.empty()) return why;
   if (options.accumulate_grad_batches() > 1)
@@ -60,7 +60,7 @@ std::string Trainer::Run::graph_refusal() const {
   if (!why.empty()) return why;
   why = backend_refusal(group->backend());  // resolved now: never auto
   if (!why.empty()) return why;
-  const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(optim.optimizer.get());
+  const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(optimizer.get());
   if (capturable == nullptr)
     return "the optimizer cannot be captured (optim::FusedAdam and FusedAdamW can: adam, adamw)";
   why = capturable->capture_refusal();
@@ -99,7 +99,7 @@ std::optional<double> Trainer::Run::graph_step(const data::detail::AnyBatch& bat
   module->batch_size_ = train_loader_->samples(batch.get());
   module->step_ = position.step;
   apply_lr();
-  auto& capturable = dynamic_cast<optim::GraphCapturable&>(*optim.optimizer);
+  auto& capturable = dynamic_cast<optim::GraphCapturable&>(*optimizer);
   capturable.before_replay();
   if (capture_now) {
     capture_step(batch, b);
@@ -137,7 +137,7 @@ void Trainer::Run::capture_step(const data::detail::AnyBatch& batch, int64_t b) 
       if (!loss.defined() || loss.numel() != 1)
         throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor");
       loss.backward();
-      optim.optimizer->step();
+      optimizer->step();
       static_loss_ = loss.detach();
       graph_loss_sum_.add_(static_loss_);
     });

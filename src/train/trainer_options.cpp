@@ -52,29 +52,6 @@ OnNan parse_on_nan(const std::string& text) {
   throw std::invalid_argument("on_nan '" + text + "' is not known (expected one of: stop, skip)");
 }
 
-Strategy parse_strategy(const std::string& text) {
-  if (text == "ddp") return Strategy::kDdp;
-  if (text == "zero1") return Strategy::kZero1;
-  if (text == "zero2") return Strategy::kZero2;
-  if (text == "fsdp") return Strategy::kFsdp;
-  throw std::invalid_argument("strategy '" + text +
-                              "' is not known (expected one of: ddp, zero1, zero2, fsdp)");
-}
-
-const char* to_string(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::kZero1:
-      return "zero1";
-    case Strategy::kZero2:
-      return "zero2";
-    case Strategy::kFsdp:
-      return "fsdp";
-    case Strategy::kDdp:
-      break;
-  }
-  return "ddp";
-}
-
 const char* to_string(OnNan on_nan) {
   return on_nan == OnNan::kSkip ? "skip" : "stop";
 }
@@ -92,12 +69,7 @@ void TrainerOptions::validate() const {
   check_at_least<int64_t>("log_every_n_steps", log_every_n_steps_, 0);
   check_at_least<int64_t>("breakdown_every_n_batches", breakdown_every_n_batches_, 0);
   log::check_logger_names(logger_);
-  if (bucket_cap_mb_ && (!(*bucket_cap_mb_ > 0) || !std::isfinite(*bucket_cap_mb_))) {
-    throw std::invalid_argument("bucket_cap_mb must be a number of MiB > 0, or unset (DDP's default), got " +
-                                text(*bucket_cap_mb_));
-  }
   check_finite_at_least_zero("gradient_clip_val", gradient_clip_val_, "0 = off");
-  check_at_least<int64_t>("fsdp_min_unit_params", fsdp_min_unit_params_, 1);
   if (collective_timeout_ && collective_timeout_->count() <= 0) {
     throw std::invalid_argument(
         "collective_timeout must be > 0 (unset: LOCKSTEP_TIMEOUT, else 1800 s), got " +
@@ -107,12 +79,7 @@ void TrainerOptions::validate() const {
     throw std::invalid_argument("ckpt_every_n_steps " + text(ckpt_every_n_steps_) +
                                 " needs ckpt_dir, where last.ckpt is written");
   }
-  if ((strategy_ == Strategy::kZero2 || strategy_ == Strategy::kFsdp) && precision_ == Precision::k16Mixed) {
-    throw std::invalid_argument(std::string("strategy '") + to_string(strategy_) +
-                                "' does not support precision '16-mixed' yet (the gradient scaler would need "
-                                "the sharded gradients): use precision 'bf16-mixed' or '32', or strategy "
-                                "'zero1'");
-  }
+  strategy_.validate(precision_, "precision");
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
 }

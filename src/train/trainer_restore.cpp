@@ -35,8 +35,8 @@ void Trainer::Run::restore() {
   const int rank = group->rank();
   CheckpointState saved;
   {
-    const shard::FullParameters whole = whole_parameters();  // what is loaded into them, re-sharded
-    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optim.optimizer);
+    const shard::FullParameters whole = strategy->whole_parameters();  // what is loaded into them, re-sharded
+    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer);
   }
   if (!saved.shards.empty()) load_shards(saved.shards);
   start_ = saved.position;
@@ -81,11 +81,7 @@ void Trainer::Run::load_shards(const std::vector<std::string>& shards) {
         device_);
   };
   const int count = static_cast<int>(shards.size());
-  if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get())) {
-    zero->load_shards(count, read);
-  } else {
-    shard::load_whole_from_shards(*optim.optimizer, count, read);
-  }
+  strategy->load_optimizer_shards(0, count, read);
 }
 
 // Mid-epoch on another world size: the old ranks' logged sums go to rank 0 (sync_dist sums stay exact over

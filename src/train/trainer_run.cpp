@@ -6,7 +6,6 @@
 #include <sys/types.h>
 
 #include <ATen/Parallel.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/output-archive.h>
 
@@ -125,11 +124,8 @@ Trainer::Run::~Run() = default;
 void Trainer::Run::choose_device() {
   const comm::ProcessGroup* given = options.process_group();
   const int local_world = given && !options.environment() ? given->size() : environment.local_world_size;
-  // Ranks may share a GPU over any backend but nccl (device_choice.h): gloo named, or a group of threads.
-  const comm::Backend backend = given ? given->backend() : options.backend();
-  const bool share = backend != comm::Backend::kNccl && (given || backend != comm::Backend::kAuto);
-  device_ = training_device(options.accelerator(), local_rank_, local_world, share);
-  use_device(device_);
+  device_ = rank_device(options.accelerator(), local_rank_, local_world,
+                        given ? given->backend() : options.backend());
   // The Trainer runs 16-mixed on CUDA only (TrainerOptions::check_cpu_training), so auto without a GPU is
   // refused as accelerator 'cpu' is, also where LibTorch >= 2.5 could autocast to float16 on the CPU (the
   // Accelerator does).
@@ -224,22 +220,14 @@ void Trainer::Run::setup_model() {
   const int world = group->size();
   const int rank = group->rank();
   if (!device_.is_cpu()) module->to(device_);
-  // .grad lives in the buckets (shared memory with shm): no copy into the buckets and back each step. With
-  // zero2 the buckets are reduce-scattered instead, and .grad released once they are.
-  // fsdp shards the parameters too (the model must be Staged: shard/fully_sharded_data_parallel.h).
-  // Under bf16-mixed fsdp gathers and computes in bfloat16 (float32 master shards): PyTorch's
-  // MixedPrecision(param_dtype=torch.bfloat16).
-  if (options.strategy() == Strategy::kFsdp) {
-    auto fsdp_options = shard::FsdpOptions().min_unit_params(options.fsdp_min_unit_params());
-    if (precision_ == Precision::kBf16Mixed) fsdp_options.param_dtype(at::kBFloat16);
-    fsdp = std::make_unique<shard::FullyShardedDataParallel>(module, *group, fsdp_options,
-                                                             module->staged_model());
+  // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
+  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
+  if (strategy->shards_parameters()) {
+    fsdp = strategy->shard_model(module, module->staged_model());
   } else {
-    auto ddp_options = ddp::DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(options.bucket_cap_mb());
-    if (options.strategy() == Strategy::kZero2) ddp_options.gradient_sync(shard::ShardedReducer::factory());
-    ddp = std::make_unique<Ddp>(module, *group, ddp_options);
+    ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options());
+    strategy->add_model(module, ddp->gradient_sync(), ddp);
   }
-  sharded = dynamic_cast<shard::ShardedReducer*>(&gradient_sync());
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options.process_group())
@@ -264,16 +252,7 @@ void Trainer::Run::setup_model() {
   }
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
-  if (fsdp) {  // the same optimizer, stepping this rank's chunks only
-    optim.optimizer = fsdp->make_optimizer(std::move(optim.optimizer));
-  } else if (options.strategy() != Strategy::kDdp && precision_ == Precision::kBf16Mixed &&
-             !shard::holds_batch_norm(*module)) {
-    // DeepSpeed's bf16 ZeRO: bfloat16 parameters, float32 master chunks (shard/zero_optimizer.h).
-    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group,
-                                                             gradient_sync(), at::kBFloat16);
-  } else if (options.strategy() != Strategy::kDdp) {
-    optim.optimizer = std::make_unique<shard::ZeroOptimizer>(std::move(optim.optimizer), *group, sharded);
-  }
+  optimizer = strategy->wrap_optimizer(std::move(optim.optimizer));
 }
 
 // ---- the epochs ----
@@ -370,7 +349,7 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   if (skip_nan) logged_before_ = module->logged_;
   // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
   std::optional<ddp::NoSyncGuard> no_sync;
-  if (!steps_now) no_sync.emplace(gradient_sync());
+  if (!steps_now) no_sync.emplace(strategy->gradient_sync());
   if (ddp) ddp->before_forward();  // fsdp's runs inside the model's forward
   at::Tensor loss;
   {
@@ -401,7 +380,8 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   step_timer_.end(StepPhase::kBackward);
   // The communication the computation did not hide: the gradient sync's, and under fsdp the gathers'.
   if (steps_now)
-    step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce, gradient_sync().exposed_seconds());
+    step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce,
+                     strategy->gradient_sync().exposed_seconds());
   if (fsdp) {
     const shard::FullyShardedDataParallel::GatherWaits waits = fsdp->take_gather_waits();
     step_timer_.move(StepPhase::kForward, StepPhase::kAllreduce, waits.forward_s);
@@ -411,14 +391,13 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
 }
 
 bool Trainer::Run::step(int64_t b) {
-  torch::optim::Optimizer& optimizer = *optim.optimizer;
   if (options.on_nan() == OnNan::kSkip) {
     // Every rank must skip the same steps: a NaN on one rank only still skips it everywhere.
     const bool skip = detail::any_rank(*group, group_has_nan_);
     group_has_nan_ = false;
     if (skip) {
-      optimizer.zero_grad();
-      if (sharded) sharded->clear();
+      optimizer->zero_grad();
+      strategy->clear_gradients();
       ++result_.skipped_steps;
       print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " +
                  std::to_string(epoch) + ", batch " + std::to_string(b) + "): non-finite loss on a rank");
@@ -426,17 +405,13 @@ bool Trainer::Run::step(int64_t b) {
     }
   }
   if (options.gradient_clip_val() > 0) {
-    scaler.unscale(optimizer);
-    if (auto* zero = dynamic_cast<shard::ZeroOptimizer*>(&optimizer)) {
-      zero->clip_grad_norm_(options.gradient_clip_val());  // what it steps from (zero2, fsdp: every chunk)
-    } else {
-      torch::nn::utils::clip_grad_norm_(module->parameters(), options.gradient_clip_val());
-    }
+    scaler.unscale(*optimizer);
+    strategy->clip_grad_norm_(options.gradient_clip_val());  // what it steps from (zero2, fsdp: every chunk)
   }
   apply_lr();
-  scaler.step(optimizer);
+  scaler.step(*optimizer);
   scaler.update();
-  optimizer.zero_grad();
+  optimizer->zero_grad();
   ++position.step;
   module->step_ = position.step;
   return true;
@@ -445,7 +420,7 @@ bool Trainer::Run::step(int64_t b) {
 void Trainer::Run::apply_lr() {
   if (optim.lr_schedule) {
     lr = optim.lr_schedule->at(position.step);
-    set_lr(*optim.optimizer, lr);
+    set_lr(*optimizer, lr);
   } else {
     lr = trainer.learning_rates().at(0);
   }
@@ -506,7 +481,8 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   if (!val_loader_) return validation;
   module->eval();
   torch::NoGradGuard no_grad;
-  const shard::FullParameters whole = whole_parameters();  // fsdp: ranks may run different numbers of batches
+  const shard::FullParameters whole =
+      strategy->whole_parameters();  // fsdp: ranks may run different numbers of batches
   val_loader_->start(val_plan(e));
   int64_t i = 0;
   while (const data::detail::AnyBatch batch = on_device(*val_loader_, val_loader_->next_any())) {
@@ -524,9 +500,11 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
 EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training,
                                         const Validation& validation) {
   flush_graph_logs();
-  const detail::RankEpoch mine{module->logged_.samples, validation.samples, training.seconds,
-                               validation.seconds,      peak_rss_mb(),      model_state_mb(),
-                               peak_device_mb(device_)};
+  const detail::RankEpoch mine{
+      module->logged_.samples, validation.samples,
+      training.seconds,        validation.seconds,
+      peak_rss_mb(),           static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
+      peak_device_mb(device_)};
   const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
   EpochMetrics m;
   m.epoch = e;
@@ -602,7 +580,7 @@ TrainerResult Trainer::Run::finish() {
   }
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
-    const shard::FullParameters whole = whole_parameters();
+    const shard::FullParameters whole = strategy->whole_parameters();
     result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
     result_.safetensors_path = (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string();
     if (is_main_) {
@@ -620,7 +598,7 @@ TrainerResult Trainer::Run::finish() {
   }
   // bfloat16 parameters under zero1/zero2: the model the run leaves holds the float32 master weights, as
   // after ddp (the optimizer keeping them goes with the run).
-  if (shard::ZeroOptimizer* master = master_optimizer()) master->gather_all();
+  if (shard::ZeroOptimizer* master = strategy->master_optimizer()) master->gather_all();
   if (owned_group) owned_group->shutdown();
   char summary[128];
   std::snprintf(summary, sizeof summary, "%lld optimizer step(s), %d rank(s), %.1f s",
@@ -632,37 +610,6 @@ TrainerResult Trainer::Run::finish() {
 void Trainer::Run::log_scalars(const std::vector<std::pair<std::string, double>>& scalars,
                                int64_t step) const {
   for (const auto& logger : loggers) logger->log_metrics(scalars, step);
-}
-
-ddp::GradientSync& Trainer::Run::gradient_sync() {
-  return fsdp ? static_cast<ddp::GradientSync&>(fsdp->reducer()) : ddp->gradient_sync();
-}
-
-shard::FullParameters Trainer::Run::whole_parameters() const {
-  std::vector<shard::ShardedParameters*> models;
-  if (fsdp) models.push_back(fsdp.get());
-  if (shard::ZeroOptimizer* master = master_optimizer()) models.push_back(master);
-  return shard::FullParameters(models);
-}
-
-shard::ZeroOptimizer* Trainer::Run::master_optimizer() const {
-  auto* zero = dynamic_cast<shard::ZeroOptimizer*>(optim.optimizer.get());
-  return zero != nullptr && zero->param_dtype() ? zero : nullptr;
-}
-
-double Trainer::Run::model_state_mb() const {
-  int64_t bytes = 0;
-  if (fsdp) {
-    bytes += static_cast<int64_t>(fsdp->shard_bytes() + fsdp->reducer().bucket_bytes());
-  } else {
-    bytes += static_cast<int64_t>(ddp->gradient_sync().bucket_bytes());
-    // zero1 under bf16-mixed: .grad (bfloat16) beside the float32 buckets, not a view of them.
-    const int64_t copies = master_optimizer() != nullptr && sharded == nullptr ? 2 : 1;
-    for (const auto& p : module->parameters()) bytes += static_cast<int64_t>(p.nbytes()) * copies;
-  }
-  const auto* zero = dynamic_cast<const shard::ZeroOptimizer*>(optim.optimizer.get());
-  bytes += zero ? zero->state_bytes() : shard::optimizer_state_bytes(*optim.optimizer);
-  return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 
 // Rank 0 speaks; the others are silent.

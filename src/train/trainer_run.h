@@ -13,12 +13,12 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/log/logger.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
-#include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/cuda_graph.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/progress_bar.h"
 #include "lockstep/train/step_breakdown.h"
+#include "lockstep/train/strategy/strategy.h"
 #include "lockstep/train/trainer.h"
 
 namespace lockstep::train {
@@ -60,10 +60,11 @@ struct Trainer::Run {
   std::optional<comm::ProcessGroup> owned_group;
   comm::ProcessGroup* group = nullptr;
   std::shared_ptr<TrainModuleBase> module;
-  std::unique_ptr<Ddp> ddp;                               // ddp, zero1, zero2
-  std::unique_ptr<shard::FullyShardedDataParallel> fsdp;  // fsdp
-  shard::ShardedReducer* sharded = nullptr;  // zero2, fsdp: the gradient sync holding the chunk gradients
-  OptimizerConfig optim;
+  std::unique_ptr<Strategy> strategy;                     // what wraps the model and the optimizer
+  std::shared_ptr<Ddp> ddp;                               // ddp, zero1, zero2
+  std::shared_ptr<shard::FullyShardedDataParallel> fsdp;  // fsdp
+  OptimizerConfig optim;  // configure_optimizers(): its schedule (its optimizer is moved to `optimizer`)
+  std::shared_ptr<torch::optim::Optimizer> optimizer;  // as the strategy steps it
   GradScaler scaler;
   std::unique_ptr<MetricsWriter> metrics_writer;
   std::vector<std::unique_ptr<log::Logger>> loggers;  // rank 0's (options.logger()), in one run directory
@@ -81,19 +82,10 @@ struct Trainer::Run {
   /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
   void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;
 
-  /// What synchronises the gradients (ddp's reducer, or FSDP's).
-  ddp::GradientSync& gradient_sync();
   /// What replays of the CUDA graph step logged since the last call, added to module->logged_ (a read of
   /// the device: at epoch ends and checkpoints). Throws, as train_batch does, when the loss summed there
   /// is not finite. Nothing without a graph.
   void flush_graph_logs();
-  /// With fsdp, every parameter whole for the scope, and under bf16 zero1/zero2 the float32 masters in the
-  /// parameters (a collective: every rank; shard::FullParameters), then released again, keeping what was
-  /// loaded into them. Otherwise nothing.
-  shard::FullParameters whole_parameters() const;
-  /// The zero1/zero2 optimizer stepping float32 masters of bfloat16 parameters (bf16-mixed, a model without
-  /// a BatchNorm); null otherwise.
-  shard::ZeroOptimizer* master_optimizer() const;
 
  private:
   /// What one epoch's training part did on this rank.
@@ -164,8 +156,6 @@ struct Trainer::Run {
   bool report_cut_short(int64_t epoch, const EpochTraining& training);
   TrainerResult finish();
   void print_line(const std::string& line) const;
-  /// This rank's parameters, gradient buckets and optimizer state tensors, MiB (EpochMetrics).
-  double model_state_mb() const;
 
   const Clock::time_point started_ = Clock::now();
   bool is_main_ = false;

@@ -247,7 +247,7 @@ TEST(AccelerateFlags, RefusedFlagsNameTheFlagTheReasonAndLocksteps) {
       {{"--use_fsdp", "t.py"},
        "--use_fsdp is not supported by lockstep launch: lockstep launch does not "
        "configure FSDP for the program: the program chooses it, "
-       "AcceleratorOptions().strategy(Strategy::kFsdp)"},
+       "AcceleratorOptions().strategy(FsdpStrategy())"},
       {{"--use-fsdp", "t.py"}, "--use_fsdp is not supported"},
       {{"--fsdp_version", "2", "t.py"}, "lockstep fit --strategy fsdp"},
       {{"--use_deepspeed", "t.py"},

@@ -39,19 +39,20 @@ PY
 # expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
 . "$(dirname "$0")/e2e_lib.sh"
 
-# trains_like_ddp STRATEGY WHOLE CHUNK [FLAG...]: with accumulation (no_sync) and clipping by the global norm,
+# trains_like_ddp STRATEGY WHOLE CHUNK [FLAG...] (flags of the strategy run only): with accumulation (no_sync) and clipping by the global norm,
 # --strategy STRATEGY trains ddp's weights on 2 and 3 ranks (runs in $work/ddpN and $work/STRATEGYN), and
 # its model_state_mb on 2 ranks (MLP 784-256-128-10, Adam) is WHOLE bytes a parameter plus CHUNK bytes for
 # each element of its chunks, ceil(n / 2) of each parameter (ddp: 16 bytes a parameter). Defines run().
 trains_like_ddp() {
   local strategy=$1 whole=$2 chunk=$3
   shift 3
+  local own=("$@")
   common=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8
-          --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5 "$@")
+          --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5)
   run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
   for world in 2 3; do
     run --devices $world --max-epochs 2 --ckpt-dir "$work/ddp$world" --metrics-file "$work/ddp$world.jsonl"
-    run --devices $world --max-epochs 2 --ckpt-dir "$work/$strategy$world" --strategy "$strategy" \
+    run --devices $world --max-epochs 2 --ckpt-dir "$work/$strategy$world" --strategy "$strategy" "${own[@]}" \
       --metrics-file "$work/$strategy$world.jsonl"
     "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/$strategy$world/final.safetensors" \
       "$work/ddp$world/final.safetensors" || fail "$strategy trained other weights than ddp on $world ranks"
@@ -366,8 +367,9 @@ zero_bf16)
   done
   run --max-epochs 2 --ckpt-dir "$work/ddp_acc" --accumulate-grad-batches 2
   for strategy in zero1 zero2 fsdp; do
-    run --max-epochs 2 --ckpt-dir "$work/${strategy}_acc" --accumulate-grad-batches 2 --strategy $strategy \
-      --fsdp-min-unit-params 1000
+    own=()  # fsdp's own option (an option of another strategy's is refused)
+    [ "$strategy" = fsdp ] && own=(--fsdp-min-unit-params 1000)
+    run --max-epochs 2 --ckpt-dir "$work/${strategy}_acc" --accumulate-grad-batches 2 --strategy $strategy "${own[@]}"
     same "$work/${strategy}_acc/final.safetensors" "$work/ddp_acc/final.safetensors" \
       "bf16-mixed $strategy with accumulation trained other weights than ddp"
   done

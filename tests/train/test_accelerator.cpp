@@ -111,7 +111,7 @@ std::vector<at::Tensor> reference_params(const std::shared_ptr<const data::Tenso
 // `world` ranks with the Accelerator (batch per rank, accumulation `steps`); each rank's final parameters.
 std::vector<std::vector<at::Tensor>> accelerate_params(
     const std::shared_ptr<const data::TensorDataset>& dataset, Opt opt, int world, int64_t batch,
-    int64_t steps, int epochs, Strategy strategy = Strategy::kDdp) {
+    int64_t steps, int epochs, StrategyKind strategy = StrategyKind::kDdp) {
   std::vector<std::vector<at::Tensor>> result(world);
   auto store = new_store();
   expect_all_ok(run_ranks(world, [&](int rank) {
@@ -137,7 +137,7 @@ std::vector<std::vector<at::Tensor>> accelerate_params(
   return result;
 }
 
-void expect_accumulation_exact(Opt opt, int64_t samples, Strategy strategy = Strategy::kDdp) {
+void expect_accumulation_exact(Opt opt, int64_t samples, StrategyKind strategy = StrategyKind::kDdp) {
   const auto dataset = make_dataset(samples);
   const int64_t b = 4;
   const auto want = reference_params(dataset, opt, /*batch=*/4 * b, /*epochs=*/2);
@@ -199,23 +199,23 @@ TEST(Accelerator, SyncStepsFollowGroupsAndPassEnds) {
 
 // strategy zero1: the optimizer's state sharded over the ranks, the same steps as one process.
 TEST(Accelerator, Zero1AccumulationEqualsOneProcessOnTheGlobalBatch) {
-  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kZero1);
-  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero1);
+  expect_accumulation_exact(Opt::kAdam, 64, StrategyKind::kZero1);
+  expect_accumulation_exact(Opt::kSgd, 64, StrategyKind::kZero1);
 }
 
 // strategy zero2: the gradients reduce-scattered during backward as well; accumulation keeps the full ones
 // until the sync step, and clip_grad_norm_ clips the shards by the global norm (compared with one process
 // clipping the whole gradients in the Trainer's tests: here only that it is the same on every rank).
 TEST(Accelerator, Zero2AccumulationEqualsOneProcessOnTheGlobalBatch) {
-  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kZero2);
-  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kZero2);
+  expect_accumulation_exact(Opt::kAdam, 64, StrategyKind::kZero2);
+  expect_accumulation_exact(Opt::kSgd, 64, StrategyKind::kZero2);
 }
 
 // strategy fsdp: the parameters sharded too. Net is not Staged: it runs as one stage, one unit (sharded
 // between steps, gathered whole around forward and backward); the same steps as one process.
 TEST(Accelerator, FsdpAccumulationEqualsOneProcessOnTheGlobalBatch) {
-  expect_accumulation_exact(Opt::kAdam, 64, Strategy::kFsdp);
-  expect_accumulation_exact(Opt::kSgd, 64, Strategy::kFsdp);
+  expect_accumulation_exact(Opt::kAdam, 64, StrategyKind::kFsdp);
+  expect_accumulation_exact(Opt::kSgd, 64, StrategyKind::kFsdp);
 }
 
 // A Staged model (lockstep's Mlp) under fsdp: units of its stages (min_unit_params 100: one per layer), at
@@ -225,7 +225,9 @@ TEST(Accelerator, FsdpAccumulationEqualsOneProcessOnTheGlobalBatch) {
 // (bfloat16 parameters over float32 master chunks).
 TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
   const auto dataset = make_dataset(72);
-  const auto train = [&](int world, Strategy strategy, Precision precision, int64_t accumulation) {
+  const auto train = [&](int world, StrategyKind kind, Precision precision, int64_t accumulation) {
+    StrategyOptions strategy(kind);
+    if (kind == StrategyKind::kFsdp) strategy.min_unit_params(100);
     std::vector<std::vector<at::Tensor>> result(world);
     auto store = new_store();
     expect_all_ok(run_ranks(world, [&](int rank) {
@@ -234,8 +236,7 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
                                          .gradient_accumulation_steps(accumulation)
                                          .seed(kShuffleSeed)
                                          .strategy(strategy)
-                                         .mixed_precision(precision)
-                                         .fsdp(shard::FsdpOptions().min_unit_params(100)));
+                                         .mixed_precision(precision));
       models::Mlp mlp = [&] {
         const auto generator = lockstep::testing::lock_default_generator(rank == 0 ? 5 : 50 + rank);
         return models::Mlp(models::MlpOptions().in_features(16).hidden({24, 12}).num_classes(4).dropout(0.0));
@@ -260,9 +261,8 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
           EXPECT_EQ(p.scalar_type(), precision == Precision::kBf16Mixed ? at::kBFloat16 : at::kFloat);
         }
       }
-      if (strategy != Strategy::kDdp && precision == Precision::kBf16Mixed) {
-        for (const auto& p : mlp->parameters())
-          EXPECT_EQ(p.scalar_type(), at::kBFloat16) << to_string(strategy);
+      if (kind != StrategyKind::kDdp && precision == Precision::kBf16Mixed) {
+        for (const auto& p : mlp->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << to_string(kind);
       }
       const FullParameters whole = accelerator.full_parameters();
       for (const auto& p : mlp->parameters()) result[rank].push_back(p.detach().clone());
@@ -271,20 +271,20 @@ TEST(Accelerator, FsdpShardsAStagedModelInUnitsAndTrainsAsDdp) {
     return result;
   };
   for (const int world : {1, 2, 3}) {
-    const auto want = train(world, Strategy::kDdp, Precision::k32, 2);
-    const auto got = train(world, Strategy::kFsdp, Precision::k32, 2);
+    const auto want = train(world, StrategyKind::kDdp, Precision::k32, 2);
+    const auto got = train(world, StrategyKind::kFsdp, Precision::k32, 2);
     for (int rank = 0; rank < world; ++rank) {
       ASSERT_EQ(got[rank].size(), want[0].size());
       EXPECT_LE(max_difference(got[rank], want[0]), 1e-5) << "world " << world << ", rank " << rank;
     }
   }
   // With accumulation: the bfloat16 gradients of the micro-batches sum in float32, as ddp's .grad does.
-  const auto bf16_ddp = train(2, Strategy::kDdp, Precision::kBf16Mixed, 2);
-  const auto bf16 = train(2, Strategy::kFsdp, Precision::kBf16Mixed, 2);
+  const auto bf16_ddp = train(2, StrategyKind::kDdp, Precision::kBf16Mixed, 2);
+  const auto bf16 = train(2, StrategyKind::kFsdp, Precision::kBf16Mixed, 2);
   EXPECT_EQ(bf16[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
   EXPECT_LE(max_difference(bf16[0], bf16_ddp[0]), 1e-4)
       << "bf16: fsdp's bfloat16 parameters against autocast";
-  for (const Strategy strategy : {Strategy::kZero1, Strategy::kZero2}) {
+  for (const StrategyKind strategy : {StrategyKind::kZero1, StrategyKind::kZero2}) {
     const auto zero = train(2, strategy, Precision::kBf16Mixed, 2);
     EXPECT_EQ(zero[0].front().scalar_type(), at::kFloat) << "full_parameters() must give the float32 masters";
     EXPECT_LE(max_difference(zero[0], bf16_ddp[0]), 1e-4)
@@ -305,7 +305,8 @@ TEST(Accelerator, FsdpFullParameterScopesNest) {
   expect_all_ok(run_ranks(2, [&](int rank) {
     auto group = make_group(rank, 2, store);
     Accelerator accelerator(
-        group, AcceleratorOptions().strategy(Strategy::kFsdp).mixed_precision(Precision::kBf16Mixed).seed(1));
+        group,
+        AcceleratorOptions().strategy(StrategyKind::kFsdp).mixed_precision(Precision::kBf16Mixed).seed(1));
     auto net = make_net(4);
     auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::Adam(net->parameters(), 0.01),
                                                           DataLoaderSpec(dataset, data::LoaderOptions(4)));
@@ -366,14 +367,54 @@ TEST(Accelerator, AModelReturningATupleRuns) {
   }));
 }
 
+// A layer the loss does not use: refused with the Accelerator's own option in the advice (not DDP's, not
+// the Trainer's, no C++ stack trace); with that option it trains, and the unused layer keeps its weights.
+TEST(Accelerator, AnUnusedParameterNeedsTheDdpStrategysOptionAndTheErrorNamesIt) {
+  const auto dataset = make_dataset(16);
+  for (const bool find_unused : {false, true}) {
+    auto store = new_store();
+    std::vector<std::vector<at::Tensor>> fc2(2);
+    const auto outcomes = run_ranks(2, [&](int rank) {
+      auto group = make_group(rank, 2, store);
+      Accelerator accelerator(
+          group, AcceleratorOptions().strategy(DdpStrategy().find_unused_parameters(find_unused)));
+      auto net = make_net(3);
+      const std::vector<at::Tensor> before = {net->fc2->weight.detach().clone()};
+      auto [model, optimizer, loader] = accelerator.prepare(net, torch::optim::SGD(net->parameters(), 0.1),
+                                                            DataLoaderSpec(dataset, data::LoaderOptions(4)));
+      for (auto& batch : loader) {
+        accelerator.backward(net->fc1(batch.data.to(at::kFloat).flatten(1)).pow(2).mean());  // fc2 unused
+        optimizer.step();
+        optimizer.zero_grad();
+      }
+      fc2[rank] = {net->fc2->weight.detach().clone()};
+      EXPECT_EQ(max_difference(fc2[rank], before), 0.0);
+      group.shutdown();
+    });
+    for (const auto& outcome : outcomes) {
+      if (find_unused) {
+        EXPECT_TRUE(outcome.ok) << outcome.error;
+        continue;
+      }
+      ASSERT_FALSE(outcome.ok) << "a parameter without a gradient was accepted";
+      EXPECT_NE(outcome.error.find("fc2.weight"), std::string::npos) << outcome.error;
+      EXPECT_NE(
+          outcome.error.find("AcceleratorOptions().strategy(DdpStrategy().find_unused_parameters(true))"),
+          std::string::npos)
+          << outcome.error;
+      EXPECT_EQ(outcome.error.find("Exception raised from"), std::string::npos) << outcome.error;
+    }
+  }
+}
+
 TEST(Accelerator, Zero2NeedsTheModelBeforeItsOptimizerAndNoFp16) {
   EXPECT_THROW(
-      AcceleratorOptions().strategy(Strategy::kZero2).mixed_precision(Precision::k16Mixed).validate(),
+      AcceleratorOptions().strategy(StrategyKind::kZero2).mixed_precision(Precision::k16Mixed).validate(),
       std::invalid_argument);
   auto store = new_store();
   expect_all_ok(run_ranks(1, [&](int rank) {
     auto group = make_group(rank, 1, store);
-    Accelerator accelerator(group, AcceleratorOptions().strategy(Strategy::kZero2));
+    Accelerator accelerator(group, AcceleratorOptions().strategy(StrategyKind::kZero2));
     auto net = make_net(1);
     try {
       accelerator.prepare(torch::optim::Adam(net->parameters(), 0.01));
@@ -386,7 +427,7 @@ TEST(Accelerator, Zero2NeedsTheModelBeforeItsOptimizerAndNoFp16) {
   }));
 }
 
-void expect_save_then_load_continues(Strategy strategy) {
+void expect_save_then_load_continues(StrategyKind strategy) {
   const auto dataset = make_dataset(48);
   const auto dir =
       std::filesystem::temp_directory_path() / ("lockstep_accelerator_state_" + std::to_string(::getpid()));
@@ -422,7 +463,7 @@ void expect_save_then_load_continues(Strategy strategy) {
   int shards = 0;  // a sharded optimizer: one file per rank beside the state, nothing gathered
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     shards += entry.path().filename().string().rfind("optimizer_0.step-", 0) == 0;
-  EXPECT_EQ(shards, strategy == Strategy::kDdp ? 0 : world);
+  EXPECT_EQ(shards, strategy == StrategyKind::kDdp ? 0 : world);
   {
     auto store = new_store();
     expect_all_ok(run_ranks(world, [&](int rank) {
@@ -452,10 +493,10 @@ void expect_save_then_load_continues(Strategy strategy) {
 }
 
 TEST(Accelerator, SaveStateThenLoadStateContinuesBitIdentically) {
-  expect_save_then_load_continues(Strategy::kDdp);
-  expect_save_then_load_continues(Strategy::kZero1);  // each rank's shard of the state
-  expect_save_then_load_continues(Strategy::kZero2);
-  expect_save_then_load_continues(Strategy::kFsdp);  // the model saved whole, the optimizer as shards
+  expect_save_then_load_continues(StrategyKind::kDdp);
+  expect_save_then_load_continues(StrategyKind::kZero1);  // each rank's shard of the state
+  expect_save_then_load_continues(StrategyKind::kZero2);
+  expect_save_then_load_continues(StrategyKind::kFsdp);  // the model saved whole, the optimizer as shards
 }
 
 template <typename Exception, typename F>
@@ -674,10 +715,10 @@ TEST(AcceleratorLaunchEnvironment, BadValuesNameTheVariableAndWhatIsAccepted) {
 
 TEST(AcceleratorLaunchEnvironment, AnOptionConflictFromTheLauncherNamesItsVariable) {
   const auto message = error_of<std::invalid_argument>([] {
-    resolve_launch_environment(AcceleratorOptions().strategy(Strategy::kZero2),
+    resolve_launch_environment(AcceleratorOptions().strategy(StrategyKind::kZero2),
                                lookup_of({{"ACCELERATE_MIXED_PRECISION", "fp16"}}));
   });
-  EXPECT_NE(message.find("strategy zero2 does not support mixed_precision fp16"), std::string::npos)
+  EXPECT_NE(message.find("strategy 'zero2' does not support mixed_precision '16-mixed'"), std::string::npos)
       << message;
   EXPECT_NE(message.find("(set by the launcher: ACCELERATE_MIXED_PRECISION='fp16')"), std::string::npos)
       << message;

@@ -29,6 +29,16 @@ std::string error_of(AcceleratorKind kind, int local_rank, int local_world, int 
   return "";
 }
 
+template <typename F>
+std::string error_of(F&& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(DeviceChoice, ParsesLightningsSpellings) {
   EXPECT_EQ(parse_accelerator("auto"), AcceleratorKind::kAuto);
   EXPECT_EQ(parse_accelerator("cpu"), AcceleratorKind::kCpu);
@@ -138,15 +148,68 @@ TEST(DeviceChoice, TrainerOptionsRefuseWhatTheCpuCannotRun) {
 
 TEST(Strategy, ParsesLightningsNames) {
   using lockstep::train::parse_strategy;
-  using lockstep::train::Strategy;
-  EXPECT_EQ(parse_strategy("ddp"), Strategy::kDdp);
-  EXPECT_EQ(parse_strategy("zero1"), Strategy::kZero1);
-  EXPECT_STREQ(to_string(Strategy::kZero1), "zero1");
-  EXPECT_EQ(parse_strategy("zero2"), Strategy::kZero2);
-  EXPECT_STREQ(to_string(Strategy::kZero2), "zero2");
-  EXPECT_EQ(parse_strategy("fsdp"), Strategy::kFsdp);
-  EXPECT_STREQ(to_string(Strategy::kFsdp), "fsdp");
-  EXPECT_THROW(parse_strategy("deepspeed"), std::invalid_argument);
+  using lockstep::train::StrategyKind;
+  EXPECT_EQ(parse_strategy("ddp").kind(), StrategyKind::kDdp);
+  EXPECT_EQ(parse_strategy("auto").kind(), StrategyKind::kDdp);
+  EXPECT_EQ(parse_strategy("zero1").kind(), StrategyKind::kZero1);
+  EXPECT_STREQ(to_string(StrategyKind::kZero1), "zero1");
+  EXPECT_EQ(parse_strategy("zero2").kind(), StrategyKind::kZero2);
+  EXPECT_STREQ(to_string(StrategyKind::kZero2), "zero2");
+  EXPECT_EQ(parse_strategy("fsdp").kind(), StrategyKind::kFsdp);
+  EXPECT_STREQ(to_string(StrategyKind::kFsdp), "fsdp");
+  // Lightning's strings with the same semantics.
+  const auto unused = parse_strategy("ddp_find_unused_parameters_true");
+  EXPECT_EQ(unused.kind(), StrategyKind::kDdp);
+  EXPECT_TRUE(unused.find_unused_parameters());
+  EXPECT_EQ(unused.name(), "ddp_find_unused_parameters_true");
+  EXPECT_FALSE(parse_strategy("ddp_find_unused_parameters_false").find_unused_parameters());
+  EXPECT_EQ(parse_strategy("deepspeed_stage_1").kind(), StrategyKind::kZero1);
+  EXPECT_EQ(parse_strategy("deepspeed_stage_2").kind(), StrategyKind::kZero2);
+  // Refused with what to use instead; unknown ones list the accepted names.
+  EXPECT_NE(error_of([] { parse_strategy("deepspeed_stage_3"); }).find("fsdp"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_strategy("ddp_spawn"); }).find("use ddp"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_strategy("deepspeed"); }).find("deepspeed_stage_1"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_strategy("ddpp"); }).find("expected one of: ddp, zero1"), std::string::npos);
+}
+
+TEST(Strategy, RefusesOptionsOfAnotherStrategyAndPrecisionsItCannotRun) {
+  using lockstep::train::DdpStrategy;
+  using lockstep::train::FsdpStrategy;
+  using lockstep::train::Precision;
+  using lockstep::train::Zero2Strategy;
+  EXPECT_NO_THROW(
+      DdpStrategy().find_unused_parameters(true).bucket_cap_mb(4).validate(Precision::k32, "precision"));
+  EXPECT_NO_THROW(FsdpStrategy().min_unit_params(10).validate(Precision::kBf16Mixed, "precision"));
+  EXPECT_NE(error_of([] {
+              FsdpStrategy().bucket_cap_mb(4).validate(Precision::k32, "precision");
+            }).find("strategy 'fsdp' has no option bucket_cap_mb"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              DdpStrategy().min_unit_params(10).validate(Precision::k32, "precision");
+            }).find("has no option min_unit_params (it applies to fsdp)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              Zero2Strategy().find_unused_parameters(true).validate(Precision::k32, "precision");
+            }).find("needs every trainable parameter used in every step"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              Zero2Strategy().validate(Precision::k16Mixed, "precision");
+            }).find("strategy 'zero2' does not support precision '16-mixed' yet"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              DdpStrategy().bucket_cap_mb(0).validate(Precision::k32, "precision");
+            }).find("bucket_cap_mb must be a number of MiB > 0"),
+            std::string::npos);
+}
+
+// The one rule the Trainer and the Accelerator share: GPUs are shared only over a backend that moves CUDA
+// tensors through the host.
+TEST(Strategy, RanksShareAGpuOnlyOverGloo) {
+  using lockstep::comm::Backend;
+  using lockstep::train::ranks_may_share_gpu;
+  EXPECT_TRUE(ranks_may_share_gpu(Backend::kGloo));
+  for (const Backend backend : {Backend::kAuto, Backend::kNccl, Backend::kShm, Backend::kHier, Backend::kMpi})
+    EXPECT_FALSE(ranks_may_share_gpu(backend)) << to_string(backend);
 }
 
 }  // namespace

@@ -305,14 +305,14 @@ TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
 }
 
 TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
-  EXPECT_FALSE(parse({}).config.trainer.bucket_cap_mb().has_value());  // auto: DdpOptions' default
+  EXPECT_FALSE(parse({}).config.trainer.strategy().bucket_cap_mb().has_value());  // auto: DdpOptions' default
   const Parsed automatic = parse({"--bucket-cap-mb", "auto"});
   ASSERT_EQ(automatic.status, -1) << automatic.error;
-  EXPECT_FALSE(automatic.config.trainer.bucket_cap_mb().has_value());
+  EXPECT_FALSE(automatic.config.trainer.strategy().bucket_cap_mb().has_value());
   const Parsed p = parse({"--bucket-cap-mb", "4"});
   ASSERT_EQ(p.status, -1) << p.error;
-  ASSERT_TRUE(p.config.trainer.bucket_cap_mb().has_value());
-  EXPECT_DOUBLE_EQ(*p.config.trainer.bucket_cap_mb(), 4.0);
+  ASSERT_TRUE(p.config.trainer.strategy().bucket_cap_mb().has_value());
+  EXPECT_DOUBLE_EQ(*p.config.trainer.strategy().bucket_cap_mb(), 4.0);
   for (const char* value : {"0", "-1", "nan", "inf", "4MB", "", "Auto"}) {
     const Parsed bad = parse({"--bucket-cap-mb", value});
     EXPECT_EQ(bad.status, 2) << value;

@@ -21,6 +21,7 @@
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/epoch_metrics.h"
+#include "lockstep/train/error_message.h"
 #include "lockstep/train/file_checksum.h"
 #include "lockstep/train/fit_config.h"
 #include "lockstep/train/step_breakdown.h"
@@ -61,6 +62,29 @@ std::string read_all(const fs::path& path) {
 }
 
 }  // namespace
+
+// What lockstep fit and export print for an error: a LibTorch error's message without its C++ stack trace,
+// unless LOCKSTEP_DEBUG asks for it; other exceptions as they are.
+TEST(ErrorMessageTest, LibTorchErrorsLoseTheirStackTraceUnlessDebugging) {
+  const auto torch_error = [] {
+    try {
+      TORCH_CHECK(false, "the model's input has 3 channels, expected 1");
+    } catch (const c10::Error& e) {
+      return e;
+    }
+    throw std::logic_error("TORCH_CHECK(false) did not throw");
+  };
+  const c10::Error error = torch_error();
+  ::unsetenv("LOCKSTEP_DEBUG");
+  EXPECT_EQ(lockstep::train::error_message(error), "the model's input has 3 channels, expected 1");
+  ::setenv("LOCKSTEP_DEBUG", "0", 1);
+  EXPECT_EQ(lockstep::train::error_message(error), "the model's input has 3 channels, expected 1");
+  ::setenv("LOCKSTEP_DEBUG", "1", 1);
+  EXPECT_EQ(lockstep::train::error_message(error), std::string(error.what()));
+  ::unsetenv("LOCKSTEP_DEBUG");
+  EXPECT_EQ(lockstep::train::error_message(std::invalid_argument("max_steps must be >= 1, got 0")),
+            "max_steps must be >= 1, got 0");
+}
 
 TEST(FitConfigTest, DefaultsAreValidAndResolve) {
   FitConfig config;

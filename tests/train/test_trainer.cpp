@@ -67,8 +67,9 @@ class Toy : public TrainModule {
     fc->weight.copy_(torch::linspace(-0.5, 0.5, 12).reshape({3, 4}));
     fc->bias.zero_();
   }
-  at::Tensor training_step(const data::Batch& batch, int64_t) override {
+  at::Tensor training_step(const data::Batch& batch, int64_t batch_idx) override {
     at::Tensor loss = torch::nn::functional::cross_entropy(fc(batch.data.flatten(1)), batch.target);
+    if (add_loss) loss = loss + add_loss(batch, batch_idx);
     log("train_loss", loss, LogOptions().sync_dist(true));
     if (extra) extra(*this);
     return change_loss ? change_loss(loss) : loss;
@@ -82,7 +83,8 @@ class Toy : public TrainModule {
   }
   torch::nn::Linear fc;
   std::function<void(Toy&)> extra;
-  std::function<at::Tensor(const at::Tensor&)> change_loss;  ///< what training_step returns instead
+  std::function<at::Tensor(const at::Tensor&)> change_loss;         ///< what training_step returns instead
+  std::function<at::Tensor(const data::Batch&, int64_t)> add_loss;  ///< added to the loss before logging
 };
 
 // A callback made of lambdas.
@@ -168,6 +170,51 @@ TEST(Trainer, RanksMatchOneProcessOnTheGlobalBatch) {
   expect_close(train_toy(2, 3, TrainerOptions(opts).accumulate_grad_batches(2)), one);
   const auto small = train_toy(1, 6, opts);
   EXPECT_FALSE(torch::allclose(small[0], one[0], 1e-5, 1e-6)) << "a smaller global batch trained the same";
+}
+
+// A spare head used by every other batch only, as a new user writes one: with the DDP strategy's
+// find_unused_parameters the Trainer trains it on 1, 2 and 3 ranks exactly as one process does on the
+// global batch (a parameter unused on every rank keeps its gradient, as without DDP); without the option the
+// error names the Trainer's option, not DDP's, and carries no C++ stack trace.
+void add_spare_head(Toy& toy, int /*rank*/) {
+  auto spare = toy.register_module("spare", torch::nn::Linear(4, 3));
+  {
+    torch::NoGradGuard no_grad;
+    spare->weight.copy_(torch::linspace(0.3, -0.3, 12).reshape({3, 4}));
+    spare->bias.zero_();
+  }
+  toy.add_loss = [spare](const data::Batch& batch, int64_t batch_idx) mutable {
+    if (batch_idx % 2 == 1) return at::zeros({}, batch.data.options().dtype(at::kFloat));
+    return torch::nn::functional::cross_entropy(spare->forward(batch.data.flatten(1)), batch.target);
+  };
+}
+
+TEST(Trainer, AParameterUnusedInSomeStepsTrainsWithTheDdpStrategysOption) {
+  const auto opts =
+      TrainerOptions().max_epochs(2).seed(5).strategy(DdpStrategy().find_unused_parameters(true));
+  const auto one = train_toy(1, 12, opts, nullptr, add_spare_head);
+  ASSERT_EQ(one.size(), 4u);  // fc and spare
+  EXPECT_FALSE(torch::allclose(one[2], torch::linspace(0.3, -0.3, 12).reshape({3, 4})))
+      << "the spare head was not trained";
+  expect_close(train_toy(2, 6, opts, nullptr, add_spare_head), one);
+  expect_close(train_toy(3, 4, opts, nullptr, add_spare_head), one);
+  // Lightning's string gives the same.
+  expect_close(
+      train_toy(2, 6, TrainerOptions(opts).strategy(parse_strategy("ddp_find_unused_parameters_true")),
+                nullptr, add_spare_head),
+      one);
+
+  std::vector<std::string> errors;
+  train_toy(2, 6, TrainerOptions().max_epochs(1).seed(5), nullptr, add_spare_head, &errors);
+  for (const std::string& error : errors) {
+    EXPECT_NE(error.find("spare.weight"), std::string::npos) << error;
+    EXPECT_NE(error.find("TrainerOptions().strategy(DdpStrategy().find_unused_parameters(true))"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("--strategy ddp_find_unused_parameters_true"), std::string::npos) << error;
+    EXPECT_EQ(error.find("DdpOptions()"), std::string::npos) << error;
+    EXPECT_EQ(error.find("Exception raised from"), std::string::npos) << error;
+  }
 }
 
 // gradient_clip_val: the step's gradients (all-reduced first, so the same on every rank) are scaled to

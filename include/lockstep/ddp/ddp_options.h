@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "lockstep/ddp/comm_hook.h"
 #include "lockstep/ddp/gradient_sync.h"
@@ -29,6 +30,9 @@ class DdpOptions {
   /// Let parameters go without a gradient in an iteration (instead of failing), as PyTorch does: one
   /// used on some rank is averaged, one used on none keeps its .grad untouched (reducer.h).
   LOCKSTEP_OPTION(DdpOptions, bool, find_unused_parameters)
+  /// How the error for a parameter without a gradient tells the user to set find_unused_parameters: the
+  /// option of the API they are in (the Trainer's strategy, the Accelerator's). Default: this class's.
+  LOCKSTEP_OPTION(DdpOptions, std::string, unused_parameters_advice)
   /// Make each .grad a view into its bucket: no copy in or out, no extra gradient memory.
   LOCKSTEP_OPTION(DdpOptions, bool, gradient_as_bucket_view)
   /// Verify at construction that every rank has the same parameters (names, shapes, dtypes).
@@ -47,6 +51,7 @@ class DdpOptions {
   double first_bucket_cap_mb_ = 1.0;
   bool broadcast_buffers_ = true;
   bool find_unused_parameters_ = false;
+  std::string unused_parameters_advice_ = "construct DDP with DdpOptions().find_unused_parameters(true)";
   bool gradient_as_bucket_view_ = false;
   bool check_model_consistency_ = true;
   std::shared_ptr<CommHook> comm_hook_;

@@ -35,6 +35,7 @@
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
+#include "lockstep/train/strategy/strategy.h"
 #include "lockstep/train/trainer_options.h"
 
 namespace lockstep::train {
@@ -71,19 +72,15 @@ class AcceleratorOptions {
   /// Where to train, as the Trainer's option (device_choice.h): kAuto (the default) is gpu when LibTorch
   /// sees one, one device per local rank.
   LOCKSTEP_OPTION(AcceleratorOptions, AcceleratorKind, accelerator)
-  /// ddp (the default), zero1, zero2 or fsdp: prepare_optimizer then shards the optimizer's state over the
-  /// ranks (shard::ZeroOptimizer; step the prepared optimizer, not the one given); zero2 also
-  /// reduce-scatters the gradients (shard::ShardedReducer: prepare the one model before its optimizer;
-  /// clip_grad_norm_ clips the shards by the global 2-norm; not with fp16); fsdp shards the parameters too
-  /// (shard::FullyShardedDataParallel, options fsdp(); see prepare_model and full_parameters). save_state
-  /// writes each rank's shard of a sharded optimizer's state.
-  LOCKSTEP_OPTION(AcceleratorOptions, Strategy, strategy)
-  /// How prepare(model) shards a model under strategy fsdp: units (min_unit_params, unit_starts), prefetch.
-  /// With mixed_precision bf16 its param_dtype is bfloat16 (float32 master shards) unless set here.
-  LOCKSTEP_OPTION(AcceleratorOptions, shard::FsdpOptions, fsdp)
-  /// How prepare(model) wraps the model. Default: DdpOptions' defaults with gradient_as_bucket_view on
-  /// (no second copy of the gradients).
-  LOCKSTEP_OPTION(AcceleratorOptions, ddp::DdpOptions, ddp)
+  /// ddp (the default), zero1, zero2 or fsdp, with its options (strategy/strategy_options.h: DdpStrategy()
+  /// .find_unused_parameters(true), FsdpStrategy().min_unit_params(n), ...): prepare_optimizer then shards
+  /// the optimizer's state over the ranks (shard::ZeroOptimizer; step the prepared optimizer, not the one
+  /// given); zero2 also reduce-scatters the gradients (shard::ShardedReducer: prepare the one model before
+  /// its optimizer; clip_grad_norm_ clips the shards by the global 2-norm; not with fp16); fsdp shards the
+  /// parameters too (shard::FullyShardedDataParallel; see prepare_model and full_parameters). save_state
+  /// writes each rank's shard of a sharded optimizer's state. Under fsdp and mixed_precision bf16 the units
+  /// compute in bfloat16 (float32 master shards) unless its param_dtype says otherwise.
+  LOCKSTEP_OPTION(AcceleratorOptions, StrategyOptions, strategy)
   /// The loss scaler used with fp16 (ignored otherwise).
   LOCKSTEP_OPTION(AcceleratorOptions, GradScalerOptions, scaler)
 
@@ -98,9 +95,7 @@ class AcceleratorOptions {
   uint64_t seed_ = 0;
   std::optional<bool> cpu_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
-  Strategy strategy_ = Strategy::kDdp;
-  ddp::DdpOptions ddp_ = ddp::DdpOptions().gradient_as_bucket_view(true);
-  shard::FsdpOptions fsdp_;
+  StrategyOptions strategy_;
   GradScalerOptions scaler_;
 };
 
@@ -206,7 +201,7 @@ T outputs_to_float32(T output) {
 /// FSDP goes first (its destructor uninstalls itself from the stages).
 struct FsdpModel {
   std::shared_ptr<models::SingleStage> single;  // null when the model is Staged
-  std::unique_ptr<shard::FullyShardedDataParallel> fsdp;
+  std::shared_ptr<shard::FullyShardedDataParallel> fsdp;
 };
 }  // namespace detail
 
@@ -469,7 +464,7 @@ class Accelerator {
   /// Wraps `model` (a module holder or a std::shared_ptr to a module): moved to device(), then
   /// DistributedDataParallel over the accelerator's group. Collective. Under fsdp: sharded by
   /// FullyShardedDataParallel instead (one model per Accelerator, prepared before its optimizer): a
-  /// models::Staged model in units of its stages (options().fsdp()), any other as one unit, the whole
+  /// models::Staged model in units of its stages (options().strategy()), any other as one unit, the whole
   /// model, whose forward must then take a tensor first and return one.
   template <typename M>
   PreparedModel<M> prepare_model(M model);
@@ -585,36 +580,16 @@ class Accelerator {
   void on_every_rank(const std::string& dir, const std::string& failure, const std::function<void()>& write);
   std::vector<std::vector<std::string>> save_optimizer_shards(const std::string& dir);
   void load_optimizer_shards(const std::string& dir, size_t i, const std::vector<std::string>& names);
-  void init(int local_rank, int local_world_size, bool share_gpus);
+  void init(int local_rank, int local_world_size, comm::Backend backend);
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;
-  /// DdpOptions for prepare(model): options().ddp(), with ZeRO-2's reducer for strategy zero2.
-  ddp::DdpOptions model_ddp_options() const;
-  /// zero2: the prepared model's reducer (null for other strategies, or before the model is prepared).
-  shard::ShardedReducer* sharded_reducer() const;
-  void register_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& reducer,
-                      std::shared_ptr<void> ddp, shard::FullyShardedDataParallel* fsdp = nullptr);
-  /// strategy fsdp: FSDP over `module` (one stage when it is not Staged), registered.
+  /// strategy fsdp: FSDP over `module` (one stage when it is not Staged).
   std::shared_ptr<detail::FsdpModel> shard_model(const std::shared_ptr<torch::nn::Module>& module);
-  /// Every model's parameters whole while the result lives (fsdp), for save_state and load_state.
-  /// What keeps parameters other than whole and in float32 between steps: FSDP models, a bf16 zero1/zero2
-  /// optimizer (FullParameters makes them whole).
-  std::vector<shard::ShardedParameters*> sharded_parameters() const;
-  /// The zero1/zero2 optimizer stepping float32 masters of bfloat16 parameters (bf16, one prepared model
-  /// without a BatchNorm, its first optimizer); null when there is none.
-  shard::ZeroOptimizer* mixed_precision_optimizer() const;
   bool begin_micro_step();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);
   friend class PreparedOptimizer;
-
-  struct ModelEntry {
-    std::shared_ptr<torch::nn::Module> module;
-    ddp::GradientSync* reducer;
-    std::shared_ptr<void> ddp;                        // keeps the wrapper (and its reducer) alive
-    shard::FullyShardedDataParallel* fsdp = nullptr;  // under fsdp
-  };
 
   AcceleratorOptions options_;  // resolved (resolve_launch_environment)
   // mixed_precision came from ACCELERATE_MIXED_PRECISION, not the program (errors say so).
@@ -626,8 +601,7 @@ class Accelerator {
   c10::Device device_{c10::kCPU};
   GradScaler scaler_;
   std::shared_ptr<detail::GradientState> gradient_state_;
-  std::vector<ModelEntry> models_;
-  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  std::unique_ptr<Strategy> strategy_;  // holds the prepared models and optimizers
   std::vector<std::weak_ptr<detail::PreparedLoaderState>> loaders_;
 };
 
@@ -638,10 +612,10 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
                 "torch::nn::Module subclass");
   std::shared_ptr<torch::nn::Module> module = detail::module_ptr(model);
   move_to_device(*module);
-  if (options_.strategy() == Strategy::kFsdp)
+  if (strategy_->shards_parameters())
     return PreparedModel<M>(std::move(model), nullptr, shard_model(module), precision_, device_.type());
-  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, model_ddp_options());
-  register_model(std::move(module), wrapped->gradient_sync(), wrapped);
+  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, strategy_->ddp_options());
+  strategy_->add_model(std::move(module), wrapped->gradient_sync(), wrapped);
   return PreparedModel<M>(std::move(model), std::move(wrapped), nullptr, precision_, device_.type());
 }
 

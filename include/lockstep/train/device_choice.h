@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "lockstep/comm/backend.h"
+
 namespace lockstep::train {
 
 /// Where training runs (Lightning's `accelerator`). Free of LibTorch, like TrainerOptions.
@@ -31,6 +33,11 @@ struct DeviceChoice {
   bool cuda = false;
   int index = -1;  ///< the CUDA device index when cuda, else -1
 };
+
+/// Whether ranks on one node may train on the same GPU over `backend` (choose_device's `share_gpus`): only
+/// over one that moves CUDA tensors through the host, gloo. nccl refuses two ranks on one device, shm, hier
+/// and mpi move host memory only, and auto picks nccl for CUDA tensors.
+bool ranks_may_share_gpu(comm::Backend backend);
 
 /// What choose_device needs to know about the machine.
 struct VisibleGpus {

@@ -16,6 +16,7 @@
 #include "lockstep/train/callback.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision_mode.h"
+#include "lockstep/train/strategy/strategy_options.h"
 
 namespace lockstep::comm {
 class ProcessGroup;
@@ -32,17 +33,6 @@ enum class OnNan {
 /// "stop" | "skip"; throws std::invalid_argument naming the text and the accepted values.
 OnNan parse_on_nan(const std::string& text);
 const char* to_string(OnNan on_nan);
-
-/// How the model's training state is spread over the ranks (Lightning's `strategy`).
-enum class Strategy {
-  kDdp,    ///< every rank holds parameters, gradients and optimizer state; gradients all-reduced (DDP)
-  kZero1,  ///< DDP, with the optimizer's state sharded over the ranks (shard/zero_optimizer.h): exact
-  kZero2,  ///< zero1, and gradients reduce-scattered during backward (shard/sharded_reducer.h): exact
-  kFsdp,   ///< zero2, and parameters sharded: gathered per unit when used (fully_sharded_data_parallel.h)
-};
-/// "ddp" | "zero1" | "zero2" | "fsdp"; throws std::invalid_argument naming the text and the accepted values.
-Strategy parse_strategy(const std::string& text);
-const char* to_string(Strategy strategy);
 
 /// A run's configuration as name and value text, in order (the loggers' hparams.yaml).
 using Hparams = std::vector<std::pair<std::string, std::string>>;
@@ -64,9 +54,11 @@ class TrainerOptions {
   /// cpu, gpu (one CUDA device per rank: cuda:LOCAL_RANK) or auto (gpu when one is visible); see
   /// device_choice.h.
   LOCKSTEP_OPTION(TrainerOptions, AcceleratorKind, accelerator)
-  /// ddp (the default), zero1, zero2 or fsdp (Strategy). zero2 and fsdp need every trainable parameter
-  /// used in every step, and precision other than 16-mixed; fsdp needs a Staged model (models/staged.h).
-  LOCKSTEP_OPTION(TrainerOptions, Strategy, strategy)
+  /// ddp (the default), zero1, zero2 or fsdp, with its options (strategy/strategy_options.h):
+  /// strategy(DdpStrategy().find_unused_parameters(true)), strategy(FsdpStrategy().min_unit_params(1 << 16)),
+  /// strategy(parse_strategy("deepspeed_stage_2")). zero2 and fsdp need every trainable parameter used in
+  /// every step, and precision other than 16-mixed; fsdp needs a Staged model (models/staged.h).
+  LOCKSTEP_OPTION(TrainerOptions, StrategyOptions, strategy)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
@@ -81,12 +73,6 @@ class TrainerOptions {
   LOCKSTEP_OPTION(TrainerOptions, int64_t, accumulate_grad_batches)
   /// Max global L2 norm of the gradients before each step; 0 = off.
   LOCKSTEP_OPTION(TrainerOptions, double, gradient_clip_val)
-  /// fsdp's auto-wrap (shard::FsdpOptions::min_unit_params): consecutive stages join one unit until it holds
-  /// this many parameters (>= 1).
-  LOCKSTEP_OPTION(TrainerOptions, int64_t, fsdp_min_unit_params)
-  /// Size cap of DDP's gradient buckets in MiB (DdpOptions::bucket_cap_mb; > 0). Unset: DDP's default,
-  /// a 16th of the model's gradients within [1, 25] MiB.
-  LOCKSTEP_OPTION(TrainerOptions, std::optional<double>, bucket_cap_mb)
   /// Precision::k32, kBf16Mixed or k16Mixed (see precision.h).
   LOCKSTEP_OPTION(TrainerOptions, Precision, precision)
   /// Seeds the sampler's shuffle and each rank's generator (dropout): seed + 1000003 x (rank + 1).
@@ -174,7 +160,7 @@ class TrainerOptions {
   std::optional<int> devices_;
   std::optional<int> num_nodes_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
-  Strategy strategy_ = Strategy::kDdp;
+  StrategyOptions strategy_;
   comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;
@@ -183,8 +169,6 @@ class TrainerOptions {
   BatchLimit limit_val_batches_;
   int64_t accumulate_grad_batches_ = 1;
   double gradient_clip_val_ = 0.0;
-  std::optional<double> bucket_cap_mb_;
-  int64_t fsdp_min_unit_params_ = int64_t{1} << 20;
   Precision precision_ = Precision::k32;
   uint64_t seed_ = 0;
   std::string ckpt_dir_;

@@ -1,0 +1,143 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "lockstep/comm/backend.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/ddp/ddp_options.h"
+#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/models/staged.h"
+#include "lockstep/shard/full_parameters.h"
+#include "lockstep/shard/shard_checkpoint.h"
+#include "lockstep/train/device_choice.h"
+#include "lockstep/train/strategy/strategy_options.h"
+
+namespace lockstep::shard {
+class FullyShardedDataParallel;
+class ShardedReducer;
+class ZeroOptimizer;
+}  // namespace lockstep::shard
+
+namespace lockstep::train {
+
+/// This rank's device, for the Trainer and the Accelerator alike: choose_device (device_choice.h) over the
+/// GPUs LibTorch sees, the GPUs shared when `backend` allows it (ranks_may_share_gpu), made current.
+c10::Device rank_device(AcceleratorKind kind, int local_rank, int local_world_size, comm::Backend backend);
+
+/// Whose options the advice in a strategy's errors names.
+enum class StrategyApi {
+  kTrainer,      ///< TrainerOptions().strategy(...), `lockstep fit --strategy`
+  kAccelerator,  ///< AcceleratorOptions().strategy(...)
+};
+
+/*
+ * What a strategy does at run time, for the Trainer and the Accelerator alike (Lightning's Strategy): it
+ * wraps the model (DDP, or FSDP), wraps the optimizer (ZeRO's sharded one, bf16 master chunks), and then
+ * owns what depends on that: which gradient sync a step waits for, clearing sharded gradients, clipping,
+ * the parameters whole for a scope (evaluation, checkpoints), the optimizer's shards in checkpoints, the
+ * model state's size, and what it refuses.
+ *
+ * The caller builds DDP itself (DistributedDataParallel is a template over the user's model type) from
+ * ddp_options() and hands it back with add_model(); under fsdp it calls shard_model() instead. Then
+ * wrap_optimizer() for each optimizer. Collective where noted: every rank calls in the same order.
+ *
+ * One subclass per strategy (src/train/strategy/): a new strategy is a new file there.
+ */
+class Strategy {
+ public:
+  /// The strategy `options` name, for `group` and `precision`. Throws what options.validate() throws.
+  static std::unique_ptr<Strategy> make(const StrategyOptions& options, comm::ProcessGroup& group,
+                                        Precision precision, StrategyApi api);
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  const StrategyOptions& options() const { return options_; }
+  StrategyKind kind() const { return options_.kind(); }
+
+  // ---- the model ----
+  /// Whether models are sharded by shard_model() rather than wrapped in DDP (fsdp).
+  virtual bool shards_parameters() const { return false; }
+  /// The options of the DDP the caller wraps the next model in. Throws std::invalid_argument where the
+  /// strategy takes no more models (zero2: one), std::logic_error under fsdp.
+  virtual ddp::DdpOptions ddp_options() const;
+  /// Records a model the caller wrapped in DDP: its module, its gradient sync, and what keeps both alive.
+  void add_model(std::shared_ptr<torch::nn::Module> module, ddp::GradientSync& sync,
+                 std::shared_ptr<void> keep);
+  /// fsdp: FSDP over `module` (run in the stages of `staged`, or of the one Staged module inside it),
+  /// recorded as a model; `staged_owner` keeps `staged` alive as long as FSDP is. Collective. Throws
+  /// std::invalid_argument for a second model.
+  virtual std::shared_ptr<shard::FullyShardedDataParallel> shard_model(
+      std::shared_ptr<torch::nn::Module> module, models::Staged* staged,
+      std::shared_ptr<void> staged_owner = nullptr);
+  size_t model_count() const { return models_.size(); }
+  /// Model `i`'s module, as given.
+  torch::nn::Module& model(size_t i) const { return *models_.at(i).module; }
+  /// What synchronises model `i`'s gradients (DDP's reducer, ZeRO-2's or FSDP's sharded one).
+  ddp::GradientSync& gradient_sync(size_t i = 0) const;
+
+  // ---- the optimizer ----
+  /// `optimizer` (over prepared models' parameters, no state yet) as the strategy steps it: itself (ddp),
+  /// or re-targeted to this rank's chunks (shard::ZeroOptimizer). Step the result. Collective. Throws
+  /// std::invalid_argument where it needs a model first (zero2, fsdp).
+  std::shared_ptr<torch::optim::Optimizer> wrap_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  size_t optimizer_count() const { return optimizers_.size(); }
+  /// Optimizer `i` as wrapped.
+  torch::optim::Optimizer& optimizer(size_t i) const { return *optimizers_.at(i); }
+  /// Optimizer `i` when the strategy sharded its state (zero1, zero2, fsdp), else null: saved as shards.
+  shard::ZeroOptimizer* sharded_optimizer(size_t i) const;
+  /// The optimizer stepping float32 master chunks of bfloat16 parameters (bf16-mixed zero1/zero2), or null.
+  shard::ZeroOptimizer* master_optimizer() const;
+
+  // ---- a step ----
+  /// After each optimizer step's zero_grad: the sharded gradients cleared (zero2, fsdp).
+  void clear_gradients();
+  /// clip_grad_norm_ over every model's gradients as the optimizers step from them (the chunks under zero2
+  /// and fsdp: a collective; the float32 masters under bf16 zero1/zero2). Returns the total norm. Throws
+  /// std::invalid_argument for a norm_type other than 2 where the gradients are sharded or mastered.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// Every parameter whole while the result lives: fsdp's, and the float32 masters under bf16 zero1/zero2
+  /// (a collective). Nothing for ddp.
+  shard::FullParameters whole_parameters() const;
+  /// This rank's parameters, gradient buckets and optimizer state, bytes.
+  int64_t model_state_bytes() const;
+
+  // ---- checkpoints ----
+  /// Optimizer `i`'s state from `count` shards that `read` opens (written by another world size, or the
+  /// whole state when this strategy does not shard it).
+  void load_optimizer_shards(size_t i, int count, const shard::ShardReader& read);
+
+ protected:
+  struct Model {
+    std::shared_ptr<torch::nn::Module> module;
+    ddp::GradientSync* sync = nullptr;
+    std::shared_ptr<void> staged_owner;               // fsdp: what runs the stages, destroyed after FSDP
+    std::shared_ptr<void> keep;                       // the DDP or FSDP wrapper
+    shard::FullyShardedDataParallel* fsdp = nullptr;  // fsdp
+  };
+
+  Strategy(const StrategyOptions& options, comm::ProcessGroup& group, Precision precision, StrategyApi api);
+  /// The optimizer re-targeted as this strategy steps it (wrap_optimizer's work; optimizers_ holds the
+  /// ones before it).
+  virtual std::shared_ptr<torch::optim::Optimizer> wrap(
+      std::shared_ptr<torch::optim::Optimizer> optimizer) = 0;
+  /// The ShardedReducer holding the first model's chunk gradients (zero2, fsdp), else null.
+  shard::ShardedReducer* sharded_gradients() const;
+
+  StrategyOptions options_;
+  comm::ProcessGroup& group_;
+  Precision precision_;
+  StrategyApi api_;
+  std::vector<Model> models_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+};
+
+}  // namespace lockstep::train

@@ -2,9 +2,9 @@
 #include "lockstep/shard/zero_optimizer.h"
 
 #include "../optim/param_state_key.h"
-#include "chunk_layout.h"
 #include "lockstep/ddp/reducer.h"
 #include "lockstep/shard/shard_checkpoint.h"
+#include "sent_directly.h"
 #include "state_fields.h"
 
 #include <ATen/ATen.h>
@@ -87,12 +87,6 @@ bool holds_batch_norm(const torch::nn::Module& model) {
     if (module->name().find("BatchNorm") != std::string::npos) return true;
   }
   return false;
-}
-
-ZeroOptimizer::Range ZeroOptimizer::chunk(int64_t numel, int rank, int world) {
-  const int64_t size = (numel + world - 1) / world;
-  const int64_t begin = std::min(numel, size * rank);
-  return {begin, std::min(numel, begin + size) - begin};
 }
 
 ZeroOptimizer::ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,

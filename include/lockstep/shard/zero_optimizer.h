@@ -14,6 +14,7 @@
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/shard/chunk_layout.h"
 #include "lockstep/shard/full_parameters.h"
 #include "lockstep/shard/sharded_reducer.h"
 
@@ -45,7 +46,7 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  *
  * A step: each chunk's gradient is a view of the averaged gradient DDP left in the parameter's .grad; the
  * optimizer steps the chunks (in place, in the parameters' memory); then the chunks are all-gathered back
- * into the parameters. A parameter of at least 1 MiB whose size divides by the world is gathered straight
+ * into the parameters. A parameter of at least 64 KiB whose size divides by the world is gathered straight
  * into its own memory (its own chunk as the input, where the backend allows it); the others are packed, rank
  * by rank, into buckets whose gathered size stays under 16 MiB, and copied out. So the gathers need at most
  * 16 MiB besides the largest chunk, not a second copy of the model (which would take back much of what
@@ -147,12 +148,9 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   /// Bytes of the inner optimizer's state tensors on this rank (optimizer_state_bytes), and under mixed
   /// precision of the master chunks.
   int64_t state_bytes() const;
-  /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length).
-  struct Range {
-    int64_t begin = 0;
-    int64_t length = 0;
-  };
-  static Range chunk(int64_t numel, int rank, int world);
+  /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length) (ChunkLayout's).
+  using Range = ChunkRange;
+  static Range chunk(int64_t numel, int rank, int world) { return ChunkLayout::chunk(numel, rank, world); }
 
  private:
   struct Slot {

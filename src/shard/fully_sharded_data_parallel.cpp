@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "chunk_layout.h"
+#include "sent_directly.h"
 
 namespace lockstep::shard {
 namespace {
@@ -104,14 +104,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
   std::vector<std::vector<size_t>> buckets;
   for (size_t u = units_.size(); u-- > 0;) {
     const Unit& unit = units_[u];
-    std::vector<size_t> packed;
-    for (size_t j = 0; j < unit.params.size(); ++j) {
-      if (!unit.direct[j]) packed.push_back(unit.params[j]);
-    }
-    if (!packed.empty()) buckets.push_back(packed);
-    for (size_t j = 0; j < unit.params.size(); ++j) {
-      if (unit.direct[j]) buckets.push_back({unit.params[j]});
-    }
+    const auto direct = unit.params.begin() + static_cast<std::ptrdiff_t>(unit.packed);
+    if (unit.packed > 0) buckets.emplace_back(unit.params.begin(), direct);
+    for (auto it = direct; it != unit.params.end(); ++it) buckets.push_back({*it});
   }
   std::vector<std::pair<std::string, at::Tensor>> buffers;
   for (const auto& item : root_->named_buffers(/*recurse=*/true))
@@ -125,7 +120,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<torch::nn::Mo
       }));
   // Rank 0's weights are everywhere now: keep this rank's chunks, give the rest back.
   for (Unit& unit : units_) {
-    unit.shard = at::zeros({unit.part}, params_[unit.params.front()].options().requires_grad(false));
+    unit.shard = at::zeros({unit.layout.part()}, params_[unit.params.front()].options().requires_grad(false));
     unit.gathered = true;
     keep_chunks(unit);
     release(unit);
@@ -200,16 +195,15 @@ void FullyShardedDataParallel::plan_units(const std::vector<std::shared_ptr<torc
     // The packed members first (their chunks are gathered together), then the direct ones.
     std::stable_partition(members.begin(), members.end(), [&](size_t i) { return !is_direct(i); });
     size_t unit_bytes = 0;
+    std::vector<int64_t> numels;
     for (size_t i : members) {
       unit.params.push_back(i);
-      unit.direct.push_back(is_direct(i) ? 1 : 0);
-      unit.strides.push_back((params_[i].numel() + world - 1) / world);
-      unit.offsets.push_back(unit.part);
-      unit.part += unit.strides.back();
-      if (!unit.direct.back()) unit.packed_part = unit.part;
+      unit.packed += is_direct(i) ? 0 : 1;
+      numels.push_back(params_[i].numel());
       unit_of_param_[i] = units_.size();
       unit_bytes += bytes_of(params_[i]);
     }
+    unit.layout = ChunkLayout(std::move(numels), world);
     spare_cap_ = std::max(spare_cap_, 2 * unit_bytes);
     if (unit.params.empty()) {
       throw std::invalid_argument("FullyShardedDataParallel: unit " + std::to_string(units_.size()) +
@@ -290,15 +284,15 @@ void FullyShardedDataParallel::start_gather_untimed(Unit& unit) {
   const at::ScalarType compute = params_[unit.params.front()].scalar_type();
   const at::Tensor& source =
       unit.shard.scalar_type() == compute ? unit.shard : (unit.send = unit.shard.to(compute));
-  if (unit.packed_part > 0) {
-    unit.receive = at::empty({unit.packed_part * group_.size()}, source.options());
-    at::Tensor mine = source.narrow(0, 0, unit.packed_part);
+  const int64_t packed_part = unit.layout.first(unit.packed).part();
+  if (packed_part > 0) {
+    unit.receive = at::empty({packed_part * group_.size()}, source.options());
+    at::Tensor mine = source.narrow(0, 0, packed_part);
     unit.pending.push_back(group_.all_gather_into(unit.receive, mine).then({}, what));
   }
-  for (size_t j = 0; j < unit.params.size(); ++j) {
-    if (!unit.direct[j]) continue;
+  for (size_t j = unit.packed; j < unit.params.size(); ++j) {
     at::Tensor whole = own_alias(params_[unit.params[j]]);
-    at::Tensor mine = source.narrow(0, unit.offsets[j], unit.strides[j]);
+    at::Tensor mine = source.narrow(0, unit.layout.offset(j), unit.layout.stride(j));
     unit.pending.push_back(group_.all_gather_into(whole, mine).then({}, what));
   }
   unit.in_flight = true;
@@ -312,13 +306,11 @@ void FullyShardedDataParallel::finish_gather(Unit& unit) {
   count_gather_wait(start);
   unit.pending.clear();
   unit.in_flight = false;
-  if (unit.packed_part > 0) {
-    const at::Tensor rows = unit.receive.view({group_.size(), unit.packed_part});
+  if (unit.receive.defined()) {
+    const ChunkLayout packed = unit.layout.first(unit.packed);
     at::NoGradGuard no_grad;
-    for (size_t j = 0; j < unit.params.size(); ++j) {
-      if (!unit.direct[j])
-        detail::unpack_chunks(rows, unit.offsets[j], unit.strides[j], own_alias(params_[unit.params[j]]));
-    }
+    for (size_t j = 0; j < unit.packed; ++j)
+      packed.unpack(unit.receive, j, own_alias(params_[unit.params[j]]));
   }
   unit.receive = unit.send = at::Tensor();
   unit.gathered = true;
@@ -349,9 +341,9 @@ void FullyShardedDataParallel::release(Unit& unit) {
 void FullyShardedDataParallel::keep_chunks(Unit& unit) {
   at::NoGradGuard no_grad;
   for (size_t j = 0; j < unit.params.size(); ++j) {
-    const at::Tensor& p = params_[unit.params[j]];
-    const ZeroOptimizer::Range mine = ZeroOptimizer::chunk(p.numel(), group_.rank(), group_.size());
-    unit.shard.narrow(0, unit.offsets[j], mine.length).copy_(own_alias(p).narrow(0, mine.begin, mine.length));
+    const ChunkRange mine = unit.layout.chunk(j, group_.rank());
+    unit.layout.chunk_in(unit.shard, j, group_.rank())
+        .copy_(own_alias(params_[unit.params[j]]).narrow(0, mine.begin, mine.length));
   }
 }
 
@@ -423,17 +415,15 @@ void FullyShardedDataParallel::on_gradient(size_t index) {
 std::unique_ptr<ZeroOptimizer> FullyShardedDataParallel::make_optimizer(
     std::shared_ptr<torch::optim::Optimizer> optimizer) {
   ShardedReducer& gradients = reducer();
-  const int world = group_.size();
-  const int rank = group_.rank();
-  return std::make_unique<ZeroOptimizer>(
-      std::move(optimizer), group_, gradients, [this, &gradients, world, rank](const at::Tensor& param) {
-        const int64_t i = gradients.index_of(param);
-        if (i < 0) return at::Tensor();
-        const Unit& unit = units_[unit_of_param_[static_cast<size_t>(i)]];
-        size_t j = 0;
-        while (unit.params[j] != static_cast<size_t>(i)) ++j;
-        return unit.shard.narrow(0, unit.offsets[j], ZeroOptimizer::chunk(param.numel(), rank, world).length);
-      });
+  return std::make_unique<ZeroOptimizer>(std::move(optimizer), group_, gradients,
+                                         [this, &gradients](const at::Tensor& param) {
+                                           const int64_t i = gradients.index_of(param);
+                                           if (i < 0) return at::Tensor();
+                                           const Unit& unit = units_[unit_of_param_[static_cast<size_t>(i)]];
+                                           size_t j = 0;
+                                           while (unit.params[j] != static_cast<size_t>(i)) ++j;
+                                           return unit.layout.chunk_in(unit.shard, j, group_.rank());
+                                         });
 }
 
 ShardedReducer& FullyShardedDataParallel::reducer() {

@@ -24,8 +24,7 @@ std::string chunk_key(size_t i) {
 
 // Copies into `to` (elements `to_range` of a parameter, flat) the part of `from` (elements `from_range`)
 // that both cover.
-void copy_overlap(at::Tensor& to, ZeroOptimizer::Range to_range, const at::Tensor& from,
-                  ZeroOptimizer::Range from_range) {
+void copy_overlap(at::Tensor& to, ChunkRange to_range, const at::Tensor& from, ChunkRange from_range) {
   const int64_t begin = std::max(to_range.begin, from_range.begin);
   const int64_t end = std::min(to_range.begin + to_range.length, from_range.begin + from_range.length);
   if (begin >= end) return;
@@ -52,7 +51,7 @@ void read_values(torch::serialize::InputArchive& archive, const std::vector<Shar
   for (size_t i = 0; i < targets.size(); ++i) {
     const ShardTarget& t = targets[i];
     at::Tensor chunk;
-    const ZeroOptimizer::Range old = ZeroOptimizer::chunk(t.numel, shard, shards);
+    const ChunkRange old = ChunkLayout::chunk(t.numel, shard, shards);
     if (!archive.try_read(chunk_key(i), chunk, /*is_buffer=*/true) || chunk.numel() != old.length) {
       throw bad_shard(shard, "has no chunk of " + std::to_string(old.length) + " elements for parameter " +
                                  std::to_string(i) + " (" + std::to_string(t.numel) + " elements)");
@@ -109,7 +108,7 @@ void load_from_shards(torch::optim::Optimizer& optimizer, const std::vector<Shar
       const auto it = optimizer.state().find(optim::detail::param_state_key(t.state_key));
       if (it == optimizer.state().end()) continue;  // never stepped
       if (!kinds[i]) kinds[i] = it->second->clone();
-      const ZeroOptimizer::Range old = ZeroOptimizer::chunk(t.numel, k, shards);
+      const ChunkRange old = ChunkLayout::chunk(t.numel, k, shards);
       for (const auto& [name, tensor] : state_tensors(*it->second)) {
         if (!tensor.defined()) continue;
         if (tensor.numel() != old.length) {
@@ -141,7 +140,7 @@ void load_whole_from_shards(torch::optim::Optimizer& optimizer, int shards, cons
     if (!param.is_contiguous())
       throw std::invalid_argument("load_whole_from_shards: a parameter of shape " + c10::str(param.sizes()) +
                                   " is not contiguous");
-    const ZeroOptimizer::Range whole{0, param.numel()};
+    const ChunkRange whole{0, param.numel()};
     targets.push_back({param.numel(), param.detach().view({-1}), whole, param, whole, {}, {}});
   }
   load_from_shards(optimizer, targets, shards, read);

@@ -14,9 +14,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "chunk_layout.h"
 #include "lockstep/ddp/bucket.h"
-#include "lockstep/shard/zero_optimizer.h"
+#include "lockstep/shard/chunk_layout.h"
 
 namespace lockstep::shard {
 namespace detail {
@@ -30,14 +29,12 @@ std::string bucket_label(size_t b, int64_t elements, const at::Tensor& like) {
 }
 
 struct ShardBucket {
-  std::vector<size_t> params;
-  std::vector<int64_t> strides;  // per member: its chunk size, ceil(numel / world)
-  std::vector<int64_t> offsets;  // per member: where its chunk sits in a rank's part
-  int64_t part = 0;              // elements of one rank's part
-  int64_t shard_offset = 0;      // where this rank's part sits in the chunk gradients
-  bool direct = false;           // one parameter whose size divides by the world: its .grad is sent
-  std::string label;             // "bucket 3 (1.00 MiB)"
-  size_t pending = 0;            // gradients still to arrive this iteration
+  std::vector<size_t> params;  // its members' indices, in `layout`'s order
+  ChunkLayout layout;          // what it sends: a row of layout.part() elements per rank
+  int64_t shard_offset = 0;    // where this rank's row sits in the chunk gradients
+  bool direct = false;         // one parameter whose size divides by the world: its .grad is sent
+  std::string label;           // "bucket 3 (1.00 MiB)"
+  size_t pending = 0;          // gradients still to arrive this iteration
   // While in flight:
   comm::Work work;
   at::Tensor input;   // the .grad sent, or a staging buffer
@@ -148,13 +145,10 @@ void ShardedReducerState::launch_ready_buckets_untimed() {
   }
 }
 
-// Rank r's part of `staging` receives chunk r of each member's gradient.
+// Rank r's row of `staging` receives chunk r of each member's gradient.
 void ShardedReducerState::pack(ShardBucket& bucket, at::Tensor& staging) {
-  const int world = group->size();
-  at::Tensor rows = staging.view({world, bucket.part});
-  for (size_t j = 0; j < bucket.params.size(); ++j) {
-    pack_chunks(rows, bucket.offsets[j], bucket.strides[j], sent_gradient(bucket.params[j]).reshape({-1}));
-  }
+  for (size_t j = 0; j < bucket.params.size(); ++j)
+    bucket.layout.pack(staging, j, sent_gradient(bucket.params[j]).reshape({-1}));
 }
 
 void ShardedReducerState::launch(size_t b) {
@@ -167,12 +161,12 @@ void ShardedReducerState::launch(size_t b) {
       bucket.input = grad.is_contiguous() ? grad.view({-1}) : grad.contiguous().view({-1});
     }
   } else {
-    bucket.input = at::empty({group->size() * bucket.part}, shards.options());
+    bucket.input = at::empty({group->size() * bucket.layout.part()}, shards.options());
     pack(bucket, bucket.input);
   }
   bucket.accumulate = holds_value;
-  bucket.output = bucket.accumulate ? at::empty({bucket.part}, shards.options())
-                                    : shards.narrow(0, bucket.shard_offset, bucket.part);
+  bucket.output = bucket.accumulate ? at::empty({bucket.layout.part()}, shards.options())
+                                    : shards.narrow(0, bucket.shard_offset, bucket.layout.part());
   bucket.work = group->reduce_scatter(bucket.output, bucket.input, comm::ReduceOp::kAvg)
                     .then({}, " of ZeRO-2's " + bucket.label);  // errors name the bucket
 }
@@ -180,7 +174,7 @@ void ShardedReducerState::launch(size_t b) {
 void ShardedReducerState::finish(size_t b) {
   ShardBucket& bucket = buckets[b];
   bucket.work.wait();
-  if (bucket.accumulate) shards.narrow(0, bucket.shard_offset, bucket.part).add_(bucket.output);
+  if (bucket.accumulate) shards.narrow(0, bucket.shard_offset, bucket.layout.part()).add_(bucket.output);
   for (size_t i : bucket.params) {  // reduced: the full ones go
     params[i].mutable_grad() = at::Tensor();
     accumulated[i] = at::Tensor();
@@ -227,8 +221,8 @@ std::vector<std::vector<size_t>> ShardedReducerState::plan_buckets(const ddp::Dd
   return planned;
 }
 
-// Each bucket's part holds chunk r of each of its parameters, one after the other; the parts of all the
-// buckets lie one after the other in `shards`.
+// Each bucket is a ChunkLayout of its parameters; this rank's rows of all the buckets lie one after the other
+// in `shards`.
 void ShardedReducerState::lay_out(const std::vector<std::vector<size_t>>& planned) {
   const int world = group->size();
   std::vector<char> placed(params.size(), 0);
@@ -247,18 +241,17 @@ void ShardedReducerState::lay_out(const std::vector<std::vector<size_t>>& planne
   for (size_t b = 0; b < planned.size(); ++b) {
     ShardBucket bucket;
     bucket.params = planned[b];
+    std::vector<int64_t> numels;
     for (size_t i : bucket.params) {
-      const int64_t stride = (params[i].numel() + world - 1) / world;
-      bucket.strides.push_back(stride);
-      bucket.offsets.push_back(bucket.part);
-      bucket.part += stride;
+      numels.push_back(params[i].numel());
       locate[i] = b;
     }
+    bucket.layout = ChunkLayout(std::move(numels), world);
     const at::Tensor& first = params[bucket.params.front()];
     bucket.direct = bucket.params.size() == 1 && first.numel() % world == 0;
     bucket.shard_offset = shard_elements;
-    shard_elements += bucket.part;
-    bucket.label = bucket_label(b, bucket.part * world, first);
+    shard_elements += bucket.layout.part();
+    bucket.label = bucket_label(b, bucket.layout.part() * world, first);
     buckets.push_back(std::move(bucket));
   }
   const at::TensorOptions like =
@@ -367,12 +360,9 @@ void ShardedReducer::install_hooks() {
   s.chunk_grads.resize(s.params.size());
   s.accumulated.resize(s.params.size());
   for (const detail::ShardBucket& bucket : s.buckets) {
-    for (size_t j = 0; j < bucket.params.size(); ++j) {
-      const size_t i = bucket.params[j];
-      const ZeroOptimizer::Range mine =
-          ZeroOptimizer::chunk(s.params[i].numel(), s.group->rank(), s.group->size());
-      s.chunk_grads[i] = s.shards.narrow(0, bucket.shard_offset + bucket.offsets[j], mine.length);
-    }
+    const at::Tensor row = s.shards.narrow(0, bucket.shard_offset, bucket.layout.part());
+    for (size_t j = 0; j < bucket.params.size(); ++j)
+      s.chunk_grads[bucket.params[j]] = bucket.layout.chunk_in(row, j, s.group->rank());
   }
   s.ready.assign(s.params.size(), 0);
   s.reset_iteration();
@@ -411,8 +401,9 @@ void ShardedReducer::reduce_zeros() {
   TORCH_CHECK(!s.in_backward, "ShardedReducer::reduce_zeros() called during a backward pass");
   for (auto& sum : s.accumulated) sum = at::Tensor();  // a joined rank sends zeros, not what it summed
   for (auto& bucket : s.buckets) {
-    at::Tensor zeros = at::zeros({bucket.part * s.group->size()}, s.shards.options());
-    at::Tensor discard = at::empty({bucket.part}, s.shards.options());  // a joined rank does not step
+    at::Tensor zeros = at::zeros({bucket.layout.part() * s.group->size()}, s.shards.options());
+    at::Tensor discard =
+        at::empty({bucket.layout.part()}, s.shards.options());  // a joined rank does not step
     s.group->reduce_scatter(discard, zeros, comm::ReduceOp::kAvg)
         .then({}, " of ZeRO-2's " + bucket.label)
         .wait();

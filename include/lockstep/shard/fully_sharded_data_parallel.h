@@ -16,6 +16,7 @@
 #include "lockstep/ddp/grad_hooks.h"
 #include "lockstep/detail/option.h"
 #include "lockstep/models/staged.h"
+#include "lockstep/shard/chunk_layout.h"
 #include "lockstep/shard/full_parameters.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -57,9 +58,9 @@ class FsdpOptions {
  *
  * The model is Staged (models/staged.h: LibTorch modules have no forward hooks, so the model runs each stage
  * through a runner, and this object is it). Its stages are grouped into units: by size (min_unit_params) or
- * as the user says (unit_starts). Each rank keeps, for every parameter, chunk r (ZeroOptimizer::chunk) in
- * its unit's shard; between uses the parameters hold no memory at all (their storage is released; their
- * shapes stay).
+ * as the user says (unit_starts). Each rank keeps, for every parameter, chunk r (ChunkLayout::chunk) in
+ * its unit's shard (its row of the unit's ChunkLayout); between uses the parameters hold no memory at all
+ * (their storage is released; their shapes stay).
  *
  * Forward: before a unit's first stage its parameters are all-gathered from the shards into their own
  * memory (with prefetch, the next unit's gather is already under way while this one computes); after its
@@ -148,13 +149,11 @@ class FullyShardedDataParallel : public models::StageRunner, public ShardedParam
  private:
   struct Unit {
     std::vector<size_t> stages;
-    std::vector<size_t> params;    // indices into params_
-    std::vector<int64_t> strides;  // per member: ceil(numel / world)
-    std::vector<int64_t> offsets;  // per member: where its chunk sits in a rank's part
-    std::vector<char> direct;      // per member: gathered straight into its memory (see start_gather)
-    int64_t part = 0;
-    int64_t packed_part = 0;  // the other members' chunks, first in the part
-    at::Tensor shard;         // this rank's part, persistent
+    std::vector<size_t> params;  // indices into params_, in `layout`'s order
+    ChunkLayout layout;          // of its members: this rank's row is `shard`
+    // The first `packed` members are gathered together, each later one straight into its memory.
+    size_t packed = 0;
+    at::Tensor shard;  // this rank's row, persistent
     bool gathered = false;
     std::vector<comm::Work> pending;  // the gathers under way (prefetch), when in_flight
     bool in_flight = false;

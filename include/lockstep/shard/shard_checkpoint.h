@@ -20,7 +20,7 @@ namespace lockstep::shard {
  * Sharded checkpoints: each rank writes its own shard, nobody gathers the model.
  *
  * Shard r of a checkpoint written by N ranks holds, for every parameter i in the optimizer's order (its
- * param_groups, group by group), chunk r of N of its values ("chunk.<i>", ZeroOptimizer::chunk's ranges)
+ * param_groups, group by group), chunk r of N of its values ("chunk.<i>", ChunkLayout::chunk's ranges)
  * and the optimizer's own save() of its state over those chunks ("optimizer": Adam's moments as chunks,
  * its step counts, the groups' options). So a shard is what that rank holds anyway under zero1, zero2 and
  * fsdp, written without a collective.
@@ -36,13 +36,13 @@ namespace lockstep::shard {
 struct ShardTarget {
   int64_t numel = 0;  ///< elements of the whole parameter
   at::Tensor values;  ///< receives elements values_range of the parameter (a flat view)
-  ZeroOptimizer::Range values_range;
-  at::Tensor state_key;              ///< the tensor the optimizer keys this parameter's state by
-  ZeroOptimizer::Range state_range;  ///< the elements that state covers
+  ChunkRange values_range;
+  at::Tensor state_key;    ///< the tensor the optimizer keys this parameter's state by
+  ChunkRange state_range;  ///< the elements that state covers
   /// Optional: also receives elements master_range (ZeroOptimizer's master chunk under mixed precision,
   /// where `values` is the parameter in a narrower dtype).
   at::Tensor master;
-  ZeroOptimizer::Range master_range;
+  ChunkRange master_range;
 };
 
 /// Writes one shard: `chunks[i]` (this rank's chunk of parameter i, flat) and `optimizer`'s save() (an

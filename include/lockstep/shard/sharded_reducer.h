@@ -21,15 +21,16 @@ struct ShardedReducerState;
 
 /*
  * ZeRO stage 2's gradient path: gradients reduce-scattered during backward, so that after it each rank
- * holds only its chunk (ZeroOptimizer::chunk) of every averaged gradient.
+ * holds only its chunk (ChunkLayout::chunk) of every averaged gradient.
  *
  * Buckets are filled by DDP's gradient-ready hooks (ddp::GradHooks) and sent in one strict order, each as
  * soon as its last gradient has arrived, so the reduce-scatters overlap backward as DDP's all-reduces do.
- * What a bucket sends is laid out rank by rank: rank r's part holds chunk r of each of its parameters, so a
- * reduce-scatter of the bucket leaves in each rank's output exactly its chunks of the averaged gradients. A
- * parameter whose size divides by the world is laid out so already: one of at least 64 KiB gets a bucket of
- * its own and its .grad is sent as it is, without a copy. The other parameters are packed (from the last to
- * the first, DDP's bucket caps: ddp/bucket.h) into a staging tensor made when the bucket goes out.
+ * What a bucket sends is a ChunkLayout of its parameters (chunk_layout.h): rank r's row holds chunk r of
+ * each, so a reduce-scatter of the bucket leaves in each rank's output exactly its chunks of the averaged
+ * gradients. A parameter whose size divides by the world is laid out so already: one of at least 64 KiB gets
+ * a bucket of its own and its .grad is sent as it is, without a copy. The other parameters are packed (from
+ * the last to the first, DDP's bucket caps: ddp/bucket.h) into a staging tensor made when the bucket goes
+ * out.
  *
  * Full gradients do not outlive their reduction. At most kInFlight buckets are in flight: launching one
  * more first finishes the oldest, and finishing a bucket releases its parameters' .grad (undefined) and its

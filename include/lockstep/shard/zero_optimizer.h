@@ -14,17 +14,19 @@
 
 #include "lockstep/comm/process_group.h"
 #include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/shard/chunk_layout.h"
 #include "lockstep/shard/full_parameters.h"
 #include "lockstep/shard/sharded_reducer.h"
 
-namespace lockstep::ddp {
-class Reducer;
-}
 namespace torch::nn {
 class Module;
 }
 
 namespace lockstep::shard {
+namespace detail {
+class GradientSource;
+class ChunkStore;
+}  // namespace detail
 
 /// Loads shard `shard` of a sharded checkpoint (shard_checkpoint.h) into `archive`.
 using ShardReader = std::function<void(int shard, torch::serialize::InputArchive& archive)>;
@@ -33,9 +35,9 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  * ZeRO stage 1: the optimizer's state sharded over the ranks.
  *
  * Every parameter is cut into world-size chunks of ceil(numel / world) elements (the last ones shorter,
- * or empty); rank r keeps chunk r of every parameter, as a tensor sharing the parameter's memory, and the
- * user's optimizer is re-targeted from the parameters to these chunks. So its state — Adam's two moments,
- * 8 of DDP's 16 bytes a parameter — is 1/world per rank.
+ * or empty: ChunkLayout, chunk_layout.h); rank r keeps chunk r of every parameter, as a tensor sharing the
+ * parameter's memory, and the user's optimizer is re-targeted from the parameters to these chunks. So its
+ * state — Adam's two moments, 8 of DDP's 16 bytes a parameter — is 1/world per rank.
  *
  * Why it is exact: an elementwise optimizer (SGD with momentum, Adam, AdamW, lockstep's FusedAdam,
  * RMSprop, Adagrad) updates each element from that element's gradient and state alone, so the chunks step
@@ -45,7 +47,7 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  *
  * A step: each chunk's gradient is a view of the averaged gradient DDP left in the parameter's .grad; the
  * optimizer steps the chunks (in place, in the parameters' memory); then the chunks are all-gathered back
- * into the parameters. A parameter of at least 1 MiB whose size divides by the world is gathered straight
+ * into the parameters. A parameter of at least 64 KiB whose size divides by the world is gathered straight
  * into its own memory (its own chunk as the input, where the backend allows it); the others are packed, rank
  * by rank, into buckets whose gathered size stays under 16 MiB, and copied out. So the gathers need at most
  * 16 MiB besides the largest chunk, not a second copy of the model (which would take back much of what
@@ -78,6 +80,12 @@ using ShardReader = std::function<void(int shard, torch::serialize::InputArchive
  * each state tensor's chunks into whole tensors on one rank, whose save() then writes exactly what that
  * optimizer writes in a DDP run; load() (every rank) reads such a state and keeps this rank's chunks of it.
  * So a checkpoint resumes with ddp or zero1 on any world size.
+ *
+ * The modes above are two choices made by the constructors, and step, clipping, checkpoints are written
+ * once against them: where the chunk gradients come from (src/shard/zero_gradients.h: the all-reduced .grad,
+ * DDP's float32 bucket averages, the ShardedReducer's chunks) and where the chunks live
+ * (src/shard/zero_chunks.h: in the parameters' memory, gathered after a step; float32 masters over bfloat16
+ * parameters; FSDP's shards).
  */
 class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
  public:
@@ -103,6 +111,7 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   /// are used).
   ZeroOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, comm::ProcessGroup& group,
                 ShardedReducer& gradients, const ChunkSource& chunks);
+  ~ZeroOptimizer() override;
 
   /// Steps this rank's chunks, then all-gathers every rank's (a collective: every rank steps together).
   /// A closure is not supported (LBFGS-style optimizers are not elementwise).
@@ -121,7 +130,7 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   void gather_all() override;
   void reshard(bool from_parameters = false) override;
   /// The dtype the parameters compute in under mixed precision; nullopt without it.
-  std::optional<at::ScalarType> param_dtype() const { return param_dtype_; }
+  std::optional<at::ScalarType> param_dtype() const;
 
   /// Gathers the whole optimizer state onto rank `root` for save() (a collective: every rank calls it,
   /// between steps). Throws std::runtime_error naming the parameter when an optimizer's state is not
@@ -147,34 +156,15 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
   /// Bytes of the inner optimizer's state tensors on this rank (optimizer_state_bytes), and under mixed
   /// precision of the master chunks.
   int64_t state_bytes() const;
-  /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length).
-  struct Range {
-    int64_t begin = 0;
-    int64_t length = 0;
-  };
-  static Range chunk(int64_t numel, int rank, int world);
+  /// The elements of `numel` that chunk `rank` of `world` covers: [begin, begin + length) (ChunkLayout's).
+  using Range = ChunkRange;
+  static Range chunk(int64_t numel, int rank, int world) { return ChunkLayout::chunk(numel, rank, world); }
 
  private:
-  struct Slot {
-    at::Tensor param;           // the model's
-    at::Tensor chunk;           // this rank's part of it, which the optimizer steps
-    at::Tensor local;           // the same part in the parameter's memory (chunk itself but under mixed
-                                // precision, where chunk is the master copy)
-    int64_t chunk_size = 0;     // ceil(numel / world): the stride of the packed buffer
-    int64_t offset = 0;         // where this parameter's chunk sits in a rank's packed buffer (consolidate)
-    int bucket = -1;            // its gather bucket; -1: gathered straight into the parameter
-    int64_t bucket_offset = 0;  // where its chunk sits in a rank's part of that bucket
-    int64_t gradient = -1;      // ZeRO-2, mixed precision: its index in the reducer
-  };
-  void build(const ChunkSource& chunks);
-  /// Gives `param` a new memory of `dtype` (its values cast when `values`), its .grad cast too, and points
-  /// the slot's local chunk at it.
-  void retype(Slot& slot, at::ScalarType dtype, bool values);
-  /// What the slot's chunk steps from, whole, in the master dtype: under ZeRO-1's mixed precision the
-  /// reducer's float32 average (a parameter DDP leaves out: its own .grad, cast); otherwise its .grad.
-  at::Tensor averaged_gradient(const Slot& slot) const;
-  void plan_gathers(const at::TensorOptions& buffer);
-  void gather_chunks();
+  /// The inner optimizer steps the chunks from now on.
+  void shard(std::unique_ptr<detail::GradientSource> gradients, std::unique_ptr<detail::ChunkStore> chunks);
+  /// The inner optimizer's options (what an archive held) become the outer param groups'.
+  void take_inner_options();
   using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
   /// Runs `fn` with the inner optimizer pointed at the whole parameters and holding `whole` as its state
   /// (then puts the chunks and their state back).
@@ -182,18 +172,9 @@ class ZeroOptimizer : public torch::optim::Optimizer, public ShardedParameters {
 
   std::shared_ptr<torch::optim::Optimizer> inner_;
   comm::ProcessGroup* group_;
-  ShardedReducer* gradients_;               // ZeRO-2's chunk gradients; null for ZeRO-1
-  const ddp::Reducer* averages_ = nullptr;  // ZeRO-1 under mixed precision: the master-dtype averages
-  std::optional<at::ScalarType> param_dtype_;
-  int holds_ = 0;                         // gather_all()s not yet ended by reshard()
-  std::vector<std::vector<Slot>> slots_;  // per param group
-  int64_t packed_ = 0;                    // elements of one rank's packed buffer (all parameters)
-  std::vector<int64_t> buckets_;          // elements of one rank's part of each gather bucket
-  at::Tensor send_, receive_;             // the largest bucket (or direct chunk), and its gathered size
-  at::TensorOptions options_;             // the parameters' dtype and device
-  bool in_place_ = false;                 // the backend gathers a chunk that lies inside the output
-  bool gathers_ = true;                   // step() gathers the chunks into the parameters (not FSDP)
-  mutable StateMap consolidated_;         // the whole state, on the root of the last consolidate()
+  std::unique_ptr<detail::GradientSource> gradients_;
+  std::unique_ptr<detail::ChunkStore> chunks_;
+  mutable StateMap consolidated_;  // the whole state, on the root of the last consolidate()
   int consolidated_root_ = -1;
 };
 

@@ -120,3 +120,75 @@ function(lockstep_add_test name)
   endif()
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake)
 endfunction()
+
+# lockstep_share_imported_targets(TARGET...)
+#   Makes every imported target that TARGETs link, directly or through other targets, visible to the whole
+#   build (IMPORTED_GLOBAL). Needed when lockstep is a subproject (add_subdirectory, FetchContent): find_package
+#   creates imported targets in the calling directory only (lockstep's), while a user's `app` that links
+#   lockstep::lockstep resolves its link interface from its own directory, e.g. Caffe2's
+#   $<TARGET_FILE:torch_cpu> ("Target "torch_cpu" not found"). Promoting exactly that closure, rather than
+#   asking users to find_package(Torch) first or making every found package global (CMake 3.24's
+#   CMAKE_FIND_PACKAGE_TARGETS_GLOBAL; the minimum here is 3.18), leaves the user's own find_package calls of
+#   other packages untouched; a user's later find_package(Torch) finds the same targets defined and keeps them
+#   (Caffe2Targets.cmake returns early). Names are found in the link interface's generator expressions too
+#   ($<TARGET_FILE:...>, $<LINK_ONLY:...>): any word of an item that names an imported target counts.
+#   Call it in the directory whose find_package calls made the targets (lockstep's top-level CMakeLists:
+#   CMake sets IMPORTED_GLOBAL only there), after the TARGETs' links are final.
+function(lockstep_share_imported_targets)
+  set(pending ${ARGN})
+  set(seen)
+  while(pending)
+    list(POP_FRONT pending target)
+    get_target_property(aliased ${target} ALIASED_TARGET)
+    if(aliased)
+      set(target ${aliased})
+    endif()
+    if(target IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen ${target})
+    get_target_property(imported ${target} IMPORTED)
+    get_target_property(type ${target} TYPE)
+    set(links)
+    if(imported)
+      # One made in a directory above (the user's find_package(Torch) before lockstep's) is visible to the
+      # user already, and CMake promotes a target only in the directory that made it. (CMake 3.18 lets no
+      # INTERFACE library be asked its BINARY_DIR: there, those count as made here.)
+      get_target_property(global ${target} IMPORTED_GLOBAL)
+      set(made_in "${CMAKE_CURRENT_BINARY_DIR}")
+      if(NOT type STREQUAL "INTERFACE_LIBRARY" OR NOT CMAKE_VERSION VERSION_LESS 3.19)
+        get_target_property(made_in ${target} BINARY_DIR)
+      endif()
+      if(NOT global AND made_in STREQUAL CMAKE_CURRENT_BINARY_DIR)
+        set_target_properties(${target} PROPERTIES IMPORTED_GLOBAL TRUE)
+      endif()
+    endif()
+    if(imported AND NOT type STREQUAL "INTERFACE_LIBRARY")
+      # The shared libraries an imported one needs at link time (ld's -rpath-link), per configuration.
+      # (CMake 3.18 allows INTERFACE libraries no IMPORTED_CONFIGURATIONS.)
+      get_target_property(configs ${target} IMPORTED_CONFIGURATIONS)
+      if(NOT configs)
+        set(configs)
+      endif()
+      foreach(config "" ${configs})
+        if(config)
+          string(TOUPPER "_${config}" config)
+        endif()
+        get_target_property(dependent ${target} IMPORTED_LINK_DEPENDENT_LIBRARIES${config})
+        if(dependent)
+          list(APPEND links ${dependent})
+        endif()
+      endforeach()
+    endif()
+    get_target_property(interface ${target} INTERFACE_LINK_LIBRARIES)
+    if(interface)
+      list(APPEND links ${interface})
+    endif()
+    string(REGEX MATCHALL "[A-Za-z0-9_.+-]+(::[A-Za-z0-9_.+-]+)*" words "${links}")
+    foreach(word IN LISTS words)
+      if(TARGET ${word} AND NOT word IN_LIST seen)
+        list(APPEND pending ${word})
+      endif()
+    endforeach()
+  endwhile()
+endfunction()

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "files.h"
+#include "lockstep/detail/atomic_file.h"
 #include "lockstep/log/hparams_yaml.h"
-#include "lockstep/log/text_file.h"
 
 namespace lockstep::log {
 namespace {
@@ -68,7 +68,7 @@ void CsvLogger::rewrite_file() {
   for (std::size_t i = 0; i < keys_.size(); ++i) text += (i ? "," : "") + csv_cell(keys_[i]);
   text += "\n";
   for (const Row& row : rows_) text += row_text(row);
-  write_file_atomically(path_, text);
+  lockstep::detail::write_file_atomically(path_, text);
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) detail::throw_io_error("opening", path_);
 }

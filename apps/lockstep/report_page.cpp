@@ -11,6 +11,7 @@
 #include <set>
 
 #include "lockstep/detail/atomic_file.h"
+#include "lockstep/detail/join.h"
 #include "report_html.h"
 
 namespace lockstep::cli {
@@ -293,9 +294,8 @@ std::string other_metrics(const MetricLog& log) {
   }
   std::string out = chart_grid(charts);
   if (!unplotted.empty()) {
-    std::string names;
-    for (const std::string& key : unplotted) names += (names.empty() ? "" : ", ") + key;
-    out += "<p class=\"note\">Keys without numeric values (not drawn): " + html_escape(names) + "</p>\n";
+    out += "<p class=\"note\">Keys without numeric values (not drawn): " +
+           html_escape(lockstep::detail::join(unplotted, ", ")) + "</p>\n";
   }
   return out;
 }

@@ -17,6 +17,7 @@
 
 #include "lockstep/ddp/bucket.h"
 #include "lockstep/ddp/timeline.h"
+#include "lockstep/detail/join.h"
 
 namespace lockstep::ddp {
 namespace detail {
@@ -271,9 +272,8 @@ void ReducerState::finalize() {
     if (!ready[i]) missing.push_back(i);
   }
   if (!missing.empty() && !options.find_unused_parameters()) {
-    std::ostringstream names_list;
-    for (size_t k = 0; k < missing.size() && k < 10; ++k) names_list << (k ? ", " : "") << names[missing[k]];
-    if (missing.size() > 10) names_list << ", ... (" << missing.size() << " in all)";
+    const std::string names_list =
+        lockstep::detail::join_first(missing, 10, ", ", [&](size_t i) { return names[i]; });
     // Wait for what was launched so the group stays usable, then report.
     for (auto& b : buckets) {
       if (b.launched) {
@@ -285,7 +285,7 @@ void ReducerState::finalize() {
     }
     reset_iteration();
     TORCH_CHECK(false, "lockstep DDP (rank ", group->rank(),
-                "): these parameters received no gradient in this ", "backward pass: ", names_list.str(),
+                "): these parameters received no gradient in this ", "backward pass: ", names_list,
                 ". Every parameter must take part in the loss on every rank, or construct DDP with "
                 "DdpOptions().find_unused_parameters(true) to let a parameter go unused.");
   }

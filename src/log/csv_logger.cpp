@@ -7,6 +7,7 @@
 
 #include "files.h"
 #include "lockstep/detail/atomic_file.h"
+#include "lockstep/detail/join.h"
 #include "lockstep/log/hparams_yaml.h"
 
 namespace lockstep::log {
@@ -64,9 +65,7 @@ bool CsvLogger::widen_header(const Row& row) {
 
 void CsvLogger::rewrite_file() {
   out_.close();
-  std::string text;
-  for (std::size_t i = 0; i < keys_.size(); ++i) text += (i ? "," : "") + csv_cell(keys_[i]);
-  text += "\n";
+  std::string text = lockstep::detail::join(keys_, ",", csv_cell) + "\n";
   for (const Row& row : rows_) text += row_text(row);
   lockstep::detail::write_file_atomically(path_, text);
   out_.open(path_, std::ios::binary | std::ios::app);

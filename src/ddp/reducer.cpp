@@ -315,8 +315,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.params = std::move(parameters);
   s.names = std::move(names);
   s.group = &group;
-  s.options = options;
-  s.hook = options.comm_hook() ? options.comm_hook() : std::make_shared<AllReduceHook>();
+  s.options = std::move(options);
+  s.hook = s.options.comm_hook() ? s.options.comm_hook() : std::make_shared<AllReduceHook>();
   const std::string timeline_path = Timeline::path_from_env(group.rank());
   if (!timeline_path.empty()) s.timeline = std::make_shared<Timeline>(timeline_path, group.rank());
 
@@ -334,8 +334,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   // At least one byte, so that a tiny cap means "every parameter its own bucket".
   const auto mib = [](double m) { return std::max<size_t>(1, static_cast<size_t>(m * 1024.0 * 1024.0)); };
   const size_t cap_bytes =
-      options.bucket_cap_mb() ? mib(*options.bucket_cap_mb()) : auto_bucket_cap_bytes(gradient_bytes);
-  const auto assignment = assign_buckets(numels, dtypes, mib(options.first_bucket_cap_mb()), cap_bytes);
+      s.options.bucket_cap_mb() ? mib(*s.options.bucket_cap_mb()) : auto_bucket_cap_bytes(gradient_bytes);
+  const auto assignment = assign_buckets(numels, dtypes, mib(s.options.first_bucket_cap_mb()), cap_bytes);
 
   s.locate.resize(s.params.size());
   for (size_t b = 0; b < assignment.buckets.size(); ++b) {
@@ -366,7 +366,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
     bucket.label = label.str();
     s.buckets.push_back(std::move(bucket));
   }
-  if (options.gradient_as_bucket_view()) {
+  if (s.options.gradient_as_bucket_view()) {
     // Only gradients that exist become views: an undefined .grad stays undefined, as in one process
     // (SGD's weight decay and Adam skip a parameter without a gradient).
     for (size_t i = 0; i < s.params.size(); ++i) {

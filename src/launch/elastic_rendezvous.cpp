@@ -355,7 +355,7 @@ std::string ElasticRendezvous::my_address(const std::vector<RdzvNode>& nodes, in
   // network: the address on the route to one of them.
   for (std::size_t r = 0; r < nodes.size(); ++r) {
     if (static_cast<int>(r) == node_rank || is_loopback(nodes[r].addr)) continue;
-    const std::string towards = address_towards(nodes[r].addr);
+    std::string towards = address_towards(nodes[r].addr);
     if (!towards.empty()) return towards;
   }
   return address_;

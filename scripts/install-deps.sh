@@ -6,7 +6,7 @@
 set -eu
 
 packages="
-  build-essential cmake ccache git pkg-config clang-format
+  build-essential cmake ccache git pkg-config clang-format clang-tidy
   libtorch-dev libgloo-dev libopenblas0-openmp
   zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
@@ -16,6 +16,7 @@ packages="
   iproute2 chromium
 "
 # clang-format: the format check (scripts/check-format.sh, ctest format_check); Debian 12's is version 14.
+# clang-tidy: CI's static checks (scripts/clang-tidy.sh, .clang-tidy); Debian 12's is version 14.
 # libopenblas0-openmp: without it LibTorch falls back to reference BLAS (~30x slower matmuls).
 # fortunes, python3-vega-datasets: real data of the "bring your own data" examples (examples/char_lm.cpp: the
 # fortunes' text; examples/tabular.cpp: vega_datasets' seattle-weather.csv).

@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "lockstep/detail/atomic_file.h"
 #include "lockstep/log/hparams_yaml.h"
-#include "lockstep/log/text_file.h"
 
 namespace lockstep::cli {
 
@@ -21,7 +21,7 @@ BenchRunDir::BenchRunDir(std::filesystem::path dir, const Hparams& settings) : d
 }
 
 void BenchRunDir::write_table(const std::string& name, const CsvTable& table) const {
-  log::write_file_atomically(dir_ / name, format_csv(table));
+  lockstep::detail::write_file_atomically((dir_ / name).string(), format_csv(table));
 }
 
 }  // namespace lockstep::cli

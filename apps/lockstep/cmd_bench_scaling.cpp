@@ -15,6 +15,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "lockstep/detail/join.h"
+
 #include "bench_commands.h"
 #include "bench_metrics.h"
 #include "bench_run_dir.h"
@@ -148,9 +150,7 @@ int bench_scaling_main(int argc, char** argv) {
   app.formatter(std::make_shared<ScalingFormatter>());
   app.get_formatter()->column_width(30);
   const auto joined = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const std::string& name : names) out += (out.empty() ? "" : "|") + name;
-    return out;
+    return lockstep::detail::join(names, "|");
   };
   app.add_option("--model", model, "Model (as lockstep fit --model)")
       ->type_name(joined(train::fit_model_names()))
@@ -178,9 +178,8 @@ int bench_scaling_main(int argc, char** argv) {
   const auto unknown = [](const std::string& flag, const std::string& value,
                           const std::vector<std::string>& names) {
     if (std::find(names.begin(), names.end(), value) != names.end()) return std::string();
-    std::string known;
-    for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
-    return flag + " '" + value + "' is not known (expected one of: " + known + ")";
+    return flag + " '" + value + "' is not known (expected one of: " + lockstep::detail::join(names, ", ") +
+           ")";
   };
   if (const std::string error = unknown("--model", model, train::fit_model_names()); !error.empty()) {
     return bench_usage_error(kScalingName, error);

@@ -7,6 +7,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "lockstep/detail/join.h"
+
 namespace lockstep::cli {
 namespace {
 
@@ -17,10 +19,9 @@ void flatten(const YAML::Node& node, const std::string& key, Hparams& out) {
               key.empty() ? item.first.as<std::string>() : key + "." + item.first.as<std::string>(), out);
     }
   } else if (node.IsSequence()) {
-    std::string text;
-    for (const auto& item : node) {
-      text += (text.empty() ? "" : ", ") + (item.IsScalar() ? item.as<std::string>() : YAML::Dump(item));
-    }
+    const std::string text = lockstep::detail::join(node, ", ", [](const YAML::Node& item) {
+      return item.IsScalar() ? item.as<std::string>() : YAML::Dump(item);
+    });
     out.emplace_back(key, "[" + text + "]");
   } else if (node.IsScalar()) {
     out.emplace_back(key, node.as<std::string>());

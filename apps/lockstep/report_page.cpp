@@ -10,7 +10,8 @@
 #include <regex>
 #include <set>
 
-#include "lockstep/log/text_file.h"
+#include "lockstep/detail/atomic_file.h"
+#include "lockstep/detail/join.h"
 #include "report_html.h"
 
 namespace lockstep::cli {
@@ -293,9 +294,8 @@ std::string other_metrics(const MetricLog& log) {
   }
   std::string out = chart_grid(charts);
   if (!unplotted.empty()) {
-    std::string names;
-    for (const std::string& key : unplotted) names += (names.empty() ? "" : ", ") + key;
-    out += "<p class=\"note\">Keys without numeric values (not drawn): " + html_escape(names) + "</p>\n";
+    out += "<p class=\"note\">Keys without numeric values (not drawn): " +
+           html_escape(lockstep::detail::join(unplotted, ", ")) + "</p>\n";
   }
   return out;
 }
@@ -411,13 +411,14 @@ std::string render_report(const RunData& run) {
 }
 
 void write_report(const std::filesystem::path& path, const std::string& html) {
+  if (std::filesystem::is_directory(path)) {
+    throw ReportError("cannot write " + path.string() + ": it is a directory; name the file, e.g. -o " +
+                      (path / "report.html").string());
+  }
   try {
-    log::write_file_atomically(path, html);
+    lockstep::detail::write_file_atomically(path.string(), html);
   } catch (const std::runtime_error& e) {
-    const bool directory = std::filesystem::is_directory(path);
-    throw ReportError(std::string(e.what()) + "; " +
-                      (directory ? "name the file, e.g. -o " + (path / "report.html").string()
-                                 : std::string("choose a writable path with -o")));
+    throw ReportError(std::string(e.what()) + "; choose a writable path with -o");
   }
 }
 

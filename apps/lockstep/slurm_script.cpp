@@ -10,6 +10,7 @@
 #include "slurm_script.h"
 
 #include "cli_parse.h"
+#include "lockstep/detail/enum_names.h"
 #include "lockstep/detail/worker_contract.h"
 
 #include <algorithm>
@@ -25,6 +26,9 @@ namespace lockstep::cli {
 namespace {
 
 using lockstep::detail::kPreemptedExitStatus;  // lockstep/detail/worker_contract.h
+
+constexpr lockstep::detail::EnumNames<SlurmStyle, 3> kStyleNames{
+    {{SlurmStyle::kTorchrun, "torchrun"}, {SlurmStyle::kDdp, "ddp"}, {SlurmStyle::kLightning, "lightning"}}};
 
 [[noreturn]] void bad(const std::string& message) {
   throw std::invalid_argument(message);
@@ -75,15 +79,7 @@ std::string command_line(const std::vector<std::string>& words) {
 }  // namespace
 
 const char* to_string(SlurmStyle style) {
-  switch (style) {
-    case SlurmStyle::kLightning:
-      return "lightning";
-    case SlurmStyle::kTorchrun:
-      return "torchrun";
-    case SlurmStyle::kDdp:
-      return "ddp";
-  }
-  return "unknown";
+  return lockstep::detail::enum_to_string(kStyleNames, style);
 }
 
 // --gres gpu:N / gpu:TYPE:N: N, or -1 when the text is not such a request.
@@ -291,7 +287,8 @@ int parse_slurm_flags(int argc, char** argv, SlurmScriptOptions& options, std::s
       "  lockstep slurm --style ddp --nodes 2 --ntasks-per-node 4 -- ./train_ddp --epochs 10\n"
       "  sbatch train.sbatch");
   std::string style = "torchrun";
-  app.add_option("--style", style, "Job shape: torchrun | ddp | lightning")->capture_default_str();
+  app.add_option("--style", style, "Job shape: " + lockstep::detail::enum_names_text(kStyleNames, " | "))
+      ->capture_default_str();
   app.add_option("--nodes,-N", options.nodes, "Nodes of the job")->capture_default_str();
   app.add_option("--ntasks-per-node", options.ntasks_per_node,
                  "Ranks per node (tasks per node for --style ddp). Default: --gpus-per-node, else 1")
@@ -332,14 +329,10 @@ int parse_slurm_flags(int argc, char** argv, SlurmScriptOptions& options, std::s
     return usage_error("unknown option '" + *unknown + "' (put the training command after --)");
   }
   options.command = command;
-  if (style == "torchrun") {
-    options.style = SlurmStyle::kTorchrun;
-  } else if (style == "ddp") {
-    options.style = SlurmStyle::kDdp;
-  } else if (style == "lightning") {
-    options.style = SlurmStyle::kLightning;
-  } else {
-    return usage_error("--style='" + style + "' is not valid (expected torchrun, ddp or lightning)");
+  try {
+    options.style = lockstep::detail::parse_enum(kStyleNames, style, "--style");
+  } catch (const std::invalid_argument& e) {
+    return usage_error(e.what());
   }
   try {
     options.validate();

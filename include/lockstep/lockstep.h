@@ -6,24 +6,51 @@
 //
 // Layers, bottom up (docs/architecture.md): env (who this process is), launch (starting ranks), comm
 // (process groups and collectives), ddp (DistributedDataParallel), data (datasets, the sampler, the
-// loader), models, optim, shard (ZeRO-1), train (the Trainer, callbacks, checkpoints, the Accelerator).
-// Include a layer's own headers instead to compile less.
+// loader), models, optim, shard (ZeRO-1/2, FSDP), log (the run directory and its loggers), train (the
+// Trainer, callbacks, checkpoints, the Accelerator). Include a layer's own headers instead to compile less.
+//
+// Every public header is here (tests/umbrella checks that this file compiles on its own) except
+// lockstep/detail/ and lockstep/launch/detail/ (internals) and comm/process_group_mpi.h, whose functions
+// exist only in builds with MPI (lockstep::comm_mpi): include it yourself where you link that.
 
 #include "lockstep/env/environment.h"
 #include "lockstep/env/slurm.h"
 
 #include "lockstep/launch/launch.h"
+#include "lockstep/launch/launch_config.h"
+#include "lockstep/launch/launch_error.h"
+#include "lockstep/launch/launch_options.h"
+#include "lockstep/launch/launch_result.h"
+#include "lockstep/launch/launcher.h"
+#include "lockstep/launch/nproc_per_node.h"
+#include "lockstep/launch/rank_start.h"
+#include "lockstep/launch/rendezvous_options.h"
+#include "lockstep/launch/worker_env.h"
+#include "lockstep/launch/worker_exit.h"
+#include "lockstep/launch/worker_output.h"
 
 #include "lockstep/comm/backend.h"
+#include "lockstep/comm/c10d_compat.h"
 #include "lockstep/comm/comm_error.h"
+#include "lockstep/comm/network.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/comm/process_group_hier.h"
 #include "lockstep/comm/process_group_options.h"
+#include "lockstep/comm/process_group_shm.h"
+#include "lockstep/comm/rendezvous.h"
+#include "lockstep/comm/store_client.h"
 #include "lockstep/comm/tcp_store.h"
+#include "lockstep/comm/tcp_store_server.h"
 #include "lockstep/comm/work.h"
 
+#include "lockstep/ddp/bucket.h"
 #include "lockstep/ddp/comm_hook.h"
 #include "lockstep/ddp/ddp_options.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/ddp/grad_hooks.h"
+#include "lockstep/ddp/gradient_sync.h"
+#include "lockstep/ddp/reducer.h"
+#include "lockstep/ddp/timeline.h"
 
 #include "lockstep/data/batch.h"
 #include "lockstep/data/cifar10_dataset.h"
@@ -32,6 +59,7 @@
 #include "lockstep/data/dataset.h"
 #include "lockstep/data/device_dataset.h"
 #include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/epoch_part.h"
 #include "lockstep/data/idx_dataset.h"
 #include "lockstep/data/image_dataset.h"
 #include "lockstep/data/iterable_dataset.h"
@@ -42,26 +70,59 @@
 #include "lockstep/data/torch_data.h"
 #include "lockstep/data/transforms.h"
 
+#include "lockstep/models/classifier.h"
+#include "lockstep/models/mlp.h"
 #include "lockstep/models/models.h"
+#include "lockstep/models/resnet18.h"
+#include "lockstep/models/small_cnn.h"
+#include "lockstep/models/staged.h"
 
+#include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"
+#include "lockstep/optim/graph_capturable.h"
 #include "lockstep/optim/lr_schedule.h"
 
+#include "lockstep/shard/full_parameters.h"
+#include "lockstep/shard/fully_sharded_data_parallel.h"
+#include "lockstep/shard/shard_checkpoint.h"
+#include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
 
+#include "lockstep/log/crc32c.h"
+#include "lockstep/log/csv_logger.h"
+#include "lockstep/log/event_proto.h"
+#include "lockstep/log/hparams_yaml.h"
+#include "lockstep/log/jsonl_logger.h"
+#include "lockstep/log/log.h"
+#include "lockstep/log/logger.h"
+#include "lockstep/log/make_loggers.h"
+#include "lockstep/log/run_dir.h"
+#include "lockstep/log/tensorboard_logger.h"
+#include "lockstep/log/tfrecord_writer.h"
+
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/atomic_file.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/checkpoint.h"
+#include "lockstep/train/checkpoint_export.h"
+#include "lockstep/train/cuda_graph.h"
 #include "lockstep/train/device.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/early_stopping.h"
+#include "lockstep/train/epoch_metrics.h"
+#include "lockstep/train/file_checksum.h"
+#include "lockstep/train/fit.h"
+#include "lockstep/train/fit_config.h"
 #include "lockstep/train/lr_monitor.h"
 #include "lockstep/train/model_checkpoint.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/precision_mode.h"
 #include "lockstep/train/preemption.h"
+#include "lockstep/train/progress_bar.h"
 #include "lockstep/train/safetensors.h"
+#include "lockstep/train/step_breakdown.h"
+#include "lockstep/train/step_memory.h"
 #include "lockstep/train/train_module.h"
 #include "lockstep/train/trainer.h"
 #include "lockstep/train/trainer_options.h"

@@ -2,33 +2,26 @@
 
 #include <stdexcept>
 
+#include "lockstep/detail/enum_names.h"
 namespace lockstep::comm {
 
+namespace {
+
+constexpr lockstep::detail::EnumNames<Backend, 6> kBackendNames{{{Backend::kAuto, "auto"},
+                                                                 {Backend::kGloo, "gloo"},
+                                                                 {Backend::kShm, "shm"},
+                                                                 {Backend::kHier, "hier"},
+                                                                 {Backend::kNccl, "nccl"},
+                                                                 {Backend::kMpi, "mpi"}}};
+
+}  // namespace
+
 const char* to_string(Backend backend) {
-  switch (backend) {
-    case Backend::kGloo:
-      return "gloo";
-    case Backend::kNccl:
-      return "nccl";
-    case Backend::kMpi:
-      return "mpi";
-    case Backend::kShm:
-      return "shm";
-    case Backend::kAuto:
-      return "auto";
-    case Backend::kHier:
-      return "hier";
-  }
-  return "?";
+  return lockstep::detail::enum_to_string(kBackendNames, backend);
 }
 
 Backend parse_backend(const std::string& name) {
-  for (const Backend backend :
-       {Backend::kAuto, Backend::kGloo, Backend::kShm, Backend::kHier, Backend::kNccl, Backend::kMpi}) {
-    if (name == to_string(backend)) return backend;
-  }
-  throw std::invalid_argument("backend '" + name +
-                              "' is not known (expected one of: auto, gloo, shm, hier, nccl, mpi)");
+  return lockstep::detail::parse_enum(kBackendNames, name, "backend");
 }
 
 }  // namespace lockstep::comm

@@ -17,6 +17,7 @@
 #include "lockstep/comm/network.h"
 #include "lockstep/comm/tcp_store.h"
 #include "lockstep/comm/tcp_store_server.h"
+#include "lockstep/detail/join.h"
 #include "seconds_text.h"
 
 namespace lockstep::comm {
@@ -217,10 +218,8 @@ void check_in(c10d::Store& root, c10d::Store& job, const ProcessGroupOptions& o,
         break;  // the store itself is gone; report what we have
       }
     }
-    std::string list;
-    for (size_t i = 0; i < missing.size() && i < 16; ++i)
-      list += (i ? ", " : "") + std::to_string(missing[i]);
-    if (missing.size() > 16) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+    const std::string list =
+        lockstep::detail::join_first(missing, 16, ", ", [](int r) { return std::to_string(r); });
     std::string msg = "timed out after " + seconds_text(o.rendezvous_timeout()) + " waiting for all " +
                       std::to_string(o.world_size()) + " ranks at " + endpoint(o) + ": ";
     msg += missing.empty() ? std::string("lost the rendezvous store (") + e.what() + ")"

@@ -1,4 +1,5 @@
 #include "lockstep/comm/store_client.h"
+#include "lockstep/detail/join.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -35,10 +36,7 @@ constexpr uint32_t kMaxReplyBytes = 1u << 30;
 using detail::seconds_text;
 
 std::string keys_text(const std::vector<std::string>& keys) {
-  std::string out;
-  for (size_t i = 0; i < keys.size() && i < 8; ++i) out += (i ? ", '" : "'") + keys[i] + "'";
-  if (keys.size() > 8) out += ", ... (" + std::to_string(keys.size()) + " keys)";
-  return out;
+  return lockstep::detail::join_first(keys, 8, ", ", [](const std::string& key) { return "'" + key + "'"; });
 }
 
 // A deadline `ms` from now; none (forever) for a negative `ms`.

@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 // How many refused clients get a line of their own; later ones are counted in the summary line.
 constexpr int64_t kMaxRefusedLines = 10;
 // Bytes read from one connection per loop turn, so one fast sender cannot starve the others.
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = size_t{64} * 1024;
 constexpr size_t kMaxReadPerTurn = 1 << 20;
 // A connection whose unsent replies exceed this is not served further until they drain.
 constexpr size_t kMaxPendingOutput = 4 << 20;

@@ -19,6 +19,7 @@
 
 #include "lockstep/ddp/bucket.h"
 #include "lockstep/ddp/timeline.h"
+#include "lockstep/detail/join.h"
 
 namespace lockstep::ddp {
 namespace detail {
@@ -273,9 +274,8 @@ void ReducerState::finalize() {
     if (!ready[i]) missing.push_back(i);
   }
   if (!missing.empty() && !options.find_unused_parameters()) {
-    std::ostringstream names_list;
-    for (size_t k = 0; k < missing.size() && k < 10; ++k) names_list << (k ? ", " : "") << names[missing[k]];
-    if (missing.size() > 10) names_list << ", ... (" << missing.size() << " in all)";
+    const std::string names_list =
+        lockstep::detail::join_first(missing, 10, ", ", [&](size_t i) { return names[i]; });
     // Wait for what was launched so the group stays usable, then report.
     for (auto& b : buckets) {
       if (b.launched) {
@@ -287,11 +287,10 @@ void ReducerState::finalize() {
     }
     reset_iteration();
     // A message for the user, not a LibTorch error: no C++ stack trace in it.
-    throw std::runtime_error(
-        "lockstep DDP (rank " + std::to_string(group->rank()) +
-        "): these parameters received no gradient in this backward pass: " + names_list.str() +
-        ". Every parameter must take part in the loss on every rank, or " +
-        options.unused_parameters_advice() + " to let a parameter go unused.");
+    throw std::runtime_error("lockstep DDP (rank " + std::to_string(group->rank()) +
+                             "): these parameters received no gradient in this backward pass: " + names_list +
+                             ". Every parameter must take part in the loss on every rank, or " +
+                             options.unused_parameters_advice() + " to let a parameter go unused.");
   }
   mark_unused_ready(missing);
   launch_ready_buckets();
@@ -319,8 +318,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.params = std::move(parameters);
   s.names = std::move(names);
   s.group = &group;
-  s.options = options;
-  s.hook = options.comm_hook() ? options.comm_hook() : std::make_shared<AllReduceHook>();
+  s.options = std::move(options);
+  s.hook = s.options.comm_hook() ? s.options.comm_hook() : std::make_shared<AllReduceHook>();
   const std::string timeline_path = Timeline::path_from_env(group.rank());
   if (!timeline_path.empty()) s.timeline = std::make_shared<Timeline>(timeline_path, group.rank());
 
@@ -338,8 +337,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   // At least one byte, so that a tiny cap means "every parameter its own bucket".
   const auto mib = [](double m) { return std::max<size_t>(1, static_cast<size_t>(m * 1024.0 * 1024.0)); };
   const size_t cap_bytes =
-      options.bucket_cap_mb() ? mib(*options.bucket_cap_mb()) : auto_bucket_cap_bytes(gradient_bytes);
-  const auto assignment = assign_buckets(numels, dtypes, mib(options.first_bucket_cap_mb()), cap_bytes);
+      s.options.bucket_cap_mb() ? mib(*s.options.bucket_cap_mb()) : auto_bucket_cap_bytes(gradient_bytes);
+  const auto assignment = assign_buckets(numels, dtypes, mib(s.options.first_bucket_cap_mb()), cap_bytes);
 
   s.locate.resize(s.params.size());
   for (size_t b = 0; b < assignment.buckets.size(); ++b) {
@@ -370,7 +369,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
     bucket.label = label.str();
     s.buckets.push_back(std::move(bucket));
   }
-  if (options.gradient_as_bucket_view()) {
+  if (s.options.gradient_as_bucket_view()) {
     // Only gradients that exist become views: an undefined .grad stays undefined, as in one process
     // (SGD's weight decay and Adam skip a parameter without a gradient).
     for (size_t i = 0; i < s.params.size(); ++i) {

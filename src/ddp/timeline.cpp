@@ -1,60 +1,18 @@
 #include "lockstep/ddp/timeline.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "lockstep/detail/atomic_file.h"
+
 namespace lockstep::ddp {
 namespace {
 
 constexpr const char* kTrackNames[] = {"backward", "communication"};
-
-[[noreturn]] void throw_io_error(const std::string& what, const std::string& path, int err) {
-  throw std::runtime_error("lockstep timeline: cannot " + what + " " + path + ": " + std::strerror(err));
-}
-
-// Writes `text` to `path` atomically: `path`.tmp, fsync, rename over `path`.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_io_error("create", tmp, errno);
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw_io_error("write", tmp, err);
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw_io_error("fsync", tmp, err);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw_io_error("close", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw_io_error("rename " + tmp + " to", path, err);
-  }
-}
 
 }  // namespace
 
@@ -135,7 +93,12 @@ void Timeline::flush() {
   }
   const nlohmann::json doc = {{"traceEvents", std::move(trace)}, {"displayTimeUnit", "ms"}};
   // dump(): invalid UTF-8 in a name is replaced rather than thrown on (names come from user code).
-  write_atomically(path_, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  try {
+    lockstep::detail::write_file_atomically(
+        path_, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("lockstep timeline: ") + e.what());
+  }
 }
 
 }  // namespace lockstep::ddp

@@ -15,6 +15,7 @@
 
 #include "lockstep/comm/store_client.h"
 #include "lockstep/comm/tcp_store_server.h"
+#include "lockstep/detail/join.h"
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
 
@@ -126,11 +127,7 @@ std::string Round::describe() const {
     s += (r == 0 ? " " : ", ") + std::string("node ") + std::to_string(r) + " = " + nodes[r].addr + " (" +
          std::to_string(nodes[r].nproc) + " worker(s), host " + nodes[r].host + ")";
   }
-  const auto list = [](const std::vector<std::string>& v) {
-    std::string out;
-    for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
-    return out;
-  };
+  const auto list = [](const std::vector<std::string>& v) { return lockstep::detail::join(v, ", "); };
   if (!left.empty() || !joined.empty()) {
     s += " (";
     if (!left.empty()) s += "left since round " + std::to_string(number - 1) + ": " + list(left);
@@ -358,7 +355,7 @@ std::string ElasticRendezvous::my_address(const std::vector<RdzvNode>& nodes, in
   // network: the address on the route to one of them.
   for (std::size_t r = 0; r < nodes.size(); ++r) {
     if (static_cast<int>(r) == node_rank || is_loopback(nodes[r].addr)) continue;
-    const std::string towards = address_towards(nodes[r].addr);
+    std::string towards = address_towards(nodes[r].addr);
     if (!towards.empty()) return towards;
   }
   return address_;
@@ -546,8 +543,7 @@ void ElasticRendezvous::wait_for_others(const Round& round) {
     }
     if (waiting.empty()) return;
     if (now >= deadline) {
-      std::string who;
-      for (const std::string& w : waiting) who += (who.empty() ? "" : ", ") + w;
+      const std::string who = lockstep::detail::join(waiting, ", ");
       say_("not serving the rendezvous longer than close_timeout (" +
            seconds(config_.rdzv_conf.close_timeout) + ") for " + who);
       return;

@@ -735,10 +735,10 @@ std::string failure_text(const AttemptResult& attempt, const detail::Round& roun
 }  // namespace
 
 Launcher::Launcher(const LaunchOptions& options, LaunchStreams streams)
-    : Launcher(resolve(options), streams) {}
+    : Launcher(resolve(options), std::move(streams)) {}
 
 Launcher::Launcher(LaunchConfig config, LaunchStreams streams)
-    : config_(std::move(config)), streams_(streams) {
+    : config_(std::move(config)), streams_(std::move(streams)) {
   if (streams_.out == nullptr) streams_.out = &std::cout;
   if (streams_.err == nullptr) streams_.err = &std::cerr;
 }

@@ -6,10 +6,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "lockstep/detail/enum_names.h"
 #include "lockstep/launch/launch_error.h"
 
 namespace lockstep::launch {
 namespace {
+
+constexpr lockstep::detail::EnumNames<RdzvBackend, 2> kRdzvBackendNames{
+    {{RdzvBackend::kStatic, "static"}, {RdzvBackend::kC10d, "c10d"}}};
 
 bool all_digits(const std::string& s) {
   return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
@@ -47,18 +51,18 @@ bool bool_value(const std::string& key, const std::string& value) {
 }  // namespace
 
 RdzvBackend parse_rdzv_backend(const std::string& text) {
-  if (text == "static") return RdzvBackend::kStatic;
-  if (text == "c10d") return RdzvBackend::kC10d;
+  if (const auto backend = lockstep::detail::find_enum(kRdzvBackendNames, text)) return *backend;
   if (text == "etcd" || text == "etcd-v2") {
     throw LaunchError("rdzv_backend='" + text +
                       "' is not available: it needs an etcd server, which lockstep does not talk to; use "
                       "'c10d' (the same elastic rounds, hosted by one of the nodes' launchers)");
   }
-  throw LaunchError("rdzv_backend='" + text + "' is not valid (expected 'static' or 'c10d')");
+  throw LaunchError("rdzv_backend='" + text + "' is not valid (expected one of: " +
+                    lockstep::detail::enum_names_text(kRdzvBackendNames) + ")");
 }
 
 const char* to_string(RdzvBackend backend) {
-  return backend == RdzvBackend::kC10d ? "c10d" : "static";
+  return lockstep::detail::enum_to_string(kRdzvBackendNames, backend);
 }
 
 NodeRange parse_nnodes(const std::string& text) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/detail/join.h"
 #include "lockstep/launch/launch_error.h"
 #include "lockstep/launch/launch_options.h"
 
@@ -74,9 +75,7 @@ std::vector<int> parse_signals(const std::string& text) {
 }
 
 std::string signal_list_text(const std::vector<int>& signals) {
-  std::string text;
-  for (int signal : signals) text += (text.empty() ? "" : ",") + signal_name(signal);
-  return text;
+  return lockstep::detail::join(signals, ",", signal_name);
 }
 
 }  // namespace lockstep::launch

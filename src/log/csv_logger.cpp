@@ -6,8 +6,9 @@
 #include <utility>
 
 #include "files.h"
+#include "lockstep/detail/atomic_file.h"
+#include "lockstep/detail/join.h"
 #include "lockstep/log/hparams_yaml.h"
-#include "lockstep/log/text_file.h"
 
 namespace lockstep::log {
 namespace {
@@ -64,11 +65,9 @@ bool CsvLogger::widen_header(const Row& row) {
 
 void CsvLogger::rewrite_file() {
   out_.close();
-  std::string text;
-  for (std::size_t i = 0; i < keys_.size(); ++i) text += (i ? "," : "") + csv_cell(keys_[i]);
-  text += "\n";
+  std::string text = lockstep::detail::join(keys_, ",", csv_cell) + "\n";
   for (const Row& row : rows_) text += row_text(row);
-  write_file_atomically(path_, text);
+  lockstep::detail::write_file_atomically(path_, text);
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) detail::throw_io_error("opening", path_);
 }

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "files.h"
-#include "lockstep/log/text_file.h"
+#include "lockstep/detail/atomic_file.h"
 
 namespace lockstep::log {
 namespace {
@@ -73,7 +73,7 @@ void write_hparams_yaml(const std::string& dir, const Hparams& hparams) {
   detail::create_log_dir(dir);
   std::string text;
   for (const auto& [key, value] : hparams) text += yaml_scalar(key) + ": " + yaml_scalar(value) + "\n";
-  write_file_atomically((std::filesystem::path(dir) / "hparams.yaml").string(), text);
+  lockstep::detail::write_file_atomically((std::filesystem::path(dir) / "hparams.yaml").string(), text);
 }
 
 }  // namespace lockstep::log

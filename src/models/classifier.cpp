@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "lockstep/detail/join.h"
 #include "lockstep/models/mlp.h"
 #include "lockstep/models/resnet18.h"
 #include "lockstep/models/small_cnn.h"
@@ -39,9 +40,8 @@ std::shared_ptr<ClassifierImpl> make_model(const std::string& name, const InputS
     return std::make_shared<ResNet18Impl>(
         ResNet18Options().in_channels(shape.channels).num_classes(shape.num_classes));
   }
-  std::string expected;
-  for (const auto& known : model_names()) expected += (expected.empty() ? "" : ", ") + known;
-  throw std::invalid_argument("unknown model '" + name + "' (expected one of: " + expected + ")");
+  throw std::invalid_argument("unknown model '" + name +
+                              "' (expected one of: " + lockstep::detail::join(model_names(), ", ") + ")");
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

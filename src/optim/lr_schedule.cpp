@@ -4,26 +4,23 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "lockstep/detail/enum_names.h"
+
 namespace lockstep::optim {
 
+namespace {
+
+constexpr lockstep::detail::EnumNames<LrShape, 3> kLrShapeNames{
+    {{LrShape::kConstant, "constant"}, {LrShape::kCosine, "cosine"}, {LrShape::kStep, "step"}}};
+
+}  // namespace
+
 LrShape parse_lr_shape(const std::string& name) {
-  if (name == "constant") return LrShape::kConstant;
-  if (name == "cosine") return LrShape::kCosine;
-  if (name == "step") return LrShape::kStep;
-  throw std::invalid_argument("unknown learning-rate schedule '" + name +
-                              "' (expected one of: constant, cosine, step)");
+  return lockstep::detail::parse_enum(kLrShapeNames, name, "learning-rate schedule");
 }
 
 const char* to_string(LrShape shape) {
-  switch (shape) {
-    case LrShape::kConstant:
-      return "constant";
-    case LrShape::kCosine:
-      return "cosine";
-    case LrShape::kStep:
-      return "step";
-  }
-  return "unknown";
+  return lockstep::detail::enum_to_string(kLrShapeNames, shape);
 }
 
 LrSchedule::LrSchedule(double base_lr, LrShape shape, int64_t total_steps, int64_t warmup_steps)

@@ -3,25 +3,26 @@
 
 #include <stdexcept>
 
+#include "lockstep/detail/enum_names.h"
 namespace lockstep::train {
 
+namespace {
+
+// "cuda": a synonym of gpu, accepted but not listed.
+constexpr lockstep::detail::EnumNames<AcceleratorKind, 4> kAcceleratorNames{
+    {{AcceleratorKind::kAuto, "auto"},
+     {AcceleratorKind::kCpu, "cpu"},
+     {AcceleratorKind::kGpu, "gpu"},
+     {AcceleratorKind::kGpu, "cuda", /*alias=*/true}}};
+
+}  // namespace
+
 AcceleratorKind parse_accelerator(const std::string& text) {
-  if (text == "auto") return AcceleratorKind::kAuto;
-  if (text == "cpu") return AcceleratorKind::kCpu;
-  if (text == "gpu" || text == "cuda") return AcceleratorKind::kGpu;
-  throw std::invalid_argument("accelerator '" + text + "' is not known (expected one of: auto, cpu, gpu)");
+  return lockstep::detail::parse_enum(kAcceleratorNames, text, "accelerator");
 }
 
 const char* to_string(AcceleratorKind kind) {
-  switch (kind) {
-    case AcceleratorKind::kAuto:
-      return "auto";
-    case AcceleratorKind::kCpu:
-      return "cpu";
-    case AcceleratorKind::kGpu:
-      return "gpu";
-  }
-  return "?";
+  return lockstep::detail::enum_to_string(kAcceleratorNames, kind);
 }
 
 DeviceChoice choose_device(AcceleratorKind kind, int local_rank, int local_world_size,

@@ -1,5 +1,6 @@
 // EarlyStopping: see include/lockstep/train/early_stopping.h.
 #include "lockstep/train/early_stopping.h"
+#include "lockstep/detail/join.h"
 
 #include <cmath>
 #include <cstdio>
@@ -75,8 +76,8 @@ void EarlyStopping::on_validation_end(TrainerContext& trainer) {
   const auto found = metrics.find(options_.monitor());
   if (found == metrics.end()) {
     if (!options_.strict()) return;
-    std::string keys;
-    for (const auto& [key, value] : metrics) keys += (keys.empty() ? "" : ", ") + key;
+    const std::string keys =
+        lockstep::detail::join(metrics, ", ", [](const auto& entry) { return entry.first; });
     throw std::runtime_error(
         "EarlyStopping(monitor='" + options_.monitor() +
         "') cannot find its metric in the logged metrics (available: " + (keys.empty() ? "none" : keys) +

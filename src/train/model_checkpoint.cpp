@@ -1,5 +1,6 @@
 // ModelCheckpoint: see include/lockstep/train/model_checkpoint.h.
 #include "lockstep/train/model_checkpoint.h"
+#include "lockstep/detail/join.h"
 
 #include <cmath>
 #include <cstdio>
@@ -13,9 +14,8 @@ namespace lockstep::train {
 namespace {
 
 std::string keys_of(const std::map<std::string, double>& metrics) {
-  std::string out;
-  for (const auto& [key, value] : metrics) out += (out.empty() ? "" : ", ") + key;
-  return out.empty() ? "none" : out;
+  if (metrics.empty()) return "none";
+  return lockstep::detail::join(metrics, ", ", [](const auto& entry) { return entry.first; });
 }
 
 // One piece of a filename pattern: literal text, or a {name[:spec]} field.

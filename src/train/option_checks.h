@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/detail/join.h"
+
 namespace lockstep::train::detail {
 
 /// A value as a message shows it ("0.25", "-1").
@@ -30,10 +32,8 @@ void check_at_least(const char* option, T value, T least) {
 inline void check_member(const char* option, const std::string& value,
                          const std::vector<std::string>& accepted) {
   if (std::find(accepted.begin(), accepted.end(), value) != accepted.end()) return;
-  std::string names;
-  for (const std::string& n : accepted) names += (names.empty() ? "" : ", ") + n;
-  throw std::invalid_argument(std::string(option) + " '" + value +
-                              "' is not known (expected one of: " + names + ")");
+  throw std::invalid_argument(std::string(option) + " '" + value + "' is not known (expected one of: " +
+                              lockstep::detail::join(accepted, ", ") + ")");
 }
 
 }  // namespace lockstep::train::detail

@@ -2,28 +2,31 @@
 
 #include <stdexcept>
 
+#include "lockstep/detail/enum_names.h"
 namespace lockstep::train {
 
+namespace {
+
+// Lightning's spellings first (what to_string writes), then the aliases: Lightning's "32-true" and
+// Accelerate's "no", "bf16", "fp16".
+constexpr lockstep::detail::EnumNames<Precision, 7> kPrecisionNames{
+    {{Precision::k32, "32"},
+     {Precision::kBf16Mixed, "bf16-mixed"},
+     {Precision::k16Mixed, "16-mixed"},
+     {Precision::k32, "32-true", /*alias=*/true},
+     {Precision::k32, "no", /*alias=*/true},
+     {Precision::kBf16Mixed, "bf16", /*alias=*/true},
+     {Precision::k16Mixed, "fp16", /*alias=*/true}}};
+
+}  // namespace
+
 Precision parse_precision(const std::string& text) {
-  if (text == "32" || text == "32-true" || text == "no") return Precision::k32;
-  if (text == "bf16-mixed" || text == "bf16") return Precision::kBf16Mixed;
-  if (text == "16-mixed" || text == "fp16") return Precision::k16Mixed;
-  throw std::invalid_argument(
-      "precision '" + text +
-      "' is not known (expected one of: 32, bf16-mixed, 16-mixed; Accelerate's no, bf16, fp16 and "
-      "32-true are accepted too)");
+  return lockstep::detail::parse_enum(kPrecisionNames, text, "precision",
+                                      "Accelerate's no, bf16, fp16 and 32-true are accepted too");
 }
 
 const char* to_string(Precision precision) {
-  switch (precision) {
-    case Precision::k32:
-      return "32";
-    case Precision::kBf16Mixed:
-      return "bf16-mixed";
-    case Precision::k16Mixed:
-      return "16-mixed";
-  }
-  return "?";
+  return lockstep::detail::enum_to_string(kPrecisionNames, precision);
 }
 
 }  // namespace lockstep::train

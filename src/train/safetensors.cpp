@@ -21,6 +21,7 @@
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
+#include "lockstep/detail/join.h"
 #include "lockstep/train/atomic_file.h"
 
 namespace lockstep::train {
@@ -63,9 +64,7 @@ bool dtype_of(const std::string& name, at::ScalarType* type) {
 }
 
 std::string known_dtypes() {
-  std::string names;
-  for (const auto& d : kDtypes) names += std::string(names.empty() ? "" : ", ") + d.name;
-  return names;
+  return lockstep::detail::join(kDtypes, ", ", [](const auto& d) { return d.name; });
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {

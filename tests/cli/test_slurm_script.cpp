@@ -288,7 +288,7 @@ TEST(SlurmFlags, BadStyleAndBadValuesAreUsageErrors) {
   SlurmScriptOptions o;
   std::string file, err;
   EXPECT_EQ(parse({"--style", "mpi", "--", "./train"}, o, file, err), 2);
-  EXPECT_TRUE(contains(err, "--style='mpi' is not valid (expected torchrun, ddp or lightning)")) << err;
+  EXPECT_TRUE(contains(err, "--style 'mpi' is not known (expected one of: torchrun, ddp, lightning)")) << err;
   SlurmScriptOptions o2;
   EXPECT_EQ(parse({"--nodes", "0", "--", "./train"}, o2, file, err), 2);
   EXPECT_TRUE(contains(err, "--nodes=0 is not valid")) << err;

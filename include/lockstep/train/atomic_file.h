@@ -5,12 +5,10 @@
 
 namespace lockstep::train {
 
-/// Writes `path` so that a reader sees either the old file or the complete new one, never a torn one:
-/// `write(tmp)` fills a temporary file next to `path`, which is then fsync'ed, renamed over `path`, and
-/// the directory fsync'ed. If `write` throws, the temporary file is removed and the exception passes
-/// on; `path` is untouched.
-///
-/// Throws std::runtime_error naming the path and the system error when a step fails.
+/// Writes `path` so that a reader sees either the old file or the complete new one, never a torn one
+/// (temporary file, fsync, rename, fsync of the directory; see lockstep/detail/atomic_file.h, which this
+/// forwards to). If `write` throws, the temporary file is removed and the exception passes on; `path` is
+/// untouched. Throws std::runtime_error "cannot write 'PATH': STEP: REASON" when a step fails.
 ///
 /// Example:
 ///   write_atomically("ckpt/final.pt", [&](const std::string& tmp) { archive.save_to(tmp); });

@@ -478,8 +478,8 @@ at::Tensor ProcessGroupShm::new_shared_tensor(int64_t numel, at::ScalarType dtyp
             "using private memory, whose all-reduces copy through the segment (slower)\n",
             static_cast<double>(total) / (1024.0 * 1024.0));
       }
-      std::memset(name_slot, 0, 256);
-      std::memcpy(name_slot, name.data(), std::min<std::size_t>(name.size(), 255));
+      std::memset(name_slot, 0, 256);  // at most 255 bytes of name follow: the slot stays NUL-terminated
+      std::copy_n(name.data(), std::min<std::size_t>(name.size(), 255), name_slot);
     }
     if (getSize() > 1) ch.barrier(ctx, /*check_signatures=*/true);
     if (getRank() != 0) {

@@ -69,9 +69,10 @@ double log_weight(const LogOptions& options, int64_t batch_size) {
 }  // namespace
 
 void TrainModuleBase::log(const std::string& name, double value, const LogOptions& options) {
-  const double weight = log_weight(options, batch_size_);
-  if (captured_logs_) {
-    captured_logs_->push_back({name, at::Tensor(), value, weight, options.sync_dist(), options.prog_bar()});
+  const double weight = log_weight(options, state_->batch_size);
+  if (state_->captured_logs) {
+    state_->captured_logs->push_back(
+        {name, at::Tensor(), value, weight, options.sync_dist(), options.prog_bar()});
     return;
   }
   logged_.add(name, value, weight, options.sync_dist(), options.prog_bar());
@@ -84,9 +85,9 @@ void TrainModuleBase::log(const std::string& name, const at::Tensor& value, cons
         (value.defined() ? std::to_string(value.numel()) + " elements" : "an undefined tensor") +
         " (log a mean, or .item() of one element)");
   }
-  if (captured_logs_) {  // a CUDA graph is being captured: no reading on the host
-    captured_logs_->push_back({name, value.detach(), 0.0, log_weight(options, batch_size_),
-                               options.sync_dist(), options.prog_bar()});
+  if (state_->captured_logs) {  // a CUDA graph is being captured: no reading on the host
+    state_->captured_logs->push_back({name, value.detach(), 0.0, log_weight(options, state_->batch_size),
+                                      options.sync_dist(), options.prog_bar()});
     return;
   }
   log(name, value.detach().item<double>(), options);

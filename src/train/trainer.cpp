@@ -84,7 +84,7 @@ int Trainer::world_size() const {
   return world_size_;
 }
 int64_t Trainer::current_epoch() const {
-  return run_ ? run_->epoch : 0;
+  return run_ ? run_->step_state->epoch : 0;
 }
 int64_t Trainer::global_step() const {
   return run_ ? run_->position.step : 0;
@@ -134,7 +134,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   run.flush_graph_logs();  // what replays of a CUDA graph logged, into the table
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
-      group.all_gather_strings(run.position.batch == 0 ? std::string() : run.module->logged_.to_json());
+      group.all_gather_strings(run.position.batch == 0 ? std::string() : run.logged().to_json());
   // Sharded strategies (zero1, zero2, fsdp): every rank writes its shard, nothing is gathered; once all are
   // on disk rank 0 commits the checkpoint that names them (shard_checkpoint.h).
   shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
@@ -174,7 +174,7 @@ void Trainer::log_metrics(const std::map<std::string, double>& values) {
   if (!run_) return;
   run_->log_scalars({values.begin(), values.end()}, run_->position.step);
   if (!run_->metrics_writer) return;
-  nlohmann::ordered_json record = {{"epoch", run_->epoch}, {"step", run_->position.step}};
+  nlohmann::ordered_json record = {{"epoch", run_->step_state->epoch}, {"step", run_->position.step}};
   for (const auto& [name, value] : values) {
     if (std::isfinite(value)) {
       record[name] = value;

@@ -1,4 +1,4 @@
-// The Trainer's CUDA graph step (TrainerOptions::cuda_graphs): see trainer_run.h and cuda_graph.h.
+// The Trainer's CUDA graph step (TrainerOptions::cuda_graphs): see trainer_graph.h and cuda_graph.h.
 //
 // After kWarmupSteps eager steps (which create the optimizer's state and let cuBLAS and NCCL set
 // themselves up), the next full batch becomes the static input and one whole step is captured: DDP's
@@ -12,19 +12,20 @@
 // every rank alike) and at each epoch's end, each time waiting at most the collective timeout: a replayed
 // all-reduce is invisible to NCCL's watchdog and to the progress records, so this wait is what finds a
 // peer that stopped.
+#include "trainer_graph.h"
+
 #include <ATen/ops/zeros.h>
+#include <torch/optim/optimizer.h>
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 
 #include "lockstep/optim/graph_capturable.h"
+#include "train_module_access.h"
 #include "trainer_run.h"
 
 namespace lockstep::train {
 namespace {
-
-constexpr int64_t kWarmupSteps = 3;
 
 void release_gradients(torch::nn::Module& module) {
   for (auto& p : module.parameters()) p.mutable_grad() = at::Tensor();
@@ -37,10 +38,10 @@ std::string backend_refusal(comm::Backend backend) {
          " moves CUDA tensors through the host (nccl only)";
 }
 
-}  // namespace
-
-std::string Trainer::Run::graph_option_refusal() const {
-  std::string why = StepGraph::unavailable(device_);
+// What the options and the device decide (before set-up: only then does the capture stream become
+// current); "" when they allow a capture.
+std::string option_refusal(const TrainerOptions& options, Precision precision, const c10::Device& device) {
+  std::string why = StepGraph::unavailable(device);
   if (!why.empty()) return why;
   if (options.strategy().kind() != StrategyKind::kDdp)
     return std::string("strategy ") + to_string(options.strategy().kind()) + " (ddp only)";
@@ -49,116 +50,103 @@ std::string Trainer::Run::graph_option_refusal() const {
   if (options.accumulate_grad_batches() > 1)
     return "accumulate_grad_batches " + std::to_string(options.accumulate_grad_batches()) + " (1 only)";
   if (options.gradient_clip_val() > 0) return "gradient_clip_val (the norm is read on the host)";
-  if (precision_ != Precision::k32)
-    return std::string("precision ") + to_string(precision_) + " (32 only: autocast caches casts)";
+  if (precision != Precision::k32)
+    return std::string("precision ") + to_string(precision) + " (32 only: autocast caches casts)";
   if (options.on_nan() == OnNan::kSkip) return "on_nan skip (each loss read on the host)";
   return "";
 }
 
-std::string Trainer::Run::graph_refusal() const {
-  std::string why = graph_option_refusal();
+at::Tensor device_zero(const c10::Device& device) {
+  return at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+}
+
+}  // namespace
+
+void TrainerGraph::prepare(const TrainerOptions& options, Precision precision, const c10::Device& device) {
+  if (!options.cuda_graphs()) return;
+  device_ = device;
+  option_refusal_ = option_refusal(options, precision, device);
+  if (option_refusal_.empty()) graph_ = std::make_unique<StepGraph>(device);
+}
+
+std::string TrainerGraph::turn_on(const Parts& parts) {
+  if (!option_refusal_.empty()) return option_refusal_;
+  std::string why = backend_refusal(parts.group->backend());  // resolved now: never auto
   if (!why.empty()) return why;
-  why = backend_refusal(group->backend());  // resolved now: never auto
-  if (!why.empty()) return why;
-  const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(optimizer.get());
+  const auto* capturable = dynamic_cast<const optim::GraphCapturable*>(parts.optimizer);
   if (capturable == nullptr)
     return "the optimizer cannot be captured (optim::FusedAdam and FusedAdamW can: adam, adamw)";
   why = capturable->capture_refusal();
   if (!why.empty()) return "the optimizer: " + why;
-  if (!train_loader_->lists_tensors()) return "the batch type has no data::BatchTraits<B>::tensors";
+  if (!parts.loader->lists_tensors()) return "the batch type has no data::BatchTraits<B>::tensors";
+  TORCH_INTERNAL_ASSERT(graph_, "TrainerGraph::turn_on without prepare() on a device that can capture");
+  parts_ = parts;
+  on_ = true;
+  warmup_left_ = kWarmupSteps;
   return "";
 }
 
-void Trainer::Run::setup_graph() {
-  if (!options.cuda_graphs()) return;
-  const std::string why = graph_refusal();  // the same on every rank: options, backend and model agree
-  if (!why.empty()) {
-    print_line("cuda graphs: off, every step runs eagerly: " + why);
-    return;
-  }
-  graph_on_ = true;  // graph_ exists: the option-level refusals found nothing either
-  graph_warmup_left_ = kWarmupSteps;
-  step_timer_ = StepTimer(0, nullptr, nullptr);  // a replayed step has no phases to time
-  print_line("cuda graphs: on (the step is captured after " + std::to_string(kWarmupSteps) +
-             " eager steps; the step breakdown is off)");
-}
-
-std::optional<double> Trainer::Run::graph_step(const data::detail::AnyBatch& batch, int64_t b) {
-  if (!graph_on_) return std::nullopt;
+bool TrainerGraph::takes(const data::detail::AnyBatch& batch) {
+  if (!on_) return false;
   const bool capture_now = !graph_->captured();
-  if (capture_now && graph_warmup_left_ > 0) {
-    --graph_warmup_left_;
-    return std::nullopt;
+  if (capture_now && warmup_left_ > 0) {
+    --warmup_left_;
+    return false;
   }
   // The static input has the loader's batch size: an epoch's shorter last batch is not captured.
-  if (capture_now && train_loader_->samples(batch.get()) != batch_size_) return std::nullopt;
-  if (!capture_now && !train_loader_->copy_into(static_batch_, batch)) {
-    release_gradients(*module);  // a replay left them set: the eager backward would add to them
-    return std::nullopt;
+  data::detail::AnyShardLoader& loader = *parts_.loader;
+  if (capture_now && loader.samples(batch.get()) != loader.options().batch_size()) return false;
+  if (!capture_now && !loader.copy_into(static_batch_, batch)) {
+    release_gradients(*parts_.module);  // a replay left them set: the eager backward would add to them
+    return false;
   }
-  module->batch_size_ = train_loader_->samples(batch.get());
-  module->step_ = position.step;
-  apply_lr();
-  auto& capturable = dynamic_cast<optim::GraphCapturable&>(*optimizer);
+  return true;
+}
+
+void TrainerGraph::run(const data::detail::AnyBatch& batch, int64_t b, const Step& step) {
+  auto& capturable = dynamic_cast<optim::GraphCapturable&>(*parts_.optimizer);
   capturable.before_replay();
-  if (capture_now) {
-    capture_step(batch, b);
+  if (!graph_->captured()) {
+    capture(batch, b, step);
     graph_->replay();  // capturing ran nothing
   } else {
     graph_->replay();
     capturable.after_replay();  // the capture's host code counted the captured step itself
   }
-  accumulate_graph_logs();
-  ++result_.graph_replays;
-  ++position.step;
-  module->step_ = position.step;
-  if (position.step % step_record_interval() == 0) {  // the step records' loss; every rank alike
-    wait_for_replays();
-    graph_last_loss_ = static_loss_.item<double>();
-    if (!std::isfinite(graph_last_loss_)) flush_graph_logs();  // throws, naming the steps
-  }
-  return graph_last_loss_;
+  accumulate_logs();
 }
 
-void Trainer::Run::capture_step(const data::detail::AnyBatch& batch, int64_t b) {
+void TrainerGraph::capture(const data::detail::AnyBatch& batch, int64_t b, const Step& step) {
   {
     at::NoGradGuard no_grad;
-    train_loader_->own_memory(batch);  // batches are copied into it: not into a dataset's rows
+    parts_.loader->own_memory(batch);  // batches are copied into it: not into a dataset's rows
   }
   static_batch_ = batch;
-  graph_loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  release_gradients(*module);
+  loss_sum_ = device_zero(device_);
+  release_gradients(*parts_.module);
   std::vector<detail::CapturedLog> logs;
-  module->captured_logs_ = &logs;
+  detail::StepState& state = *parts_.state;
+  state.captured_logs = &logs;
   try {
     graph_->capture([&] {
-      ddp->before_forward();
-      const at::Tensor loss = module->erased_training_step(static_batch_.get(), b);
-      if (!loss.defined() || loss.numel() != 1)
-        throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor");
-      loss.backward();
-      optimizer->step();
-      static_loss_ = loss.detach();
-      graph_loss_sum_.add_(static_loss_);
+      static_loss_ = step(static_batch_.get()).detach();
+      loss_sum_.add_(static_loss_);
     });
   } catch (const std::exception& e) {
-    module->captured_logs_ = nullptr;
+    state.captured_logs = nullptr;
     throw std::runtime_error(
-        "cuda_graphs: the training step (epoch " + std::to_string(epoch) + ", batch " + std::to_string(b) +
-        ") cannot be captured in a CUDA graph: " + e.what() +
+        "cuda_graphs: the training step (epoch " + std::to_string(state.epoch) + ", batch " +
+        std::to_string(b) + ") cannot be captured in a CUDA graph: " + e.what() +
         ". A training_step that reads a value on the host (.item(), printing a tensor, an if on a "
         "tensor's value) cannot be captured: remove that, or train without cuda_graphs");
   }
-  module->captured_logs_ = nullptr;
-  graph_logs_.clear();
-  for (auto& log : logs) {
-    graph_logs_.push_back(
-        {std::move(log), at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_)), 0.0, 0.0});
-  }
+  state.captured_logs = nullptr;
+  logs_.clear();
+  for (auto& log : logs) logs_.push_back({std::move(log), device_zero(device_), 0.0, 0.0});
 }
 
-void Trainer::Run::accumulate_graph_logs() {
-  for (GraphLog& g : graph_logs_) {
+void TrainerGraph::accumulate_logs() {
+  for (Log& g : logs_) {
     if (g.log.value.defined()) {
       g.sum.add_(g.log.value, g.log.weight);
     } else {
@@ -166,45 +154,94 @@ void Trainer::Run::accumulate_graph_logs() {
     }
     g.weight += g.log.weight;
   }
-  ++graph_loss_batches_;
+  ++loss_batches_;
 }
 
-void Trainer::Run::wait_for_replays() const {
-  if (!graph_on_) return;
-  const auto timeout = group->options().collective_timeout();
+double TrainerGraph::loss(bool read) {
+  if (!read) return last_loss_;
+  wait_for_replays();
+  last_loss_ = static_loss_.item<double>();
+  if (!std::isfinite(last_loss_)) flush_logs();  // throws, naming the steps
+  return last_loss_;
+}
+
+void TrainerGraph::wait_for_replays() const {
+  if (!on_ || !graph_) return;  // no graph: off, or released at the fit's end
+  const auto timeout = parts_.group->options().collective_timeout();
   if (graph_->wait_for(timeout)) return;
   throw std::runtime_error(
-      "lockstep: rank " + std::to_string(group->rank()) + ": the CUDA graph's steps up to step " +
-      std::to_string(position.step) + " (epoch " + std::to_string(epoch) + ") have not finished within the " +
-      "collective timeout (" + std::to_string(timeout.count() / 1000.0) +
+      "lockstep: rank " + std::to_string(parts_.group->rank()) + ": the CUDA graph's steps up to step " +
+      std::to_string(parts_.position->step) + " (epoch " + std::to_string(parts_.state->epoch) +
+      ") have not finished within the collective timeout (" + std::to_string(timeout.count() / 1000.0) +
       " s; collective_timeout, LOCKSTEP_TIMEOUT): a replayed step's all-reduce waits for every rank, and "
       "another rank has stopped or hangs. NCCL cannot name it for a replayed collective: run without "
       "cuda_graphs to have the missing rank named");
 }
 
-void Trainer::Run::flush_graph_logs() {
-  if (!graph_on_ || graph_loss_batches_ == 0) return;
+void TrainerGraph::flush_logs() {
+  if (!on_ || loss_batches_ == 0) return;
   wait_for_replays();
-  const double loss_sum = graph_loss_sum_.item<double>();
-  const int64_t batches = graph_loss_batches_;
-  graph_loss_sum_.zero_();
-  graph_loss_batches_ = 0;
+  const double loss_sum = loss_sum_.item<double>();
+  const int64_t batches = loss_batches_;
+  loss_sum_.zero_();
+  loss_batches_ = 0;
   if (!std::isfinite(loss_sum)) {
     throw std::runtime_error(
         "non-finite training loss in the " + std::to_string(batches) + " step(s) up to step " +
-        std::to_string(position.step) + " (epoch " + std::to_string(epoch) + ") on rank " +
-        std::to_string(group->rank()) +
+        std::to_string(parts_.position->step) + " (epoch " + std::to_string(parts_.state->epoch) +
+        ") on rank " + std::to_string(parts_.group->rank()) +
         ", run in a CUDA graph (cuda_graphs reads the loss at the step records and epoch ends only): lower "
         "the learning rate, check the data, or train without cuda_graphs to stop at the first such step");
   }
-  for (GraphLog& g : graph_logs_) {
+  LoggedMetrics& logged = detail::TrainModuleAccess::logged(*parts_.module);
+  for (Log& g : logs_) {
     if (g.weight == 0.0) continue;
     const double sum = g.log.value.defined() ? g.sum.item<double>() : g.host_sum;
-    module->logged_.add(g.log.name, sum / g.weight, g.weight, g.log.sync_dist, g.log.prog_bar);
+    logged.add(g.log.name, sum / g.weight, g.weight, g.log.sync_dist, g.log.prog_bar);
     if (g.log.value.defined()) g.sum.zero_();
     g.host_sum = 0.0;
     g.weight = 0.0;
   }
+}
+
+// ---- the Run's side: where the graph's step is a step of the run ----
+
+void Trainer::Run::setup_graph() {
+  if (!options.cuda_graphs()) return;
+  // The same on every rank: options, backend and model agree.
+  const std::string why = graph_.turn_on(
+      {group, optimizer.get(), train_loader_.get(), module.get(), &position, step_state.get()});
+  if (!why.empty()) {
+    print_line("cuda graphs: off, every step runs eagerly: " + why);
+    return;
+  }
+  step_timer_ = StepTimer(0, nullptr, nullptr);  // a replayed step has no phases to time
+  print_line("cuda graphs: on (the step is captured after " + std::to_string(TrainerGraph::kWarmupSteps) +
+             " eager steps; the step breakdown is off)");
+}
+
+std::optional<double> Trainer::Run::graph_step(const data::detail::AnyBatch& batch, int64_t b) {
+  if (!graph_.takes(batch)) return std::nullopt;
+  step_state->batch_size = train_loader_->samples(batch.get());
+  step_state->step = position.step;
+  apply_lr();
+  graph_.run(batch, b, [&](const void* static_batch) {
+    ddp->before_forward();
+    const at::Tensor loss = detail::TrainModuleAccess::training_step(*module, static_batch, b);
+    if (!loss.defined() || loss.numel() != 1)
+      throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor");
+    loss.backward();
+    optimizer->step();
+    return loss;
+  });
+  ++result_.graph_replays;
+  ++position.step;
+  step_state->step = position.step;
+  return graph_.loss(/*read=*/position.step % step_record_interval() == 0);  // every rank alike
+}
+
+void Trainer::Run::flush_graph_logs() {
+  graph_.flush_logs();
 }
 
 }  // namespace lockstep::train

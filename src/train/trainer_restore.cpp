@@ -50,7 +50,7 @@ void Trainer::Run::restore() {
   if (!reshard_parts.empty()) reshard_parts.front().planned = planned_batches(reshard_parts.front().world);
   if (saved.world_size == world) {
     set_cpu_rng_state(saved.rng_states[rank]);
-    module->logged_ = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
+    logged() = LoggedMetrics::from_json(saved.logged_states.at(static_cast<std::size_t>(rank)));
   } else if (start_.batch != 0 || !reshard_parts.empty()) {
     reshard_after(saved);
   }
@@ -101,7 +101,7 @@ void Trainer::Run::reshard_after(const CheckpointState& saved) {
         if (entry.sync_dist) merged.add(name, entry.mean(), entry.weight, true, entry.prog_bar);
       }
     }
-    module->logged_ = std::move(merged);
+    logged() = std::move(merged);
   }
   start_.batch = 0;  // counts batches of the re-sharded rest from here on
 }

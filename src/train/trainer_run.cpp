@@ -86,8 +86,10 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
       options(trainer_.options_),
       environment(environment_),
       module(std::move(module_)),
+      step_state(std::make_shared<detail::StepState>()),
       precision_(options.precision()),
       bar_(options.out()) {
+  detail::TrainModuleAccess::attach(*module, step_state);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::k16Mixed;  // bfloat16 has float32's range: no scaling
   scaler = GradScaler(scaler_options);
@@ -111,9 +113,8 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   }
   choose_device();
   // cuda_graphs: the capture stream is current from here on, before DDP holds the parameters' gradient
-  // accumulators (autograd runs each on the stream current when it was made; the default stream inside
-  // a capture is an error). Whether the step is then captured is decided in setup_graph().
-  if (options.cuda_graphs() && graph_option_refusal().empty()) graph_ = std::make_unique<StepGraph>(device_);
+  // accumulators. Whether the step is then captured is decided in setup_graph().
+  graph_.prepare(options, precision_, device_);
   connect();
   setup_data(data);
   setup_model();
@@ -233,7 +234,7 @@ void Trainer::Run::setup_model() {
   if (!options.process_group())
     torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
   const int64_t accumulate = options.accumulate_grad_batches();
-  TrainingPlan& plan = module->plan_;
+  TrainingPlan& plan = step_state->plan;
   plan.world_size = world;
   plan.rank = rank;
   plan.device = device_.str();
@@ -294,11 +295,10 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     plan.max_batches = -1;
   }
   training.planned = train_loader_->start(plan);
-  if (!resumed_epoch || !resumed_) module->logged_.clear();  // else: the checkpoint's sums
+  if (!resumed_epoch || !resumed_) logged().clear();  // else: the checkpoint's sums
   position = TrainPosition{e, first_batch, position.step};
-  epoch = e;
-  module->epoch_ = e;
-  module->step_ = position.step;  // also for validation_step when no batch is left (resumed at the end)
+  step_state->epoch = e;
+  step_state->step = position.step;  // also for validation_step when no batch is left (resumed at the end)
   module->train();
   for (const auto& callback : options.callbacks()) callback->on_train_epoch_start(trainer);
   if (is_main_ && options.progress_bar()) bar_.start(e, options.max_epochs(), training.planned);
@@ -322,7 +322,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     const std::optional<double> replayed = graph_step(batch, b);  // cuda_graphs (trainer_graph.cpp)
     const double batch_loss = replayed ? *replayed : train_batch(batch.get(), samples, b, steps_now);
     training.samples += samples;
-    module->logged_.samples += samples;
+    logged().samples += samples;
     training.batches = b + 1;
     mid_accumulation = !steps_now;
     bool stepped = replayed.has_value();
@@ -336,17 +336,17 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   }
   // A stream's length is known once it ended; cut short by max_steps or preemption it stays unknown.
   if (training.planned < 0 && ended) training.planned = training.batches;
-  wait_for_replays();  // cuda_graphs: the host ran ahead of the device; the epoch ends when the GPU's does
+  graph_.wait_for_replays();  // cuda_graphs: the host ran ahead; the epoch ends when the GPU's does
   training.seconds = seconds_since(start);
   if (is_main_ && options.progress_bar()) bar_.finish();
   return training;
 }
 
 double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now) {
-  module->batch_size_ = samples;
-  module->step_ = position.step;
+  step_state->batch_size = samples;
+  step_state->step = position.step;
   const bool skip_nan = options.on_nan() == OnNan::kSkip;
-  if (skip_nan) logged_before_ = module->logged_;
+  if (skip_nan) logged_before_ = logged();
   // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
   std::optional<ddp::NoSyncGuard> no_sync;
   if (!steps_now) no_sync.emplace(strategy->gradient_sync());
@@ -354,11 +354,11 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   at::Tensor loss;
   {
     AutocastScope autocast(precision_, device_.type());
-    loss = module->erased_training_step(batch, b);
+    loss = detail::TrainModuleAccess::training_step(*module, batch, b);
   }
   if (!loss.defined() || loss.numel() != 1) {
     throw std::invalid_argument("training_step must return the batch's loss as a scalar tensor (batch " +
-                                std::to_string(b) + " of epoch " + std::to_string(epoch) + ")");
+                                std::to_string(b) + " of epoch " + std::to_string(step_state->epoch) + ")");
   }
   for (const auto& callback : options.callbacks()) callback->on_before_backward(trainer, loss);
   const double value = loss.item<double>();
@@ -367,13 +367,13 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
     if (!skip_nan) {
       throw std::runtime_error(
           "non-finite training loss " + std::to_string(value) + " at step " +
-          std::to_string(position.step + 1) + " (epoch " + std::to_string(epoch) + ", batch " +
+          std::to_string(position.step + 1) + " (epoch " + std::to_string(step_state->epoch) + ", batch " +
           std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
           ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
           "skip such steps on every rank (on_nan skip)");
     }
     group_has_nan_ = true;
-    module->logged_ = logged_before_;  // what this batch logged is dropped with the step
+    logged() = logged_before_;  // what this batch logged is dropped with the step
   }
   const int64_t accumulate = options.accumulate_grad_batches();
   scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
@@ -400,7 +400,8 @@ bool Trainer::Run::step(int64_t b) {
       strategy->clear_gradients();
       ++result_.skipped_steps;
       print_line("skipped optimizer step " + std::to_string(position.step + 1) + " (epoch " +
-                 std::to_string(epoch) + ", batch " + std::to_string(b) + "): non-finite loss on a rank");
+                 std::to_string(step_state->epoch) + ", batch " + std::to_string(b) +
+                 "): non-finite loss on a rank");
       return false;
     }
   }
@@ -413,7 +414,7 @@ bool Trainer::Run::step(int64_t b) {
   scaler.update();
   optimizer->zero_grad();
   ++position.step;
-  module->step_ = position.step;
+  step_state->step = position.step;
   return true;
 }
 
@@ -436,10 +437,10 @@ void Trainer::Run::step_boundary(int64_t b, bool stepped, double batch_loss) {
   const int64_t step = position.step;
   if (metrics_writer && stepped && options.log_every_n_steps() > 0 &&
       step % options.log_every_n_steps() == 0) {
-    metrics_writer->write(StepMetrics{step, epoch, b + 1, batch_loss, lr});
+    metrics_writer->write(StepMetrics{step, step_state->epoch, b + 1, batch_loss, lr});
   }
   if (!loggers.empty() && stepped && step % step_record_interval() == 0)
-    log_scalars(StepMetrics{step, epoch, b + 1, batch_loss, lr}.scalars(), step);
+    log_scalars(StepMetrics{step, step_state->epoch, b + 1, batch_loss, lr}.scalars(), step);
   max_steps_reached_ = options.max_steps() > 0 && step >= options.max_steps();
   const bool due = options.ckpt_every_n_steps() > 0 && step % options.ckpt_every_n_steps() == 0;
   // One tiny all-reduce per step, only with a ckpt_dir: the ranks got the notice at different steps, and
@@ -487,9 +488,9 @@ Trainer::Run::Validation Trainer::Run::validate(int64_t e) {
   int64_t i = 0;
   while (const data::detail::AnyBatch batch = on_device(*val_loader_, val_loader_->next_any())) {
     const int64_t samples = val_loader_->samples(batch.get());
-    module->batch_size_ = samples;
+    step_state->batch_size = samples;
     AutocastScope autocast(precision_, device_.type());
-    module->erased_validation_step(batch.get(), i++);
+    detail::TrainModuleAccess::validation_step(*module, batch.get(), i++);
     validation.samples += samples;
   }
   module->train();
@@ -501,11 +502,11 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
                                         const Validation& validation) {
   flush_graph_logs();
   const detail::RankEpoch mine{
-      module->logged_.samples, validation.samples,
-      training.seconds,        validation.seconds,
-      peak_rss_mb(),           static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
+      logged().samples,       validation.samples,
+      training.seconds,       validation.seconds,
+      peak_rss_mb(),          static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
       peak_device_mb(device_)};
-  const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, module->logged_, mine, e);
+  const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, logged(), mine, e);
   EpochMetrics m;
   m.epoch = e;
   m.step = position.step;
@@ -519,7 +520,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.peak_rss_mb = reduced.peak_rss_mb;
   m.model_state_mb = reduced.model_state_mb;
   if (device_.is_cuda()) m.peak_cuda_mb = reduced.peak_cuda_mb;
-  if (options.breakdown_every_n_batches() > 0 && !graph_on_)  // the same on every rank
+  if (options.breakdown_every_n_batches() > 0 && !graph_.on())  // the same on every rank
     m.breakdown = make_breakdown(detail::gather_phase_times(*group, step_timer_.take()));
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
@@ -572,7 +573,7 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
 }
 
 TrainerResult Trainer::Run::finish() {
-  graph_.reset();  // its stream finishes; the default one is current again
+  graph_.release();  // its stream finishes; the default one is current again
   result_.global_step = position.step;
   if (result_.preempted) {
     if (owned_group) owned_group->shutdown();

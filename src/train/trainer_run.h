@@ -1,7 +1,6 @@
 #pragma once
 
 #include <chrono>
-#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,13 +12,14 @@
 #include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/log/logger.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
-#include "lockstep/train/cuda_graph.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/preemption.h"
 #include "lockstep/train/progress_bar.h"
 #include "lockstep/train/step_breakdown.h"
 #include "lockstep/train/strategy/strategy.h"
 #include "lockstep/train/trainer.h"
+#include "train_module_access.h"
+#include "trainer_graph.h"
 
 namespace lockstep::train {
 
@@ -60,6 +60,9 @@ struct Trainer::Run {
   std::optional<comm::ProcessGroup> owned_group;
   comm::ProcessGroup* group = nullptr;
   std::shared_ptr<TrainModuleBase> module;
+  // The module's step state, written here only: its epoch is the epoch in progress (or just finished, in
+  // the epoch-end hooks); the module reads it (train_module.h) from set-up on, and after the fit.
+  std::shared_ptr<detail::StepState> step_state;
   std::unique_ptr<Strategy> strategy;                     // what wraps the model and the optimizer
   std::shared_ptr<Ddp> ddp;                               // ddp, zero1, zero2
   std::shared_ptr<shard::FullyShardedDataParallel> fsdp;  // fsdp
@@ -69,8 +72,7 @@ struct Trainer::Run {
   std::unique_ptr<MetricsWriter> metrics_writer;
   std::vector<std::unique_ptr<log::Logger>> loggers;  // rank 0's (options.logger()), in one run directory
   TrainPosition position;                             // where a checkpoint written now resumes
-  int64_t epoch = 0;              // the epoch in progress, or just finished in the epoch-end hooks
-  bool mid_accumulation = false;  // gradients of an unfinished accumulation group exist
+  bool mid_accumulation = false;                      // gradients of an unfinished accumulation group exist
   // The resumed epoch's parts on earlier world sizes (CheckpointState::reshard_parts), with their planned
   // counts filled in.
   std::vector<data::EpochPart> reshard_parts;
@@ -82,9 +84,10 @@ struct Trainer::Run {
   /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
   void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;
 
-  /// What replays of the CUDA graph step logged since the last call, added to module->logged_ (a read of
-  /// the device: at epoch ends and checkpoints). Throws, as train_batch does, when the loss summed there
-  /// is not finite. Nothing without a graph.
+  /// The module's table of logged values (what log() adds to; the epoch's, summed on this rank).
+  LoggedMetrics& logged() const { return detail::TrainModuleAccess::logged(*module); }
+  /// What replays of the CUDA graph step logged since the last call, added to logged()
+  /// (TrainerGraph::flush_logs: at epoch ends and checkpoints). Nothing without a graph.
   void flush_graph_logs();
 
  private:
@@ -119,24 +122,14 @@ struct Trainer::Run {
   void reshard_after(const CheckpointState& saved);
   void load_shards(const std::vector<std::string>& shards);
 
-  // ---- cuda_graphs (trainer_graph.cpp) ----
-  /// Why the step is not captured in a CUDA graph ("" when it is; TrainerOptions::cuda_graphs): what the
-  /// options and the device decide (before set-up: only then does the capture stream become current),
-  /// and with the group, the optimizer and the data known.
-  std::string graph_option_refusal() const;
-  std::string graph_refusal() const;
+  // ---- cuda_graphs (trainer_graph.cpp: the Run's side of TrainerGraph) ----
   /// With cuda_graphs: the step is captured from the warm-up's end on, or a line says why not.
   void setup_graph();
   /// Batch `b` as the graph's step: captured (the first batch after the warm-up steps) and replayed, or
-  /// replayed; returns the last loss read on the host (at the step records; NaN before the first).
-  /// std::nullopt: run it eagerly (warm-up, a batch of another shape, no graph).
+  /// replayed, as an optimizer step of the run; returns the last loss read on the host (at the step
+  /// records; NaN before the first). std::nullopt: run it eagerly (warm-up, a batch of another shape, no
+  /// graph).
   std::optional<double> graph_step(const data::detail::AnyBatch& batch, int64_t b);
-  void capture_step(const data::detail::AnyBatch& batch, int64_t b);
-  /// After each replay: what training_step logged while captured, added on the device.
-  void accumulate_graph_logs();
-  /// Waits for the replays queued so far, at most the collective timeout; throws naming this rank and the
-  /// step when they have not finished (a peer stopped: see trainer_graph.cpp).
-  void wait_for_replays() const;
 
   EpochTraining train_epoch(int64_t epoch);
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
@@ -176,23 +169,7 @@ struct Trainer::Run {
   int preempted_by_ = 0;
   StepTimer step_timer_;        // the step breakdown's sampled batches (breakdown_every_n_batches)
   bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
-  // cuda_graphs: the graph, the eager steps before its capture, its static input and loss, what
-  // training_step logged while captured (summed on the device since the last flush)
-  struct GraphLog {
-    detail::CapturedLog log;
-    at::Tensor sum;         // float64 on the device: log(name, tensor)'s weighted values
-    double host_sum = 0.0;  // log(name, double)'s
-    double weight = 0.0;
-  };
-  std::unique_ptr<StepGraph> graph_;  // with cuda_graphs on a GPU: its stream is current
-  bool graph_on_ = false;             // the step is captured (setup_graph)
-  int64_t graph_warmup_left_ = 0;
-  data::detail::AnyBatch static_batch_;
-  at::Tensor static_loss_;
-  at::Tensor graph_loss_sum_;  // the replays' losses since the last flush, summed by the graph itself
-  std::vector<GraphLog> graph_logs_;
-  int64_t graph_loss_batches_ = 0;                                     // replays since the last flush
-  double graph_last_loss_ = std::numeric_limits<double>::quiet_NaN();  // the last read (step records)
+  TrainerGraph graph_;  // cuda_graphs: the captured step (with cuda_graphs on a GPU its stream is current)
   LoggedMetrics logged_before_;
   bool max_steps_reached_ = false;
   ProgressBar bar_;

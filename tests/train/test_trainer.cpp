@@ -439,6 +439,30 @@ TrainerResult train_scheduled(const TrainerOptions& base, ScheduledToy& module,
   return result;
 }
 
+// The module reads where the Trainer is (the Trainer's StepState): defaults before a fit, the epoch and
+// step of each batch in training_step, the plan from configure_optimizers on, and the fit's last values
+// after it.
+TEST(Trainer, TheModuleReadsTheTrainersPositionFromSetUpOnAndKeepsItAfterTheFit) {
+  ScheduledToy module;
+  EXPECT_EQ(module.current_epoch(), 0);
+  EXPECT_EQ(module.global_step(), 0);
+  EXPECT_EQ(module.plan().batch_size, 0);
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (epoch, step) in each training_step
+  module.extra = [&](Toy& m) { seen.emplace_back(m.current_epoch(), m.global_step()); };
+  const TrainerResult result = train_scheduled(TrainerOptions(), module, nullptr);
+  using At = std::pair<int64_t, int64_t>;
+  ASSERT_EQ(seen.size(), 16u);
+  EXPECT_EQ(seen[0], At(0, 0));
+  EXPECT_EQ(seen[7], At(0, 7));
+  EXPECT_EQ(seen[8], At(1, 8));
+  EXPECT_EQ(seen[15], At(1, 15));
+  EXPECT_EQ(module.plan().batch_size, 6);
+  EXPECT_EQ(module.plan().estimated_stepping_batches, 16);
+  EXPECT_EQ(result.global_step, 16);
+  EXPECT_EQ(module.global_step(), 16);
+  EXPECT_EQ(module.current_epoch(), 1);
+}
+
 // A checkpoint written after an epoch's last batch, before its validation (where a preemption notice
 // at that step leaves one): the resumed run validates that epoch first and must report what the
 // uninterrupted run did: the same step, learning rate and loss, and global_step() inside validation_step.

@@ -115,6 +115,23 @@ struct TrainingPlan {
   std::string device = "cpu";
 };
 
+namespace detail {
+/// Where the Trainer is, as the TrainModule reads it: one per fit, written by the Trainer only, read by
+/// the module through a `const` share of it (current_epoch(), global_step(), plan(), log()). A module
+/// that has not been fitted reads these defaults; after a fit it reads that fit's last values.
+struct StepState {
+  int64_t epoch = 0;       ///< the epoch in progress (0-based)
+  int64_t step = 0;        ///< optimizer steps so far
+  int64_t batch_size = 0;  ///< samples of the batch in progress: log()'s default weight
+  TrainingPlan plan;       ///< filled before configure_optimizers
+  /// While the Trainer captures a CUDA graph: where log() keeps what it is given (null otherwise).
+  std::vector<CapturedLog>* captured_logs = nullptr;
+};
+
+/// The Trainer's side of a TrainModuleBase, in one place (src/train/train_module_access.h).
+struct TrainModuleAccess;
+}  // namespace detail
+
 /// What every TrainModule has, whatever its batch type: logging, the position, the optimizers. The
 /// Trainer holds modules by this base; derive from BasicTrainModule<B> (or TrainModule) instead.
 class TrainModuleBase : public torch::nn::Module {
@@ -135,25 +152,21 @@ class TrainModuleBase : public torch::nn::Module {
   void log(const std::string& name, const at::Tensor& value, const LogOptions& options = {});
 
   /// The epoch in progress (0-based) and optimizer steps so far.
-  int64_t current_epoch() const { return epoch_; }
-  int64_t global_step() const { return step_; }
+  int64_t current_epoch() const { return state_->epoch; }
+  int64_t global_step() const { return state_->step; }
   /// Valid from configure_optimizers on.
-  const TrainingPlan& plan() const { return plan_; }
+  const TrainingPlan& plan() const { return state_->plan; }
 
  private:
-  friend class Trainer;
+  friend struct detail::TrainModuleAccess;
   template <typename B>
   friend class BasicTrainModule;
   // The steps with the batch type erased: BasicTrainModule<B> casts back to B.
   virtual at::Tensor erased_training_step(const void* batch, int64_t batch_idx) = 0;
   virtual void erased_validation_step(const void* batch, int64_t batch_idx) = 0;
 
-  LoggedMetrics logged_;
-  std::vector<detail::CapturedLog>* captured_logs_ = nullptr;  // while the Trainer captures a CUDA graph
-  int64_t batch_size_ = 0;  // of the batch in progress: log's default weight
-  int64_t epoch_ = 0;
-  int64_t step_ = 0;
-  TrainingPlan plan_;
+  LoggedMetrics logged_;  // what log() adds to; the Trainer clears, counts, restores and reduces it
+  std::shared_ptr<const detail::StepState> state_ = std::make_shared<const detail::StepState>();
 };
 
 /// The user's model and its training logic (Lightning's LightningModule), for batches of type `B`:

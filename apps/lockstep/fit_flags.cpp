@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "lockstep/detail/join.h"
 #include "lockstep/launch/nproc_per_node.h"
 #include "yaml_config.h"
 
@@ -41,9 +42,7 @@ constexpr const char* kFitFooter =
     "Exit status: 0 on success, 1 when training fails (the error names the rank), 2 for bad flags.";
 
 std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : "|") + n;
-  return out;
+  return lockstep::detail::join(names, "|");
 }
 
 // The defaults of the flags that --print-config leaves at null (their default depends on others).

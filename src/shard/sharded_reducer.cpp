@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "lockstep/ddp/bucket.h"
+#include "lockstep/detail/join.h"
 #include "lockstep/shard/chunk_layout.h"
 
 namespace lockstep::shard {
@@ -266,9 +267,8 @@ void ShardedReducerState::finalize() {
     if (!ready[i]) missing.push_back(i);
   }
   if (!missing.empty()) {
-    std::ostringstream names_list;
-    for (size_t k = 0; k < missing.size() && k < 10; ++k) names_list << (k ? ", " : "") << names[missing[k]];
-    if (missing.size() > 10) names_list << ", ... (" << missing.size() << " in all)";
+    const std::string names_list =
+        lockstep::detail::join_first(missing, 10, ", ", [&](size_t i) { return names[i]; });
     for (size_t b = next_finish; b < next_launch; ++b) {  // leave the group usable
       try {
         buckets[b].work.wait();
@@ -276,12 +276,12 @@ void ShardedReducerState::finalize() {
       }
     }
     reset_iteration();
-    TORCH_CHECK(
-        false, "lockstep ZeRO-2 (rank ", group->rank(), "): these parameters received no gradient ",
-        "in this backward pass: ", names_list.str(),
+    // A message for the user, not a LibTorch error: no C++ stack trace in it.
+    throw std::runtime_error(
+        "lockstep ZeRO-2 (rank " + std::to_string(group->rank()) +
+        "): these parameters received no gradient in this backward pass: " + names_list +
         ". Every trainable parameter must take part in the loss on every rank with a sharded strategy "
-        "(freeze the others: requires_grad false), or train with strategy ddp and "
-        "find_unused_parameters.");
+        "(freeze the others: requires_grad false), or train with strategy ddp and find_unused_parameters.");
   }
   TORCH_INTERNAL_ASSERT(next_launch == buckets.size(), "ZeRO-2 reducer: not every bucket was launched");
   const auto wait_start = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/detail/join.h"
 #include "lockstep/train/accelerator.h"
 
 namespace lockstep::train {
@@ -91,9 +92,8 @@ AcceleratorOptions resolve_launch_environment(AcceleratorOptions options, const 
   try {
     options.validate();
   } catch (const std::invalid_argument& e) {
-    std::string sources;
-    for (const std::string& source : from_launcher) sources += (sources.empty() ? "" : ", ") + source;
-    throw std::invalid_argument(std::string(e.what()) + " (set by the launcher: " + sources + ")");
+    throw std::invalid_argument(std::string(e.what()) + " (set by the launcher: " +
+                                lockstep::detail::join(from_launcher, ", ") + ")");
   }
   return options;
 }

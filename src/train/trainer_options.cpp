@@ -8,11 +8,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "lockstep/detail/enum_names.h"
 #include "lockstep/log/make_loggers.h"
 #include "option_checks.h"
 
 namespace lockstep::train {
 namespace {
+
+constexpr lockstep::detail::EnumNames<OnNan, 2> kOnNanNames{{{OnNan::kStop, "stop"}, {OnNan::kSkip, "skip"}}};
 
 using detail::check_at_least;
 using detail::text;
@@ -47,13 +50,11 @@ void check_resume(const TrainerOptions& options) {
 }  // namespace
 
 OnNan parse_on_nan(const std::string& text) {
-  if (text == "stop") return OnNan::kStop;
-  if (text == "skip") return OnNan::kSkip;
-  throw std::invalid_argument("on_nan '" + text + "' is not known (expected one of: stop, skip)");
+  return lockstep::detail::parse_enum(kOnNanNames, text, "on_nan");
 }
 
 const char* to_string(OnNan on_nan) {
-  return on_nan == OnNan::kSkip ? "skip" : "stop";
+  return lockstep::detail::enum_to_string(kOnNanNames, on_nan);
 }
 
 void TrainerOptions::validate() const {
@@ -99,7 +100,7 @@ void TrainerOptions::check_cpu_training(const std::string& why) const {
 }
 
 std::string TrainerOptions::resume_path() const {
-  const std::string last = (std::filesystem::path(ckpt_dir_) / "last.ckpt").string();
+  std::string last = (std::filesystem::path(ckpt_dir_) / "last.ckpt").string();
   if (resume_ == "last") return last;
   if (resume_ == "auto") {
     std::error_code error;

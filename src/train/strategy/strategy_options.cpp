@@ -3,20 +3,19 @@
 #include <cmath>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "../option_checks.h"
+#include "lockstep/detail/enum_names.h"
+#include "lockstep/detail/join.h"
 
 namespace lockstep::train {
 namespace {
 
-struct KindName {
-  StrategyKind kind;
-  const char* name;
-};
-constexpr KindName kKindNames[] = {{StrategyKind::kDdp, "ddp"},
-                                   {StrategyKind::kZero1, "zero1"},
-                                   {StrategyKind::kZero2, "zero2"},
-                                   {StrategyKind::kFsdp, "fsdp"}};
+constexpr lockstep::detail::EnumNames<StrategyKind, 4> kKindNames{{{StrategyKind::kDdp, "ddp"},
+                                                                   {StrategyKind::kZero1, "zero1"},
+                                                                   {StrategyKind::kZero2, "zero2"},
+                                                                   {StrategyKind::kFsdp, "fsdp"}}};
 
 // Lightning's strategy strings lockstep refuses, and what to use instead.
 struct Refused {
@@ -40,10 +39,17 @@ constexpr Refused kRefused[] = {
     {"xla", "lockstep trains on CPUs and CUDA GPUs"},
 };
 
-std::string accepted_names() {
-  return "ddp, zero1, zero2, fsdp, auto, ddp_find_unused_parameters_true, ddp_find_unused_parameters_false, "
-         "deepspeed_stage_1, deepspeed_stage_2";
-}
+// Lightning's strings for what lockstep has (beside the kinds' own names).
+struct Alias {
+  const char* name;
+  StrategyKind kind;
+  bool find_unused_parameters;
+};
+constexpr Alias kAliases[] = {{"auto", StrategyKind::kDdp, false},
+                              {"ddp_find_unused_parameters_true", StrategyKind::kDdp, true},
+                              {"ddp_find_unused_parameters_false", StrategyKind::kDdp, false},
+                              {"deepspeed_stage_1", StrategyKind::kZero1, false},
+                              {"deepspeed_stage_2", StrategyKind::kZero2, false}};
 
 const char* to_string(ParamDtype dtype) {
   return dtype == ParamDtype::kFloat16 ? "float16" : "bfloat16";
@@ -52,9 +58,7 @@ const char* to_string(ParamDtype dtype) {
 }  // namespace
 
 const char* to_string(StrategyKind kind) {
-  for (const KindName& entry : kKindNames)
-    if (entry.kind == kind) return entry.name;
-  return "ddp";
+  return lockstep::detail::enum_to_string(kKindNames, kind);
 }
 
 std::string StrategyOptions::name() const {
@@ -63,19 +67,20 @@ std::string StrategyOptions::name() const {
 }
 
 StrategyOptions parse_strategy(const std::string& text) {
-  for (const KindName& entry : kKindNames)
-    if (text == entry.name) return StrategyOptions(entry.kind);
-  if (text == "auto" || text == "ddp_find_unused_parameters_false")
-    return StrategyOptions(StrategyKind::kDdp);
-  if (text == "ddp_find_unused_parameters_true") return DdpStrategy().find_unused_parameters(true);
-  if (text == "deepspeed_stage_1") return StrategyOptions(StrategyKind::kZero1);
-  if (text == "deepspeed_stage_2") return StrategyOptions(StrategyKind::kZero2);
+  if (const auto kind = lockstep::detail::find_enum(kKindNames, text)) return StrategyOptions(*kind);
+  for (const Alias& alias : kAliases) {
+    if (text == alias.name)
+      return StrategyOptions(alias.kind).find_unused_parameters(alias.find_unused_parameters);
+  }
   for (const Refused& refused : kRefused) {
     if (text == refused.name)
       throw std::invalid_argument("strategy '" + text + "' is not supported by lockstep: " + refused.instead);
   }
-  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: " + accepted_names() +
-                              ")");
+  std::vector<std::string> accepted;
+  for (const Alias& alias : kAliases) accepted.emplace_back(alias.name);
+  throw std::invalid_argument("strategy '" + text + "' is not known (expected one of: " +
+                              lockstep::detail::enum_names_text(kKindNames) + ", " +
+                              lockstep::detail::join(accepted, ", ") + ")");
 }
 
 void StrategyOptions::validate(Precision precision, const std::string& precision_option) const {

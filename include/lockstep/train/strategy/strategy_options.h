@@ -91,22 +91,23 @@ class StrategyOptions {
   std::optional<ParamDtype> param_dtype_;
 };
 
-/// Lightning's DDPStrategy: StrategyOptions of kind ddp, to chain options on.
-inline StrategyOptions DdpStrategy() {
-  return StrategyOptions(StrategyKind::kDdp);
-}
+/// Lightning's DDPStrategy: StrategyOptions of kind ddp, to chain options on
+/// (`DdpStrategy().find_unused_parameters(true)`). The four kinds are classes only for their names.
+struct DdpStrategy : StrategyOptions {
+  DdpStrategy() : StrategyOptions(StrategyKind::kDdp) {}
+};
 /// DeepSpeed's ZeRO stage 1 (lockstep's own: shard/zero_optimizer.h).
-inline StrategyOptions Zero1Strategy() {
-  return StrategyOptions(StrategyKind::kZero1);
-}
+struct Zero1Strategy : StrategyOptions {
+  Zero1Strategy() : StrategyOptions(StrategyKind::kZero1) {}
+};
 /// DeepSpeed's ZeRO stage 2 (shard/sharded_reducer.h).
-inline StrategyOptions Zero2Strategy() {
-  return StrategyOptions(StrategyKind::kZero2);
-}
+struct Zero2Strategy : StrategyOptions {
+  Zero2Strategy() : StrategyOptions(StrategyKind::kZero2) {}
+};
 /// Lightning's FSDPStrategy (shard/fully_sharded_data_parallel.h).
-inline StrategyOptions FsdpStrategy() {
-  return StrategyOptions(StrategyKind::kFsdp);
-}
+struct FsdpStrategy : StrategyOptions {
+  FsdpStrategy() : StrategyOptions(StrategyKind::kFsdp) {}
+};
 
 /// A strategy string: lockstep's names (ddp, zero1, zero2, fsdp) and Lightning's where the semantics match:
 /// auto (ddp), ddp_find_unused_parameters_true/false, deepspeed_stage_1 (zero1), deepspeed_stage_2 (zero2),

@@ -50,6 +50,11 @@
 #include "lockstep/shard/zero_optimizer.h"
 
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/accelerator/accelerator_options.h"
+#include "lockstep/train/accelerator/accumulate_guard.h"
+#include "lockstep/train/accelerator/prepared_loader.h"
+#include "lockstep/train/accelerator/prepared_model.h"
+#include "lockstep/train/accelerator/prepared_optimizer.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/checkpoint.h"

@@ -102,6 +102,11 @@
 #include "lockstep/log/tfrecord_writer.h"
 
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/accelerator/accelerator_options.h"
+#include "lockstep/train/accelerator/accumulate_guard.h"
+#include "lockstep/train/accelerator/prepared_loader.h"
+#include "lockstep/train/accelerator/prepared_model.h"
+#include "lockstep/train/accelerator/prepared_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"

@@ -1,5 +1,7 @@
-// The variables Accelerate's launcher gives its workers, read into AcceleratorOptions
-// (include/lockstep/train/accelerator.h, resolve_launch_environment).
+// AcceleratorOptions (include/lockstep/train/accelerator/accelerator_options.h): their checks, and the
+// variables Accelerate's launcher gives its workers, read into them (resolve_launch_environment).
+#include "lockstep/train/accelerator/accelerator_options.h"
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "lockstep/detail/join.h"
-#include "lockstep/train/accelerator.h"
 
 namespace lockstep::train {
 namespace {
@@ -69,6 +70,18 @@ bool parse_truth(const std::string& value) {
 }
 
 }  // namespace
+
+void AcceleratorOptions::validate() const {
+  if (gradient_accumulation_steps_ && *gradient_accumulation_steps_ < 1) {
+    throw std::invalid_argument("AcceleratorOptions::gradient_accumulation_steps must be >= 1, got " +
+                                std::to_string(*gradient_accumulation_steps_) + " (1 means no accumulation)");
+  }
+  try {
+    strategy_.validate(mixed_precision_.value_or(Precision::k32), "mixed_precision");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
+  }
+}
 
 AcceleratorOptions resolve_launch_environment(AcceleratorOptions options, const env::EnvLookup& lookup) {
   options.validate();                      // the program's own mistakes, named as such

@@ -1,0 +1,67 @@
+// A prepared loader's state and its type-free core (include/lockstep/train/accelerator/prepared_loader.h).
+#include "lockstep/train/accelerator/prepared_loader.h"
+
+#include <cstdint>
+
+#include <c10/util/Exception.h>
+
+#include "prepared_loader_state.h"
+
+namespace lockstep::train::detail {
+
+data::ShardPlan PreparedLoaderState::epoch_plan() const {
+  data::ShardPlan p = plan;
+  p.epoch = epoch;
+  return p;
+}
+
+void PreparedLoaderState::begin_pass() {
+  batches = loader->start(epoch_plan());
+  batch_index = -1;
+}
+
+bool PreparedLoaderState::advance() {
+  current = loader->next_any();
+  if (!current) {
+    gradient_state->batches_left = -1;
+    ++epoch;  // Accelerate's DataLoaderShard: each completed pass is the next epoch
+    return false;
+  }
+  ++batch_index;
+  if (device.type() != c10::kCPU) current = loader->to_device(current, device);
+  // Read by the accumulate() of this batch: a group never reaches past the end of the pass, so a pass
+  // whose length is not a multiple of gradient_accumulation_steps loses no gradients. A stream of
+  // unknown length tells only at its last batch (the loader reads one ahead).
+  if (batches >= 0) {
+    gradient_state->batches_left = batches - batch_index;
+  } else {
+    gradient_state->batches_left = loader->at_last() ? 1 : -1;
+  }
+  return true;
+}
+
+bool PreparedLoaderCore::begin_pass() {
+  state_->begin_pass();
+  return state_->advance();
+}
+bool PreparedLoaderCore::advance() {
+  return state_->advance();
+}
+void* PreparedLoaderCore::current() const {
+  TORCH_INTERNAL_ASSERT(state_->current != nullptr, "dereferencing the end of a PreparedLoader pass");
+  return state_->current.get();
+}
+void PreparedLoaderCore::set_epoch(int64_t epoch) {
+  state_->epoch = epoch;
+}
+int64_t PreparedLoaderCore::epoch() const {
+  return state_->epoch;
+}
+int64_t PreparedLoaderCore::size() const {
+  return state_->loader->batches(state_->epoch_plan());
+}
+data::detail::AnyShardLoader& PreparedLoaderCore::loader() {
+  return *state_->loader;
+}
+
+}  // namespace lockstep::train::detail

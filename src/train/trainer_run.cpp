@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "epoch_reduce.h"
+#include "lockstep/detail/atomic_file.h"
 #include "lockstep/log/hparams_yaml.h"
 #include "lockstep/log/make_loggers.h"
 #include "lockstep/log/run_dir.h"
@@ -61,21 +62,6 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-// A rank killed while writing a checkpoint leaves its temporary file (".last.ckpt.tmp.<pid>", see
-// write_atomically); the checkpoint itself is whole. Remove those of processes that no longer exist.
-void remove_orphaned_temporaries(const std::string& dir) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    const auto mark = name.rfind(".tmp.");
-    if (name.empty() || name[0] != '.' || mark == std::string::npos) continue;
-    const std::string pid_text = name.substr(mark + 5);
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto pid = static_cast<pid_t>(std::stol(pid_text));
-    if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
-  }
-}
-
 }  // namespace
 
 // ---- set-up ----
@@ -100,7 +86,8 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
                                                                   : environment.local_rank;
   if (is_main_ && !options.ckpt_dir().empty()) {
     ensure_writable_dir(options.ckpt_dir());
-    remove_orphaned_temporaries(options.ckpt_dir());
+    // A rank killed while writing a checkpoint left its temporary file; the checkpoint itself is whole.
+    lockstep::detail::remove_orphaned_temporaries(options.ckpt_dir());
   }
   if (is_main_ && !options.metrics_file().empty())
     metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());

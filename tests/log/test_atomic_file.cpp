@@ -13,6 +13,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "lockstep/detail/atomic_file.h"
 
@@ -51,6 +53,24 @@ std::set<std::string> names_in(const fs::path& dir) {
   std::set<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
   return names;
+}
+
+// A process killed while writing leaves ".NAME.tmp.PID.N": removed once that process is gone (the Trainer
+// does it for its ckpt_dir at start), kept while it lives; other files stay.
+TEST(AtomicFile, OrphanedTemporariesOfDeadProcessesAreRemoved) {
+  const TempDir dir;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process now
+  const std::string dead = ".last.ckpt.tmp." + std::to_string(child) + ".7";
+  const std::string dead_old_style = ".last.ckpt.tmp." + std::to_string(child);
+  const std::string live = ".last.ckpt.tmp." + std::to_string(::getpid()) + ".0";
+  for (const std::string& name :
+       {dead, dead_old_style, live, std::string("last.ckpt"), std::string(".tmp.notes")})
+    std::ofstream(dir / name) << "x";
+  lockstep::detail::remove_orphaned_temporaries(dir.path().string());
+  EXPECT_EQ(names_in(dir.path()), (std::set<std::string>{live, "last.ckpt", ".tmp.notes"}));
 }
 
 TEST(AtomicFile, WritesAndReplacesTheWholeFile) {

@@ -15,6 +15,7 @@
 // old file untouched.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -107,6 +108,26 @@ inline void write_file_atomically(const std::string& path, const std::string& co
     }
     if (::close(fd) != 0) atomic_file::fail(path, "closing '" + tmp + "'", errno);
   });
+}
+
+/// Removes from `dir` the temporary files of write_atomically (".NAME.tmp.PID.N") whose process no longer
+/// exists: a process killed while writing leaves its temporary file behind (the target itself is whole).
+/// Those of live processes, and every other file, stay. Best effort: what cannot be listed or removed is
+/// left. Called by the Trainer for its ckpt_dir when it starts.
+inline void remove_orphaned_temporaries(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto mark = name.rfind(".tmp.");
+    if (name.empty() || name[0] != '.' || mark == std::string::npos) continue;
+    const std::string rest = name.substr(mark + 5);  // "PID.N"
+    const std::string pid_text = rest.substr(0, rest.find('.'));
+    if (pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    if (::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), error);
+  }
 }
 
 }  // namespace lockstep::detail

@@ -67,7 +67,7 @@ std::string find_in_path(const std::string& name) {
   while (start <= dirs.size()) {
     const std::size_t end = std::min(dirs.find(':', start), dirs.size());
     const std::string dir = dirs.substr(start, end - start);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
     start = end + 1;
   }

@@ -80,13 +80,17 @@ function(lockstep_use_torch target)
   endif()
 endfunction()
 
-# lockstep_add_test(NAME SOURCES... [LIBS ...] [TORCH | TORCH_NN] [TIMEOUT S])
-#   A GoogleTest executable registered with ctest: as one case (default), or each TEST as its own ctest
-#   case with -DLOCKSTEP_TEST_EACH_CASE=ON. TIMEOUT (default 120 s) bounds that one ctest: the whole binary,
-#   or each case. It only catches hangs: keep it several times what the binary takes on a busy 2-core
-#   machine (the slowest, test_comm, takes ~35 s there and has 180).
+# lockstep_add_test(NAME SOURCES... [LIBS ...] [TORCH | TORCH_NN] [TIMEOUT S] [LABELS L...])
+#   A GoogleTest executable registered with ctest as the entry NAME, which runs it once, and one entry
+#   NAME/Suite.Case per case, which reports that case: passed, failed (with its failures' lines), skipped
+#   (exit 77, its reason in a line "lockstep-skip: Suite.Case: reason") or never ended (a crash or a hang).
+#   One process for all cases: every process start loads LibTorch (~0.5 s), which for ~700 cases would cost
+#   ~6 minutes per suite. How: tests/support/gtest_main.cpp writes each case's start and end to a log,
+#   tests/support/gtest_case.sh reads it; after each link, cmake/LockstepGtestCases.cmake lists the cases.
+#   TIMEOUT (default 120 s) bounds the binary's run. It only catches hangs: keep it several times what the
+#   binary takes on a busy 2-core machine (the slowest, test_comm, takes ~35 s there and has 180).
 function(lockstep_add_test name)
-  cmake_parse_arguments(ARG "TORCH;TORCH_NN" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;TORCH_NN" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest lockstep_gtest_main Threads::Threads)
   target_compile_options(${name} PRIVATE -Wall -Wextra)
@@ -98,25 +102,28 @@ function(lockstep_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  set(log ${CMAKE_CURRENT_BINARY_DIR}/${name}.cases.log)
+  set(cases ${CMAKE_CURRENT_BINARY_DIR}/${name}.cases.cmake)
+  add_test(NAME ${name} COMMAND ${PROJECT_SOURCE_DIR}/tests/support/gtest_run.sh ${log} $<TARGET_FILE:${name}>)
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} FIXTURES_SETUP ${name} LABELS "${ARG_LABELS}")
+  add_custom_command(TARGET ${name} POST_BUILD VERBATIM
+    COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:${name}> -DNAME=${name} -DLOG=${log}
+            -DCASE_SCRIPT=${PROJECT_SOURCE_DIR}/tests/support/gtest_case.sh "-DLABELS=${ARG_LABELS}"
+            -DOUTPUT=${cases} -P ${LOCKSTEP_CMAKE_DIR}/LockstepGtestCases.cmake)
+  # ctest reads the cases' entries when the binary has been built; before, one failing entry says so.
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/${name}.include.cmake
+    "if(EXISTS [==[${cases}]==])\n  include([==[${cases}]==])\nelse()\n"
+    "  add_test([==[${name}/NOT_BUILT]==] ${CMAKE_COMMAND} -E echo [==[${name} is not built: build it first]==])\n"
+    "  set_tests_properties([==[${name}/NOT_BUILT]==] PROPERTIES WILL_FAIL TRUE)\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_BINARY_DIR}/${name}.include.cmake)
   # Tests find the CLI and the trees through LOCKSTEP_BIN / LOCKSTEP_SOURCE_DIR / LOCKSTEP_BUILD_DIR, and
-  # the python3 with the same torch through LOCKSTEP_PYTHON (cmake/LockstepTorch.cmake).
-  # (gtest_discover_tests' PROPERTIES cannot carry a list-valued ENVIRONMENT, so ctest sets them from a
-  # generated include file instead.)
-  if(LOCKSTEP_TEST_EACH_CASE)
-    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT ${ARG_TIMEOUT} SKIP_RETURN_CODE 77)
-  else()
-    # One ctest per binary: every process start loads LibTorch (~0.4 s), which for ~600 cases was half
-    # of the unit tests' time. The binary's own output names each failing case.
-    add_test(NAME ${name} COMMAND ${name})
-    # 77: a test skipped (tests/support/gtest_main.cpp); ctest shows the binary as not run, and .ci/run's
-    # scripts/check-skips.sh names the test and its reason.
-    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} SKIP_RETURN_CODE 77)
-  endif()
+  # the python3 with the same torch through LOCKSTEP_PYTHON (cmake/LockstepTorch.cmake), which ctest checks
+  # before it runs anything: a pip install can put another torch into that python3 after configuring.
   get_property(env_file_done GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE)
   if(NOT env_file_done)
     set_property(GLOBAL PROPERTY LOCKSTEP_TEST_ENV_FILE ON)
     file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake CONTENT
-      "set(ENV{LOCKSTEP_BIN} [==[$<TARGET_FILE:lockstep_cli>]==])\nset(ENV{LOCKSTEP_SOURCE_DIR} [==[${PROJECT_SOURCE_DIR}]==])\nset(ENV{LOCKSTEP_BUILD_DIR} [==[${PROJECT_BINARY_DIR}]==])\nset(ENV{LOCKSTEP_PYTHON} [==[${LOCKSTEP_PYTHON}]==])\n")
+      "set(ENV{LOCKSTEP_BIN} [==[$<TARGET_FILE:lockstep_cli>]==])\nset(ENV{LOCKSTEP_SOURCE_DIR} [==[${PROJECT_SOURCE_DIR}]==])\nset(ENV{LOCKSTEP_BUILD_DIR} [==[${PROJECT_BINARY_DIR}]==])\nset(ENV{LOCKSTEP_PYTHON} [==[${LOCKSTEP_PYTHON}]==])\nset(LOCKSTEP_PYTHON [==[${LOCKSTEP_PYTHON}]==])\nset(LOCKSTEP_TORCH_VERSION [==[${LOCKSTEP_TORCH_VERSION}]==])\ninclude([==[${LOCKSTEP_CMAKE_DIR}/LockstepCheckPython.cmake]==])\n")
   endif()
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${PROJECT_BINARY_DIR}/lockstep_test_env.cmake)
 endfunction()

@@ -11,6 +11,7 @@
 #     replaced by the install's library of the same name where it has one, else by the torch wheels' copy
 #     (the CUDA toolkit's: lockstep_use_wheel_cuda_libraries). A Caffe2 config from another install is a
 #     FATAL_ERROR.
+#   - -DLOCKSTEP_REQUIRE_TORCH_VERSION=X.Y.Z: any other LibTorch is a FATAL_ERROR (CI's second build).
 #   - LOCKSTEP_TORCH_VERSION: MAJOR.MINOR.PATCH of the LibTorch found (Debian's 1.13.1 reports 1.13.0), and
 #     LOCKSTEP_TORCH_MAJOR / _MINOR (lockstep_use_torch passes them on, c10d_compat.h checks the headers).
 #   In an installed lockstepConfig.cmake, LOCKSTEP_BUILT_WITH_TORCH_DIR and _VERSION name the LibTorch that
@@ -29,6 +30,11 @@ macro(lockstep_find_torch)
     message(FATAL_ERROR "LibTorch's TorchConfig.cmake (${Torch_DIR}) loaded the Caffe2 of another install "
       "(${Caffe2_DIR}): two LibTorch versions would be mixed. Configure with -DTorch_DIR=${Torch_DIR} "
       "-DCaffe2_DIR=${_lockstep_caffe2_beside} in a fresh build folder.")
+  endif()
+  if(LOCKSTEP_REQUIRE_TORCH_VERSION AND NOT Torch_VERSION VERSION_EQUAL LOCKSTEP_REQUIRE_TORCH_VERSION)
+    message(FATAL_ERROR "lockstep: LOCKSTEP_REQUIRE_TORCH_VERSION=${LOCKSTEP_REQUIRE_TORCH_VERSION}, but the LibTorch "
+      "found is ${Torch_VERSION} (${Torch_DIR}). Point CMAKE_PREFIX_PATH at that LibTorch (a pip torch: "
+      "python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') in a fresh build folder.")
   endif()
   if(NOT Torch_VERSION MATCHES "^(1\\.13|2\\.15)\\.")
     message(WARNING "lockstep: LibTorch ${Torch_VERSION} is untested (CI builds and tests 1.13 and 2.15); "

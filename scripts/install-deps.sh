@@ -11,7 +11,7 @@ packages="
   zlib1g-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist fortunes python3-vega-datasets
-  python3 python3-torch python3-pip
+  python3 python3-torch python3-pip python3-venv
   openmpi-bin libopenmpi-dev slurm-wlm slurm-client munge
   iproute2 chromium
 "
@@ -21,7 +21,7 @@ packages="
 # fortunes, python3-vega-datasets: real data of the "bring your own data" examples (examples/char_lm.cpp: the
 # fortunes' text; examples/tabular.cpp: vega_datasets' seattle-weather.csv).
 # python3-torch: the torchrun-compatibility test and the Python DDP peer in bench/.
-# python3-pip: installs tensorboard (below).
+# python3-pip: installs tensorboard (below). python3-venv: the venv of PyPI's torch 2.x (scripts/install-pip-torch.sh).
 # openmpi-bin, slurm-wlm, slurm-client, munge: real launch paths (mpirun; a local Slurm cluster that
 # scripts/slurm-local-cluster.sh starts for tests/e2e/slurm_e2e.sh) for the scale-out tests.
 # libopenmpi-dev: MPI's headers and libmpi, so CMake builds lockstep_comm_mpi (--backend mpi; Debian's

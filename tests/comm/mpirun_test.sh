@@ -7,7 +7,7 @@ set -eu
 n=$1
 shift
 if ! mpirun=$(command -v mpirun); then
-  echo "lockstep-skip: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
+  echo "lockstep-skip: mpirun_test[$(basename "$1")]: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
   exit 77
 fi
 exec "$mpirun" --allow-run-as-root --oversubscribe -np "$n" "$@"

@@ -12,7 +12,10 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <mpi.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -94,6 +97,40 @@ at::Tensor expected_reduction(int64_t n, at::ScalarType type, c10d::ReduceOp::Re
 std::string what(at::ScalarType type, int64_t n, const char* op = "") {
   return std::string(c10::toString(type)) + "[" + std::to_string(n) + "] " + op + " on rank " +
          std::to_string(world_rank()) + " of " + std::to_string(world_size());
+}
+
+// First in the file: in the singleton run (no mpirun) MPI has not started yet, and must not start here.
+TEST(ProcessGroupMpiTest, AWorldAboveOneOutsideAnMpiLauncherIsRefusedBeforeMpiStarts) {
+  int started_before = 0;
+  MPI_Initialized(&started_before);
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (const char* value = std::getenv(name)) saved.emplace_back(name, value);
+    ::unsetenv(name);
+  }
+  try {
+    ProcessGroupMpi(0, 2, MpiOptions().timeout(std::chrono::seconds(60)));
+    ADD_FAILURE() << "a world of 2 outside mpirun was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("rank 0 of 2 for lockstep but was not started by an MPI launcher. The "
+                                   "mpi backend needs its ranks started by mpirun"),
+        std::string::npos)
+        << e.what();
+  }
+  ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  try {
+    ProcessGroupMpi(0, 2, MpiOptions().timeout(std::chrono::seconds(60)));
+    ADD_FAILURE() << "a world of 2 in an mpirun of 3 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("was started by one for a world of 3"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  for (const auto& [name, value] : saved) ::setenv(name.c_str(), value.c_str(), 1);
+  int started_after = 0;
+  MPI_Initialized(&started_after);
+  EXPECT_EQ(started_after, started_before) << "MPI was started by a group that was refused";
 }
 
 TEST(ProcessGroupMpiTest, ReportsMpiAndMatchesTheLaunchersWorld) {
@@ -339,7 +376,11 @@ TEST(ProcessGroupMpiTest, AWorldThatIsNotMpisIsRefusedWithHowToStartTheRanks) {
     ADD_FAILURE() << "a world of " << world_size() + 1 << " was accepted by MPI's world of " << world_size();
   } catch (const std::runtime_error& e) {
     const std::string text = e.what();
-    EXPECT_NE(text.find("for MPI"), std::string::npos) << text;
+    // Refused before MPI starts where the launcher's environment names the world, else after (MPI's own).
+    EXPECT_NE(text.find("rank " + std::to_string(world_rank()) + " of " + std::to_string(world_size() + 1) +
+                        " for lockstep but "),
+              std::string::npos)
+        << text;
     EXPECT_NE(text.find("mpirun -np " + std::to_string(world_size() + 1)), std::string::npos) << text;
     EXPECT_NE(text.find("--allow-run-as-root"), std::string::npos) << text;
   }

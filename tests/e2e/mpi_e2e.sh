@@ -17,7 +17,7 @@ fail() { echo "mpi_e2e[$case_name]: $*" >&2; exit 1; }
 . "$(dirname "$0")/e2e_lib.sh"
 
 if ! command -v mpirun >/dev/null; then
-  echo "lockstep-skip: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
+  echo "lockstep-skip: mpi_e2e[$case_name]: mpirun not found (Debian: apt-get install openmpi-bin, or scripts/install-deps.sh)"
   exit 77
 fi
 # As root Open MPI refuses to start without --allow-run-as-root; --oversubscribe: 3 ranks on 2 cores.
@@ -75,6 +75,9 @@ mpi_not_mpirun)
   expect_failure 1 "The mpi backend needs its ranks started by mpirun, one process per rank: \`mpirun -np 2" -- \
     "$lockstep" run --nproc-per-node 2 --standalone -- "$lockstep" fit --backend mpi "${fit_args[@]}"
   grep -Fq "(as root add --allow-run-as-root)" "$work/err" || fail "the error does not mention --allow-run-as-root"
+  # Refused before MPI starts (two singletons starting at once race for Open MPI's session directory).
+  grep -Fq "for lockstep but was not started by an MPI launcher" "$work/err" ||
+    fail "the refusal did not come before MPI started"
   # lockstep fit starting the ranks itself refuses before starting any.
   expect_failure 2 "lockstep fit: --backend 'mpi' needs its ranks started by mpirun: run \`mpirun -np 2 lockstep fit" -- \
     "$lockstep" fit --devices 2 --backend mpi "${fit_args[@]}"

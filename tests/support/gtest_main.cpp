@@ -1,9 +1,13 @@
-// lockstep's GoogleTest main: GoogleTest's own, plus what ctest needs to see a skip. Each binary is one
-// ctest (cmake/LockstepTargets.cmake), where a GTEST_SKIP would otherwise show as "Passed" with its reason
-// hidden. So a binary with a skipped test and no failure prints one line per skipped test,
+// lockstep's GoogleTest main: GoogleTest's own, plus what ctest needs to name each case.
+// Under ctest (cmake/LockstepTargets.cmake) a binary runs once and LOCKSTEP_CASE_LOG names a file where this
+// main writes one line per case as it starts and ends (tab-separated: start|pass|fail|skip, the case, and
+// the skip's reason or a failure's note); each case is its own ctest entry that reads its lines
+// (tests/support/gtest_case.sh): a failure, a skip, or a crash names the case. The binary then exits 0
+// when every case ran to its end, pass or fail: the cases' entries carry the verdicts.
+// Run by hand (no LOCKSTEP_CASE_LOG), a binary with a skipped test and no failure prints one line per
+// skipped test,
 //   lockstep-skip: Suite.Name: the reason
-// and exits 77, the SKIP_RETURN_CODE of every lockstep test: ctest lists it under "did not run", and
-// scripts/check-skips.sh (run by .ci/run) fails CI unless tests/allowed-skips.txt allows that skip.
+// and exits 77, the SKIP_RETURN_CODE of every lockstep test (mpirun's runs of a binary use this).
 // A test that crashes (SIGSEGV, SIGBUS) prints its name and the stack before the process dies of the
 // signal as before: on the GPU machine a crash is otherwise all a run brings back.
 #include <execinfo.h>
@@ -12,7 +16,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -63,19 +69,76 @@ void install_crash_handler() {
   ::sigaction(SIGBUS, &action, nullptr);
 }
 
+// One case's name, as ctest's entries name it: Suite.Name (Prefix/Suite.Name/0 for parameterised ones).
+std::string case_name(const testing::TestInfo& test) {
+  return std::string(test.test_suite_name()) + "." + test.name();
+}
+
+// A line's field without tabs or newlines (a failure's message may hold both).
+std::string one_field(std::string text) {
+  for (char& c : text) {
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+// The LOCKSTEP_CASE_LOG file: each line is written and flushed as it happens, so a crash or a hang (the
+// binary killed at its ctest TIMEOUT) leaves a "start" without an end for the case that was running.
+class CaseLog : public testing::EmptyTestEventListener {
+ public:
+  explicit CaseLog(const char* path) : out_(path, std::ios::trunc) {
+    if (!out_) {
+      std::fprintf(stderr, "gtest_main: cannot write LOCKSTEP_CASE_LOG=%s\n", path);
+      std::exit(1);
+    }
+  }
+  void OnTestStart(const testing::TestInfo& test) override { write("start", case_name(test)); }
+  void OnTestPartResult(const testing::TestPartResult& part) override {
+    if (part.skipped()) {
+      reason_ = part.message();
+    } else if (part.failed()) {
+      const std::string where = part.file_name() == nullptr ? std::string("(unknown file)")
+                                                            : std::string(part.file_name()) + ":" +
+                                                                  std::to_string(part.line_number());
+      notes_.push_back(where + ": " + part.message());
+    }
+  }
+  void OnTestEnd(const testing::TestInfo& test) override {
+    const std::string name = case_name(test);
+    for (const std::string& note : notes_) write("note", name, note);
+    if (test.result()->Skipped()) {
+      write("skip", name, reason_.empty() ? "(no reason given)" : reason_);
+    } else {
+      write(test.result()->Failed() ? "fail" : "pass", name);
+    }
+    notes_.clear();
+    reason_.clear();
+  }
+
+ private:
+  void write(const char* what, const std::string& name, const std::string& text = "") {
+    out_ << what << '\t' << name;
+    if (!text.empty()) out_ << '\t' << one_field(text);
+    out_ << std::endl;
+  }
+
+  std::ofstream out_;
+  std::string reason_;
+  std::vector<std::string> notes_;
+};
+
 // Collects "Suite.Name: reason" for every skipped test.
 class SkipCollector : public testing::EmptyTestEventListener {
  public:
   void OnTestStart(const testing::TestInfo& test) override {
-    std::snprintf(running_test, sizeof running_test, "%s.%s", test.test_suite_name(), test.name());
+    std::snprintf(running_test, sizeof running_test, "%s", case_name(test).c_str());
   }
   void OnTestPartResult(const testing::TestPartResult& part) override {
     if (part.skipped()) reason_ = part.message();
   }
   void OnTestEnd(const testing::TestInfo& test) override {
     if (test.result()->Skipped()) {
-      skipped_.push_back(std::string(test.test_suite_name()) + "." + test.name() + ": " +
-                         (reason_.empty() ? "(no reason given)" : reason_));
+      skipped_.push_back(case_name(test) + ": " + (reason_.empty() ? "(no reason given)" : reason_));
     }
     reason_.clear();
   }
@@ -91,9 +154,17 @@ class SkipCollector : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   install_crash_handler();
+  auto& listeners = testing::UnitTest::GetInstance()->listeners();
   auto* collector = new SkipCollector;  // owned by GoogleTest's listener list
-  testing::UnitTest::GetInstance()->listeners().Append(collector);
+  listeners.Append(collector);
+  // Read once and unset: a death test's child (which runs this main again) and any process a test starts
+  // must not truncate or write the log.
+  const char* from_env = std::getenv("LOCKSTEP_CASE_LOG");
+  const std::string case_log = from_env == nullptr ? "" : from_env;
+  ::unsetenv("LOCKSTEP_CASE_LOG");
+  if (!case_log.empty()) listeners.Append(new CaseLog(case_log.c_str()));
   const int status = RUN_ALL_TESTS();
+  if (!case_log.empty()) return 0;  // every case ended; their entries judge them
   for (const std::string& line : collector->skipped()) std::printf("lockstep-skip: %s\n", line.c_str());
   std::fflush(stdout);
   if (status != 0) return status;

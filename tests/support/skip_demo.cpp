@@ -1,5 +1,10 @@
-// A GoogleTest binary with one passing and one skipped test, run by check_skips_test.sh to prove that
-// lockstep's gtest main (gtest_main.cpp) exits 77 and names the skipped test with its reason.
+// A GoogleTest binary on lockstep's gtest main, run by check_skips_test.sh to prove what that main
+// (gtest_main.cpp) and each case's ctest entry (gtest_case.sh) report: a pass, a skip with its reason, and,
+// when asked through the environment, a failure and a crash.
+#include <cstdlib>
+
+#include <csignal>
+
 #include <gtest/gtest.h>
 
 TEST(SkipDemo, Passes) {
@@ -8,4 +13,16 @@ TEST(SkipDemo, Passes) {
 
 TEST(SkipDemo, Skips) {
   GTEST_SKIP() << "the demo's reason";
+}
+
+TEST(SkipDemo, FailsWhenAsked) {
+  EXPECT_EQ(std::getenv("LOCKSTEP_DEMO_FAIL"), nullptr) << "asked to fail";
+}
+
+TEST(SkipDemo, CrashesWhenAsked) {
+  if (std::getenv("LOCKSTEP_DEMO_CRASH") != nullptr) std::raise(SIGSEGV);
+}
+
+TEST(SkipDemo, PassesLast) {
+  EXPECT_TRUE(true);
 }

@@ -151,6 +151,15 @@ MpiCallScope::~MpiCallScope() {
   --calls_in_flight;
 }
 
+int mpi_launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return std::atoi(value);
+  }
+  const char* pmix_rank = std::getenv("PMIX_RANK");
+  return pmix_rank != nullptr && *pmix_rank != '\0' ? 0 : -1;
+}
+
 void mpi_check(int code, const std::string& what) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};

@@ -23,6 +23,13 @@ namespace lockstep::comm::detail {
 /// others `timeout`, not a hang (the thread stays behind; a later call waits for it again).
 void mpi_ensure_initialized(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
+/// The world size an MPI launcher gave this process, read from its environment before MPI starts:
+/// OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMI_SIZE (MPICH's and Intel MPI's mpiexec, srun --mpi=pmi2);
+/// 0 under a launcher that names no size (PMIX_RANK only); -1 when no MPI launcher started the process,
+/// where MPI_Init would make it a singleton (a world of its own; two such processes starting at once race
+/// for Open MPI's session directory).
+int mpi_launcher_world_size();
+
 /// Held around every MPI call (MPI_THREAD_SERIALIZED: one call at a time in the process). Throws
 /// std::runtime_error naming `what` when MPI was finalised already (a group used after the process began
 /// to exit), or when MPI stays busy for longer than `timeout`: another group's collective holds it, and

@@ -171,6 +171,18 @@ void divide_if_average(at::Tensor& t, c10d::ReduceOp::RedOpType op, int size) {
   if (op == c10d::ReduceOp::AVG && size > 1) detail::divide_for_average(t, size);
 }
 
+// The error for a process whose MPI world is not lockstep's: `why` says what MPI (or its launcher) made it.
+std::string needs_mpirun(int rank, int size, const std::string& why) {
+  return "this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
+         " for lockstep but " + why +
+         ". The mpi backend needs its ranks started by mpirun, one process per rank: `mpirun -np " +
+         std::to_string(size) +
+         " lockstep fit --backend mpi ...` (as root add --allow-run-as-root), not by `lockstep run`, "
+         "`lockstep fit --devices` or srun without MPI wiring (each such process is an MPI world of its "
+         "own); "
+         "or use backend 'gloo' with those launchers.";
+}
+
 }  // namespace
 
 void MpiOptions::validate() const {
@@ -183,6 +195,14 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
     : NativeBackend(rank, size), options_(std::move(options)) {
   options_.validate();
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mpi: rank ", rank, " is not in [0, ", size, ")");
+  // Refused before MPI starts: a process no launcher started would become a world of its own.
+  const int launched = detail::mpi_launcher_world_size();
+  if (size > 1 && (launched < 0 || (launched > 0 && launched != size))) {
+    throw std::runtime_error(
+        needs_mpirun(rank, size,
+                     launched < 0 ? "was not started by an MPI launcher"
+                                  : "was started by one for a world of " + std::to_string(launched)));
+  }
   try {
     detail::mpi_ensure_initialized(options_.timeout());
   } catch (const std::exception& e) {
@@ -198,15 +218,8 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
     mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &mpi_size), "MPI_Comm_size");
   }
   if (mpi_rank != rank || mpi_size != size) {
-    throw std::runtime_error(
-        "this process is rank " + std::to_string(rank) + " of " + std::to_string(size) +
-        " for lockstep but rank " + std::to_string(mpi_rank) + " of " + std::to_string(mpi_size) +
-        " for MPI. The mpi backend needs its ranks started by mpirun, one process per rank: `mpirun -np " +
-        std::to_string(size) +
-        " lockstep fit --backend mpi ...` (as root add --allow-run-as-root), not by "
-        "`lockstep run`, `lockstep fit --devices` or srun without MPI wiring (each such process is an MPI "
-        "world of "
-        "its own); or use backend 'gloo' with those launchers.");
+    throw std::runtime_error(needs_mpirun(
+        rank, size, "is rank " + std::to_string(mpi_rank) + " of " + std::to_string(mpi_size) + " for MPI"));
   }
   // Group creation is a collective: every rank dups MPI_COMM_WORLD, in the same order. The dup runs on the
   // group's worker thread, so that a rank which never creates its group (it exited, or is stuck before

@@ -165,16 +165,26 @@ void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
 // loop over the toy data with Toy's initial weights and optimizer (SGD, lr 0.1), the samples in PyTorch's
 // DistributedSampler order for one replica (torch.randperm(n) from a generator seeded seed + epoch: the
 // order DESIGN.md checked against Python), `global_batch` samples a step, torchvision's ToTensor +
-// Normalize(0.5, 0.25) in float32, the mean cross-entropy. Returns fc.weight and fc.bias, Toy's order.
-std::vector<at::Tensor> plain_loop(int64_t global_batch, int64_t epochs, uint64_t seed, double lr = 0.1) {
+// Normalize(0.5, 0.25) in float32, the mean cross-entropy. Heads::kWithSpare adds add_spare_head's head
+// (below): its loss added in the epoch's even batches only. Returns the parameters in Toy's order.
+enum class Heads { kOne, kWithSpare };
+std::vector<at::Tensor> plain_loop(int64_t global_batch, int64_t epochs, uint64_t seed,
+                                   Heads heads = Heads::kOne, double lr = 0.1) {
   const auto data = toy_data(48);
   torch::nn::Linear fc(4, 3);
+  torch::nn::Linear spare(4, 3);
   {
     torch::NoGradGuard no_grad;
     fc->weight.copy_(torch::linspace(-0.5, 0.5, 12).reshape({3, 4}));
     fc->bias.zero_();
+    spare->weight.copy_(torch::linspace(0.3, -0.3, 12).reshape({3, 4}));
+    spare->bias.zero_();
   }
-  torch::optim::SGD sgd(fc->parameters(), torch::optim::SGDOptions(lr));
+  std::vector<at::Tensor> params = fc->parameters();
+  if (heads == Heads::kWithSpare) {
+    for (const auto& p : spare->parameters()) params.push_back(p);
+  }
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(lr));
   const int64_t n = data->size();
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     const at::Tensor order =
@@ -182,14 +192,19 @@ std::vector<at::Tensor> plain_loop(int64_t global_batch, int64_t epochs, uint64_
     for (int64_t begin = 0; begin + global_batch <= n; begin += global_batch) {
       const at::Tensor index = order.narrow(0, begin, global_batch);
       const at::Tensor x =
-          data->images().index_select(0, index).to(torch::kFloat).div(255).sub(0.5).div(0.25);
+          data->images().index_select(0, index).to(torch::kFloat).div(255).sub(0.5).div(0.25).flatten(1);
+      const at::Tensor y = data->labels().index_select(0, index);
+      at::Tensor loss = torch::nn::functional::cross_entropy(fc(x), y);
+      if (heads == Heads::kWithSpare && (begin / global_batch) % 2 == 0)
+        loss = loss + torch::nn::functional::cross_entropy(spare(x), y);
       sgd.zero_grad();
-      torch::nn::functional::cross_entropy(fc(x.flatten(1)), data->labels().index_select(0, index))
-          .backward();
+      loss.backward();
       sgd.step();
     }
   }
-  return {fc->weight.detach().clone(), fc->bias.detach().clone()};
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().clone());
+  return out;
 }
 
 // 1 rank x 12 trains the plain loop's weights; 2 ranks x 6 see, step by step, the same samples (the
@@ -208,8 +223,8 @@ TEST(Trainer, RanksMatchAPlainLoopOnTheGlobalBatch) {
 }
 
 // A spare head used by every other batch only, as a new user writes one: with the DDP strategy's
-// find_unused_parameters the Trainer trains it on 1, 2 and 3 ranks exactly as one process does on the
-// global batch (a parameter unused on every rank keeps its gradient, as without DDP); without the option the
+// find_unused_parameters the Trainer trains it on 1, 2 and 3 ranks as the plain loop does on the global
+// batch (a parameter unused on every rank keeps its gradient, as without DDP); without the option the
 // error names the Trainer's option, not DDP's, and carries no C++ stack trace.
 void add_spare_head(Toy& toy, int /*rank*/) {
   auto spare = toy.register_module("spare", torch::nn::Linear(4, 3));
@@ -229,6 +244,7 @@ TEST(Trainer, AParameterUnusedInSomeStepsTrainsWithTheDdpStrategysOption) {
       TrainerOptions().max_epochs(2).seed(5).strategy(DdpStrategy().find_unused_parameters(true));
   const auto one = train_toy(1, 12, opts, nullptr, add_spare_head);
   ASSERT_EQ(one.size(), 4u);  // fc and spare
+  expect_close(one, plain_loop(/*global_batch=*/12, /*epochs=*/2, /*seed=*/5, Heads::kWithSpare));
   EXPECT_FALSE(torch::allclose(one[2], torch::linspace(0.3, -0.3, 12).reshape({3, 4})))
       << "the spare head was not trained";
   expect_close(train_toy(2, 6, opts, nullptr, add_spare_head), one);

@@ -13,6 +13,7 @@
 #include <torch/optim.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <tuple>
@@ -164,16 +165,21 @@ void train_ddp_and_compare(comm::Backend backend, int world, Opt opt, const DdpO
 }
 
 // A user's hook, as PyTorch's tests write one: the sum over the ranks, then the division, in two steps
-// of its own (not AllReduceHook's code).
+// of its own (not AllReduceHook's code). It counts its calls and the gradient elements it reduced (every
+// rank's, together), so that a test can tell that DDP ran it and not its default.
 class SumThenDivideHook : public CommHook {
  public:
   comm::Work run(comm::ProcessGroup& group, at::Tensor& bucket) override {
     comm::Work work = group.all_reduce(bucket);
     work.wait();
     bucket.div_(group.size());
+    calls.fetch_add(1);
+    elements.fetch_add(bucket.numel());
     return work;
   }
   const char* name() const override { return "sum_then_divide"; }
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> elements{0};
 };
 
 // fc3 in float32 inside a float64 model: DDP's buckets hold one dtype each, so this model has two kinds.
@@ -227,9 +233,18 @@ TEST_P(DdpBackendWorld, AdamWithWeightDecayOnBucketViews) {
                         DdpOptions().gradient_as_bucket_view(true).bucket_cap_mb(0.001));
 }
 
+// The hook gives the default's result (the reference), so that alone cannot show it ran: in every step of
+// every rank it must have reduced each gradient element once, in more than one bucket (1 KB buckets, the
+// first one too: its default, 1 MB, would hold the whole 4 KB model).
 TEST_P(DdpBackendWorld, AUsersCommHookInsideTraining) {
+  const auto hook = std::make_shared<SumThenDivideHook>();
+  const int steps = 5;
   train_ddp_and_compare(backend(), world(), Opt::kAdam,
-                        DdpOptions().comm_hook(std::make_shared<SumThenDivideHook>()).bucket_cap_mb(0.001));
+                        DdpOptions().comm_hook(hook).bucket_cap_mb(0.001).first_bucket_cap_mb(0.001), steps);
+  int64_t numel = 0;
+  for (const auto& p : make_net(7)->parameters()) numel += p.numel();
+  EXPECT_EQ(hook->elements.load(), int64_t{world()} * steps * numel);
+  EXPECT_GT(hook->calls.load(), int64_t{world()} * steps) << "1 KB buckets: several a step";
 }
 
 TEST_P(DdpBackendWorld, NoSyncAccumulationEqualsTheLargeBatch) {

@@ -39,19 +39,45 @@ PY
 # expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
 . "$(dirname "$0")/e2e_lib.sh"
 
+# The independent reference. Comparing a strategy with ddp, or N ranks with 1, proves that lockstep agrees
+# with itself; a mistake common to both runs would pass. So each such comparison below also checks the ddp
+# (or 1-rank) run against fit_replay.py: the same training written with PyTorch alone (torch.nn, Adam,
+# DistributedSampler, clip_grad_norm_; no lockstep code), on IDX files it writes itself.
+# replay_data TRAIN TEST: writes the data into $work/data (learnable 28x28 images, 10 classes).
+replay_data() {
+  "$python" "$(dirname "$0")/fit_replay.py" write-idx "$work/data" "$1" "$2" 2 || fail "fit_replay.py write-idx failed"
+}
+# matches_replay WEIGHTS REPLAY_FLAGS...: WEIGHTS (a run's final.safetensors on $work/data with --seed 7,
+# --dropout 0, --lr-schedule constant, Adam) equal to float tolerance what `fit_replay.py replay` trains
+# with REPLAY_FLAGS (measured: 0 to 5e-6 apart with one torch, 1.6e-5 from torch 2.15's replay to LibTorch
+# 1.13's run; a replay with lr 1.1e-3, or without the clip, is 0.02 away and fails).
+matches_replay() {
+  local weights=$1
+  shift
+  "$python" "$(dirname "$0")/fit_replay.py" replay "$work/data" "$work/replay.safetensors" --seed 7 "$@" ||
+    fail "fit_replay.py replay $* failed"
+  "$python" "$(dirname "$0")/compare_safetensors.py" --close "$weights" "$work/replay.safetensors" ||
+    fail "$weights: not the weights that PyTorch alone trains (fit_replay.py replay $*)"
+}
+
 # trains_like_ddp STRATEGY WHOLE CHUNK [FLAG...] (flags of the strategy run only): with accumulation (no_sync) and clipping by the global norm,
 # --strategy STRATEGY trains ddp's weights on 2 and 3 ranks (runs in $work/ddpN and $work/STRATEGYN), and
 # its model_state_mb on 2 ranks (MLP 784-256-128-10, Adam) is WHOLE bytes a parameter plus CHUNK bytes for
-# each element of its chunks, ceil(n / 2) of each parameter (ddp: 16 bytes a parameter). Defines run().
+# each element of its chunks, ceil(n / 2) of each parameter (ddp: 16 bytes a parameter). The strategies'
+# equivalence is what the comparison with ddp tests; ddp itself is checked against the replay (above).
+# Defines run().
 trains_like_ddp() {
   local strategy=$1 whole=$2 chunk=$3
   shift 3
   local own=("$@")
-  common=(fit --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off --batch-size 8
+  replay_data 480 120
+  common=(fit --data mnist --data-dir "$work/data" --seed 7 --model mlp --dropout 0 --progress off --batch-size 8
           --threads 1 --lr-schedule constant --accumulate-grad-batches 2 --gradient-clip-val 0.5)
   run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
   for world in 2 3; do
     run --devices $world --max-epochs 2 --ckpt-dir "$work/ddp$world" --metrics-file "$work/ddp$world.jsonl"
+    matches_replay "$work/ddp$world/final.safetensors" --devices $world --batch-size 8 --accumulate 2 --clip 0.5 \
+      --epochs 2
     run --devices $world --max-epochs 2 --ckpt-dir "$work/$strategy$world" --strategy "$strategy" "${own[@]}" \
       --metrics-file "$work/$strategy$world.jsonl"
     "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/$strategy$world/final.safetensors" \
@@ -296,12 +322,14 @@ PY
   ;;
 zero1)
   # --strategy zero1 shards Adam's state over the ranks; its chunks step as the whole parameters would, so
-  # the weights are ddp's. Its checkpoints hold the whole state in Adam's own format: a ddp run resumes
-  # with zero1 and a zero1 run with ddp, each ending on the uninterrupted ddp run.
-  common=(fit --devices 2 --data synthetic --synthetic-size 480 --model mlp --dropout 0 --progress off
+  # the weights are ddp's (and ddp's are the replay's). Its checkpoints hold the whole state in Adam's own
+  # format: a ddp run resumes with zero1 and a zero1 run with ddp, each ending on the uninterrupted ddp run.
+  replay_data 480 120
+  common=(fit --devices 2 --data mnist --data-dir "$work/data" --seed 7 --model mlp --dropout 0 --progress off
           --batch-size 16 --threads 1 --lr-schedule constant)
   run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
   run --max-epochs 2 --ckpt-dir "$work/ddp" --metrics-file "$work/ddp.jsonl"
+  matches_replay "$work/ddp/final.safetensors" --devices 2 --batch-size 16 --epochs 2
   run --max-epochs 2 --ckpt-dir "$work/zero" --strategy zero1 --metrics-file "$work/zero.jsonl"
   # Model state per rank, MLP 784-256-128-10 with Adam: ddp 16 bytes a parameter; zero1 keeps parameters and
   # gradient buckets whole (8 bytes) and Adam's 8 bytes for its chunks only, ceil(n / 2) of each parameter.
@@ -466,9 +494,11 @@ data_on_device)
 accumulate_equivalence)
   # 2 ranks x 16 x --accumulate-grad-batches 2 sees the same 64 samples per optimizer step as 1 rank x 64
   # (the sampler interleaves the ranks), so the weights must agree to float rounding; without dropout,
-  # whose masks depend on the rank (measured: 8.8e-6 apart after 16 Adam steps; bound 5e-5). 2 ranks x 16
-  # without accumulation (global batch 32) must end far apart (measured: 0.022).
-  common=(fit --data synthetic --synthetic-size 512 --max-epochs 2 --model mlp --dropout 0 --progress off
+  # whose masks depend on the rank (measured: 2.8e-6 apart after 16 Adam steps; bound 5e-5). 2 ranks x 16
+  # without accumulation (global batch 32) must end far apart (measured: 0.026). Both the 1-rank run and
+  # the accumulating one are checked against the replay of 1 x 64 (PyTorch alone; see matches_replay).
+  replay_data 512 128
+  common=(fit --data mnist --data-dir "$work/data" --seed 7 --max-epochs 2 --model mlp --dropout 0 --progress off
           --limit-val-batches 2 --lr-schedule constant --threads 1)
   "$lockstep" "${common[@]}" --devices 1 --batch-size 64 --ckpt-dir "$work/one" >"$work/one.out" 2>&1 \
     || { cat "$work/one.out"; fail "1-rank run failed"; }
@@ -498,6 +528,8 @@ print(f"max |1x64 - 2x16x2| = {worst:.3g}; max |1x64 - 2x16| = {apart:.3g}")
 assert worst <= 5e-5, f"2 ranks x 16 x 2 differ from 1 rank x 64 by {worst}"
 assert apart > 100 * max(worst, 1e-7), f"global batch 32 ended as close as 64 ({apart}): the check cannot tell"
 PY
+  matches_replay "$work/one/final.safetensors" --devices 1 --batch-size 64 --epochs 2
+  matches_replay "$work/acc/final.safetensors" --devices 1 --batch-size 64 --epochs 2
   ;;
 *)
   fail "unknown case"

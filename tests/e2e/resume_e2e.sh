@@ -58,8 +58,9 @@ PY
 }
 
 # stop_and_resume STOP_STEP REPORT EXTRA_FLAGS...: uninterrupted run, run stopped at STOP_STEP, resumed run;
-# compare. REPORT is the line the stopped run must print: "stopped at max_steps N (epoch ..." when the stop
-# cuts an epoch, the final accuracy when it falls on an epoch's end.
+# compare. REPORT is a line only the stopped run prints: "stopped at max_steps N (epoch ..." when the stop
+# cuts an epoch, its step count ("N optimizer step(s)") when it falls on an epoch's end. Its records must
+# end at STOP_STEP too (the uninterrupted run's go further).
 stop_and_resume() {
   local stop=$1 report=$2
   shift 2
@@ -67,6 +68,13 @@ stop_and_resume() {
   fit --devices 2 --metrics-file "$work/first.jsonl" --ckpt-dir "$work/ck" --max-steps "$stop" "$@" >"$work/first.out" 2>&1 \
     || { cat "$work/first.out"; fail "stopped run failed"; }
   grep -qF "$report" "$work/first.out" || { cat "$work/first.out"; fail "the stopped run did not report '$report'"; }
+  "$python" - "$work/first.jsonl" "$stop" <<'PY' || fail "the stopped run's records do not end at step $stop"
+import json, sys
+records, stop = [json.loads(line) for line in open(sys.argv[1])], int(sys.argv[2])
+steps = [r["step"] for r in records if "batch" in r]
+assert steps and max(steps) == stop, f"steps logged up to {max(steps, default=None)}, expected {stop}"
+assert all(r["step"] <= stop for r in records), f"a record beyond step {stop}: {records[-1]}"
+PY
   [ -s "$work/ck/last.ckpt" ] || fail "no last.ckpt after the stopped run"
   ls "$work/ck" | grep -q '\.tmp' && fail "a temporary file was left in the checkpoint directory"
   fit --devices 2 --metrics-file "$work/resumed.jsonl" --ckpt-dir "$work/ck" --resume last "$@" >"$work/resumed.out" 2>&1 \
@@ -81,7 +89,7 @@ mid_epoch)
   stop_and_resume 11 "stopped at max_steps 11 (epoch 2, batch 3 of 8)" --ckpt-every-n-steps 5
   ;;
 epoch_end)
-  stop_and_resume 8 "final val_acc"
+  stop_and_resume 8 "8 optimizer step(s), 2 rank(s)"
   ;;
 accumulate)
   # 4 steps per epoch; step 6 = epoch 2, batch 4.

@@ -1,5 +1,5 @@
-// The Trainer with real ranks (threads over an in-memory store): exactness against one process on the
-// global batch, logged values reduced as asked, control-flow decisions taken together by all ranks.
+// The Trainer with real ranks (threads over an in-memory store): exactness against a plain LibTorch loop on
+// the global batch, logged values reduced as asked, control-flow decisions taken together by all ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
@@ -160,21 +161,70 @@ void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
   }
 }
 
-// 2 ranks x 6 see, step by step, the same samples as 1 rank x 12 (the sampler's shuffle is global), so
-// DDP's averaged gradients give the same parameters; 2 x 3 with accumulate 2 too; 2 x 6 without
-// accumulation against 1 x 6 must differ (the check can fail).
-TEST(Trainer, RanksMatchOneProcessOnTheGlobalBatch) {
+// The reference, written without lockstep (no sampler, loader, transform, DDP or Trainer): a plain LibTorch
+// loop over the toy data with Toy's initial weights and optimizer (SGD, lr 0.1), the samples in PyTorch's
+// DistributedSampler order for one replica (torch.randperm(n) from a generator seeded seed + epoch: the
+// order DESIGN.md checked against Python), `global_batch` samples a step, torchvision's ToTensor +
+// Normalize(0.5, 0.25) in float32, the mean cross-entropy. Heads::kWithSpare adds add_spare_head's head
+// (below): its loss added in the epoch's even batches only. Returns the parameters in Toy's order.
+enum class Heads { kOne, kWithSpare };
+std::vector<at::Tensor> plain_loop(int64_t global_batch, int64_t epochs, uint64_t seed,
+                                   Heads heads = Heads::kOne, double lr = 0.1) {
+  const auto data = toy_data(48);
+  torch::nn::Linear fc(4, 3);
+  torch::nn::Linear spare(4, 3);
+  {
+    torch::NoGradGuard no_grad;
+    fc->weight.copy_(torch::linspace(-0.5, 0.5, 12).reshape({3, 4}));
+    fc->bias.zero_();
+    spare->weight.copy_(torch::linspace(0.3, -0.3, 12).reshape({3, 4}));
+    spare->bias.zero_();
+  }
+  std::vector<at::Tensor> params = fc->parameters();
+  if (heads == Heads::kWithSpare) {
+    for (const auto& p : spare->parameters()) params.push_back(p);
+  }
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(lr));
+  const int64_t n = data->size();
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    const at::Tensor order =
+        torch::randperm(n, at::detail::createCPUGenerator(seed + static_cast<uint64_t>(epoch)), torch::kLong);
+    for (int64_t begin = 0; begin + global_batch <= n; begin += global_batch) {
+      const at::Tensor index = order.narrow(0, begin, global_batch);
+      const at::Tensor x =
+          data->images().index_select(0, index).to(torch::kFloat).div(255).sub(0.5).div(0.25).flatten(1);
+      const at::Tensor y = data->labels().index_select(0, index);
+      at::Tensor loss = torch::nn::functional::cross_entropy(fc(x), y);
+      if (heads == Heads::kWithSpare && (begin / global_batch) % 2 == 0)
+        loss = loss + torch::nn::functional::cross_entropy(spare(x), y);
+      sgd.zero_grad();
+      loss.backward();
+      sgd.step();
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().clone());
+  return out;
+}
+
+// 1 rank x 12 trains the plain loop's weights; 2 ranks x 6 see, step by step, the same samples (the
+// sampler's shuffle is global), so DDP's averaged gradients give them too; 2 x 3 with accumulate 2 too.
+// 1 rank x 6 (a smaller global batch) must differ. Tolerance: float32 rounding (rtol 1e-5, atol 1e-6); the
+// loop with lr 0.11 instead of 0.1 fails every comparison.
+TEST(Trainer, RanksMatchAPlainLoopOnTheGlobalBatch) {
   const auto opts = TrainerOptions().max_epochs(2).seed(5);
-  const auto one = train_toy(1, 12, opts);
-  expect_close(train_toy(2, 6, opts), one);
-  expect_close(train_toy(2, 3, TrainerOptions(opts).accumulate_grad_batches(2)), one);
+  const auto want = plain_loop(/*global_batch=*/12, /*epochs=*/2, /*seed=*/5);
+  expect_close(train_toy(1, 12, opts), want);
+  expect_close(train_toy(2, 6, opts), want);
+  expect_close(train_toy(2, 3, TrainerOptions(opts).accumulate_grad_batches(2)), want);
   const auto small = train_toy(1, 6, opts);
-  EXPECT_FALSE(torch::allclose(small[0], one[0], 1e-5, 1e-6)) << "a smaller global batch trained the same";
+  EXPECT_FALSE(torch::allclose(small[0], want[0], 1e-5, 1e-6)) << "a smaller global batch trained the same";
+  expect_close(small, plain_loop(/*global_batch=*/6, /*epochs=*/2, /*seed=*/5));
 }
 
 // A spare head used by every other batch only, as a new user writes one: with the DDP strategy's
-// find_unused_parameters the Trainer trains it on 1, 2 and 3 ranks exactly as one process does on the
-// global batch (a parameter unused on every rank keeps its gradient, as without DDP); without the option the
+// find_unused_parameters the Trainer trains it on 1, 2 and 3 ranks as the plain loop does on the global
+// batch (a parameter unused on every rank keeps its gradient, as without DDP); without the option the
 // error names the Trainer's option, not DDP's, and carries no C++ stack trace.
 void add_spare_head(Toy& toy, int /*rank*/) {
   auto spare = toy.register_module("spare", torch::nn::Linear(4, 3));
@@ -194,6 +244,7 @@ TEST(Trainer, AParameterUnusedInSomeStepsTrainsWithTheDdpStrategysOption) {
       TrainerOptions().max_epochs(2).seed(5).strategy(DdpStrategy().find_unused_parameters(true));
   const auto one = train_toy(1, 12, opts, nullptr, add_spare_head);
   ASSERT_EQ(one.size(), 4u);  // fc and spare
+  expect_close(one, plain_loop(/*global_batch=*/12, /*epochs=*/2, /*seed=*/5, Heads::kWithSpare));
   EXPECT_FALSE(torch::allclose(one[2], torch::linspace(0.3, -0.3, 12).reshape({3, 4})))
       << "the spare head was not trained";
   expect_close(train_toy(2, 6, opts, nullptr, add_spare_head), one);

@@ -17,6 +17,7 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/preemption.h"
+#include "lockstep/train/step_breakdown.h"
 
 namespace lockstep::cli {
 namespace {
@@ -25,7 +26,7 @@ struct Fault {
   int rank = -1;
   int64_t step = 0;
   std::string kind;  // "" (kill) | ckpt | usr1 | term | nan | stop | hang | extra | slow
-  int slow_ms = 0;   // slow: the sleep in each batch's forward
+  int slow_ms = 0;   // slow: the sleep in each batch's forward; lag: the step timer's lag added there
 };
 
 class FaultInjection : public train::Callback {
@@ -37,6 +38,8 @@ class FaultInjection : public train::Callback {
   void on_before_backward(train::TrainerContext& trainer, at::Tensor& loss) override {
     if (fault_.kind == "slow" && trainer.global_step() >= fault_.step)
       std::this_thread::sleep_for(std::chrono::milliseconds(fault_.slow_ms));
+    if (fault_.kind == "lag" && trainer.global_step() >= fault_.step)
+      train::detail::step_clock_lag() += std::chrono::milliseconds(fault_.slow_ms);
     if (fault_.kind != "nan" || done_ || trainer.rank() != fault_.rank ||
         trainer.global_step() != fault_.step)
       return;
@@ -45,7 +48,7 @@ class FaultInjection : public train::Callback {
   }
 
   void on_train_step_end(train::TrainerContext& trainer, const train::BatchEnd& /*batch*/) override {
-    if (trainer.rank() != fault_.rank || fault_.kind == "slow") return;
+    if (trainer.rank() != fault_.rank || fault_.kind == "slow" || fault_.kind == "lag") return;
     if (fault_.kind == "nan") {
       done_ = done_ || nan_given_;
       return;
@@ -97,18 +100,21 @@ std::shared_ptr<train::Callback> fault_injection_from_env(const env::Environment
   const int fields = std::sscanf(text, "%d:%lld:%31s", &fault.rank, &step, kind);
   fault.step = step;
   fault.kind = fields == 3 ? kind : "";
-  if (fault.kind.rfind("slow", 0) == 0) {  // slow, or slowMS
+  for (const std::string& prefix :
+       {std::string("slow"), std::string("lag")}) {  // slow or slowMS, lag or lagMS
+    if (fault.kind.rfind(prefix, 0) != 0) continue;
+    const size_t n = prefix.size();
     char* end = nullptr;
-    const long ms = fault.kind.size() > 4 ? std::strtol(fault.kind.c_str() + 4, &end, 10) : 2;
-    const bool whole = fault.kind.size() == 4 || (*end == '\0' && ms > 0 && ms <= 60000);
+    const long ms = fault.kind.size() > n ? std::strtol(fault.kind.c_str() + n, &end, 10) : 2;
+    const bool whole = fault.kind.size() == n || (*end == '\0' && ms > 0 && ms <= 60000);
     fault.slow_ms = static_cast<int>(ms);
-    fault.kind = whole ? "slow" : "slow?";
+    fault.kind = whole ? prefix : prefix + "?";
   }
-  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|";
+  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|lag|";
   if (fields < 2 || (!fault.kind.empty() && known.find("|" + fault.kind + "|") == std::string::npos)) {
     throw std::invalid_argument(
         std::string("LOCKSTEP_FAULT='") + text +
-        "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra|slow[MS]");
+        "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra|slow[MS]|lag[MS]");
   }
   if (environment.rank != fault.rank) return nullptr;
   return std::make_shared<FaultInjection>(std::move(fault));

@@ -19,7 +19,9 @@ namespace lockstep::cli {
  * "RANK:STEP:hang" makes it block forever outside collectives (a data loader that never returns), and
  * "RANK:STEP:extra" makes it issue one all-reduce the other ranks do not (a branch taken on one rank
  * only), each once after optimizer step STEP; "RANK:STEP:slow" (or "slowMS") makes that rank sleep 2 ms (MS)
- * in the forward of every batch from step STEP on (a straggler, for the step breakdown). Only in the first
+ * in the forward of every batch from step STEP on (a straggler, for the step breakdown); "RANK:STEP:lag"
+ * (or "lagMS") makes it no slower but adds 2 ms (MS) to what its step timer measures there
+ * (train::detail::step_clock_lag: a straggler whose size no load changes, for tests). Only in the first
  * run of a job (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish.
  */
 

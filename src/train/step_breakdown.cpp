@@ -110,14 +110,14 @@ void StepTimer::start_batch(int64_t batch) {
   sampling_ = every_ > 0 && batch % every_ == 0;
   if (!sampling_) return;
   if (synchronize_ != nullptr) synchronize_(context_);
-  mark_ = Clock::now();
+  mark_ = Clock::now() + detail::step_clock_lag();
   ++times_.batches;
 }
 
 void StepTimer::end(StepPhase phase) {
   if (!sampling_) return;
   if (synchronize_ != nullptr) synchronize_(context_);
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = Clock::now() + detail::step_clock_lag();
   times_.seconds[static_cast<size_t>(phase)] += std::chrono::duration<double>(now - mark_).count();
   mark_ = now;
 }
@@ -132,6 +132,11 @@ PhaseTimes StepTimer::take() {
   PhaseTimes out = times_;
   times_ = PhaseTimes();
   return out;
+}
+
+std::chrono::nanoseconds& detail::step_clock_lag() {
+  thread_local std::chrono::nanoseconds lag{0};
+  return lag;
 }
 
 }  // namespace lockstep::train

@@ -35,8 +35,8 @@ int main() {
   using namespace lockstep;
   try {
     const auto environment = env::from_env();
-    if (environment.rank == env_int("COMM_WORKER_KILL_RANK", -1)) {
-      const int after_ms = env_int("COMM_WORKER_KILL_AFTER_MS", 0);
+    const int after_ms = env_int("COMM_WORKER_KILL_AFTER_MS", -1);  // -1: not by time
+    if (environment.rank == env_int("COMM_WORKER_KILL_RANK", -1) && after_ms >= 0) {
       std::thread([after_ms] {
         std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
         ::kill(::getpid(), SIGKILL);
@@ -48,7 +48,12 @@ int main() {
     const int world = pg.size();
     const int rank = pg.rank();
     const int rounds = env_int("COMM_WORKER_ROUNDS", 1);
+    // COMM_WORKER_KILL_AFTER_ROUNDS=N: rank COMM_WORKER_KILL_RANK kills itself after N all-reduces, an event
+    // (the group is up and the ranks are inside their loop), where COMM_WORKER_KILL_AFTER_MS is a time.
+    const int kill_after_rounds =
+        rank == env_int("COMM_WORKER_KILL_RANK", -1) ? env_int("COMM_WORKER_KILL_AFTER_ROUNDS", -1) : -1;
     for (int round = 0; round < rounds; ++round) {
+      if (round == kill_after_rounds) ::kill(::getpid(), SIGKILL);
       auto t = at::arange(1000, at::kFloat) + static_cast<float>(rank);
       pg.all_reduce(t).wait();
       auto expected = at::arange(1000, at::kFloat) * world + static_cast<float>(world * (world - 1) / 2);

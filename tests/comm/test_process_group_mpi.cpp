@@ -291,16 +291,35 @@ TEST(ProcessGroupMpiTest, ReduceScatterGivesEachRankItsReducedPiece) {
   }
 }
 
+// An order of events, no clock: the last rank comes only once every other rank is about to wait in the
+// barrier, and says so (a file named after the ranks' common parent, mpirun's daemon) before it enters. A
+// rank that leaves the barrier before the file exists left before the last rank arrived.
 TEST(ProcessGroupMpiTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   auto pg = make_group();
   pg->barrier()->wait();  // line up
-  const auto late = std::chrono::milliseconds(400);
-  const auto start = std::chrono::steady_clock::now();
-  if (world_rank() == world_size() - 1) std::this_thread::sleep_for(late);
+  if (world_size() == 1) return;
+  const std::string prefix = "/tmp/lockstep-mpi-barrier-" + std::to_string(::getppid());
+  const std::string arrived = prefix + "-last-arrived";
+  const int last = world_size() - 1;
+  if (world_rank() == last) {
+    for (int rank = 0; rank < last; ++rank) {
+      const std::string entering = prefix + "-entering-" + std::to_string(rank);
+      EXPECT_TRUE(lockstep::testing::wait_until([&] { return std::ifstream(entering).good(); },
+                                                std::chrono::seconds(60)))  // a hang bound
+          << "rank " << rank << " never came to the barrier";
+    }
+    std::ofstream(arrived) << "1";
+  } else {
+    std::ofstream(prefix + "-entering-" + std::to_string(world_rank())) << "1";
+  }
   pg->barrier()->wait();
-  const auto waited = std::chrono::steady_clock::now() - start;
-  if (world_size() > 1) {
-    EXPECT_GE(waited, late - std::chrono::milliseconds(50)) << "rank " << world_rank();
+  EXPECT_TRUE(std::ifstream(arrived).good())
+      << "rank " << world_rank() << " left the barrier before rank " << last << " arrived";
+  pg->barrier()->wait();  // every rank has looked: the files can go
+  if (world_rank() == last) {
+    std::remove(arrived.c_str());
+    for (int rank = 0; rank < last; ++rank)
+      std::remove((prefix + "-entering-" + std::to_string(rank)).c_str());
   }
 }
 

@@ -99,7 +99,7 @@ TEST(TcpRendezvous, UnreachableMasterFailsWithinTheTimeoutNamingHostAndPort) {
     EXPECT_NE(msg.find("MASTER_ADDR"), std::string::npos) << msg;
     EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // its 2 s timeout: only a hang passes 30 s
 }
 
 TEST(TcpRendezvous, UnresolvableMasterNamesTheHost) {

@@ -182,7 +182,7 @@ TEST(Rendezvous, MissingRanksAreNamedWithinTheTimeout) {
     EXPECT_NE(o.error.find("rank(s) 1, 3 never arrived"), std::string::npos) << o.error;
     EXPECT_NE(o.error.find("rendezvous"), std::string::npos) << o.error;
   }
-  EXPECT_LT(elapsed, 10s);
+  EXPECT_LT(elapsed, 30s);  // its 1.5 s timeout: only a hang passes 30 s
 }
 
 TEST(Rendezvous, DuplicateRankIsAnError) {

@@ -4,11 +4,13 @@
 // with real ranks in tests/e2e/fit_e2e.sh.)
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
@@ -221,6 +223,26 @@ TEST(StepBreakdownTest, TheTimerSamplesEveryNthBatch) {
   StepTimer off;
   off.start_batch(0);
   EXPECT_FALSE(off.sampling());
+}
+
+// The step clock's lag (a test's straggler, LOCKSTEP_FAULT=R:S:lag) lands in the phase it grew in, on the
+// thread that grew it only; the real time around it adds to it, so the check is a lower bound.
+TEST(StepBreakdownTest, TheStepClockLagCountsInThePhaseItGrewIn) {
+  StepTimer timer(1);
+  timer.start_batch(0);
+  timer.end(StepPhase::kData);
+  lockstep::train::detail::step_clock_lag() += std::chrono::seconds(100);
+  timer.end(StepPhase::kForward);
+  timer.end(StepPhase::kBackward);
+  const PhaseTimes t = timer.take();
+  EXPECT_GE(t.seconds[static_cast<size_t>(StepPhase::kForward)], 100.0);
+  EXPECT_LT(t.seconds[static_cast<size_t>(StepPhase::kData)], 100.0);
+  EXPECT_LT(t.seconds[static_cast<size_t>(StepPhase::kBackward)], 100.0);
+  std::chrono::nanoseconds other_thread{-1};
+  std::thread([&] { other_thread = lockstep::train::detail::step_clock_lag(); }).join();
+  EXPECT_EQ(other_thread.count(), 0) << "the lag is the thread's own";
+  lockstep::train::detail::step_clock_lag() =
+      std::chrono::nanoseconds(0);  // no timer of this thread is timing
 }
 
 TEST(BatchLimitTest, CountsAndFractions) {

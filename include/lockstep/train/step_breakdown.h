@@ -94,4 +94,16 @@ class StepTimer {
   PhaseTimes times_;
 };
 
+namespace detail {
+
+/// Test and fault-injection seam: a lag added to every clock reading of the StepTimers on the calling
+/// thread (thread-local, zero unless a test or LOCKSTEP_FAULT=R:S:lagMS sets it; never shrink it while a
+/// timer of the thread is timing a batch). Growing
+/// it by D inside a phase makes that phase, and so that rank, measure exactly D slower, with no sleep and
+/// no real delay: tests make a straggler with it, so that naming it compares no sleep with a clock.
+/// Example: `detail::step_clock_lag() += std::chrono::seconds(1);` in rank 1's training_step.
+std::chrono::nanoseconds& step_clock_lag();
+
+}  // namespace detail
+
 }  // namespace lockstep::train

@@ -3,7 +3,8 @@
 # LibTorch is not instrumented: scripts/sanitize/*.supp silence only its (and gloo's, OpenMP's) internals.
 # See docs/reliability.md, "Sanitizers".
 #   Usage: scripts/sanitize.sh address|undefined|thread [BUILD_DIR]   (default BUILD_DIR: build-SANITIZER)
-#   address = ASan + UBSan (what CI runs); LOCKSTEP_SANITIZE_JOBS (default 2) sets the build's -j.
+#   address = ASan + UBSan (what CI runs). Environment: LOCKSTEP_SANITIZE_JOBS, the build's -j (2);
+#   LOCKSTEP_SANITIZE_TIMEOUT, seconds per binary (900).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 supp=$root/scripts/sanitize
@@ -58,20 +59,11 @@ export_test_env() {
   done <"$file"
 }
 
-# Extra gtest arguments per binary: cases that cannot run under a sanitizer, each with its reason.
-gtest_filter_for() {
-  case $1 in
-    *) echo "" ;;
-  esac
-}
-
 # Runs one binary, its output in LOG; prints the whole log when it fails.
 run_one() {
-  local build=$1 name=$2 log=$3 status=0 filter
-  filter=$(gtest_filter_for "$name")
-  local start=$SECONDS
-  (cd "$build" && timeout "${LOCKSTEP_SANITIZE_TIMEOUT:-1800}" "./tests/$(test_dir "$name")/$name" $filter) \
-    >"$log" 2>&1 || status=$?
+  local build=$1 name=$2 log=$3 status=0 start=$SECONDS
+  (cd "$build" && timeout "${LOCKSTEP_SANITIZE_TIMEOUT:-900}" "./tests/$(test_dir "$name")/$name") >"$log" 2>&1 ||
+    status=$?
   if [ "$status" -eq 0 ] || [ "$status" -eq 77 ]; then
     echo "sanitize.sh: $name passed in $((SECONDS - start)) s$([ "$status" -eq 77 ] && echo ', with skips (see log)')"
     return 0
@@ -94,13 +86,13 @@ test_dir() {
 }
 
 main() {
-  [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: scripts/sanitize.sh address|undefined|thread [BUILD_DIR]"
+  if [ $# -lt 1 ] || [ $# -gt 2 ]; then die "usage: scripts/sanitize.sh address|undefined|thread [BUILD_DIR]"; fi
   sanitizer=$1
   local flags build failed=()
-  build=$(mkdir -p "${2:-$root/build-$1}" && cd "${2:-$root/build-$1}" && pwd)
   flags=$(sanitizer_flags "$sanitizer") || die "unknown sanitizer '$sanitizer': use address, undefined or thread"
+  build=$(mkdir -p "${2:-$root/build-$1}" && cd "${2:-$root/build-$1}" && pwd)
   configure "$build" "$flags" || die "configuring $build failed"
-  nice -n 5 cmake --build "$build" -j "${LOCKSTEP_SANITIZE_JOBS:-2}" --target "${targets[@]}" ||
+  cmake --build "$build" -j "${LOCKSTEP_SANITIZE_JOBS:-2}" --target "${targets[@]}" ||
     die "building ${targets[*]} in $build failed"
   export_options
   export_test_env "$build"

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "lockstep/data/image_dataset.h"
 #include "splitmix.h"
@@ -46,11 +47,13 @@ struct LoaderState {
   int64_t next_out = 0;
   int64_t capacity = 1;
   std::map<int64_t, Slot> slots;
-  std::function<void(int64_t)> build_hook;  // tests only; set before start_epoch()
+  std::function<void(int64_t)> build_hook;  // tests only; under `mutex`: each build calls its own copy
 };
 
 void LoaderTesting::set_build_hook(LoaderCore& core, std::function<void(int64_t batch)> hook) {
-  core.state_->build_hook = std::move(hook);
+  std::function<void(int64_t)> old;  // dies outside the lock; a worker inside it runs its own copy
+  std::lock_guard<std::mutex> lock(core.state_->mutex);
+  old = std::exchange(core.state_->build_hook, std::move(hook));
 }
 
 namespace {
@@ -195,7 +198,12 @@ AnyBatch LoaderCore::build(const std::vector<int64_t>* indices, int64_t batch, i
 }
 
 AnyBatch LoaderCore::build_unpinned(const std::vector<int64_t>* indices, int64_t batch, int64_t epoch) const {
-  if (state_->build_hook) state_->build_hook(batch);
+  std::function<void(int64_t)> hook;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    hook = state_->build_hook;
+  }
+  if (hook) hook(batch);
   // The batch's randomness depends on (seed, epoch, batch) only: the same bytes whichever thread builds it.
   const BatchKey key{
       epoch, batch,

@@ -322,6 +322,39 @@ TEST(LoaderTest, WorkerExceptionIsRethrownInOrderAndEndsTheEpoch) {
   }
 }
 
+// Set by the hook of the test below (globals: the hook must not read its own captures once it may be gone).
+std::atomic<bool> g_hook_entered{false};
+std::atomic<bool> g_hook_release{false};
+std::atomic<bool> g_hook_destroyed{false};
+struct DestroyedFlag {
+  ~DestroyedFlag() { g_hook_destroyed = true; }
+};
+
+// A persistent worker may still be inside the old hook (here: building batch 0) when a test replaces it.
+// set_build_hook once destroyed the std::function that worker was running; it must live until the worker
+// leaves it. Found by TSan (scripts/sanitize.sh thread) in WorkerExceptionIsRethrownInOrderAndEndsTheEpoch,
+// which replaces the hook between epochs while a worker finishes the failed epoch's next batch.
+TEST(LoaderTest, ReplacingTheBuildHookKeepsTheOneAWorkerIsRunningAlive) {
+  auto ds = indexed_dataset(100);
+  Loader loader(ds, LoaderOptions(10).num_workers(1));
+  auto flag = std::make_shared<DestroyedFlag>();
+  detail::LoaderTesting::set_build_hook(loader, [flag](int64_t batch) {
+    if (batch != 0) return;
+    g_hook_entered = true;
+    while (!g_hook_release) std::this_thread::yield();
+  });
+  flag.reset();  // the hook's copies hold the only references now
+  loader.start_epoch(shuffled(100, 1), 0);
+  ASSERT_TRUE(lockstep::testing::wait_until([] { return g_hook_entered.load(); }, std::chrono::seconds(60)));
+  detail::LoaderTesting::set_build_hook(loader, nullptr);
+  const bool destroyed_while_running = g_hook_destroyed;
+  g_hook_release = true;
+  EXPECT_FALSE(destroyed_while_running) << "the hook a worker was running was destroyed under it";
+  for (int64_t k = 0; k < 10; ++k) ASSERT_TRUE(loader.next().has_value()) << "batch " << k;
+  EXPECT_FALSE(loader.next().has_value());
+  EXPECT_TRUE(g_hook_destroyed) << "the replaced hook outlived the batch that ran it";
+}
+
 TEST(LoaderTest, RestartMidEpochCancelsTheOldEpochCleanly) {
   for (bool persistent : {true, false}) {
     auto ds = indexed_dataset(400);

@@ -206,7 +206,8 @@ class Loader : public BasicLoader<Batch> {
 
 namespace detail {
 /// For tests only: a hook that the thread building batch `batch` calls first (it may sleep, or throw to
-/// simulate a failing batch). Set it before start_epoch(); not synchronised with running workers.
+/// simulate a failing batch). May be set at any time: each build calls its own copy, so a worker still
+/// inside a replaced hook (a persistent worker finishing an ended epoch's batch) keeps it alive.
 struct LoaderTesting {
   static void set_build_hook(LoaderCore& core, std::function<void(int64_t batch)> hook);
   template <typename B>

@@ -54,7 +54,8 @@ export_test_env() {
   local file=$1/lockstep_test_env.cmake line
   [ -f "$file" ] || die "$file missing: was $1 configured by this script?"
   while IFS= read -r line; do
-    [[ $line =~ ^set\(ENV\{([A-Z_]+)\}\ \[==\[(.*)\]==\]\)$ ]] || die "unexpected line in $file: $line"
+    # Its other lines are for ctest (the check of LOCKSTEP_PYTHON's torch).
+    [[ $line =~ ^set\(ENV\{([A-Z_]+)\}\ \[==\[(.*)\]==\]\)$ ]] || continue
     export "${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
   done <"$file"
 }

@@ -82,17 +82,23 @@ std::string one_field(std::string text) {
   return text;
 }
 
-// The LOCKSTEP_CASE_LOG file: each line is written and flushed as it happens, so a crash or a hang (the
-// binary killed at its ctest TIMEOUT) leaves a "start" without an end for the case that was running.
-class CaseLog : public testing::EmptyTestEventListener {
+// Follows each case: names the running one for the crash handler, collects "Suite.Name: reason" for every
+// skipped one, and, given a LOCKSTEP_CASE_LOG path, writes each case's lines there as they happen (flushed:
+// a crash or a hang, the binary killed at its ctest TIMEOUT, leaves a "start" without an end).
+class CaseRecorder : public testing::EmptyTestEventListener {
  public:
-  explicit CaseLog(const char* path) : out_(path, std::ios::trunc) {
-    if (!out_) {
-      std::fprintf(stderr, "gtest_main: cannot write LOCKSTEP_CASE_LOG=%s\n", path);
+  explicit CaseRecorder(const std::string& log_path) {
+    if (log_path.empty()) return;
+    log_.open(log_path, std::ios::trunc);
+    if (!log_) {
+      std::fprintf(stderr, "gtest_main: cannot write LOCKSTEP_CASE_LOG=%s\n", log_path.c_str());
       std::exit(1);
     }
   }
-  void OnTestStart(const testing::TestInfo& test) override { write("start", case_name(test)); }
+  void OnTestStart(const testing::TestInfo& test) override {
+    std::snprintf(running_test, sizeof running_test, "%s", case_name(test).c_str());
+    write("start", case_name(test));
+  }
   void OnTestPartResult(const testing::TestPartResult& part) override {
     if (part.skipped()) {
       reason_ = part.message();
@@ -107,45 +113,28 @@ class CaseLog : public testing::EmptyTestEventListener {
     const std::string name = case_name(test);
     for (const std::string& note : notes_) write("note", name, note);
     if (test.result()->Skipped()) {
-      write("skip", name, reason_.empty() ? "(no reason given)" : reason_);
+      const std::string reason = reason_.empty() ? "(no reason given)" : reason_;
+      skipped_.push_back(name + ": " + reason);
+      write("skip", name, reason);
     } else {
       write(test.result()->Failed() ? "fail" : "pass", name);
     }
     notes_.clear();
     reason_.clear();
   }
-
- private:
-  void write(const char* what, const std::string& name, const std::string& text = "") {
-    out_ << what << '\t' << name;
-    if (!text.empty()) out_ << '\t' << one_field(text);
-    out_ << std::endl;
-  }
-
-  std::ofstream out_;
-  std::string reason_;
-  std::vector<std::string> notes_;
-};
-
-// Collects "Suite.Name: reason" for every skipped test.
-class SkipCollector : public testing::EmptyTestEventListener {
- public:
-  void OnTestStart(const testing::TestInfo& test) override {
-    std::snprintf(running_test, sizeof running_test, "%s", case_name(test).c_str());
-  }
-  void OnTestPartResult(const testing::TestPartResult& part) override {
-    if (part.skipped()) reason_ = part.message();
-  }
-  void OnTestEnd(const testing::TestInfo& test) override {
-    if (test.result()->Skipped()) {
-      skipped_.push_back(case_name(test) + ": " + (reason_.empty() ? "(no reason given)" : reason_));
-    }
-    reason_.clear();
-  }
   const std::vector<std::string>& skipped() const { return skipped_; }
 
  private:
+  void write(const char* what, const std::string& name, const std::string& text = "") {
+    if (!log_.is_open()) return;
+    log_ << what << '\t' << name;
+    if (!text.empty()) log_ << '\t' << one_field(text);
+    log_ << std::endl;
+  }
+
+  std::ofstream log_;
   std::string reason_;
+  std::vector<std::string> notes_;
   std::vector<std::string> skipped_;
 };
 
@@ -154,19 +143,17 @@ class SkipCollector : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   install_crash_handler();
-  auto& listeners = testing::UnitTest::GetInstance()->listeners();
-  auto* collector = new SkipCollector;  // owned by GoogleTest's listener list
-  listeners.Append(collector);
   // Read once and unset: a death test's child (which runs this main again) and any process a test starts
   // must not truncate or write the log.
   const char* from_env = std::getenv("LOCKSTEP_CASE_LOG");
   const std::string case_log = from_env == nullptr ? "" : from_env;
   ::unsetenv("LOCKSTEP_CASE_LOG");
-  if (!case_log.empty()) listeners.Append(new CaseLog(case_log.c_str()));
+  auto* recorder = new CaseRecorder(case_log);  // owned by GoogleTest's listener list
+  testing::UnitTest::GetInstance()->listeners().Append(recorder);
   const int status = RUN_ALL_TESTS();
   if (!case_log.empty()) return 0;  // every case ended; their entries judge them
-  for (const std::string& line : collector->skipped()) std::printf("lockstep-skip: %s\n", line.c_str());
+  for (const std::string& line : recorder->skipped()) std::printf("lockstep-skip: %s\n", line.c_str());
   std::fflush(stdout);
   if (status != 0) return status;
-  return collector->skipped().empty() ? 0 : kSkipReturnCode;
+  return recorder->skipped().empty() ? 0 : kSkipReturnCode;
 }

@@ -117,6 +117,19 @@ ProcessGroup::~ProcessGroup() {
   root_store_.reset();
 }
 
+void ProcessGroup::abandon() {
+  shut_down_ = true;
+  if (progress_) progress_->stop();
+  // Its backend's threads may be blocked in a collective with a lost peer until their own timeout, and
+  // destroying the backend would join them: it is left to the end of the process.
+  (void)native_.release();
+  (void)backend_.release();
+  (void)host_.release();
+  progress_.reset();
+  job_store_.reset();
+  root_store_.reset();
+}
+
 void ProcessGroup::release_backend() {
   if (progress_ && progress_->abandoned() && native_) {
     // A wait gave up on a collective still in flight: the backend's threads are blocked in it until its
@@ -163,6 +176,7 @@ Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string de
   Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(),
             std::move(finish));
   work.track(progress_, sequence_, diagnose_);
+  if (options_.interrupt()) work.interrupt_with(options_.interrupt());
   if (on_stream) work.wait_on_stream();
   return work;
 }

@@ -55,39 +55,26 @@ void Work::wait() {
   if (progress_) progress_->wait_started();
   const auto deadline = Clock::now() + timeout_;
   std::string mismatch;
+  std::string interrupted;
   try {
     if (on_stream_) {
       work_->wait();  // no timeout: the stream waits on an event, the host goes on (see work.h)
-    } else if (!diagnose_) {
+    } else if (!diagnose_ && !interrupt_) {
       work_->wait(timeout_);
     } else {
-      // In slices: between them, another rank's record may show a different collective under this
-      // number, and then waiting longer is pointless.
-      const auto slice = progress_->interval();
-      for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left <= slice) {
-          work_->wait(std::max(left, std::chrono::milliseconds(1)));
-          break;
-        }
-        try {
-          work_->wait(slice);
-          break;
-        } catch (const std::exception&) {
-          if (work_->isCompleted()) throw;  // the collective itself failed
-          mismatch = progress_->find_mismatch();
-          if (!mismatch.empty()) throw;
-        }
-      }
+      wait_in_slices(deadline, mismatch, interrupted);
     }
   } catch (const std::exception& e) {
     done_ = true;
     const bool abandoned = !work_->isCompleted();
+    // A collective that failed because a rank was lost says so, when the world has changed already.
+    if (interrupt_ && interrupted.empty()) interrupted = interrupt_();
     std::string explanation;
     if (progress_) {
       progress_->wait_ended(sequence_, /*succeeded=*/false);
       if (abandoned) progress_->mark_abandoned();
-      if (diagnose_ && mismatch.empty()) {
+      // Not in an elastic world: there the launcher says who was lost, and every second counts.
+      if (diagnose_ && mismatch.empty() && !interrupt_) {
         // Let every rank's record catch up with the moment of the failure, then read them.
         progress_->publish_now();
         std::this_thread::sleep_for(progress_->interval() + std::chrono::milliseconds(200));
@@ -99,6 +86,10 @@ void Work::wait() {
     // c10::Error's what() carries a C++ backtrace of LibTorch's frames: not for users.
     const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
     std::string what = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+    if (!interrupted.empty()) {
+      throw MembershipChanged(rank_, description_,
+                              "given up: " + interrupted + (abandoned ? std::string() : " (" + what + ")"));
+    }
     throw CommError(rank_, description_,
                     "failed: " + what +
                         " — a peer may have exited or be stuck, or the ranks called different collectives "
@@ -108,6 +99,37 @@ void Work::wait() {
   done_ = true;
   if (progress_) progress_->wait_ended(sequence_, /*succeeded=*/true);
   if (on_success_) on_success_();
+}
+
+void Work::wait_in_slices(Clock::time_point deadline, std::string& mismatch, std::string& interrupted) {
+  // Between slices: the world may have changed (interrupt_), or another rank's record may show a different
+  // collective under this number (diagnose_, once per progress interval); then waiting longer is pointless.
+  const auto interval = progress_ ? progress_->interval() : std::chrono::milliseconds(1000);
+  const auto slice = interrupt_ ? std::min<std::chrono::milliseconds>(kInterruptSlice, interval) : interval;
+  auto next_diagnosis = Clock::now() + interval;
+  for (;;) {
+    const auto now = Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    if (left <= slice) {
+      work_->wait(std::max(left, std::chrono::milliseconds(1)));
+      return;
+    }
+    try {
+      work_->wait(slice);
+      return;
+    } catch (const std::exception&) {
+      if (work_->isCompleted()) throw;  // the collective itself failed
+      if (interrupt_) {
+        interrupted = interrupt_();
+        if (!interrupted.empty()) throw;
+      }
+      if (diagnose_ && Clock::now() >= next_diagnosis) {
+        next_diagnosis = Clock::now() + interval;
+        mismatch = progress_->find_mismatch();
+        if (!mismatch.empty()) throw;
+      }
+    }
+  }
 }
 
 bool Work::is_completed() const {

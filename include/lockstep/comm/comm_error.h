@@ -23,4 +23,12 @@ class CommError : public std::runtime_error {
   std::string op_;
 };
 
+/// A wait given up because the members of an elastic world changed (ElasticWorld): a rank was lost while
+/// this one waited in a collective, a vote or a re-formation. The group it waited in is abandoned; the
+/// caller drops the step and calls ElasticWorld::reform().
+class MembershipChanged : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 }  // namespace lockstep::comm

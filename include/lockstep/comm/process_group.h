@@ -101,6 +101,11 @@ class ProcessGroup {
   /// backend is released. Idempotent.
   void shutdown();
 
+  /// Leaves the group without checking out (an elastic world moved on: ElasticWorld). Its backend is left
+  /// alive to the end of the process, since its threads may still wait on a lost peer; the handle is
+  /// closed. Idempotent.
+  void abandon();
+
   /// The c10d process group, for code that needs the raw LibTorch API (e.g. a custom comm hook). Its
   /// getBackendName() is the backend's ("gloo", "shm", ...) on every LibTorch.
   const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }

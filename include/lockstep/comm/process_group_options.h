@@ -4,6 +4,7 @@
 #include "lockstep/detail/option.h"
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -68,6 +69,9 @@ class ProcessGroupOptions {
   /// Network interface for Gloo (like GLOO_SOCKET_IFNAME). Empty: the interface whose address reaches
   /// master_addr (loopback when the master is local). GLOO_SOCKET_IFNAME is read when this is empty.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::string, interface)
+  /// Asked between short slices of every wait (collectives, barriers): a non-empty answer gives the wait
+  /// up with a MembershipChanged carrying it. ElasticWorld sets it to "has the world changed?". Empty: none.
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::function<std::string()>, interrupt)
 
   /// Throws std::invalid_argument naming the field and value when an option is out of range, or
   /// naming the variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT was malformed.
@@ -89,6 +93,7 @@ class ProcessGroupOptions {
   bool cuda_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;
+  std::function<std::string()> interrupt_;
   std::string env_error_;  // a malformed timeout variable, reported by validate()
 };
 

@@ -39,6 +39,12 @@ class Work {
   /// `diagnose`, wait in slices and check the other ranks' records between them.
   void track(std::shared_ptr<detail::Progress> progress, std::uint64_t sequence, bool diagnose);
 
+  /// Used by ProcessGroup (ProcessGroupOptions::interrupt): wait in slices of kInterruptSlice and ask
+  /// `interrupt` between them; a non-empty answer abandons the collective and throws MembershipChanged.
+  /// After a failed collective it is asked once more, so that a failure caused by a lost rank says so.
+  void interrupt_with(std::function<std::string()> interrupt) { interrupt_ = std::move(interrupt); }
+  static constexpr std::chrono::milliseconds kInterruptSlice{20};
+
   /// Used by ProcessGroup for collectives of CUDA tensors on NCCL: wait() then makes the calling thread's
   /// current CUDA stream wait for the collective (an event, no host synchronisation), and the timeout is
   /// NCCL's watchdog (the group's collective timeout; with TORCH_NCCL_ASYNC_ERROR_HANDLING, which
@@ -53,11 +59,17 @@ class Work {
   const c10::intrusive_ptr<c10d::Work>& native() const { return work_; }
 
  private:
+  /// wait()'s loop when something must be asked between slices (diagnose_, interrupt_); sets `mismatch`
+  /// or `interrupted` to why it gave up.
+  void wait_in_slices(std::chrono::steady_clock::time_point deadline, std::string& mismatch,
+                      std::string& interrupted);
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::string description_;
   int rank_ = -1;
   std::chrono::milliseconds timeout_{0};
   std::function<void()> on_success_;
+  std::function<std::string()> interrupt_;
   std::shared_ptr<detail::Progress> progress_;
   std::uint64_t sequence_ = 0;
   bool diagnose_ = false;

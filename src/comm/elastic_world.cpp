@@ -1,0 +1,253 @@
+#include "lockstep/comm/elastic_world.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <stdexcept>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "lockstep/comm/comm_error.h"
+#include "lockstep/comm/tcp_store.h"
+#include "lockstep/detail/elastic_contract.h"
+#include "lockstep/detail/join.h"
+#include "seconds_text.h"
+
+namespace lockstep::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kOp = "elastic";
+// A generation after the first forms among processes that are all running: it needs no start-up margin.
+constexpr std::chrono::milliseconds kReformTimeout{30000};
+// How long reform() waits for the launcher to announce a loss after a failed step: the launcher sees an
+// exit at once and a silent rank within its heartbeat timeout.
+constexpr std::chrono::milliseconds kAnnounceTimeout{60000};
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+c10::intrusive_ptr<c10d::Store> launcher_store(const ProcessGroupOptions& o) {
+  const char* where = std::getenv(lockstep::detail::kElasticStoreVariable);
+  const std::string endpoint = where != nullptr ? where : "";
+  const auto colon = endpoint.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos) port = std::atoi(endpoint.c_str() + colon + 1);
+  if (colon == std::string::npos || colon == 0 || port < 1 || port > 65535) {
+    throw std::invalid_argument(std::string(lockstep::detail::kElasticStoreVariable) + "='" + endpoint +
+                                "' is not HOST:PORT: start the job with `lockstep run --recovery in-place`, "
+                                "which serves the store and sets it (or pass ProcessGroupOptions::store)");
+  }
+  return c10::make_intrusive<TcpStore>(
+      TcpStoreOptions(endpoint.substr(0, colon), port, o.run_id(), o.world_size(), o.rank())
+          .connect_timeout(o.rendezvous_timeout())
+          .timeout(o.rendezvous_timeout())
+          .server_name("the launcher (which serves the store under --recovery in-place)"));
+}
+
+std::string ids_text(const std::vector<int>& ids) {
+  return lockstep::detail::join_first(ids, 16, ", ", [](int id) { return std::to_string(id); });
+}
+
+}  // namespace
+
+std::string MembershipChange::describe() const {
+  std::string out = "rank(s) " + ids_text(left) + " left (";
+  for (std::size_t i = 0; i < why.size(); ++i) out += (i > 0 ? "; " : "") + why[i];
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.2f", seconds_since_seen);
+  return out + "); world " + std::to_string(old_size) + " -> " + std::to_string(new_size) +
+         " (generation " + std::to_string(generation) + "); training again " + seconds +
+         " s after the loss was seen";
+}
+
+bool ElasticWorld::requested() { return std::getenv(lockstep::detail::kElasticStoreVariable) != nullptr; }
+
+ElasticWorld::ElasticWorld(ProcessGroupOptions options) : options_(std::move(options)) {
+  if (options_.backend() == Backend::kAuto) options_.backend(Backend::kGloo);
+  if (options_.backend() != Backend::kGloo) {
+    throw std::invalid_argument(std::string("elastic in-place recovery runs on the gloo backend, not ") +
+                                to_string(options_.backend()) +
+                                ": a collective with a lost peer can be abandoned there (use --backend gloo "
+                                "or auto)");
+  }
+  options_.validate();
+  id_ = options_.rank();
+  initial_size_ = options_.world_size();
+  root_ = options_.store() ? options_.store() : launcher_store(options_);
+  std::string prefix = lockstep::detail::elastic_prefix(options_.run_id());
+  prefix.pop_back();  // PrefixStore adds the '/'
+  elastic_ = c10::make_intrusive<c10d::PrefixStore>(prefix, root_);
+  const auto deadline = Clock::now() + options_.rendezvous_timeout();
+  while (!form(announced_generation(), deadline)) {
+  }
+}
+
+ElasticWorld::~ElasticWorld() = default;
+
+int ElasticWorld::announced_generation() {
+  return static_cast<int>(elastic_->add(lockstep::detail::kGenerationKey, 0));
+}
+
+const lockstep::detail::MembershipRecord& ElasticWorld::record(int n) {
+  while (static_cast<int>(records_.size()) < n) {
+    const int next = static_cast<int>(records_.size()) + 1;
+    const std::string value = text(elastic_->get(lockstep::detail::change_key(next)));
+    auto parsed = lockstep::detail::parse_membership(value);
+    if (!parsed) {
+      throw CommError(options_.rank(), kOp,
+                      "the launcher's store holds a malformed membership change " + std::to_string(next) +
+                          ": '" + value + "'");
+    }
+    records_.push_back(*parsed);
+  }
+  return records_.at(static_cast<std::size_t>(n - 1));
+}
+
+std::vector<int> ElasticWorld::members_of(int generation) {
+  std::vector<int> members(static_cast<std::size_t>(initial_size_));
+  std::iota(members.begin(), members.end(), 0);
+  for (int n = 1; n <= generation; ++n) {
+    const int gone = record(n).id;
+    members.erase(std::remove(members.begin(), members.end(), gone), members.end());
+  }
+  return members;
+}
+
+std::string ElasticWorld::changed_since(int generation) {
+  const int newest = announced_generation();
+  if (newest <= generation) return "";
+  const auto& next = record(generation + 1);
+  return "the job lost rank " + std::to_string(next.id) + " (" + next.reason + ")" +
+         (newest > generation + 1 ? " and " + std::to_string(newest - generation - 1) + " more" : "");
+}
+
+bool ElasticWorld::form(int generation, Clock::time_point deadline) {
+  const std::vector<int> members = members_of(generation);
+  const auto mine = std::find(members.begin(), members.end(), id_);
+  if (mine == members.end()) {
+    throw CommError(options_.rank(), kOp,
+                    "this process (rank " + std::to_string(id_) +
+                        " of the job's start) was declared lost by the launcher: " + record(generation).reason +
+                        "; the others went on without it");
+  }
+  const int rank = static_cast<int>(mine - members.begin());
+  const int size = static_cast<int>(members.size());
+  auto store = c10::make_intrusive<c10d::PrefixStore>("g" + std::to_string(generation), elastic_);
+
+  // Check in, and wait for every member in slices: a member lost meanwhile makes a newer generation.
+  if (store->add("arrived", 1) == size) store->set("ready", bytes("1"));
+  for (;;) {
+    try {
+      store->wait({"ready"}, Work::kInterruptSlice);
+      break;
+    } catch (const std::exception&) {
+      if (announced_generation() > generation) return false;
+      if (Clock::now() >= deadline) {
+        throw CommError(options_.rank(), kOp,
+                        "generation " + std::to_string(generation) + " did not form: members " +
+                            ids_text(members) + " were expected, " + std::to_string(store->add("arrived", 0)) +
+                            " arrived, and the launcher announced no loss");
+      }
+    }
+  }
+
+  auto options = options_;
+  options.rank(rank)
+      .world_size(size)
+      .store(store)
+      .interrupt([this, generation] { return changed_since(generation); });
+  if (generation > 0) options.rendezvous_timeout(std::min(options_.rendezvous_timeout(), kReformTimeout));
+  std::unique_ptr<ProcessGroup> group;
+  try {
+    group = std::make_unique<ProcessGroup>(init_process_group(options));
+  } catch (const CommError&) {
+    if (announced_generation() > generation) return false;  // a member was lost while the group formed
+    throw;
+  }
+  if (group_) {
+    group_->abandon();
+    abandoned_.push_back(std::move(group_));
+  }
+  group_ = std::move(group);
+  store_ = store;
+  generation_ = generation;
+  members_ = members;
+  votes_ = 0;
+  return true;
+}
+
+bool ElasticWorld::should_commit() {
+  const std::string count = "vote/" + std::to_string(++votes_);
+  const std::string decision = count + "/decision";
+  const int size = group_->size();
+  std::vector<uint8_t> word;
+  try {
+    if (store_->add(count, 1) == size) store_->compareSet(decision, {}, bytes("commit"));
+    const auto deadline = Clock::now() + options_.collective_timeout();
+    for (;;) {
+      try {
+        store_->wait({decision}, Work::kInterruptSlice);
+        word = store_->get(decision);
+        break;
+      } catch (const std::exception&) {
+        if (announced_generation() > generation_) {
+          word = store_->compareSet(decision, {}, bytes("abort"));  // the first word stands
+          break;
+        }
+        if (Clock::now() >= deadline) {
+          throw CommError(group_->rank(), "should_commit #" + std::to_string(votes_),
+                          "only " + std::to_string(store_->add(count, 0)) + " of " + std::to_string(size) +
+                              " ranks voted within the collective timeout (" +
+                              detail::seconds_text(options_.collective_timeout()) +
+                              "), and the launcher announced no loss");
+        }
+      }
+    }
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(group_->rank(), "should_commit #" + std::to_string(votes_),
+                    std::string("lost the launcher's store: ") + e.what());
+  }
+  return text(word) == "commit";
+}
+
+MembershipChange ElasticWorld::reform() {
+  MembershipChange change;
+  change.old_size = static_cast<int>(members_.size());
+  const int old_generation = generation_;
+  const std::vector<int> old_members = members_;
+  try {
+    elastic_->wait({lockstep::detail::change_key(old_generation + 1)},
+                   std::min(options_.collective_timeout(), kAnnounceTimeout));
+  } catch (const std::exception&) {
+    throw CommError(group_->rank(), kOp,
+                    "a step failed, but the launcher announced no lost rank within " +
+                        detail::seconds_text(std::min(options_.collective_timeout(), kAnnounceTimeout)) +
+                        ": the failure was not a lost rank (see the error that led here)");
+  }
+  const auto deadline = Clock::now() + kReformTimeout;
+  while (!form(announced_generation(), deadline)) {
+  }
+  for (int id : old_members) {
+    if (std::find(members_.begin(), members_.end(), id) != members_.end()) continue;
+    change.left.push_back(id);
+    for (int n = old_generation + 1; n <= generation_; ++n) {
+      if (record(n).id == id) change.why.push_back(record(n).reason);
+    }
+  }
+  change.generation = generation_;
+  change.new_size = static_cast<int>(members_.size());
+  change.new_rank = group_->rank();
+  change.seconds_since_seen =
+      static_cast<double>(lockstep::detail::unix_ms_now() - record(old_generation + 1).seen_ms) / 1000.0;
+  return change;
+}
+
+void ElasticWorld::shutdown() {
+  if (group_) group_->shutdown();
+}
+
+}  // namespace lockstep::comm

@@ -211,6 +211,18 @@ void add_torchrun_flags(CLI::App& app, RunFlags& f) {
                  "heartbeat or collective for that long is killed and the job\n"
                  "stopped. Default: LOCKSTEP_TIMEOUT, else 1800")
       ->type_name("S");
+  app.add_option("--recovery", f.recovery,
+                 "lockstep: what a failed worker costs. restart: stop all\n"
+                 "and start again (--max-restarts, from a checkpoint).\n"
+                 "in-place: the others go on without it in the same\n"
+                 "processes (lockstep's ElasticWorld; one node; see\n"
+                 "docs/elastic.md). Default: restart")
+      ->type_name("restart|in-place");
+  app.add_option("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout,
+                 "lockstep, --recovery in-place: seconds a worker may send\n"
+                 "no heartbeat before it is killed and the others go on\n"
+                 "without it. Default: 5")
+      ->type_name("S");
 }
 
 namespace {
@@ -328,6 +340,13 @@ launch::LaunchOptions launch_options(RunFlags f, const std::vector<std::string>&
   if (f.shutdown_timeout) options.grace_period(parse_seconds("--shutdown-timeout", *f.shutdown_timeout));
   if (f.collective_timeout)
     options.collective_timeout(parse_seconds("--collective-timeout", *f.collective_timeout));
+  if (f.recovery) {
+    if (*f.recovery != "restart" && *f.recovery != "in-place")
+      throw UsageError{"--recovery '" + *f.recovery + "' is not valid: expected restart or in-place"};
+    options.in_place(*f.recovery == "in-place");
+  }
+  if (f.heartbeat_timeout)
+    options.heartbeat_timeout(parse_seconds("--heartbeat-timeout", *f.heartbeat_timeout));
   return options;
 }
 

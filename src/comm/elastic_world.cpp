@@ -156,6 +156,7 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
   auto options = options_;
   options.rank(rank)
       .world_size(size)
+      .local_world_size(0)  // one node (LaunchOptions::in_place): world_size / num_nodes
       .store(store)
       .interrupt([this, generation] { return changed_since(generation); });
   if (generation > 0) options.rendezvous_timeout(std::min(options_.rendezvous_timeout(), kReformTimeout));
@@ -247,7 +248,7 @@ MembershipChange ElasticWorld::reform() {
 }
 
 void ElasticWorld::shutdown() {
-  if (group_) group_->shutdown();
+  if (group_) group_->leave();  // the launcher serves the store: no rank needs to wait for the others
 }
 
 }  // namespace lockstep::comm

@@ -130,6 +130,15 @@ void ProcessGroup::abandon() {
   root_store_.reset();
 }
 
+void ProcessGroup::leave() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (progress_) progress_->stop();
+  release_backend();
+  job_store_.reset();
+  root_store_.reset();
+}
+
 void ProcessGroup::release_backend() {
   if (progress_ && progress_->abandoned() && native_) {
     // A wait gave up on a collective still in flight: the backend's threads are blocked in it until its

@@ -73,10 +73,12 @@ DdpCore::DdpCore(std::vector<std::pair<std::string, at::Tensor>> named_parameter
   std::vector<at::Tensor> buffers;
   for (auto& b : named_buffers) buffers.push_back(b.second);
   if (group_.size() > 1) {
-    auto parameter_groups = flat_groups(parameters_);
-    broadcast_flat(parameter_groups, 0);
     buffer_groups_ = flat_groups(buffers);
-    broadcast_flat(buffer_groups_, 0);
+    if (options_.init_sync()) {
+      auto parameter_groups = flat_groups(parameters_);
+      broadcast_flat(parameter_groups, 0);
+      broadcast_flat(buffer_groups_, 0);
+    }
   }
   if (options_.gradient_sync()) {
     sync_ = options_.gradient_sync()(std::move(trainable), std::move(trainable_names), group_, options_);

@@ -161,6 +161,19 @@ void resolve_workers(const LaunchOptions& options, LaunchConfig& config) {
   check(options.max_restarts() >= 0, "max_restarts=" + std::to_string(options.max_restarts()) +
                                          " is not valid (expected an integer >= 0)");
   config.max_restarts = options.max_restarts();
+  config.in_place = options.in_place();
+  check(!config.in_place || config.max_restarts == 0,
+        "max_restarts=" + std::to_string(config.max_restarts) +
+            " with in_place: choose one way to recover (in place, or restarts from a checkpoint)");
+  check(!config.in_place || (config.rdzv_backend == RdzvBackend::kStatic && config.nnodes == 1),
+        "in_place with " + std::to_string(config.nnodes) + " node(s) and the " +
+            (config.rdzv_backend == RdzvBackend::kStatic ? "static" : "c10d") +
+            " rendezvous is not supported yet: in-place recovery works on one node (--nnodes 1, "
+            "--rdzv-backend static); multi-node jobs recover with --max-restarts");
+  check(options.heartbeat_timeout().count() > 0,
+        "heartbeat_timeout=" + std::to_string(options.heartbeat_timeout().count() / 1000.0) +
+            " is not valid (expected a positive number of seconds)");
+  config.heartbeat_timeout = options.heartbeat_timeout();
 
   check(options.grace_period().count() >= 0,
         "grace_period=" + std::to_string(options.grace_period().count()) + "ms is not valid (expected >= 0)");

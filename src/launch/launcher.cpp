@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "lockstep/detail/elastic_contract.h"
+#include "lockstep/detail/join.h"
 #include "lockstep/detail/shm_names.h"
 #include "lockstep/detail/worker_contract.h"
 #include "lockstep/launch/detail/elastic_rendezvous.h"
@@ -26,6 +28,7 @@
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
 #include "lockstep/launch/worker_env.h"
+#include "in_place_store.h"
 #include "signal_relay.h"
 #include "unique_fd.h"
 #include "worker_process.h"
@@ -97,6 +100,7 @@ struct Worker {
   std::unique_ptr<detail::OutputForwarder> err;
   std::optional<WorkerExit> exit;  // set once it has exited
   bool held = false;               // not reaped yet (running or a zombie): its pid and group are ours
+  bool lost = false;               // in place: announced as lost; the others went on without it
 };
 
 // Why an attempt stops its workers.
@@ -204,8 +208,15 @@ std::string join_command(const std::vector<std::string>& command) {
 class Attempt {
  public:
   Attempt(const LaunchConfig& config, const NodeWorld& world, const LaunchStreams& streams,
-          detail::SignalRelay& relay, const AttemptLogs& logs, detail::RoundWatch* watch = nullptr)
-      : config_(config), world_(world), streams_(streams), relay_(relay), logs_(logs), watch_(watch) {}
+          detail::SignalRelay& relay, const AttemptLogs& logs, detail::RoundWatch* watch = nullptr,
+          detail::InPlaceStore* in_place = nullptr)
+      : config_(config),
+        world_(world),
+        streams_(streams),
+        relay_(relay),
+        logs_(logs),
+        watch_(watch),
+        in_place_(in_place) {}
 
   // Normally every worker is reaped by run(). When an exception cut it short (no fds left for a pipe,
   // poll failed), no worker may outlive the launcher: kill and reap what is left.
@@ -427,17 +438,20 @@ class Attempt {
 
   // In a job of several ranks, a worker that reports through heartbeats but went silent, or reached no
   // collective, for the collective timeout holds every other rank up: kill it and stop the job, as
-  // after a failure (so --max-restarts applies).
+  // after a failure (so --max-restarts applies). In place, it is killed and announced as lost instead.
   void check_stalls(Clock::time_point now) {
     if (cause_ != StopCause::kNone || world_.world_size <= 1) return;
     const auto timeout = config_.collective_timeout;
+    // In place, a silent worker is lost sooner: the others wait for it in every collective.
+    const auto silence = in_place_ != nullptr ? std::min(timeout, config_.heartbeat_timeout) : timeout;
+    const std::string silence_name = in_place_ != nullptr ? "heartbeat timeout " : "collective timeout ";
     for (Worker& w : workers_) {
       const Heartbeat& beat = w.heartbeat;
-      if (w.exit || !beat.started || beat.ended) continue;
+      if (w.exit || w.lost || !beat.started || beat.ended) continue;
       const std::string last = beat.last_op.empty() ? std::string("none yet") : beat.last_op;
-      if (now - beat.last_beat > timeout) {
-        stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) + " (collective timeout " +
-                     seconds_text(timeout) +
+      if (now - beat.last_beat > silence) {
+        stall(w, "sent no heartbeat for " + seconds_text(now - beat.last_beat) + " (" + silence_name +
+                     seconds_text(silence) +
                      "): the process is stopped (SIGSTOP, a "
                      "debugger) or hung in the kernel; its last collective: " +
                      last);
@@ -456,6 +470,15 @@ class Attempt {
   }
 
   void stall(Worker& w, const std::string& why) {
+    if (in_place_ != nullptr && live_count() > 1) {
+      // Dead before it is announced: a vote it might still cast must not follow the announcement.
+      ::kill(-w.pid, SIGKILL);
+      siginfo_t info{};
+      while (::waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+      }
+      lose(w, "was killed: it " + why);
+      return;
+    }
     failed_rank_ = w.rank;
     failure_ = WorkerExit::signaled(SIGKILL);
     stall_reason_ = why;
@@ -522,7 +545,10 @@ class Attempt {
         w.exit = WorkerExit::exited(255);
         w.held = false;
       }
-      if (!w.exit->success() && cause_ == StopCause::kNone) {
+      if (!w.exit->success() && cause_ == StopCause::kNone && !w.lost && in_place_ != nullptr &&
+          live_count() > 0) {
+        lose(w, w.exit->describe());
+      } else if (!w.exit->success() && cause_ == StopCause::kNone && !w.lost) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
         message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
@@ -543,6 +569,17 @@ class Attempt {
     while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
     }
     w.held = false;
+  }
+
+  // In place: the others go on without `w` (announced through the launcher's store).
+  void lose(Worker& w, const std::string& why) {
+    w.lost = true;
+    const int generation = in_place_->announce_lost(w.rank, why);
+    lost_.push_back(w.rank);
+    const int others = live_count() - (w.exit ? 0 : 1);
+    message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
+            std::to_string(w.pid) + ") " + why + "; in place: the other " + std::to_string(others) +
+            " worker(s) go on without it (generation " + std::to_string(generation) + ")");
   }
 
   void begin_stop(StopCause cause, int signal) {
@@ -609,6 +646,11 @@ class Attempt {
       message(text);
     } else if (cause_ == StopCause::kSignal) {
       message("workers stopped after " + signal_name(*stop_signal_));
+    } else if (!lost_.empty()) {
+      message("in place: lost rank(s) " +
+              lockstep::detail::join_first(lost_, 16, ", ", [](int r) { return std::to_string(r); }) +
+              " on the way; the other " + std::to_string(workers_.size() - lost_.size()) +
+              " worker(s) finished");
     }
   }
 
@@ -672,6 +714,8 @@ class Attempt {
   detail::SignalRelay& relay_;
   const AttemptLogs& logs_;
   detail::RoundWatch* watch_;
+  detail::InPlaceStore* in_place_;
+  std::vector<int> lost_;  // in place: ranks announced as lost, in order
   std::optional<detail::RoundEnd> round_end_;
 
   std::vector<Worker> workers_;
@@ -747,6 +791,7 @@ LaunchResult Launcher::run() {
   const std::string job_log_dir = make_job_log_dir(config_, streams_);
   detail::SignalRelay relay(config_.signals_to_handle);
   if (config_.rdzv_backend == RdzvBackend::kC10d) return run_rounds(relay, job_log_dir);
+  if (config_.in_place) return run_in_place(relay, job_log_dir);
   LaunchResult result;
   for (int restart = 0;; ++restart) {
     const AttemptLogs logs(job_log_dir, restart, config_);
@@ -766,6 +811,21 @@ LaunchResult Launcher::run() {
     say(streams_, "restarting all " + std::to_string(config_.nproc_per_node) + " worker(s) (restart " +
                       std::to_string(restart + 1) + " of " + std::to_string(config_.max_restarts) + ")");
   }
+  return result;
+}
+
+LaunchResult Launcher::run_in_place(detail::SignalRelay& relay, const std::string& job_log_dir) {
+  detail::InPlaceStore store(config_.run_id, config_.world_size());
+  LaunchConfig config = config_;
+  config.worker_env.emplace_back(lockstep::detail::kElasticStoreVariable, store.endpoint());
+  const AttemptLogs logs(job_log_dir, 0, config);
+  const NodeWorld world = config.static_world(0);
+  const AttemptResult attempt = Attempt(config, world, streams_, relay, logs, nullptr, &store).run();
+  LaunchResult result;
+  result.exit_status = attempt.exit_status;
+  result.failed_rank = attempt.failed_rank;
+  result.failure = attempt.failure;
+  result.signal = attempt.signal;
   return result;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lockstep/data/distributed_sampler.h"
+#include "lockstep/data/elastic_epoch.h"
 
 namespace lockstep::data {
 namespace {
@@ -185,6 +186,39 @@ TEST(ReshardRemaining, NothingLeftAndBadArguments) {
   EXPECT_THROW(reshard_remaining(10, old_options, 0, 6, 5, 1, 0), std::invalid_argument);
   EXPECT_THROW(reshard_remaining(10, old_options, 0, 0, 6, 1, 0), std::invalid_argument);
   EXPECT_THROW(reshard_remaining(10, old_options, 0, 0, 5, 2, 2), std::invalid_argument);
+}
+
+// An epoch that loses ranks twice (4 -> 3 -> 1): every index of the dataset is trained once, but padding,
+// and each part is what reshard_remaining deals for the parts before it.
+TEST(ElasticEpoch, EverySampleOnceThroughTwoChanges) {
+  const int64_t size = 103;
+  const auto options = DistributedSamplerOptions(4, 0).seed(11);
+  std::vector<ElasticEpoch> ranks;
+  for (int64_t r = 0; r < 4; ++r) ranks.emplace_back(size, DistributedSamplerOptions(options).rank(r), 2);
+  DistributedSampler sampler(size, DistributedSamplerOptions(options).rank(1));
+  sampler.set_epoch(2);
+  EXPECT_EQ(ranks[1].indices(), sampler.indices()) << "before any change: the sampler's own indices";
+
+  std::multiset<int64_t> seen;
+  const auto consume = [&](int64_t k) {
+    for (auto& part : ranks) seen.insert(part.indices().begin(), part.indices().begin() + k);
+  };
+  consume(7);  // 4 ranks, 7 samples each; then ranks 1 and 3 of the old world are lost
+  std::vector<ElasticEpoch> three = {ranks[0], ranks[2], ranks[3]};
+  for (int64_t r = 0; r < 3; ++r) three[static_cast<std::size_t>(r)].reshard(7, 3, r);
+  const auto want = reshard_remaining(size, options, 2, {{4, 7, -1}}, 3, 2);
+  EXPECT_EQ(three[2].indices(), want);
+  EXPECT_EQ(three[2].num_replicas(), 3);
+  ranks = three;
+  consume(5);
+  std::vector<ElasticEpoch> one = {ranks[1]};
+  one[0].reshard(5, 1, 0);
+  ranks = one;
+  consume(static_cast<int64_t>(ranks[0].indices().size()));
+  for (int64_t i = 0; i < size; ++i) EXPECT_GE(seen.count(i), 1u) << "index " << i << " never trained";
+  EXPECT_LE(seen.size(), static_cast<std::size_t>(size + 4 + 3)) << "more than each part's padding repeated";
+  EXPECT_THROW(ranks[0].reshard(ranks[0].indices().size() + 1, 1, 0), std::invalid_argument);
+  EXPECT_THROW(ranks[0].reshard(0, 2, 2), std::invalid_argument);
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ class ElasticWorld {
   /// The newest generation the launcher has announced.
   int announced_generation();
 
-  /// Checks out of the current group (ProcessGroup::shutdown).
+  /// Leaves the current group at the end of training (ProcessGroup::leave): no check-out, since a rank
+  /// lost after the last step would hold the others there.
   void shutdown();
 
  private:

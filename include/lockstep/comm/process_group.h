@@ -106,6 +106,11 @@ class ProcessGroup {
   /// closed. Idempotent.
   void abandon();
 
+  /// The end of a group whose store outlives it (ElasticWorld's, served by the launcher): this rank's
+  /// progress records end ("bye") and the backend is released, without shutdown()'s check-out, which would
+  /// wait for ranks that may have been lost meanwhile. Idempotent.
+  void leave();
+
   /// The c10d process group, for code that needs the raw LibTorch API (e.g. a custom comm hook). Its
   /// getBackendName() is the backend's ("gloo", "shm", ...) on every LibTorch.
   const c10::intrusive_ptr<c10d::ProcessGroup>& native() const { return native_; }

@@ -37,6 +37,10 @@ class DdpOptions {
   LOCKSTEP_OPTION(DdpOptions, bool, gradient_as_bucket_view)
   /// Verify at construction that every rank has the same parameters (names, shapes, dtypes).
   LOCKSTEP_OPTION(DdpOptions, bool, check_model_consistency)
+  /// Broadcast rank 0's parameters and buffers at construction (PyTorch's init_sync). Off only where every
+  /// rank holds the same values already: a DDP rebuilt over an elastic world's next generation, whose
+  /// survivors applied the same steps (comm::ElasticWorld), skips a broadcast of the whole model.
+  LOCKSTEP_OPTION(DdpOptions, bool, init_sync)
   /// How a full bucket is communicated. Default: mean all-reduce (AllReduceHook).
   LOCKSTEP_OPTION(DdpOptions, std::shared_ptr<CommHook>, comm_hook)
   /// What synchronises the gradients during backward. Default (empty): the Reducer (an all-reduce per
@@ -54,6 +58,7 @@ class DdpOptions {
   std::string unused_parameters_advice_ = "construct DDP with DdpOptions().find_unused_parameters(true)";
   bool gradient_as_bucket_view_ = false;
   bool check_model_consistency_ = true;
+  bool init_sync_ = true;
   std::shared_ptr<CommHook> comm_hook_;
   GradientSyncFactory gradient_sync_;
 };

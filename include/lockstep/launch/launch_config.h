@@ -39,6 +39,9 @@ struct LaunchConfig {
   int master_port = 29500;
   std::string run_id = "none";
   int max_restarts = 0;
+  /// LaunchOptions::in_place and heartbeat_timeout.
+  bool in_place = false;
+  std::chrono::milliseconds heartbeat_timeout{5000};
   /// Empty: no log files, unless `output` asks for some (the launcher then makes a fresh base directory
   /// under $TMPDIR and says where).
   std::string log_dir;

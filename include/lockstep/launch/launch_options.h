@@ -135,6 +135,15 @@ class LaunchOptions {
   /// begin for a joining node do not count.
   LOCKSTEP_LAUNCH_ARG(int, max_restarts) = 0;
 
+  /// --recovery in-place: a worker that exits with a failure, or goes silent for heartbeat_timeout, is
+  /// announced as lost to the others (through a store this launcher serves, LOCKSTEP_ELASTIC_STORE), which
+  /// go on in the same processes (comm::ElasticWorld; docs/elastic.md, "In place"). The job succeeds when
+  /// the workers left succeed. One node (static rendezvous) so far; excludes max_restarts.
+  LOCKSTEP_LAUNCH_ARG(bool, in_place) = false;
+  /// --heartbeat-timeout: under in_place, how long a worker's heartbeat may stand still before it is killed
+  /// and announced as lost (stopped with SIGSTOP, hung in the kernel). Default 5 s.
+  LOCKSTEP_LAUNCH_ARG(std::chrono::milliseconds, heartbeat_timeout) = std::chrono::seconds(5);
+
   /// --log-dir: where workers' output files go, in torchrun's layout:
   /// DIR/<run id>_<random>/attempt_<K>/<local rank>/{stdout,stderr}.log (which streams: `output`), and
   /// TORCHELASTIC_ERROR_FILE=.../error.json for each worker. Unset: no files, unless `output` asks for

@@ -63,6 +63,8 @@ class Launcher {
 
  private:
   LaunchResult run_rounds(detail::SignalRelay& relay, const std::string& job_log_dir);
+  /// One node, in-place recovery (LaunchOptions::in_place): one attempt, lost workers announced.
+  LaunchResult run_in_place(detail::SignalRelay& relay, const std::string& job_log_dir);
 
   LaunchConfig config_;
   LaunchStreams streams_;

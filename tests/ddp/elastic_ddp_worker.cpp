@@ -1,0 +1,235 @@
+// A user's own DDP loop that survives lost ranks in place (comm::ElasticWorld, data::ElasticEpoch), and the
+// single-process reference it must equal (tests/e2e/elastic_inplace_e2e.sh).
+//
+//   elastic_ddp_worker --out FILE [--epochs E] [--step-ms MS] [--die-in-reform ID]
+//       one rank under `lockstep run --recovery in-place`; prints "pid P id I", "step S world W" after each
+//       committed step and "membership change at step S: ..." after each re-formation; rank 0 of the last
+//       world saves the parameters to FILE.
+//   elastic_ddp_worker --reference WORLDS --out FILE [--epochs E]
+//       one process training on the same global batches as an undisturbed run whose world was W0 from step
+//       0, W1 from step S1, ... (WORLDS = "W0@0,W1@S1,..."): each step's loss is the mean of the per-rank
+//       losses, which is what DDP's averaged gradients descend.
+//   elastic_ddp_worker --compare A B
+//       exit 0 when the parameters in A and B agree to 1e-9 (float64 throughout), else 1 naming the worst.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/nn.h>
+#include <torch/optim.h>
+#include <torch/serialize.h>
+
+#include "lockstep/comm/elastic_world.h"
+#include "lockstep/data/elastic_epoch.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
+#include "lockstep/env/environment.h"
+
+namespace {
+
+constexpr int64_t kSamples = 300;
+constexpr int64_t kBatch = 5;  // per rank
+constexpr uint64_t kSamplerSeed = 5;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(12, 16))), fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data make_data() {
+  torch::manual_seed(3);
+  auto x = torch::randn({kSamples, 12}, torch::kDouble);
+  auto y = torch::tanh(x.matmul(torch::randn({12, 3}, torch::kDouble)));
+  return {x, y};
+}
+
+Net make_net() {
+  torch::manual_seed(1);
+  Net net;
+  net->to(torch::kDouble);
+  return net;
+}
+
+torch::optim::Adam make_optimizer(Net& net) {
+  return torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(0.01));
+}
+
+torch::Tensor loss_on(Net& net, const Data& data, const std::vector<int64_t>& indices, int64_t from, int64_t n) {
+  const auto idx = torch::tensor(std::vector<int64_t>(indices.begin() + from, indices.begin() + from + n));
+  return torch::mse_loss(net->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
+}
+
+void save(Net& net, const std::string& path) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& p : net->parameters()) parameters.push_back(p.detach().clone());
+  torch::save(parameters, path);
+}
+
+int run_elastic(int epochs, const std::string& out, int step_ms, int die_in_reform) {
+  using lockstep::comm::ElasticWorld;
+  const Data data = make_data();
+  ElasticWorld world(lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
+  std::printf("pid %d id %d\n", static_cast<int>(::getpid()), world.id());
+  std::fflush(stdout);
+  Net net = make_net();
+  auto ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(net, world.group());
+  auto optimizer = make_optimizer(net);
+  int64_t step = 0;  // committed steps
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    lockstep::data::ElasticEpoch part(
+        kSamples, lockstep::data::DistributedSamplerOptions(world.group().size(), world.group().rank()).seed(kSamplerSeed),
+        epoch);
+    int64_t done = 0;  // samples of this part this rank trained
+    while (done < static_cast<int64_t>(part.indices().size())) {
+      const int64_t n = std::min<int64_t>(kBatch, static_cast<int64_t>(part.indices().size()) - done);
+      try {
+        optimizer.zero_grad();
+        const auto idx = torch::tensor(
+            std::vector<int64_t>(part.indices().begin() + done, part.indices().begin() + done + n));
+        auto loss = torch::mse_loss(ddp->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
+        loss.backward();  // DDP averages the gradients over the current world
+        if (!world.should_commit()) {
+          throw lockstep::comm::MembershipChanged(world.group().rank(), "should_commit",
+                                                  "the world changed before every rank voted");
+        }
+        optimizer.step();
+        done += n;
+        ++step;
+        std::printf("step %lld world %d\n", static_cast<long long>(step), world.group().size());
+        std::fflush(stdout);
+        if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+      } catch (const lockstep::comm::CommError& e) {
+        if (die_in_reform == world.id()) std::raise(SIGKILL);  // lost while the others re-form
+        const auto change = world.reform();
+        std::printf("membership change at step %lld: %s\n", static_cast<long long>(step),
+                    change.describe().c_str());
+        std::fflush(stdout);
+        ddp.reset();
+        ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(
+            net, world.group(), lockstep::ddp::DdpOptions().init_sync(false));
+        part.reshard(done, world.group().size(), world.group().rank());
+        done = 0;
+      }
+    }
+  }
+  if (world.group().rank() == 0) save(net, out);
+  world.shutdown();
+  return 0;
+}
+
+// "3@0,2@17" -> {(0, 3), (17, 2)}: (first step, world).
+std::vector<std::pair<int64_t, int64_t>> parse_worlds(const std::string& text) {
+  std::vector<std::pair<int64_t, int64_t>> worlds;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto at = item.find('@');
+    worlds.emplace_back(std::stoll(item.substr(at + 1)), std::stoll(item.substr(0, at)));
+  }
+  return worlds;
+}
+
+int run_reference(int epochs, const std::string& worlds_text, const std::string& out) {
+  const auto worlds = parse_worlds(worlds_text);
+  const Data data = make_data();
+  Net net = make_net();
+  auto optimizer = make_optimizer(net);
+  int64_t step = 0;
+  std::size_t next = 1;  // the next world change
+  int64_t world = worlds.front().second;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    std::vector<lockstep::data::ElasticEpoch> ranks;
+    for (int64_t r = 0; r < world; ++r)
+      ranks.emplace_back(kSamples, lockstep::data::DistributedSamplerOptions(world, r).seed(kSamplerSeed), epoch);
+    int64_t done = 0;
+    for (;;) {
+      if (next < worlds.size() && worlds[next].first == step) {  // the world changes before this step
+        const lockstep::data::ElasticEpoch before = ranks.front();
+        world = worlds[next++].second;
+        ranks.assign(static_cast<std::size_t>(world), before);
+        for (int64_t r = 0; r < world; ++r) ranks[static_cast<std::size_t>(r)].reshard(done, world, r);
+        done = 0;
+      }
+      const auto left = static_cast<int64_t>(ranks.front().indices().size()) - done;
+      if (left <= 0) break;
+      const int64_t n = std::min(kBatch, left);
+      optimizer.zero_grad();
+      torch::Tensor loss = torch::zeros({}, torch::kDouble);
+      for (const auto& part : ranks) loss = loss + loss_on(net, data, part.indices(), done, n);
+      (loss / static_cast<double>(world)).backward();
+      optimizer.step();
+      done += n;
+      ++step;
+    }
+  }
+  save(net, out);
+  std::printf("reference: %lld steps, worlds %s\n", static_cast<long long>(step), worlds_text.c_str());
+  return 0;
+}
+
+int compare(const std::string& a, const std::string& b) {
+  std::vector<torch::Tensor> x, y;
+  torch::load(x, a);
+  torch::load(y, b);
+  if (x.size() != y.size()) {
+    std::fprintf(stderr, "compare: %zu parameters against %zu\n", x.size(), y.size());
+    return 1;
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, (x[i] - y[i]).abs().max().item<double>());
+  std::printf("compare: largest difference %.3g over %zu parameters\n", worst, x.size());
+  return worst <= 1e-9 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int epochs = 3;
+    int step_ms = 0;
+    int die_in_reform = -1;
+    std::string out, reference;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "--epochs") {
+        epochs = std::stoi(value());
+      } else if (arg == "--out") {
+        out = value();
+      } else if (arg == "--step-ms") {
+        step_ms = std::stoi(value());
+      } else if (arg == "--die-in-reform") {
+        die_in_reform = std::stoi(value());
+      } else if (arg == "--reference") {
+        reference = value();
+      } else if (arg == "--compare" && i + 2 < argc) {
+        const std::string a = argv[i + 1];
+        return compare(a, argv[i + 2]);
+      } else {
+        throw std::invalid_argument("unknown argument '" + arg + "'");
+      }
+    }
+    if (out.empty()) throw std::invalid_argument("--out FILE is required");
+    return reference.empty() ? run_elastic(epochs, out, step_ms, die_in_reform) : run_reference(epochs, reference, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());
+    return 1;
+  }
+}

@@ -52,6 +52,7 @@ int fit_main(int argc, char** argv) {
   request.devices = config.trainer.devices();
   request.num_nodes = config.trainer.num_nodes();
   request.max_restarts = config.max_restarts;
+  request.in_place = config.trainer.elastic();
   request.mpi_backend = config.trainer.backend() == comm::Backend::kMpi;
   request.program = "lockstep fit";
   request.always_launch = true;  // the rank program runs under the launcher, which also restarts it

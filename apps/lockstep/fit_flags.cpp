@@ -261,6 +261,12 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       [&t](const std::string& dir) { t.default_root_dir(dir); }, t.default_root_dir())
       ->type_name("DIR");
   app.add_flag_function(
+      "--elastic", [&t](int64_t count) { t.elastic(count > 0); },
+      "In-place recovery: a lost rank costs the step in progress, not a restart. The survivors\n"
+      "go on in the same processes, the rest of the epoch re-sharded over them (strategy ddp,\n"
+      "backend gloo or auto; ranks started by `lockstep fit` or `lockstep run --recovery in-place`;\n"
+      "docs/elastic.md)");
+  app.add_flag_function(
       "--cuda-graphs,--cuda_graphs", [&t](int64_t count) { t.cuda_graphs(count > 0); },
       "On a GPU: capture the training step (forward, backward, all-reduce, optimizer) in a CUDA\n"
       "graph after 3 eager steps and replay it for every batch of the same shape (LibTorch 2.4+,\n"

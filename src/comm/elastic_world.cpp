@@ -25,8 +25,12 @@ constexpr std::chrono::milliseconds kReformTimeout{30000};
 // exit at once and a silent rank within its heartbeat timeout.
 constexpr std::chrono::milliseconds kAnnounceTimeout{60000};
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string text(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
 
 c10::intrusive_ptr<c10d::Store> launcher_store(const ProcessGroupOptions& o) {
   const char* where = std::getenv(lockstep::detail::kElasticStoreVariable);
@@ -57,12 +61,13 @@ std::string MembershipChange::describe() const {
   for (std::size_t i = 0; i < why.size(); ++i) out += (i > 0 ? "; " : "") + why[i];
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.2f", seconds_since_seen);
-  return out + "); world " + std::to_string(old_size) + " -> " + std::to_string(new_size) +
-         " (generation " + std::to_string(generation) + "); training again " + seconds +
-         " s after the loss was seen";
+  return out + "); world " + std::to_string(old_size) + " -> " + std::to_string(new_size) + " (generation " +
+         std::to_string(generation) + "); training again " + seconds + " s after the loss was seen";
 }
 
-bool ElasticWorld::requested() { return std::getenv(lockstep::detail::kElasticStoreVariable) != nullptr; }
+bool ElasticWorld::requested() {
+  return std::getenv(lockstep::detail::kElasticStoreVariable) != nullptr;
+}
 
 ElasticWorld::ElasticWorld(ProcessGroupOptions options) : options_(std::move(options)) {
   if (options_.backend() == Backend::kAuto) options_.backend(Backend::kGloo);
@@ -129,8 +134,8 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
   if (mine == members.end()) {
     throw CommError(options_.rank(), kOp,
                     "this process (rank " + std::to_string(id_) +
-                        " of the job's start) was declared lost by the launcher: " + record(generation).reason +
-                        "; the others went on without it");
+                        " of the job's start) was declared lost by the launcher: " +
+                        record(generation).reason + "; the others went on without it");
   }
   const int rank = static_cast<int>(mine - members.begin());
   const int size = static_cast<int>(members.size());
@@ -147,7 +152,8 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
       if (Clock::now() >= deadline) {
         throw CommError(options_.rank(), kOp,
                         "generation " + std::to_string(generation) + " did not form: members " +
-                            ids_text(members) + " were expected, " + std::to_string(store->add("arrived", 0)) +
+                            ids_text(members) + " were expected, " +
+                            std::to_string(store->add("arrived", 0)) +
                             " arrived, and the launcher announced no loss");
       }
     }

@@ -22,7 +22,9 @@ InPlaceStore::InPlaceStore(const std::string& run_id, int world_size) : run_id_(
 
 InPlaceStore::~InPlaceStore() = default;
 
-std::string InPlaceStore::endpoint() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+std::string InPlaceStore::endpoint() const {
+  return "127.0.0.1:" + std::to_string(server_->port());
+}
 
 int InPlaceStore::announce_lost(int rank, const std::string& reason) {
   const std::string prefix = lockstep::detail::elastic_prefix(run_id_);

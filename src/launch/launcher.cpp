@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "in_place_store.h"
 #include "lockstep/detail/elastic_contract.h"
 #include "lockstep/detail/join.h"
 #include "lockstep/detail/shm_names.h"
@@ -28,7 +29,6 @@
 #include "lockstep/launch/detail/output_forwarder.h"
 #include "lockstep/launch/launch_error.h"
 #include "lockstep/launch/worker_env.h"
-#include "in_place_store.h"
 #include "signal_relay.h"
 #include "unique_fd.h"
 #include "worker_process.h"

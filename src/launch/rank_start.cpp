@@ -95,7 +95,7 @@ RankPlan plan_rank_start(const RankRequest& request, const std::vector<std::stri
       plan.environment = environment;
     }
   }
-  if (plan.launch) plan.launch->max_restarts(request.max_restarts);
+  if (plan.launch) plan.launch->max_restarts(request.max_restarts).in_place(request.in_place);
   return plan;
 }
 

@@ -154,7 +154,8 @@ class FitModule : public TrainModule {
           config_.lr_gamma);
     }
     out.lr_schedule = schedule;
-    if (p.rank == 0) banner_(p);
+    if (p.rank == 0 && !configured_) banner_(p);  // once: an elastic run asks again for a new world
+    configured_ = true;
     return out;
   }
 
@@ -176,6 +177,7 @@ class FitModule : public TrainModule {
   Model model_;
   std::unique_ptr<models::SingleStage> single_stage_;
   std::function<void(const TrainingPlan&)> banner_;
+  bool configured_ = false;
 };
 
 // `--data`, loaded before the Trainer starts (a bad --data-dir fails before any rank waits on another).
@@ -280,7 +282,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   result.safetensors_path = trained.safetensors_path;
   result.preempted = trained.preempted;
   if (result.preempted) return result;  // the Trainer said where the position is
-  if (environment.rank == 0) {
+  if (trainer.rank() == 0) {  // the final world's (an elastic run may have lost the first rank 0)
     if (result.epochs.empty()) {  // resumed after the last epoch, or --max-steps within the first one
       std::fprintf(output.out, "no epoch completed in this run (%lld step(s) in all, %d rank(s), %.1f s)\n",
                    static_cast<long long>(trained.global_step), environment.world_size,

@@ -141,8 +141,13 @@ void Trainer::Run::connect() {
                              .backend(options.backend())
                              .cuda(device_.is_cuda());
     if (options.collective_timeout()) group_options.collective_timeout(*options.collective_timeout());
-    owned_group.emplace(comm::init_process_group(group_options));
-    group = &*owned_group;
+    if (options.elastic()) {
+      elastic = std::make_unique<comm::ElasticWorld>(group_options);
+      group = &elastic->group();
+    } else {
+      owned_group.emplace(comm::init_process_group(group_options));
+      group = &*owned_group;
+    }
   }
   trainer.rank_ = group->rank();
   trainer.world_size_ = group->size();
@@ -161,15 +166,20 @@ void Trainer::Run::setup_data(DataModuleBase& data) {
     if (val_loader_) val_loader_->pin_memory();
   }
   batch_size_ = train_loader_->options().batch_size();
-  train_batches_ = planned_batches(group->size());
-  if (val_loader_) {
-    val_batches_ = limited_batches(options.limit_val_batches(), val_loader_->batches(val_plan(0)),
-                                   "limit_val_batches", val_loader_->description());
-  }
+  plan_batches();
   if (train_batches_ == 0) {
     throw std::invalid_argument("the training data (" + train_loader_->description() +
                                 ") gives no batch per rank with batch_size " + std::to_string(batch_size_) +
                                 " on " + std::to_string(group->size()) + " rank(s): nothing to train on");
+  }
+}
+
+void Trainer::Run::plan_batches() {
+  train_batches_ = planned_batches(group->size());
+  if (val_loader_) {
+    val_batches_ = -1;  // val_plan's limit: the count below is this world's, unlimited
+    val_batches_ = limited_batches(options.limit_val_batches(), val_loader_->batches(val_plan(0)),
+                                   "limit_val_batches", val_loader_->description());
   }
 }
 
@@ -261,8 +271,15 @@ TrainerResult Trainer::Run::fit() {
   for (int64_t e = start_.epoch; e < options.max_epochs() && !max_steps_reached_ && !stop_requested; ++e) {
     const EpochTraining training = train_epoch(e);
     if (report_cut_short(e, training)) break;
-    const Validation validation = validate(e);
-    end_epoch(e, reduce_epoch(e, training, validation));
+    const LoggedMetrics trained = logged();
+    const int64_t world = group->size();
+    const EpochMetrics metrics = elastic_retry([&] {
+      logged() = trained;  // a retry validates again from the epoch's training sums
+      const Validation validation = validate(e);
+      return reduce_epoch(e, training, validation);
+    });
+    if (group->size() != world) replan_schedule(e, 0);  // the world changed between the epochs
+    end_epoch(e, metrics);
   }
   if (max_steps_reached_) {
     result_.stopped_early = true;
@@ -293,33 +310,45 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   training.batches = first_batch;
   const int64_t accumulate = options.accumulate_grad_batches();
   bool ended = training.planned >= 0 && first_batch >= training.planned;
+  committed_ = Commit{first_batch, 0, logged()};
   for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
-    step_timer_.start_batch(b);
-    const data::detail::AnyBatch batch = on_device(*train_loader_, train_loader_->next_any());
-    step_timer_.end(StepPhase::kData);
-    if (!batch) {  // a stream that ended exactly after a batch
-      TORCH_INTERNAL_ASSERT(training.planned < 0, "loader ended after ", b, " of ", training.planned,
-                            " batches");
-      ended = true;
-      break;
+    try {
+      step_timer_.start_batch(b);
+      const data::detail::AnyBatch batch = on_device(*train_loader_, train_loader_->next_any());
+      step_timer_.end(StepPhase::kData);
+      if (!batch) {  // a stream that ended exactly after a batch
+        TORCH_INTERNAL_ASSERT(training.planned < 0, "loader ended after ", b, " of ", training.planned,
+                              " batches");
+        ended = true;
+        break;
+      }
+      ended = training.planned >= 0 ? b + 1 == training.planned : train_loader_->at_last();
+      const bool steps_now = (b + 1) % accumulate == 0 || ended;
+      const int64_t samples = train_loader_->samples(batch.get());
+      const std::optional<double> replayed = graph_step(batch, b);  // cuda_graphs (trainer_graph.cpp)
+      const double batch_loss = replayed ? *replayed : train_batch(batch.get(), samples, b, steps_now);
+      training.samples += samples;
+      logged().samples += samples;
+      training.batches = b + 1;
+      mid_accumulation = !steps_now;
+      bool stepped = replayed.has_value();
+      if (steps_now && !replayed) stepped = step(b);
+      step_timer_.end(StepPhase::kOptimizer);
+      position.batch = b + 1;
+      if (steps_now) {
+        if (elastic) committed_ = Commit{b + 1, training.samples, logged()};
+        step_boundary(b, stepped, batch_loss);
+      }
+      for (const auto& callback : options.callbacks())
+        callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
+      if (is_main_ && options.progress_bar())
+        bar_.update(b + 1, training.samples * group->size(), batch_loss);
+    } catch (const comm::CommError&) {
+      if (!elastic) throw;
+      training.planned = recover_in_epoch(e, training);
+      ended = training.planned == 0;
+      b = -1;  // the rest of the epoch counts its batches from 0 (as a resumed re-sharded epoch does)
     }
-    ended = training.planned >= 0 ? b + 1 == training.planned : train_loader_->at_last();
-    const bool steps_now = (b + 1) % accumulate == 0 || ended;
-    const int64_t samples = train_loader_->samples(batch.get());
-    const std::optional<double> replayed = graph_step(batch, b);  // cuda_graphs (trainer_graph.cpp)
-    const double batch_loss = replayed ? *replayed : train_batch(batch.get(), samples, b, steps_now);
-    training.samples += samples;
-    logged().samples += samples;
-    training.batches = b + 1;
-    mid_accumulation = !steps_now;
-    bool stepped = replayed.has_value();
-    if (steps_now && !replayed) stepped = step(b);
-    step_timer_.end(StepPhase::kOptimizer);
-    position.batch = b + 1;
-    if (steps_now) step_boundary(b, stepped, batch_loss);
-    for (const auto& callback : options.callbacks())
-      callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
-    if (is_main_ && options.progress_bar()) bar_.update(b + 1, training.samples * group->size(), batch_loss);
   }
   // A stream's length is known once it ended; cut short by max_steps or preemption it stays unknown.
   if (training.planned < 0 && ended) training.planned = training.batches;
@@ -327,6 +356,72 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   training.seconds = seconds_since(start);
   if (is_main_ && options.progress_bar()) bar_.finish();
   return training;
+}
+
+int64_t Trainer::Run::recover_in_epoch(int64_t e, EpochTraining& training) {
+  const int old_world = group->size();
+  const comm::MembershipChange change = elastic->reform();  // rethrows when no rank was lost
+  // The dropped step: its batches' samples, logged values and gradients.
+  training.samples = committed_.samples;
+  logged() = committed_.logged;
+  group_has_nan_ = false;
+  mid_accumulation = false;
+  optimizer->zero_grad();
+  rejoin(change);
+  // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one.
+  const int64_t planned = reshard_parts.empty() ? planned_batches(old_world) : -1;
+  reshard_parts.push_back(data::EpochPart{old_world, committed_.batch, planned});
+  data::ShardPlan plan = train_plan(e);
+  plan.before = reshard_parts;
+  plan.max_batches = -1;
+  position.batch = 0;
+  training.batches = 0;
+  committed_ = Commit{0, training.samples, logged()};
+  const int64_t rest = train_loader_->start(plan);
+  replan_schedule(e, rest);
+  return rest;
+}
+
+void Trainer::Run::replan_schedule(int64_t e, int64_t rest) {
+  TrainingPlan& plan = step_state->plan;
+  if (!optim.lr_schedule || rest < 0 || plan.steps_per_epoch < 0) return;  // a stream: max_steps bounds it
+  const int64_t remaining = ceil_div(rest, options.accumulate_grad_batches()) +
+                            (options.max_epochs() - e - 1) * plan.steps_per_epoch;
+  plan.estimated_stepping_batches = std::max<int64_t>(1, position.step + remaining);
+  if (options.max_steps() > 0)
+    plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
+  // The module's schedule for the new length; the optimizer it also makes is dropped (the run's keeps its
+  // state).
+  OptimizerConfig fresh = module->configure_optimizers();
+  if (fresh.lr_schedule) optim.lr_schedule = std::move(fresh.lr_schedule);
+}
+
+void Trainer::Run::rejoin(const comm::MembershipChange& change) {
+  strategy.reset();  // it holds the DDP of the old group
+  ddp.reset();
+  group = &elastic->group();
+  trainer.rank_ = group->rank();
+  trainer.world_size_ = group->size();
+  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
+  ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options().init_sync(false));
+  strategy->add_model(module, ddp->gradient_sync(), ddp);
+  optimizer = strategy->wrap_optimizer(optimizer);
+  plan_batches();
+  TrainingPlan& plan = step_state->plan;
+  plan.world_size = group->size();
+  plan.rank = group->rank();
+  plan.batches_per_epoch = train_batches_;
+  plan.steps_per_epoch =
+      train_batches_ < 0 ? -1 : ceil_div(train_batches_, options.accumulate_grad_batches());
+  if (group->rank() == 0 && !is_main_) {  // rank 0 was lost: this rank takes over its duties
+    is_main_ = true;
+    if (!options.metrics_file().empty())
+      metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
+  }
+  print_line("membership change at step " + std::to_string(position.step) + " (epoch " +
+             std::to_string(step_state->epoch + 1) + "): " + change.describe());
+  trainer.log_metrics({{"world_size", static_cast<double>(group->size())},
+                       {"membership_change_s", change.seconds_since_seen}});
 }
 
 double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now) {
@@ -395,6 +490,12 @@ bool Trainer::Run::step(int64_t b) {
   if (options.gradient_clip_val() > 0) {
     scaler.unscale(*optimizer);
     strategy->clip_grad_norm_(options.gradient_clip_val());  // what it steps from (zero2, fsdp: every chunk)
+  }
+  // elastic: no rank applies a step that another survivor drops (comm::ElasticWorld::should_commit).
+  if (elastic && !elastic->should_commit()) {
+    throw comm::MembershipChanged(
+        group->rank(), "should_commit",
+        "the world changed before every rank voted for step " + std::to_string(position.step + 1));
   }
   apply_lr();
   scaler.step(*optimizer);
@@ -546,11 +647,11 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
   }
   for (const auto& callback : options.callbacks()) callback->on_train_epoch_end(trainer);
   // A stop asked for on any rank stops all of them, together.
-  if (detail::any_rank(*group, stop_requested) && !stop_requested) {
+  if (elastic_retry([&] { return detail::any_rank(*group, stop_requested); }) && !stop_requested) {
     stop_requested = true;
     stop_reason = "another rank's callback asked to stop";
   }
-  if (!last_ckpt_.empty()) trainer.save_checkpoint(last_ckpt_);
+  if (!last_ckpt_.empty()) elastic_retry([&] { return (trainer.save_checkpoint(last_ckpt_), 0); });
   if (stop_requested) {
     result_.stopped_early = e + 1 < options.max_epochs();
     result_.stop_reason = stop_reason;
@@ -564,6 +665,7 @@ TrainerResult Trainer::Run::finish() {
   result_.global_step = position.step;
   if (result_.preempted) {
     if (owned_group) owned_group->shutdown();
+    if (elastic) elastic->shutdown();
     return result_;
   }
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
@@ -588,6 +690,7 @@ TrainerResult Trainer::Run::finish() {
   // after ddp (the optimizer keeping them goes with the run).
   if (shard::ZeroOptimizer* master = strategy->master_optimizer()) master->gather_all();
   if (owned_group) owned_group->shutdown();
+  if (elastic) elastic->shutdown();
   char summary[128];
   std::snprintf(summary, sizeof summary, "%lld optimizer step(s), %d rank(s), %.1f s",
                 static_cast<long long>(result_.global_step), group->size(), seconds_since(started_));

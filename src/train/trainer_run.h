@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
@@ -58,6 +59,7 @@ struct Trainer::Run {
   const TrainerOptions& options;
   env::Environment environment;
   std::optional<comm::ProcessGroup> owned_group;
+  std::unique_ptr<comm::ElasticWorld> elastic;  // options.elastic(): `group` is its current generation's
   comm::ProcessGroup* group = nullptr;
   std::shared_ptr<TrainModuleBase> module;
   // The module's step state, written here only: its epoch is the epoch in progress (or just finished, in
@@ -98,6 +100,12 @@ struct Trainer::Run {
     int64_t samples = 0;  // this rank's, this run
     double seconds = 0.0;
   };
+  /// elastic: the training state as of the last committed step, to which a dropped step returns.
+  struct Commit {
+    int64_t batch = 0;  // the batch after it, in the epoch's current part
+    int64_t samples = 0;
+    LoggedMetrics logged;
+  };
   /// This rank's validation.
   struct Validation {
     int64_t samples = 0;
@@ -113,6 +121,8 @@ struct Trainer::Run {
   void setup_data(DataModuleBase& data);
   /// This rank's part of training epoch `e` (limit_train_batches applied; no resume position).
   data::ShardPlan train_plan(int64_t e) const;
+  /// train_batches_ and val_batches_ for the current group.
+  void plan_batches();
   /// Batches per rank that `world` ranks plan for an epoch (limit_train_batches applied; -1: unknown).
   int64_t planned_batches(int world) const;
   /// This rank's part of validation epoch `e`: dataset order, every sample once, limit_val_batches applied.
@@ -132,6 +142,32 @@ struct Trainer::Run {
   std::optional<double> graph_step(const data::detail::AnyBatch& batch, int64_t b);
 
   EpochTraining train_epoch(int64_t epoch);
+  /// elastic: the world changed (or a collective failed) during epoch `e`'s batches. Waits for the new
+  /// generation (rethrowing when no rank was lost), drops what followed the last committed step, rebuilds
+  /// the strategy over the new group and restarts the loader on the rest of the epoch re-sharded over it.
+  /// Returns the rest's batch count.
+  int64_t recover_in_epoch(int64_t e, EpochTraining& training);
+  /// elastic: the next generation's group in place of the old one: strategy, DDP (no broadcast: every
+  /// survivor applied the same steps), the plan's rank and world, and rank 0's duties for a new rank 0.
+  /// Logs the change.
+  void rejoin(const comm::MembershipChange& change);
+  /// elastic: the schedule's length (TrainingPlan::estimated_stepping_batches, configure_optimizers' new
+  /// schedule) for the steps done plus those left: `rest` batches of epoch `e`, then the later epochs on
+  /// the new world. The rate moves to the new schedule's value at the current step.
+  void replan_schedule(int64_t e, int64_t rest);
+  /// f(), and under elastic f() again on the next generation's group after each CommError that a lost rank
+  /// caused (for the collectives between epochs, which drop no step).
+  template <typename F>
+  auto elastic_retry(F&& f) -> decltype(f()) {
+    for (;;) {
+      try {
+        return f();
+      } catch (const comm::CommError&) {
+        if (!elastic) throw;
+        rejoin(elastic->reform());
+      }
+    }
+  }
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
   /// on_nan skip).
   double train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now);
@@ -171,6 +207,7 @@ struct Trainer::Run {
   bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
   TrainerGraph graph_;  // cuda_graphs: the captured step (with cuda_graphs on a GPU its stream is current)
   LoggedMetrics logged_before_;
+  Commit committed_;  // elastic
   bool max_steps_reached_ = false;
   ProgressBar bar_;
   TrainerResult result_;

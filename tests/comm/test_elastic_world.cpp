@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <atomic>
 #include <future>
@@ -83,7 +83,8 @@ TEST_P(ElasticLoss, ASilentRankIsLeftBehindAndTheOthersReform) {
       sum_of_ones(elastic.group());
       ADD_FAILURE() << "rank " << rank << ": an all-reduce without rank " << lost << " completed";
     } catch (const MembershipChanged& e) {
-      EXPECT_NE(std::string(e.what()).find("lost rank " + std::to_string(lost)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("lost rank " + std::to_string(lost)), std::string::npos)
+          << e.what();
     }
     const MembershipChange change = elastic.reform();
     EXPECT_EQ(change.left, std::vector<int>{lost});

@@ -40,7 +40,9 @@ constexpr int64_t kBatch = 5;  // per rank
 constexpr uint64_t kSamplerSeed = 5;
 
 struct NetImpl : torch::nn::Module {
-  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(12, 16))), fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(12, 16))),
+        fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
   torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
   torch::nn::Linear fc1, fc2;
 };
@@ -68,7 +70,8 @@ torch::optim::Adam make_optimizer(Net& net) {
   return torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(0.01));
 }
 
-torch::Tensor loss_on(Net& net, const Data& data, const std::vector<int64_t>& indices, int64_t from, int64_t n) {
+torch::Tensor loss_on(Net& net, const Data& data, const std::vector<int64_t>& indices, int64_t from,
+                      int64_t n) {
   const auto idx = torch::tensor(std::vector<int64_t>(indices.begin() + from, indices.begin() + from + n));
   return torch::mse_loss(net->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
 }
@@ -91,7 +94,9 @@ int run_elastic(int epochs, const std::string& out, int step_ms, int die_in_refo
   int64_t step = 0;  // committed steps
   for (int epoch = 0; epoch < epochs; ++epoch) {
     lockstep::data::ElasticEpoch part(
-        kSamples, lockstep::data::DistributedSamplerOptions(world.group().size(), world.group().rank()).seed(kSamplerSeed),
+        kSamples,
+        lockstep::data::DistributedSamplerOptions(world.group().size(), world.group().rank())
+            .seed(kSamplerSeed),
         epoch);
     int64_t done = 0;  // samples of this part this rank trained
     while (done < static_cast<int64_t>(part.indices().size())) {
@@ -154,7 +159,8 @@ int run_reference(int epochs, const std::string& worlds_text, const std::string&
   for (int epoch = 0; epoch < epochs; ++epoch) {
     std::vector<lockstep::data::ElasticEpoch> ranks;
     for (int64_t r = 0; r < world; ++r)
-      ranks.emplace_back(kSamples, lockstep::data::DistributedSamplerOptions(world, r).seed(kSamplerSeed), epoch);
+      ranks.emplace_back(kSamples, lockstep::data::DistributedSamplerOptions(world, r).seed(kSamplerSeed),
+                         epoch);
     int64_t done = 0;
     for (;;) {
       if (next < worlds.size() && worlds[next].first == step) {  // the world changes before this step
@@ -190,7 +196,8 @@ int compare(const std::string& a, const std::string& b) {
     return 1;
   }
   double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, (x[i] - y[i]).abs().max().item<double>());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, (x[i] - y[i]).abs().max().item<double>());
   std::printf("compare: largest difference %.3g over %zu parameters\n", worst, x.size());
   return worst <= 1e-9 ? 0 : 1;
 }
@@ -227,7 +234,8 @@ int main(int argc, char** argv) {
       }
     }
     if (out.empty()) throw std::invalid_argument("--out FILE is required");
-    return reference.empty() ? run_elastic(epochs, out, step_ms, die_in_reform) : run_reference(epochs, reference, out);
+    return reference.empty() ? run_elastic(epochs, out, step_ms, die_in_reform)
+                             : run_reference(epochs, reference, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());
     return 1;

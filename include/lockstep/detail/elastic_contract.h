@@ -21,9 +21,13 @@ namespace lockstep::detail {
 inline constexpr const char* kElasticStoreVariable = "LOCKSTEP_ELASTIC_STORE";
 
 /// The elastic keys' prefix in the launcher's store.
-inline std::string elastic_prefix(const std::string& run_id) { return "lockstep/" + run_id + "/elastic/"; }
+inline std::string elastic_prefix(const std::string& run_id) {
+  return "lockstep/" + run_id + "/elastic/";
+}
 inline constexpr const char* kGenerationKey = "generation";
-inline std::string change_key(int64_t n) { return "change/" + std::to_string(n); }
+inline std::string change_key(int64_t n) {
+  return "change/" + std::to_string(n);
+}
 
 /// One membership change: rank `id` (its generation-0 rank) left, seen by the launcher at `seen_ms`
 /// (milliseconds since the Unix epoch), for `reason` (the launcher's words).

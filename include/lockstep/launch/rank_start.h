@@ -30,6 +30,7 @@ struct RankRequest {
   std::optional<int> devices;    ///< ranks per node asked for
   std::optional<int> num_nodes;  ///< nodes asked for
   int max_restarts = 0;          ///< restarts asked for (only a launcher started here can do them)
+  bool in_place = false;         ///< in-place recovery asked for (LaunchOptions::in_place)
   bool mpi_backend = false;      ///< the ranks will use the MPI backend
   /// Start even a single rank through the launcher (`lockstep fit`: its rank program, and restarts).
   bool always_launch = false;

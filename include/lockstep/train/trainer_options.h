@@ -117,6 +117,12 @@ class TrainerOptions {
   /// first). Each read waits at most the collective timeout, which is how a rank finds that a peer
   /// stopped (a replayed all-reduce is not watched otherwise). The step breakdown is off. Default off.
   LOCKSTEP_OPTION(TrainerOptions, bool, cuda_graphs)
+  /// In-place recovery (docs/elastic.md, "In place"): a lost rank costs the step in progress, not a
+  /// restart. The ranks must run under `lockstep run --recovery in-place` (`lockstep fit --elastic` starts
+  /// them so); the world shrinks in the same processes, the failed step is dropped, and the rest of the
+  /// epoch is re-sharded over the survivors. Strategy ddp on the gloo backend (auto picks it); not with
+  /// cuda_graphs or a process_group of the caller's. Default off.
+  LOCKSTEP_OPTION(TrainerOptions, bool, elastic)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)
   LOCKSTEP_OPTION(TrainerOptions, bool, progress_bar)
@@ -157,6 +163,9 @@ class TrainerOptions {
   std::string resume_path() const;
 
  private:
+  /// validate()'s checks of elastic: what in-place recovery cannot work with.
+  void check_elastic() const;
+
   std::optional<int> devices_;
   std::optional<int> num_nodes_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
@@ -181,6 +190,7 @@ class TrainerOptions {
   Hparams hparams_;
   int64_t breakdown_every_n_batches_ = 10;
   bool cuda_graphs_ = false;
+  bool elastic_ = false;
   bool save_final_weights_ = true;
   bool progress_bar_ = false;
   std::FILE* out_ = stdout;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# In-place recovery of the Trainer end to end: `lockstep fit --devices 3 --elastic` on Fashion-MNIST, one
+# rank killed (kill -9) while it trains. The job must exit 0, say the change once (line and metrics record),
+# and end on the weights of the run it is meant to equal: 3 ranks up to the change's step, then 2 ranks on
+# the rest of the epoch re-sharded over them. That run is made the other way lockstep can: 3 ranks stopped
+# at that step (--max-steps, last.ckpt), resumed on 2 (--resume last), which re-shards the same way. The
+# weights match to float tolerance (the same collectives in the same order, on Gloo both times).
+#
+#   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2
+set -u
+case_name=$1 lockstep=$2 python=$3
+here=$(dirname "$0")
+work=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+fail() {
+  echo "FAIL ($case_name): $*"
+  tail -30 "$work/log" 2>/dev/null
+  exit 1
+}
+victim=${case_name#kill_rank}
+common=(--max-epochs 2 --limit-train-batches 120 --dropout 0 --seed 3 --backend gloo --log-every-n-steps 1)
+
+"$lockstep" fit --devices 3 --elastic "${common[@]}" --metrics-file "$work/m.jsonl" --ckpt-dir "$work/a" \
+  >"$work/log" 2>&1 &
+fit=$!
+# Kill rank $victim once rank 0 has recorded step 150 (the second epoch): the children of `lockstep fit` are
+# its ranks, started in rank order.
+for _ in $(seq 1 1200); do
+  grep -q '"step":150,' "$work/m.jsonl" 2>/dev/null && break
+  sleep 0.05
+done
+pids=($(pgrep -P "$fit" | sort -n))
+[ "${#pids[@]}" -eq 3 ] || fail "expected 3 ranks under lockstep fit, found: ${pids[*]}"
+kill -9 "${pids[$victim]}"
+wait "$fit" || fail "lockstep fit --elastic exited $?"
+cat "$work/log"
+line=$(grep -m1 'membership change at step' "$work/log") || fail "no membership change line"
+step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
+grep -q '"membership_change_s"' "$work/m.jsonl" || fail "no membership record in the metrics file"
+[ -s "$work/a/final.safetensors" ] || fail "no final weights"
+
+# The same change made by a checkpoint: 3 ranks to step $step, then 2 ranks from there.
+"$lockstep" fit --devices 3 "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+  fail "the reference's first part failed"
+"$lockstep" fit --devices 2 "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+  fail "the reference's resumed part failed"
+"$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
+  fail "in place (3 -> 2 ranks at step $step) differs from resuming on 2 ranks at step $step"
+echo "PASS ($case_name): the change at step $step equals a resume onto 2 ranks there"

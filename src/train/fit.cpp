@@ -282,8 +282,8 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   result.safetensors_path = trained.safetensors_path;
   result.preempted = trained.preempted;
   if (result.preempted) return result;  // the Trainer said where the position is
-  if (trainer.rank() == 0) {  // the final world's (an elastic run may have lost the first rank 0)
-    if (result.epochs.empty()) {  // resumed after the last epoch, or --max-steps within the first one
+  if (trainer.rank() == 0) {            // the final world's (an elastic run may have lost the first rank 0)
+    if (result.epochs.empty()) {        // resumed after the last epoch, or --max-steps within the first one
       std::fprintf(output.out, "no epoch completed in this run (%lld step(s) in all, %d rank(s), %.1f s)\n",
                    static_cast<long long>(trained.global_step), environment.world_size,
                    seconds_since(started));

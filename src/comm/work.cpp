@@ -118,7 +118,11 @@ void Work::wait_in_slices(Clock::time_point deadline, std::string& mismatch, std
       work_->wait(slice);
       return;
     } catch (const std::exception&) {
-      if (work_->isCompleted()) throw;  // the collective itself failed
+      if (work_->isCompleted()) {
+        // It ended: failed, or finished just after the slice ran out. Its own outcome decides.
+        work_->wait(slice);
+        return;
+      }
       if (interrupt_) {
         interrupted = interrupt_();
         if (!interrupted.empty()) throw;

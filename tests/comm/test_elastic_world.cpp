@@ -54,6 +54,11 @@ TEST_P(ElasticWorldSize, GenerationZeroReducesAndEveryVoteCommits) {
     EXPECT_EQ(elastic.id(), rank);
     EXPECT_EQ(elastic.group().rank(), rank);
     EXPECT_EQ(sum_of_ones(elastic.group()), world);
+    // A wait much longer than one 20 ms slice (rank 0 joins late) still completes with its result.
+    if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto big = torch::full({1 << 20}, static_cast<double>(rank), torch::kDouble);
+    elastic.group().broadcast(big, 0).wait();
+    EXPECT_EQ(big.sum().item<double>(), 0.0);
     for (int step = 0; step < 5; ++step) EXPECT_TRUE(elastic.should_commit()) << "step " << step;
     elastic.shutdown();
   });

@@ -225,7 +225,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptions{"StandaloneWithPort", [] { return opts().standalone(true).master_port(1234); },
                    "master_port=1234"},
         BadOptions{"StandaloneWithAddr", [] { return opts().standalone(true).master_addr("h"); },
-                   "master_addr=h"}),
+                   "master_addr=h"},
+        BadOptions{"InPlaceWithRestarts", [] { return opts().in_place(true).max_restarts(1); },
+                   "max_restarts=1 with in_place: choose one way to recover"},
+        BadOptions{"InPlaceOnTwoNodes", [] { return opts().in_place(true).nnodes(2).master_port(29500); },
+                   "in_place with 2 node(s) and the static rendezvous is not supported yet"},
+        BadOptions{"ZeroHeartbeatTimeout",
+                   [] { return opts().in_place(true).heartbeat_timeout(std::chrono::milliseconds(0)); },
+                   "heartbeat_timeout=0"}),
     [](const ::testing::TestParamInfo<BadOptions>& info) { return info.param.name; });
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "lockstep/detail/elastic_contract.h"
 #include "lockstep/detail/worker_contract.h"
 #include "lockstep/launch/worker_env.h"
 
@@ -66,6 +67,19 @@ TEST(WorkerContract, TheLaunchersWorkersFindThePipeWhereCommLooks) {
   }
   EXPECT_TRUE(found);
   EXPECT_EQ(kPreemptedExitStatus, 75);  // EX_TEMPFAIL, which Slurm scripts and schedulers test for
+}
+
+TEST(ElasticContract, AMembershipRecordSurvivesTheStore) {
+  const MembershipRecord record{7, 1764230000123, "killed by signal 9 (SIGKILL)"};
+  const auto back = parse_membership(format_membership(record));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->id, 7);
+  EXPECT_EQ(back->seen_ms, 1764230000123);
+  EXPECT_EQ(back->reason, record.reason);
+  EXPECT_FALSE(parse_membership("joined 3 0 x").has_value());
+  EXPECT_FALSE(parse_membership("left -1 0 x").has_value());
+  EXPECT_FALSE(parse_membership("left x").has_value());
+  EXPECT_EQ(elastic_prefix("job") + change_key(2), "lockstep/job/elastic/change/2");
 }
 
 }  // namespace

@@ -336,6 +336,16 @@ TEST(GpuFlagsTest, CudaGraphsReachesTheTrainerOptionsOffByDefault) {
   EXPECT_NE(parse({"--help"}).out.find("--cuda-graphs"), std::string::npos);
 }
 
+TEST(FitFlagsTest, ElasticReachesTheTrainerOptionsOffByDefault) {
+  const Parsed off = parse({});
+  ASSERT_EQ(off.status, -1) << off.error;
+  EXPECT_FALSE(off.config.trainer.elastic());
+  const Parsed on = parse({"--elastic"});
+  ASSERT_EQ(on.status, -1) << on.error;
+  EXPECT_TRUE(on.config.trainer.elastic());
+  EXPECT_NE(parse({"--help"}).out.find("--elastic"), std::string::npos);
+}
+
 TEST(FitHelpTest, ListsTheConfigAndLrFlags) {
   const Parsed p = parse({"--help"});
   EXPECT_EQ(p.status, 0);

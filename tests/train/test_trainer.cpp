@@ -594,5 +594,22 @@ TEST(TrainerOptions, BadValuesNameTheOption) {
   }
 }
 
+TEST(TrainerOptions, ElasticRefusesWhatCannotLoseARankInPlace) {
+  EXPECT_NO_THROW(TrainerOptions().elastic(true).validate());
+  EXPECT_NO_THROW(TrainerOptions().elastic(true).backend(comm::Backend::kGloo).validate());
+  const auto refused = [](const TrainerOptions& options, const std::string& named) {
+    try {
+      options.validate();
+      ADD_FAILURE() << "accepted: " << named;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  refused(TrainerOptions().elastic(true).strategy(StrategyOptions(StrategyKind::kZero1)), "strategy 'zero1'");
+  refused(TrainerOptions().elastic(true).strategy(StrategyOptions(StrategyKind::kFsdp)), "strategy 'fsdp'");
+  refused(TrainerOptions().elastic(true).backend(comm::Backend::kShm), "backend 'shm'");
+  refused(TrainerOptions().elastic(true).cuda_graphs(true), "cuda_graphs");
+}
+
 }  // namespace
 }  // namespace lockstep::train

@@ -1,10 +1,14 @@
 // A user's own DDP loop that survives lost ranks in place (comm::ElasticWorld, data::ElasticEpoch), and the
 // single-process reference it must equal (tests/e2e/elastic_inplace_e2e.sh).
 //
-//   elastic_ddp_worker --out FILE [--epochs E] [--step-ms MS] [--die-in-reform ID]
-//       one rank under `lockstep run --recovery in-place`; prints "pid P id I", "step S world W" after each
-//       committed step and "membership change at step S: ..." after each re-formation; rank 0 of the last
-//       world saves the parameters to FILE.
+//   elastic_ddp_worker --out FILE [--epochs E] [--hold ID:STEP:WHERE:FILE]... [--die-in-reform ID]
+//       one rank under `lockstep run --recovery in-place`; prints "step S world W" after each committed
+//       step and "membership change at step S: ..." after each re-formation; rank 0 of the last world saves
+//       the parameters to FILE. --hold: the rank whose id is ID, once STEP steps are committed, writes its
+//       pid to FILE and waits there until it is killed or stopped (the test's cue, so that no clock decides
+//       where the fault lands): WHERE is "start" (before the step's forward: the others wait for it in the
+//       all-reduce) or "vote" (after its gradients are reduced, before it votes). --die-in-reform: the rank
+//       with that id dies (SIGKILL) when it should re-form.
 //   elastic_ddp_worker --reference WORLDS --out FILE [--epochs E]
 //       one process training on the same global batches as an undisturbed run whose world was W0 from step
 //       0, W1 from step S1, ... (WORLDS = "W0@0,W1@S1,..."): each step's loss is the mean of the per-rank
@@ -14,14 +18,12 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/nn.h>
@@ -82,12 +84,31 @@ void save(Net& net, const std::string& path) {
   torch::save(parameters, path);
 }
 
-int run_elastic(int epochs, const std::string& out, int step_ms, int die_in_reform) {
+// Where a rank waits for the test to kill or stop it (--hold).
+struct Hold {
+  int id = -1;
+  int64_t step = -1;
+  std::string where;  // "start" or "vote"
+  std::string file;
+};
+
+void hold_if_due(const std::vector<Hold>& holds, int id, int64_t step, const char* where) {
+  for (const Hold& h : holds) {
+    if (h.id != id || h.step != step || h.where != where) continue;
+    const std::string tmp = h.file + ".tmp";
+    if (std::FILE* f = std::fopen(tmp.c_str(), "w")) {
+      std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
+      std::fclose(f);
+      std::rename(tmp.c_str(), h.file.c_str());
+    }
+    for (;;) ::pause();  // until SIGKILL (or SIGSTOP, then the launcher's SIGKILL)
+  }
+}
+
+int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& holds, int die_in_reform) {
   using lockstep::comm::ElasticWorld;
   const Data data = make_data();
   ElasticWorld world(lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
-  std::printf("pid %d id %d\n", static_cast<int>(::getpid()), world.id());
-  std::fflush(stdout);
   Net net = make_net();
   auto ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(net, world.group());
   auto optimizer = make_optimizer(net);
@@ -102,11 +123,13 @@ int run_elastic(int epochs, const std::string& out, int step_ms, int die_in_refo
     while (done < static_cast<int64_t>(part.indices().size())) {
       const int64_t n = std::min<int64_t>(kBatch, static_cast<int64_t>(part.indices().size()) - done);
       try {
+        hold_if_due(holds, world.id(), step, "start");
         optimizer.zero_grad();
         const auto idx = torch::tensor(
             std::vector<int64_t>(part.indices().begin() + done, part.indices().begin() + done + n));
         auto loss = torch::mse_loss(ddp->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
         loss.backward();  // DDP averages the gradients over the current world
+        hold_if_due(holds, world.id(), step, "vote");
         if (!world.should_commit()) {
           throw lockstep::comm::MembershipChanged(world.group().rank(), "should_commit",
                                                   "the world changed before every rank voted");
@@ -116,7 +139,6 @@ int run_elastic(int epochs, const std::string& out, int step_ms, int die_in_refo
         ++step;
         std::printf("step %lld world %d\n", static_cast<long long>(step), world.group().size());
         std::fflush(stdout);
-        if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
       } catch (const lockstep::comm::CommError& e) {
         if (die_in_reform == world.id()) std::raise(SIGKILL);  // lost while the others re-form
         const auto change = world.reform();
@@ -207,7 +229,7 @@ int compare(const std::string& a, const std::string& b) {
 int main(int argc, char** argv) {
   try {
     int epochs = 3;
-    int step_ms = 0;
+    std::vector<Hold> holds;
     int die_in_reform = -1;
     std::string out, reference;
     for (int i = 1; i < argc; ++i) {
@@ -220,8 +242,18 @@ int main(int argc, char** argv) {
         epochs = std::stoi(value());
       } else if (arg == "--out") {
         out = value();
-      } else if (arg == "--step-ms") {
-        step_ms = std::stoi(value());
+      } else if (arg == "--hold") {
+        std::stringstream in(value());
+        Hold h;
+        std::string id, step;
+        std::getline(in, id, ':');
+        std::getline(in, step, ':');
+        std::getline(in, h.where, ':');
+        std::getline(in, h.file);
+        h.id = std::stoi(id);
+        h.step = std::stoll(step);
+        if (h.where != "start" && h.where != "vote") throw std::invalid_argument("--hold WHERE must be start or vote");
+        holds.push_back(h);
       } else if (arg == "--die-in-reform") {
         die_in_reform = std::stoi(value());
       } else if (arg == "--reference") {
@@ -234,7 +266,7 @@ int main(int argc, char** argv) {
       }
     }
     if (out.empty()) throw std::invalid_argument("--out FILE is required");
-    return reference.empty() ? run_elastic(epochs, out, step_ms, die_in_reform)
+    return reference.empty() ? run_elastic(epochs, out, holds, die_in_reform)
                              : run_reference(epochs, reference, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());

@@ -21,61 +21,45 @@ fail() {
   exit 1
 }
 
-# wait_step RANK STEP: until rank RANK reports committed step STEP (at most 60 s).
-wait_step() {
+# wait_hold FILE: until a held rank has written its pid to FILE (at most 60 s); prints the pid.
+wait_hold() {
   for _ in $(seq 1 1200); do
-    grep -q "^\[rank $1\] step $2 " "$work/log" 2>/dev/null && return 0
+    [ -s "$1" ] && { cat "$1"; return 0; }
     sleep 0.05
   done
-  fail "rank $1 never reached step $2"
-}
-pid_of() { grep "^\[rank $1\] pid " "$work/log" | awk '{print $4}'; }
-wait_change() {  # wait_change N: until rank 0 has reported N membership changes
-  for _ in $(seq 1 1200); do
-    [ "$(grep -c '^\[rank 0\] membership change' "$work/log" 2>/dev/null)" -ge "$1" ] && return 0
-    sleep 0.05
-  done
-  fail "rank 0 never reported membership change $1"
+  fail "no rank reached its hold ($1)"
 }
 
-ranks=3 extra=() heartbeat=5
+# Each fault lands where the worker holds (--hold ID:STEP:WHERE:FILE): a rank stops at a given step and
+# waits to be killed or stopped, so no clock decides where. WHERE: start (the others wait for it in the
+# step's all-reduce) or vote (its gradients reduced, the others wait for its vote).
+ranks=3 args=() heartbeat=5
 case "$case_name" in
-  kill_*) seed=${case_name#kill_} ;;
-  sigstop) heartbeat=3 ;;
-  two_in_a_row) ranks=4 ;;
-  during_reform) ranks=4 extra=(--die-in-reform 3) ;;
+  kill_*)
+    seed=${case_name#kill_}
+    victim=$((1 + seed % 2)) step=$((4 + (seed * 17) % 40)) where=start
+    ((seed % 2 == 0)) && where=vote
+    args=(--hold "$victim:$step:$where:$work/hold1")
+    ;;
+  sigstop) heartbeat=3 args=(--hold "2:12:start:$work/hold1") ;;
+  two_in_a_row) ranks=4 args=(--hold "3:6:start:$work/hold1" --hold "1:20:vote:$work/hold2") ;;
+  during_reform) ranks=4 args=(--hold "1:9:start:$work/hold1" --die-in-reform 3) ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 
 "$lockstep" run --nproc-per-node "$ranks" --standalone --recovery in-place --heartbeat-timeout "$heartbeat" -- \
-  "$worker" --out "$work/final.pt" --step-ms 20 "${extra[@]}" >"$work/log" 2>&1 &
+  "$worker" --out "$work/final.pt" "${args[@]}" >"$work/log" 2>&1 &
 launcher=$!
 
 case "$case_name" in
-  kill_*)
-    victim=$((1 + seed % 2)) step=$((4 + (seed * 17) % 40))
-    wait_step "$victim" "$step"
-    kill -9 "$(pid_of "$victim")"
-    echo "killed rank $victim after its step $step"
-    ;;
-  sigstop)
-    wait_step 2 12
-    kill -STOP "$(pid_of 2)"
-    echo "stopped rank 2 after its step 12"
-    ;;
+  kill_*) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank $victim held at step $step ($where)" ;;
+  sigstop) kill -STOP "$(wait_hold "$work/hold1")" && echo "stopped rank 2 held at step 12" ;;
   two_in_a_row)
-    wait_step 3 6
-    kill -9 "$(pid_of 3)"
-    wait_change 1
-    wait_step 1 20
-    kill -9 "$(pid_of 1)"
-    echo "killed rank 3 after its step 6, then rank 1 after its step 20"
+    kill -9 "$(wait_hold "$work/hold1")"
+    kill -9 "$(wait_hold "$work/hold2")"
+    echo "killed rank 3 held at step 6, then rank 1 held at step 20 (vote)"
     ;;
-  during_reform)
-    wait_step 1 9
-    kill -9 "$(pid_of 1)"
-    echo "killed rank 1 after its step 9 (rank 3 dies as the others re-form)"
-    ;;
+  during_reform) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank 1 held at step 9 (rank 3 dies as the others re-form)" ;;
 esac
 
 wait "$launcher"

@@ -41,7 +41,7 @@ case "$case_name" in
     ((seed % 2 == 0)) && where=vote
     args=(--hold "$victim:$step:$where:$work/hold1")
     ;;
-  sigstop) heartbeat=3 args=(--hold "2:12:start:$work/hold1") ;;
+  sigstop) args=(--hold "2:12:start:$work/hold1") ;;
   two_in_a_row) ranks=4 args=(--hold "3:6:start:$work/hold1" --hold "1:20:vote:$work/hold2") ;;
   during_reform) ranks=4 args=(--hold "1:9:start:$work/hold1" --die-in-reform 3) ;;
   *) echo "unknown case $case_name"; exit 2 ;;

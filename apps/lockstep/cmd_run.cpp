@@ -47,8 +47,9 @@ constexpr const char* kRunDescription =
 
 constexpr const char* kRunFooter =
     "Exit status:\n"
-    "  0        every worker exited with status 0\n"
-    "  S        the first worker that failed exited with status S (the others were stopped)\n"
+    "  0        every worker exited with status 0 (--recovery in-place: every worker not lost)\n"
+    "  S        the first worker that failed exited with status S (the others were stopped;\n"
+    "           in place: the last one, when none was left to go on)\n"
     "  128+N    the first worker that failed was killed by signal N, or the launcher itself\n"
     "           received signal N (the stop signals are forwarded to every worker)\n"
     "  127/126  CMD was not found / could not be executed\n"

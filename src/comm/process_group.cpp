@@ -118,16 +118,9 @@ ProcessGroup::~ProcessGroup() {
 }
 
 void ProcessGroup::abandon() {
-  shut_down_ = true;
-  if (progress_) progress_->stop();
-  // Its backend's threads may be blocked in a collective with a lost peer until their own timeout, and
-  // destroying the backend would join them: it is left to the end of the process.
-  (void)native_.release();
-  (void)backend_.release();
-  (void)host_.release();
-  progress_.reset();
-  job_store_.reset();
-  root_store_.reset();
+  // Its backend's threads may be blocked in a collective with a lost peer: release_backend() leaves it.
+  if (progress_) progress_->mark_abandoned();
+  leave();
 }
 
 void ProcessGroup::leave() {

@@ -236,7 +236,7 @@ MembershipChange ElasticWorld::reform() {
                         ": the failure was not a lost rank (see the error that led here)");
   }
   const auto deadline = Clock::now() + kReformTimeout;
-  while (!form(announced_generation(), deadline)) {
+  while (!form(std::max(announced_generation(), old_generation + 1), deadline)) {
   }
   for (int id : old_members) {
     if (std::find(members_.begin(), members_.end(), id) != members_.end()) continue;

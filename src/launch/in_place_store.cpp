@@ -29,9 +29,10 @@ std::string InPlaceStore::endpoint() const {
 int InPlaceStore::announce_lost(int rank, const std::string& reason) {
   const std::string prefix = lockstep::detail::elastic_prefix(run_id_);
   ++generation_;
+  // The counter first (elastic_contract.h): whoever sees change n then finds the counter at n or above.
+  client_->add(prefix + lockstep::detail::kGenerationKey, 1);
   client_->set(prefix + lockstep::detail::change_key(generation_),
                lockstep::detail::format_membership({rank, lockstep::detail::unix_ms_now(), reason}));
-  client_->add(prefix + lockstep::detail::kGenerationKey, 1);
   return generation_;
 }
 

@@ -23,14 +23,13 @@ using lockstep::testing::thread_group_options;
 
 constexpr const char* kRun = "elastic";
 
-// What the launcher does when it loses rank `id`: the record, then the counter.
+// What the launcher does when it loses rank `id`: the counter, then the record (elastic_contract.h).
 void announce_lost(c10d::Store& store, int id, const std::string& reason) {
   const std::string prefix = lockstep::detail::elastic_prefix(kRun);
-  const int64_t n = store.add(prefix + lockstep::detail::kGenerationKey, 0) + 1;
+  const int64_t n = store.add(prefix + lockstep::detail::kGenerationKey, 1);
   const std::string record =
       lockstep::detail::format_membership({id, lockstep::detail::unix_ms_now(), reason});
   store.set(prefix + lockstep::detail::change_key(n), std::vector<uint8_t>(record.begin(), record.end()));
-  store.add(prefix + lockstep::detail::kGenerationKey, 1);
 }
 
 ProcessGroupOptions options(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {

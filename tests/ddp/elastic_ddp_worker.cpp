@@ -252,7 +252,8 @@ int main(int argc, char** argv) {
         std::getline(in, h.file);
         h.id = std::stoi(id);
         h.step = std::stoll(step);
-        if (h.where != "start" && h.where != "vote") throw std::invalid_argument("--hold WHERE must be start or vote");
+        if (h.where != "start" && h.where != "vote")
+          throw std::invalid_argument("--hold WHERE must be start or vote");
         holds.push_back(h);
       } else if (arg == "--die-in-reform") {
         die_in_reform = std::stoi(value());

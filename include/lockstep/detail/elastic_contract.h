@@ -6,9 +6,11 @@
 //
 //  - kElasticStoreVariable: "HOST:PORT" of the store the launcher serves for the job's lifetime (a worker's
 //    store would die with it). Its presence asks the workers for in-place recovery.
-//  - Under "lockstep/<run id>/elastic/": the launcher writes change n (1, 2, ...) to "change/<n>", then
-//    raises the counter "generation" to n. Generation g's members are generation 0's ranks (their ids) less
-//    those that changes 1..g removed. A worker waits for "change/<g+1>" to learn of the next one.
+//  - Under "lockstep/<run id>/elastic/": the launcher raises the counter "generation" to n, then writes
+//    change n (1, 2, ...) to "change/<n>". Generation g's members are generation 0's ranks (their ids) less
+//    those that changes 1..g removed; a reader that sees the counter at n reads changes 1..n, waiting for
+//    any not written yet, so the counter never lags a change a reader has seen. A worker waits for
+//    "change/<g+1>" to learn of the next one.
 
 #include <chrono>
 #include <cstdint>

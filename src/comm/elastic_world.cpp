@@ -13,6 +13,7 @@
 #include "lockstep/detail/elastic_contract.h"
 #include "lockstep/detail/join.h"
 #include "seconds_text.h"
+#include "store_bytes.h"
 
 namespace lockstep::comm {
 namespace {
@@ -25,12 +26,8 @@ constexpr std::chrono::milliseconds kReformTimeout{30000};
 // exit at once and a silent rank within its heartbeat timeout.
 constexpr std::chrono::milliseconds kAnnounceTimeout{60000};
 
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& b) {
-  return {b.begin(), b.end()};
-}
+using detail::bytes;
+using detail::text;
 
 c10::intrusive_ptr<c10d::Store> launcher_store(const ProcessGroupOptions& o) {
   const char* where = std::getenv(lockstep::detail::kElasticStoreVariable);
@@ -63,10 +60,6 @@ std::string MembershipChange::describe() const {
   std::snprintf(seconds, sizeof(seconds), "%.2f", seconds_since_seen);
   return out + "); world " + std::to_string(old_size) + " -> " + std::to_string(new_size) + " (generation " +
          std::to_string(generation) + "); training again " + seconds + " s after the loss was seen";
-}
-
-bool ElasticWorld::requested() {
-  return std::getenv(lockstep::detail::kElasticStoreVariable) != nullptr;
 }
 
 ElasticWorld::ElasticWorld(ProcessGroupOptions options) : options_(std::move(options)) {
@@ -120,6 +113,13 @@ std::vector<int> ElasticWorld::members_of(int generation) {
   return members;
 }
 
+std::string ElasticWorld::reason_lost(int id, int generation) {
+  for (int n = 1; n <= generation; ++n) {
+    if (record(n).id == id) return record(n).reason;
+  }
+  return "";
+}
+
 std::string ElasticWorld::changed_since(int generation) {
   const int newest = announced_generation();
   if (newest <= generation) return "";
@@ -135,7 +135,7 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
     throw CommError(options_.rank(), kOp,
                     "this process (rank " + std::to_string(id_) +
                         " of the job's start) was declared lost by the launcher: " +
-                        record(generation).reason + "; the others went on without it");
+                        reason_lost(id_, generation) + "; the others went on without it");
   }
   const int rank = static_cast<int>(mine - members.begin());
   const int size = static_cast<int>(members.size());
@@ -241,9 +241,7 @@ MembershipChange ElasticWorld::reform() {
   for (int id : old_members) {
     if (std::find(members_.begin(), members_.end(), id) != members_.end()) continue;
     change.left.push_back(id);
-    for (int n = old_generation + 1; n <= generation_; ++n) {
-      if (record(n).id == id) change.why.push_back(record(n).reason);
-    }
+    change.why.push_back(reason_lost(id, generation_));
   }
   change.generation = generation_;
   change.new_size = static_cast<int>(members_.size());

@@ -1,6 +1,7 @@
 #include "progress.h"
 
 #include "lockstep/detail/worker_contract.h"
+#include "store_bytes.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -33,10 +34,6 @@ std::string seconds_text(double seconds) {
   out.precision(seconds < 10 ? 2 : 3);
   out << seconds << " s";
   return out.str();
-}
-
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
 }
 
 // The live Progress objects of this process, for the terminate handler below.

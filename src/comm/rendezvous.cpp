@@ -19,6 +19,7 @@
 #include "lockstep/comm/tcp_store_server.h"
 #include "lockstep/detail/join.h"
 #include "seconds_text.h"
+#include "store_bytes.h"
 
 namespace lockstep::comm {
 namespace {
@@ -30,14 +31,9 @@ constexpr const char* kOp = "rendezvous";
 constexpr const char* kJobKey = "lockstep/job";
 constexpr const char* kRefusedKey = "lockstep/refused";
 
-std::vector<uint8_t> bytes(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string text(const std::vector<uint8_t>& b) {
-  return {b.begin(), b.end()};
-}
-
+using detail::bytes;
 using detail::seconds_text;
+using detail::text;
 
 std::string endpoint(const ProcessGroupOptions& o) {
   return o.master_addr() + ":" + std::to_string(o.master_port());

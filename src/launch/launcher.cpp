@@ -545,10 +545,10 @@ class Attempt {
         w.exit = WorkerExit::exited(255);
         w.held = false;
       }
-      if (!w.exit->success() && cause_ == StopCause::kNone && !w.lost && in_place_ != nullptr &&
-          live_count() > 0) {
-        lose(w, w.exit->describe());
-      } else if (!w.exit->success() && cause_ == StopCause::kNone && !w.lost) {
+      const bool failed = !w.exit->success() && cause_ == StopCause::kNone && !w.lost;
+      if (failed && in_place_ != nullptr && live_count() > 0) {
+        lose(w, w.exit->describe());  // in place: the others go on
+      } else if (failed) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
         message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +

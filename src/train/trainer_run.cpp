@@ -215,30 +215,17 @@ data::ShardPlan Trainer::Run::val_plan(int64_t e) const {
 
 // The model across ranks, the module's plan, then the optimizer.
 void Trainer::Run::setup_model() {
-  const int world = group->size();
-  const int rank = group->rank();
   if (!device_.is_cpu()) module->to(device_);
-  // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
-  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
-  if (strategy->shards_parameters()) {
-    fsdp = strategy->shard_model(module, module->staged_model());
-  } else {
-    ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options());
-    strategy->add_model(module, ddp->gradient_sync(), ddp);
-  }
+  wrap_model(/*init_sync=*/true);
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options.process_group())
-    torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(rank + 1));
-  const int64_t accumulate = options.accumulate_grad_batches();
+    torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(group->rank() + 1));
   TrainingPlan& plan = step_state->plan;
-  plan.world_size = world;
-  plan.rank = rank;
+  plan_world();
   plan.device = device_.str();
   plan.max_epochs = options.max_epochs();
-  plan.batches_per_epoch = train_batches_;
-  plan.steps_per_epoch = train_batches_ < 0 ? -1 : ceil_div(train_batches_, accumulate);
-  plan.accumulate_grad_batches = accumulate;
+  plan.accumulate_grad_batches = options.accumulate_grad_batches();
   plan.batch_size = batch_size_;
   if (train_batches_ < 0) {  // a stream of unknown length: only max_steps bounds the run
     plan.estimated_stepping_batches = options.max_steps() > 0 ? options.max_steps() : -1;
@@ -251,6 +238,26 @@ void Trainer::Run::setup_model() {
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
   optimizer = strategy->wrap_optimizer(std::move(optim.optimizer));
+}
+
+void Trainer::Run::wrap_model(bool init_sync) {
+  // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
+  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
+  if (strategy->shards_parameters()) {
+    fsdp = strategy->shard_model(module, module->staged_model());
+  } else {
+    ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options().init_sync(init_sync));
+    strategy->add_model(module, ddp->gradient_sync(), ddp);
+  }
+}
+
+void Trainer::Run::plan_world() {
+  TrainingPlan& plan = step_state->plan;
+  plan.world_size = group->size();
+  plan.rank = group->rank();
+  plan.batches_per_epoch = train_batches_;
+  plan.steps_per_epoch =
+      train_batches_ < 0 ? -1 : ceil_div(train_batches_, options.accumulate_grad_batches());
 }
 
 // ---- the epochs ----
@@ -402,17 +409,10 @@ void Trainer::Run::rejoin(const comm::MembershipChange& change) {
   group = &elastic->group();
   trainer.rank_ = group->rank();
   trainer.world_size_ = group->size();
-  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
-  ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options().init_sync(false));
-  strategy->add_model(module, ddp->gradient_sync(), ddp);
+  wrap_model(/*init_sync=*/false);  // every survivor holds the same parameters
   optimizer = strategy->wrap_optimizer(optimizer);
   plan_batches();
-  TrainingPlan& plan = step_state->plan;
-  plan.world_size = group->size();
-  plan.rank = group->rank();
-  plan.batches_per_epoch = train_batches_;
-  plan.steps_per_epoch =
-      train_batches_ < 0 ? -1 : ceil_div(train_batches_, options.accumulate_grad_batches());
+  plan_world();
   if (group->rank() == 0 && !is_main_) {  // rank 0 was lost: this rank takes over its duties
     is_main_ = true;
     if (!options.metrics_file().empty())
@@ -651,7 +651,7 @@ void Trainer::Run::end_epoch(int64_t e, const EpochMetrics& m) {
     stop_requested = true;
     stop_reason = "another rank's callback asked to stop";
   }
-  if (!last_ckpt_.empty()) elastic_retry([&] { return (trainer.save_checkpoint(last_ckpt_), 0); });
+  if (!last_ckpt_.empty()) elastic_retry([&] { trainer.save_checkpoint(last_ckpt_); });
   if (stop_requested) {
     result_.stopped_early = e + 1 < options.max_epochs();
     result_.stop_reason = stop_reason;

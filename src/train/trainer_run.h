@@ -128,6 +128,11 @@ struct Trainer::Run {
   /// This rank's part of validation epoch `e`: dataset order, every sample once, limit_val_batches applied.
   data::ShardPlan val_plan(int64_t e) const;
   void setup_model();
+  /// The strategy over `group`, and the model in it: DDP (broadcasting rank 0's parameters when
+  /// `init_sync`) or FSDP.
+  void wrap_model(bool init_sync);
+  /// The plan's place in the current group: world size, rank, batches and steps per epoch.
+  void plan_world();
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved);
   void load_shards(const std::vector<std::string>& shards);

@@ -72,10 +72,13 @@ torch::optim::Adam make_optimizer(Net& net) {
   return torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(0.01));
 }
 
-torch::Tensor loss_on(Net& net, const Data& data, const std::vector<int64_t>& indices, int64_t from,
+// The loss of `forward` on samples [from, from + n) of `indices`: the same for a rank (through DDP) and for
+// the reference (each rank's batch through the plain model).
+template <typename Forward>
+torch::Tensor loss_on(Forward&& forward, const Data& data, const std::vector<int64_t>& indices, int64_t from,
                       int64_t n) {
   const auto idx = torch::tensor(std::vector<int64_t>(indices.begin() + from, indices.begin() + from + n));
-  return torch::mse_loss(net->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
+  return torch::mse_loss(forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
 }
 
 void save(Net& net, const std::string& path) {
@@ -125,9 +128,8 @@ int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& hol
       try {
         hold_if_due(holds, world.id(), step, "start");
         optimizer.zero_grad();
-        const auto idx = torch::tensor(
-            std::vector<int64_t>(part.indices().begin() + done, part.indices().begin() + done + n));
-        auto loss = torch::mse_loss(ddp->forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
+        auto loss =
+            loss_on([&](const torch::Tensor& x) { return ddp->forward(x); }, data, part.indices(), done, n);
         loss.backward();  // DDP averages the gradients over the current world
         hold_if_due(holds, world.id(), step, "vote");
         if (!world.should_commit()) {
@@ -197,7 +199,10 @@ int run_reference(int epochs, const std::string& worlds_text, const std::string&
       const int64_t n = std::min(kBatch, left);
       optimizer.zero_grad();
       torch::Tensor loss = torch::zeros({}, torch::kDouble);
-      for (const auto& part : ranks) loss = loss + loss_on(net, data, part.indices(), done, n);
+      for (const auto& part : ranks) {
+        loss = loss + loss_on([&](const torch::Tensor& x) { return net->forward(x); }, data, part.indices(),
+                              done, n);
+      }
       (loss / static_cast<double>(world)).backward();
       optimizer.step();
       done += n;

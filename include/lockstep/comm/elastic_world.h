@@ -66,9 +66,6 @@ struct MembershipChange {
  */
 class ElasticWorld {
  public:
-  /// Whether the launcher asked for in-place recovery (it serves a store: detail::kElasticStoreVariable).
-  static bool requested();
-
   /// Connects to the launcher's store (or `options.store()`, which tests pass), and forms generation 0 of
   /// options' world: rank and world size as given. Backend kAuto becomes gloo; another backend is refused
   /// (std::invalid_argument naming it): only Gloo's collectives can be abandoned safely. Collective.
@@ -110,6 +107,8 @@ class ElasticWorld {
   bool form(int generation, std::chrono::steady_clock::time_point deadline);
   /// The members of `generation`.
   std::vector<int> members_of(int generation);
+  /// The reason that changes 1..`generation` give for losing `id` ("" when none lost it).
+  std::string reason_lost(int id, int generation);
   /// Membership change `n` (1-based), read once.
   const lockstep::detail::MembershipRecord& record(int n);
 

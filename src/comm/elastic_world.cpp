@@ -54,15 +54,34 @@ std::string ids_text(const std::vector<int>& ids) {
 }  // namespace
 
 std::string MembershipChange::describe() const {
-  std::string out = "rank(s) " + ids_text(left) + " left (";
-  for (std::size_t i = 0; i < why.size(); ++i) out += (i > 0 ? "; " : "") + why[i];
+  std::string out;
+  if (!left.empty()) {
+    out = "rank(s) " + ids_text(left) + " left (";
+    for (std::size_t i = 0; i < why.size(); ++i) out += (i > 0 ? "; " : "") + why[i];
+    out += ")";
+  }
+  if (!joined.empty()) out += (out.empty() ? "rank(s) " : ", rank(s) ") + ids_text(joined) + " joined";
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.2f", seconds_since_seen);
-  return out + "); world " + std::to_string(old_size) + " -> " + std::to_string(new_size) + " (generation " +
-         std::to_string(generation) + "); training again " + seconds + " s after the loss was seen";
+  return out + "; world " + std::to_string(old_size) + " -> " + std::to_string(new_size) + " (generation " +
+         std::to_string(generation) + "); training again " + seconds + " s after the " +
+         (left.empty() ? "join was asked" : "loss was seen");
 }
 
-ElasticWorld::ElasticWorld(ProcessGroupOptions options) : options_(std::move(options)) {
+std::optional<int> ElasticWorld::joining_id() {
+  const char* value = std::getenv(lockstep::detail::kElasticJoinVariable);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long id = std::strtol(value, &end, 10);
+  if (*end != '\0' || id < 1 || id > 1000000) {
+    throw std::invalid_argument(std::string(lockstep::detail::kElasticJoinVariable) + "='" + value +
+                                "' is not a rank id: the launcher that starts a joining worker sets it");
+  }
+  return static_cast<int>(id);
+}
+
+ElasticWorld::ElasticWorld(ProcessGroupOptions options, std::optional<int> join_as)
+    : options_(std::move(options)) {
   if (options_.backend() == Backend::kAuto) options_.backend(Backend::kGloo);
   if (options_.backend() != Backend::kGloo) {
     throw std::invalid_argument(std::string("elastic in-place recovery runs on the gloo backend, not ") +
@@ -78,8 +97,23 @@ ElasticWorld::ElasticWorld(ProcessGroupOptions options) : options_(std::move(opt
   prefix.pop_back();  // PrefixStore adds the '/'
   elastic_ = c10::make_intrusive<c10d::PrefixStore>(prefix, root_);
   const auto deadline = Clock::now() + options_.rendezvous_timeout();
-  while (!form(announced_generation(), deadline)) {
+  int generation = announced_generation();
+  if (join_as) {
+    id_ = *join_as;
+    joined_ = true;
+    generation = announce_join();
   }
+  while (!form(std::max(generation, announced_generation()), deadline)) {
+  }
+}
+
+int ElasticWorld::announce_join() {
+  // The counter first (elastic_contract.h), then the record under the number it gave.
+  const int n = static_cast<int>(elastic_->add(lockstep::detail::kGenerationKey, 1));
+  elastic_->set(lockstep::detail::change_key(n),
+                bytes(lockstep::detail::format_membership(
+                    {id_, lockstep::detail::unix_ms_now(), "asked to join", /*joined=*/true})));
+  return n;
 }
 
 ElasticWorld::~ElasticWorld() = default;
@@ -107,25 +141,30 @@ std::vector<int> ElasticWorld::members_of(int generation) {
   std::vector<int> members(static_cast<std::size_t>(initial_size_));
   std::iota(members.begin(), members.end(), 0);
   for (int n = 1; n <= generation; ++n) {
-    const int gone = record(n).id;
-    members.erase(std::remove(members.begin(), members.end(), gone), members.end());
+    const auto& change = record(n);
+    members.erase(std::remove(members.begin(), members.end(), change.id), members.end());
+    if (change.joined) members.insert(std::upper_bound(members.begin(), members.end(), change.id), change.id);
   }
   return members;
 }
 
 std::string ElasticWorld::reason_lost(int id, int generation) {
+  std::string reason;  // the last change that names it: a joiner lost later
   for (int n = 1; n <= generation; ++n) {
-    if (record(n).id == id) return record(n).reason;
+    if (record(n).id == id) reason = record(n).joined ? "" : record(n).reason;
   }
-  return "";
+  return reason;
 }
 
 std::string ElasticWorld::changed_since(int generation) {
   const int newest = announced_generation();
-  if (newest <= generation) return "";
-  const auto& next = record(generation + 1);
-  return "the job lost rank " + std::to_string(next.id) + " (" + next.reason + ")" +
-         (newest > generation + 1 ? " and " + std::to_string(newest - generation - 1) + " more" : "");
+  for (int n = generation + 1; n <= newest; ++n) {
+    const auto& change = record(n);
+    if (change.joined) continue;
+    return "the job lost rank " + std::to_string(change.id) + " (" + change.reason + ")" +
+           (newest > n ? " and " + std::to_string(newest - n) + " more change(s)" : "");
+  }
+  return "";
 }
 
 bool ElasticWorld::form(int generation, Clock::time_point deadline) {
@@ -149,6 +188,11 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
       break;
     } catch (const std::exception&) {
       if (announced_generation() > generation) return false;
+      if (joined_ && !group_ && elastic_->add(lockstep::detail::kFinishedKey, 0) > 0) {
+        throw CommError(options_.rank(), kOp,
+                        "rank id " + std::to_string(id_) +
+                            " asked to join, but the job finished training before admitting it");
+      }
       if (Clock::now() >= deadline) {
         throw CommError(options_.rank(), kOp,
                         "generation " + std::to_string(generation) + " did not form: members " +
@@ -182,6 +226,7 @@ bool ElasticWorld::form(int generation, Clock::time_point deadline) {
   generation_ = generation;
   members_ = members;
   votes_ = 0;
+  admit_to_ = generation;
   return true;
 }
 
@@ -191,7 +236,9 @@ bool ElasticWorld::should_commit() {
   const int size = group_->size();
   std::vector<uint8_t> word;
   try {
-    if (store_->add(count, 1) == size) store_->compareSet(decision, {}, bytes("commit"));
+    // The deciding voter names the newest generation: joins announced by then are admitted after this step.
+    if (store_->add(count, 1) == size)
+      store_->compareSet(decision, {}, bytes("commit " + std::to_string(announced_generation())));
     const auto deadline = Clock::now() + options_.collective_timeout();
     for (;;) {
       try {
@@ -199,7 +246,7 @@ bool ElasticWorld::should_commit() {
         word = store_->get(decision);
         break;
       } catch (const std::exception&) {
-        if (announced_generation() > generation_) {
+        if (!changed_since(generation_).empty()) {  // a rank was lost (a join waits for the decision)
           word = store_->compareSet(decision, {}, bytes("abort"));  // the first word stands
           break;
         }
@@ -218,7 +265,10 @@ bool ElasticWorld::should_commit() {
     throw CommError(group_->rank(), "should_commit #" + std::to_string(votes_),
                     std::string("lost the launcher's store: ") + e.what());
   }
-  return text(word) == "commit";
+  const std::string said = text(word);
+  if (said.rfind("commit ", 0) != 0) return false;
+  admit_to_ = std::max(generation_, std::atoi(said.c_str() + 7));
+  return true;
 }
 
 MembershipChange ElasticWorld::reform() {
@@ -227,6 +277,7 @@ MembershipChange ElasticWorld::reform() {
   const int old_generation = generation_;
   const std::vector<int> old_members = members_;
   try {
+    // After a committed vote that admits joiners the change is there already.
     elastic_->wait({lockstep::detail::change_key(old_generation + 1)},
                    std::min(options_.collective_timeout(), kAnnounceTimeout));
   } catch (const std::exception&) {
@@ -236,12 +287,15 @@ MembershipChange ElasticWorld::reform() {
                         ": the failure was not a lost rank (see the error that led here)");
   }
   const auto deadline = Clock::now() + kReformTimeout;
-  while (!form(std::max(announced_generation(), old_generation + 1), deadline)) {
+  while (!form(std::max({announced_generation(), old_generation + 1, admit_to_}), deadline)) {
   }
   for (int id : old_members) {
     if (std::find(members_.begin(), members_.end(), id) != members_.end()) continue;
     change.left.push_back(id);
     change.why.push_back(reason_lost(id, generation_));
+  }
+  for (int id : members_) {
+    if (std::find(old_members.begin(), old_members.end(), id) == old_members.end()) change.joined.push_back(id);
   }
   change.generation = generation_;
   change.new_size = static_cast<int>(members_.size());
@@ -252,7 +306,13 @@ MembershipChange ElasticWorld::reform() {
 }
 
 void ElasticWorld::shutdown() {
-  if (group_) group_->leave();  // the launcher serves the store: no rank needs to wait for the others
+  if (!group_ || finished_) return;
+  finished_ = true;
+  group_->leave();  // the launcher serves the store: no rank needs to wait for the others
+  try {
+    elastic_->add(lockstep::detail::kFinishedKey, 1);
+  } catch (const std::exception&) {  // the store's launcher is gone: no one is left to tell
+  }
 }
 
 }  // namespace lockstep::comm

@@ -193,6 +193,115 @@ TEST(ElasticWorld, LossesInARowAndDuringTheReformation) {
   lockstep::testing::expect_all_ok(outcomes);
 }
 
+// A rank joins: the members go on until a vote decides after its announcement; they apply that step, then
+// form the generation with the joiner, which takes the last rank. The vote, not a clock, picks the step:
+// the members wait at step 1 until the joiner has announced itself.
+class ElasticJoin : public ::testing::TestWithParam<int> {};
+
+TEST_P(ElasticJoin, AJoinerIsAdmittedAfterTheNextCommittedVote) {
+  const int world = GetParam();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::promise<void> formed;
+  auto generation_zero = formed.get_future().share();
+  std::atomic<int> members_ready{0};
+  const auto outcomes = run_ranks(world + 1, [&](int rank) {
+    if (rank == world) {  // the joiner, id `world`, once the members decided step 0
+      generation_zero.wait();
+      ElasticWorld joiner(options(0, world, store), /*join_as=*/world);
+      EXPECT_TRUE(joiner.joined());
+      EXPECT_EQ(joiner.id(), world);
+      EXPECT_EQ(joiner.generation(), 1);
+      EXPECT_EQ(joiner.group().rank(), world);
+      EXPECT_EQ(joiner.group().size(), world + 1);
+      EXPECT_EQ(sum_of_ones(joiner.group()), world + 1);
+      EXPECT_TRUE(joiner.should_commit());
+      EXPECT_FALSE(joiner.admitting());
+      joiner.shutdown();
+      return;
+    }
+    ElasticWorld elastic(options(rank, world, store));
+    EXPECT_FALSE(elastic.joined());
+    EXPECT_EQ(sum_of_ones(elastic.group()), world);  // step 0: nothing announced yet
+    EXPECT_TRUE(elastic.should_commit());
+    EXPECT_FALSE(elastic.admitting());
+    if (++members_ready == world) formed.set_value();
+    while (elastic.announced_generation() < 1) std::this_thread::yield();
+    EXPECT_EQ(sum_of_ones(elastic.group()), world);  // step 1: a join interrupts nothing
+    EXPECT_TRUE(elastic.should_commit());
+    ASSERT_TRUE(elastic.admitting());
+    const MembershipChange change = elastic.reform();
+    EXPECT_TRUE(change.left.empty());
+    EXPECT_EQ(change.joined, std::vector<int>{world});
+    EXPECT_EQ(change.new_size, world + 1);
+    EXPECT_EQ(change.new_rank, rank);
+    EXPECT_NE(change.describe().find("joined"), std::string::npos) << change.describe();
+    EXPECT_EQ(sum_of_ones(elastic.group()), world + 1);
+    EXPECT_TRUE(elastic.should_commit());
+    elastic.shutdown();
+  });
+  lockstep::testing::expect_all_ok(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ElasticJoin, ::testing::Values(1, 2, 3, 8),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// A join and then a loss before the members vote: the loss interrupts their step, and they reform straight
+// to the newest generation, which has the joiner and not the lost rank.
+TEST(ElasticWorld, AJoinAndALossTogetherMakeOneReformation) {
+  constexpr int kWorld = 3;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::promise<void> formed;
+  auto generation_zero = formed.get_future().share();
+  std::atomic<int> members_ready{0};
+  std::promise<void> survivors_done;
+  auto done = survivors_done.get_future().share();
+  std::atomic<int> finished{0};
+  const auto outcomes = run_ranks(kWorld + 1, [&](int rank) {
+    if (rank == kWorld) {
+      generation_zero.wait();
+      ElasticWorld joiner(options(0, kWorld, store), /*join_as=*/kWorld);
+      EXPECT_EQ(joiner.generation(), 2);
+      EXPECT_EQ(joiner.members(), (std::vector<int>{0, 1, 3}));
+      EXPECT_EQ(sum_of_ones(joiner.group()), 3);
+      joiner.shutdown();
+      if (++finished == kWorld) survivors_done.set_value();
+      return;
+    }
+    ElasticWorld elastic(options(rank, kWorld, store));
+    if (++members_ready == kWorld) formed.set_value();
+    if (rank == 2) {  // silent; lost once the join is announced
+      while (elastic.announced_generation() < 1) std::this_thread::yield();
+      announce_lost(*store, 2, "stopped (test)");
+      done.wait();
+      return;
+    }
+    EXPECT_THROW(sum_of_ones(elastic.group()), MembershipChanged);
+    const MembershipChange change = elastic.reform();
+    EXPECT_EQ(change.left, std::vector<int>{2});
+    EXPECT_EQ(change.joined, std::vector<int>{3});
+    EXPECT_EQ(sum_of_ones(elastic.group()), 3);
+    elastic.shutdown();
+    if (++finished == kWorld) survivors_done.set_value();
+  });
+  lockstep::testing::expect_all_ok(outcomes);
+}
+
+// A joiner that asks after the job finished training is told so rather than waiting out its timeout.
+TEST(ElasticWorld, AJoinerAfterTheEndIsTold) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  {
+    ElasticWorld elastic(options(0, 1, store));
+    elastic.shutdown();
+  }
+  try {
+    ElasticWorld joiner(options(0, 1, store), /*join_as=*/1);
+    FAIL() << "a joiner was admitted after the end";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("finished training before admitting it"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ElasticWorld, AFailureThatLostNoRankIsNotAMembershipChange) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   ElasticWorld elastic(options(0, 1, store).collective_timeout(std::chrono::milliseconds(300)));

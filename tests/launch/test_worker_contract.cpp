@@ -76,7 +76,13 @@ TEST(ElasticContract, AMembershipRecordSurvivesTheStore) {
   EXPECT_EQ(back->id, 7);
   EXPECT_EQ(back->seen_ms, 1764230000123);
   EXPECT_EQ(back->reason, record.reason);
-  EXPECT_FALSE(parse_membership("joined 3 0 x").has_value());
+  EXPECT_FALSE(back->joined);
+  const auto joined = parse_membership(format_membership({4, 5, "asked to join", true}));
+  ASSERT_TRUE(joined.has_value());
+  EXPECT_TRUE(joined->joined);
+  EXPECT_EQ(joined->id, 4);
+  EXPECT_EQ(joined->reason, "asked to join");
+  EXPECT_FALSE(parse_membership("came 3 0 x").has_value());
   EXPECT_FALSE(parse_membership("left -1 0 x").has_value());
   EXPECT_FALSE(parse_membership("left x").has_value());
   EXPECT_EQ(elastic_prefix("job") + change_key(2), "lockstep/job/elastic/change/2");

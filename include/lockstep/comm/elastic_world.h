@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,14 @@ struct MembershipChange {
   int generation = 0;             ///< the new generation's number
   std::vector<int> left;          ///< ids of the ranks that left since the last generation this rank was in
   std::vector<std::string> why;   ///< the launcher's reason for each of `left`
+  std::vector<int> joined;        ///< ids of the ranks admitted: they need the others' training state
   int old_size = 0;               ///< world size before
   int new_size = 0;               ///< world size after
   int new_rank = 0;               ///< this process's rank in the new world
-  double seconds_since_seen = 0;  ///< from the launcher seeing the first loss to the new group being ready
+  double seconds_since_seen = 0;  ///< from the first change's announcement to the new group being ready
 
-  /// "rank(s) 1 left (exited with status 137); world 3 -> 2; training again 0.21 s after the loss was seen".
+  /// "rank(s) 1 left (exited with status 137); world 3 -> 2 (generation 1); training again 0.21 s after the
+  /// change was announced", or "rank(s) 3 joined; world 3 -> 4 ...".
   std::string describe() const;
 };
 
@@ -42,6 +45,12 @@ struct MembershipChange {
  * rank looks for the next generation, and when it exists the wait gives up with MembershipChanged. A
  * collective that fails (a peer's socket closed) throws CommError. Either way the caller drops the step
  * and calls reform().
+ *
+ * A rank joins a running job by announcing itself (kElasticJoinVariable names its id) and waiting in the
+ * generation its announcement made. A join interrupts nothing: the members admit it at the next commit
+ * vote, whose deciding voter writes the newest generation into the decision ("commit <g>"), so every
+ * member reads the same step boundary; they apply that step, then reform() to the generation with the
+ * joiner (admitting()), and pass it their training state (MembershipChange::joined, joined()).
  *
  * The commit vote: no rank may apply an optimizer step that another survivor did not. should_commit() is
  * called by every member once its gradients are synchronised, before the optimizer steps. Each vote is
@@ -60,6 +69,7 @@ struct MembershipChange {
  *     optimizer.zero_grad(); loss(ddp->forward(x), y).backward();
  *     if (!world.should_commit()) throw lockstep::comm::MembershipChanged(world.group().rank(), "vote", "");
  *     optimizer.step();
+ *     if (world.admitting()) world.reform();  // then as below, and the state sent to the joiners
  *   } catch (const lockstep::comm::CommError&) {
  *     world.reform();  // then a new DDP over world.group(), init_sync off, and the epoch re-sharded
  *   }
@@ -69,7 +79,10 @@ class ElasticWorld {
   /// Connects to the launcher's store (or `options.store()`, which tests pass), and forms generation 0 of
   /// options' world: rank and world size as given. Backend kAuto becomes gloo; another backend is refused
   /// (std::invalid_argument naming it): only Gloo's collectives can be abandoned safely. Collective.
-  explicit ElasticWorld(ProcessGroupOptions options);
+  /// With `join_as` (by default the id kElasticJoinVariable names), joins the running job instead as that
+  /// id: announces itself and returns once admitted (options' world size must be the job's first size);
+  /// throws CommError when the job ends first or nothing admits it within the rendezvous timeout.
+  explicit ElasticWorld(ProcessGroupOptions options, std::optional<int> join_as = joining_id());
   ~ElasticWorld();
   ElasticWorld(const ElasticWorld&) = delete;
   ElasticWorld& operator=(const ElasticWorld&) = delete;
@@ -96,13 +109,23 @@ class ElasticWorld {
   /// The newest generation the launcher has announced.
   int announced_generation();
 
+  /// This process joined a running job: it must receive the training state from the others (they send it
+  /// when their reform() reports it in MembershipChange::joined).
+  bool joined() const { return joined_; }
+  /// The last vote committed and admits joining ranks: after the optimizer step, call reform().
+  bool admitting() const { return admit_to_ > generation_; }
+  /// The id kElasticJoinVariable names (std::nullopt when unset); std::invalid_argument when malformed.
+  static std::optional<int> joining_id();
+
   /// Leaves the current group at the end of training (ProcessGroup::leave): no check-out, since a rank
-  /// lost after the last step would hold the others there.
+  /// lost after the last step would hold the others there. Counts this rank as finished in the store.
   void shutdown();
 
  private:
-  /// "" while `generation` is the newest announced, else what changed since.
+  /// "" while no rank was lost since `generation` (joins wait for the vote), else who was.
   std::string changed_since(int generation);
+  /// Announces this process (id_) as joining; returns the generation its announcement made.
+  int announce_join();
   /// Forms generation `generation`'s group (by `deadline`); false when a newer one was announced meanwhile.
   bool form(int generation, std::chrono::steady_clock::time_point deadline);
   /// The members of `generation`.
@@ -124,6 +147,9 @@ class ElasticWorld {
   int generation_ = 0;
   std::vector<int> members_;
   int64_t votes_ = 0;  // votes cast in this generation
+  bool joined_ = false;
+  bool finished_ = false;  // shutdown() ran
+  int admit_to_ = 0;  // the generation the last committed vote admits
 };
 
 }  // namespace lockstep::comm

@@ -216,7 +216,10 @@ void add_torchrun_flags(CLI::App& app, RunFlags& f) {
                  "and start again (--max-restarts, from a checkpoint).\n"
                  "in-place: the others go on without it in the same\n"
                  "processes (lockstep's ElasticWorld; one node; see\n"
-                 "docs/elastic.md). Default: restart")
+                 "docs/elastic.md). With --rdzv-endpoint or --master-port,\n"
+                 "the store is served there, and the same command run\n"
+                 "again while the job trains joins it: its workers are\n"
+                 "admitted at a step boundary. Default: restart")
       ->type_name("restart|in-place");
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", f.heartbeat_timeout,
                  "lockstep, --recovery in-place: seconds a worker may send\n"

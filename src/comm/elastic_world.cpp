@@ -25,6 +25,8 @@ constexpr std::chrono::milliseconds kReformTimeout{30000};
 // How long reform() waits for the launcher to announce a loss after a failed step: the launcher sees an
 // exit at once and a silent rank within its heartbeat timeout.
 constexpr std::chrono::milliseconds kAnnounceTimeout{60000};
+// Set by refuse_joins(): why the job admits no joiners.
+constexpr const char* kRefusedKey = "joins_refused";
 
 using detail::bytes;
 using detail::text;
@@ -107,7 +109,16 @@ ElasticWorld::ElasticWorld(ProcessGroupOptions options, std::optional<int> join_
   }
 }
 
+void ElasticWorld::refuse_joins(const std::string& why) {
+  elastic_->set(kRefusedKey, bytes(why));
+}
+
 int ElasticWorld::announce_join() {
+  if (elastic_->check({kRefusedKey})) {
+    throw CommError(options_.rank(), kOp,
+                    "rank id " + std::to_string(id_) + " cannot join: the running job admits no joiners (" +
+                        text(elastic_->get(kRefusedKey)) + ")");
+  }
   // The counter first (elastic_contract.h), then the record under the number it gave.
   const int n = static_cast<int>(elastic_->add(lockstep::detail::kGenerationKey, 1));
   elastic_->set(lockstep::detail::change_key(n),
@@ -295,7 +306,8 @@ MembershipChange ElasticWorld::reform() {
     change.why.push_back(reason_lost(id, generation_));
   }
   for (int id : members_) {
-    if (std::find(old_members.begin(), old_members.end(), id) == old_members.end()) change.joined.push_back(id);
+    if (std::find(old_members.begin(), old_members.end(), id) == old_members.end())
+      change.joined.push_back(id);
   }
   change.generation = generation_;
   change.new_size = static_cast<int>(members_.size());

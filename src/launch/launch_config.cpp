@@ -300,6 +300,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
   resolve_nodes(options, config);
   resolve_workers(options, config);
   const bool on_its_own = resolve_master(options, config);
+  config.master_named = !on_its_own;
   if (options.run_id()) {
     check(!options.run_id()->empty(), "run_id='' is not valid (expected a non-empty job id)");
     config.run_id = *options.run_id();

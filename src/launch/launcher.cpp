@@ -256,9 +256,13 @@ class Attempt {
     workers_.reserve(static_cast<std::size_t>(config_.nproc_per_node));
     for (int local_rank = 0; local_rank < config_.nproc_per_node; ++local_rank) {
       const auto index = static_cast<std::size_t>(local_rank);
-      const int rank = world_.rank_of(local_rank);
+      // A joining launcher's worker is known by its id (its RANK is a placeholder until it is admitted).
+      const int rank = in_place_ != nullptr ? in_place_->id_of(world_.rank_of(local_rank), local_rank)
+                                            : world_.rank_of(local_rank);
       settings.inherit_stdout = local_rank == config_.direct_stdout_local_rank;
       EnvEntries env = worker_environment(config_, world_, local_rank, base);
+      if (in_place_ != nullptr && in_place_->joining())
+        env.push_back(std::string(lockstep::detail::kElasticJoinVariable) + "=" + std::to_string(rank));
       if (!logs_.error_files[index].empty())
         env.push_back("TORCHELASTIC_ERROR_FILE=" + logs_.error_files[index]);
       detail::SpawnedWorker spawned = detail::spawn_worker(config_.command, env, settings);
@@ -470,7 +474,7 @@ class Attempt {
   }
 
   void stall(Worker& w, const std::string& why) {
-    if (in_place_ != nullptr && live_count() > 1) {
+    if (in_place_ != nullptr && (live_count() > 1 || in_place_->joining())) {
       // Dead before it is announced: a vote it might still cast must not follow the announcement.
       ::kill(-w.pid, SIGKILL);
       siginfo_t info{};
@@ -546,8 +550,13 @@ class Attempt {
         w.held = false;
       }
       const bool failed = !w.exit->success() && cause_ == StopCause::kNone && !w.lost;
-      if (failed && in_place_ != nullptr && live_count() > 0) {
-        lose(w, w.exit->describe());  // in place: the others go on
+      if (failed && in_place_ != nullptr && (live_count() > 0 || in_place_->joining())) {
+        lose(w, w.exit->describe());  // in place: the others go on (a joined worker's others are elsewhere)
+        if (live_count() == 0) {      // this launcher has no worker left: it failed, the job goes on
+          failed_rank_ = w.rank;
+          failure_ = w.exit;
+          cause_ = StopCause::kWorkerFailed;
+        }
       } else if (failed) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
@@ -815,12 +824,31 @@ LaunchResult Launcher::run() {
 }
 
 LaunchResult Launcher::run_in_place(detail::SignalRelay& relay, const std::string& job_log_dir) {
-  detail::InPlaceStore store(config_.run_id, config_.world_size());
+  // A named master is served (or, served already, joined); else a port only this launch knows.
+  detail::InPlaceStore store(config_.run_id, config_.world_size(),
+                             config_.master_named ? config_.master_addr : "127.0.0.1",
+                             config_.master_named ? config_.master_port : 0);
+  if (store.joining()) {
+    const int first = store.reserve_ids(config_.nproc_per_node);
+    say(streams_, "in place: " + store.endpoint() + " serves a running job: its " +
+                      std::to_string(config_.nproc_per_node) + " worker(s) join it as rank id(s) " +
+                      std::to_string(first) + ".." + std::to_string(first + config_.nproc_per_node - 1) +
+                      ", admitted at a step boundary");
+  }
   LaunchConfig config = config_;
   config.worker_env.emplace_back(lockstep::detail::kElasticStoreVariable, store.endpoint());
   const AttemptLogs logs(job_log_dir, 0, config);
   const NodeWorld world = config.static_world(0);
   const AttemptResult attempt = Attempt(config, world, streams_, relay, logs, nullptr, &store).run();
+  if (!store.joining() && attempt.cause == StopCause::kNone) {
+    // Ranks that joined from other launchers use this store until they end.
+    const int missing = store.wait_for_joined(config_.collective_timeout);
+    if (missing > 0) {
+      say(streams_, "in place: " + std::to_string(missing) +
+                        " joined rank(s) had neither finished nor been lost after the collective timeout; "
+                        "closing the store");
+    }
+  }
   LaunchResult result;
   result.exit_status = attempt.exit_status;
   result.failed_rank = attempt.failed_rank;

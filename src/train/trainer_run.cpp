@@ -143,6 +143,7 @@ void Trainer::Run::connect() {
     if (options.collective_timeout()) group_options.collective_timeout(*options.collective_timeout());
     if (options.elastic()) {
       elastic = std::make_unique<comm::ElasticWorld>(group_options);
+      elastic->refuse_joins("the Trainer survives lost ranks in place but does not admit joining ones yet");
       group = &elastic->group();
     } else {
       owned_group.emplace(comm::init_process_group(group_options));

@@ -286,6 +286,23 @@ TEST(ElasticWorld, AJoinAndALossTogetherMakeOneReformation) {
   lockstep::testing::expect_all_ok(outcomes);
 }
 
+// A job that cannot send its state refuses joiners: they are told why before they announce themselves.
+TEST(ElasticWorld, AJobThatRefusesJoinsSaysWhy) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ElasticWorld elastic(options(0, 1, store));
+  elastic.refuse_joins("no state to send (test)");
+  try {
+    ElasticWorld joiner(options(0, 1, store), /*join_as=*/1);
+    FAIL() << "a joiner was admitted into a job that refuses them";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("no state to send (test)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(elastic.announced_generation(), 0);
+  EXPECT_TRUE(elastic.should_commit());
+  EXPECT_FALSE(elastic.admitting());
+  elastic.shutdown();
+}
+
 // A joiner that asks after the job finished training is told so rather than waiting out its timeout.
 TEST(ElasticWorld, AJoinerAfterTheEndIsTold) {
   auto store = c10::make_intrusive<c10d::HashStore>();

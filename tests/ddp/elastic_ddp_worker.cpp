@@ -8,7 +8,11 @@
 //       pid to FILE and waits there until it is killed or stopped (the test's cue, so that no clock decides
 //       where the fault lands): WHERE is "start" (before the step's forward: the others wait for it in the
 //       all-reduce) or "vote" (after its gradients are reduced, before it votes). --die-in-reform: the rank
-//       with that id dies (SIGKILL) when it should re-form.
+//       with that id dies (SIGKILL) when it should re-form. --wait-for-join STEP:COUNT: the ranks there
+//       from the start wait at step STEP until COUNT joiners have announced themselves, so that they are
+//       admitted at that step's vote. A joining rank (started by a second `lockstep run` on the same
+//       endpoint) receives the parameters, the optimizer state and the position in the epoch from rank 0 and
+//       trains on.
 //   elastic_ddp_worker --reference WORLDS --out FILE [--epochs E]
 //       one process training on the same global batches as an undisturbed run whose world was W0 from step
 //       0, W1 from step S1, ... (WORLDS = "W0@0,W1@S1,..."): each step's loss is the mean of the per-rank
@@ -21,6 +25,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -108,51 +113,132 @@ void hold_if_due(const std::vector<Hold>& holds, int id, int64_t step, const cha
   }
 }
 
-int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& holds, int die_in_reform) {
+// Where the job is: what a joining rank receives (share_state). `parts` are this epoch's parts so far
+// (elastic_epoch.h): world, consumed, world, consumed, ..., the current world; `done` is its consumed.
+struct Position {
+  int64_t epoch = 0;
+  int64_t step = 0;  // committed steps
+  int64_t done = 0;  // samples of the current part this rank trained
+  std::vector<int64_t> parts;
+};
+
+// This rank's indices in the current part of the epoch.
+lockstep::data::ElasticEpoch epoch_part(const Position& pos, int rank) {
+  const auto last = pos.parts.size() - 1;
+  lockstep::data::ElasticEpoch part(
+      kSamples,
+      lockstep::data::DistributedSamplerOptions(pos.parts[0], last == 0 ? rank : 0).seed(kSamplerSeed),
+      pos.epoch);
+  for (std::size_t i = 2; i <= last; i += 2)
+    part.reshard(pos.parts[i - 1], pos.parts[i], i == last ? rank : 0);
+  return part;
+}
+
+// Rank 0's `bytes` on every rank.
+std::string broadcast_bytes(lockstep::comm::ProcessGroup& group, std::string bytes) {
+  auto size = torch::tensor({static_cast<int64_t>(bytes.size())});
+  group.broadcast(size, 0).wait();
+  auto buffer = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
+  if (group.rank() == 0) std::memcpy(buffer.data_ptr(), bytes.data(), bytes.size());
+  group.broadcast(buffer, 0).wait();
+  return std::string(static_cast<const char*>(buffer.data_ptr()), static_cast<std::size_t>(buffer.numel()));
+}
+
+// Rank 0's optimizer state and position on every rank (the parameters came with DDP's broadcast).
+void share_state(lockstep::comm::ProcessGroup& group, torch::optim::Optimizer& optimizer, Position& pos) {
+  std::ostringstream saved;
+  if (group.rank() == 0) {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    archive.save_to(saved);
+  }
+  const std::string state = broadcast_bytes(group, saved.str());
+  std::vector<int64_t> where = {pos.epoch, pos.step, pos.done};
+  where.insert(where.end(), pos.parts.begin(), pos.parts.end());
+  auto numbers = torch::tensor(where);
+  auto count = torch::tensor({numbers.numel()});
+  group.broadcast(count, 0).wait();
+  numbers.resize_({count.item<int64_t>()});
+  group.broadcast(numbers, 0).wait();
+  if (group.rank() == 0) return;
+  std::istringstream in(state);
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  optimizer.load(archive);
+  const auto* n = numbers.data_ptr<int64_t>();
+  pos.epoch = n[0];
+  pos.step = n[1];
+  pos.done = n[2];
+  pos.parts.assign(n + 3, n + numbers.numel());
+}
+
+int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& holds, int die_in_reform,
+                std::pair<int64_t, int> wait_for_join) {
   using lockstep::comm::ElasticWorld;
   const Data data = make_data();
   ElasticWorld world(lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
   Net net = make_net();
   auto ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(net, world.group());
   auto optimizer = make_optimizer(net);
-  int64_t step = 0;  // committed steps
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    lockstep::data::ElasticEpoch part(
-        kSamples,
-        lockstep::data::DistributedSamplerOptions(world.group().size(), world.group().rank())
-            .seed(kSamplerSeed),
-        epoch);
-    int64_t done = 0;  // samples of this part this rank trained
-    while (done < static_cast<int64_t>(part.indices().size())) {
-      const int64_t n = std::min<int64_t>(kBatch, static_cast<int64_t>(part.indices().size()) - done);
-      try {
-        hold_if_due(holds, world.id(), step, "start");
-        optimizer.zero_grad();
-        auto loss =
-            loss_on([&](const torch::Tensor& x) { return ddp->forward(x); }, data, part.indices(), done, n);
-        loss.backward();  // DDP averages the gradients over the current world
-        hold_if_due(holds, world.id(), step, "vote");
-        if (!world.should_commit()) {
-          throw lockstep::comm::MembershipChanged(world.group().rank(), "should_commit",
-                                                  "the world changed before every rank voted");
-        }
-        optimizer.step();
-        done += n;
-        ++step;
-        std::printf("step %lld world %d\n", static_cast<long long>(step), world.group().size());
-        std::fflush(stdout);
-      } catch (const lockstep::comm::CommError& e) {
-        if (die_in_reform == world.id()) std::raise(SIGKILL);  // lost while the others re-form
-        const auto change = world.reform();
-        std::printf("membership change at step %lld: %s\n", static_cast<long long>(step),
-                    change.describe().c_str());
-        std::fflush(stdout);
-        ddp.reset();
-        ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(
-            net, world.group(), lockstep::ddp::DdpOptions().init_sync(false));
-        part.reshard(done, world.group().size(), world.group().rank());
-        done = 0;
+  Position pos;
+  pos.parts = {world.group().size()};
+  if (world.joined()) {
+    share_state(world.group(), optimizer, pos);
+    std::printf("joined at step %lld as rank %d of %d\n", static_cast<long long>(pos.step),
+                world.group().rank(), world.group().size());
+    std::fflush(stdout);
+  }
+  auto part = epoch_part(pos, world.group().rank());
+  // After a reform(): DDP over the new group (the joiners get the parameters from its broadcast, and the
+  // rest of the state from share_state), and the rest of the epoch dealt over the new world.
+  const auto changed = [&](const lockstep::comm::MembershipChange& change) {
+    std::printf("membership change at step %lld: %s\n", static_cast<long long>(pos.step),
+                change.describe().c_str());
+    std::fflush(stdout);
+    ddp.reset();
+    ddp = std::make_unique<lockstep::ddp::DistributedDataParallel<Net>>(
+        net, world.group(), lockstep::ddp::DdpOptions().init_sync(!change.joined.empty()));
+    pos.parts.push_back(pos.done);
+    pos.parts.push_back(world.group().size());
+    pos.done = 0;
+    if (!change.joined.empty()) share_state(world.group(), optimizer, pos);
+    part = epoch_part(pos, world.group().rank());
+  };
+  while (pos.epoch < epochs) {
+    if (pos.done >= static_cast<int64_t>(part.indices().size())) {
+      ++pos.epoch;
+      pos.parts = {world.group().size()};
+      pos.done = 0;
+      part = epoch_part(pos, world.group().rank());
+      continue;
+    }
+    const int64_t n = std::min<int64_t>(kBatch, static_cast<int64_t>(part.indices().size()) - pos.done);
+    try {
+      hold_if_due(holds, world.id(), pos.step, "start");
+      if (pos.step == wait_for_join.first && !world.joined()) {
+        // The test's cue: the joins are admitted at this step's vote, whenever their launcher got there.
+        for (int i = 0; i < 12000 && world.announced_generation() < world.generation() + wait_for_join.second;
+             ++i)
+          ::usleep(10000);
       }
+      optimizer.zero_grad();
+      auto loss =
+          loss_on([&](const torch::Tensor& x) { return ddp->forward(x); }, data, part.indices(), pos.done, n);
+      loss.backward();  // DDP averages the gradients over the current world
+      hold_if_due(holds, world.id(), pos.step, "vote");
+      if (!world.should_commit()) {
+        throw lockstep::comm::MembershipChanged(world.group().rank(), "should_commit",
+                                                "the world changed before every rank voted");
+      }
+      optimizer.step();
+      pos.done += n;
+      ++pos.step;
+      std::printf("step %lld world %d\n", static_cast<long long>(pos.step), world.group().size());
+      std::fflush(stdout);
+      if (world.admitting()) changed(world.reform());
+    } catch (const lockstep::comm::CommError& e) {
+      if (die_in_reform == world.id()) std::raise(SIGKILL);  // lost while the others re-form
+      changed(world.reform());
     }
   }
   if (world.group().rank() == 0) save(net, out);
@@ -236,6 +322,7 @@ int main(int argc, char** argv) {
     int epochs = 3;
     std::vector<Hold> holds;
     int die_in_reform = -1;
+    std::pair<int64_t, int> wait_for_join{-1, 0};
     std::string out, reference;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -260,6 +347,9 @@ int main(int argc, char** argv) {
         if (h.where != "start" && h.where != "vote")
           throw std::invalid_argument("--hold WHERE must be start or vote");
         holds.push_back(h);
+      } else if (arg == "--wait-for-join") {
+        const std::string v = value();
+        wait_for_join = {std::stoll(v.substr(0, v.find(':'))), std::stoi(v.substr(v.find(':') + 1))};
       } else if (arg == "--die-in-reform") {
         die_in_reform = std::stoi(value());
       } else if (arg == "--reference") {
@@ -272,7 +362,7 @@ int main(int argc, char** argv) {
       }
     }
     if (out.empty()) throw std::invalid_argument("--out FILE is required");
-    return reference.empty() ? run_elastic(epochs, out, holds, die_in_reform)
+    return reference.empty() ? run_elastic(epochs, out, holds, die_in_reform, wait_for_join)
                              : run_reference(epochs, reference, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());

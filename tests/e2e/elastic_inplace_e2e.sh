@@ -10,6 +10,8 @@
 #         sigstop         SIGSTOP of one of 3 ranks: the launcher finds it silent and kills it
 #         two_in_a_row    4 ranks, kill -9 of one, then of another once the first change is done
 #         during_reform   4 ranks, kill -9 of one; a second dies as the others re-form
+#         join            2 ranks; a second `lockstep run` on the same endpoint starts 2 more, which join
+#         join_then_kill  as join, then kill -9 of a joined rank (its launcher announces it)
 set -u
 case_name=$1 lockstep=$2 worker=$3
 work=$(mktemp -d)
@@ -44,12 +46,42 @@ case "$case_name" in
   sigstop) args=(--hold "2:12:start:$work/hold1") ;;
   two_in_a_row) ranks=4 args=(--hold "3:6:start:$work/hold1" --hold "1:20:vote:$work/hold2") ;;
   during_reform) ranks=4 args=(--hold "1:9:start:$work/hold1" --die-in-reform 3) ;;
+  join) ranks=2 args=(--wait-for-join 15:2) ;;
+  join_then_kill) ranks=2 args=(--wait-for-join 15:2 --hold "3:40:start:$work/hold1") ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 
-"$lockstep" run --nproc-per-node "$ranks" --standalone --recovery in-place --heartbeat-timeout "$heartbeat" -- \
-  "$worker" --out "$work/final.pt" "${args[@]}" >"$work/log" 2>&1 &
-launcher=$!
+# The join cases name the endpoint (the first launcher serves the store there; the second finds it served
+# and joins) and start the second launcher, with the same command line, once the job trains.
+if [[ $case_name == join* ]]; then
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  run=("$lockstep" run --nproc-per-node "$ranks" --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "join$port" \
+    --recovery in-place --heartbeat-timeout "$heartbeat" -- "$worker" --out "$work/final.pt" "${args[@]}")
+  "${run[@]}" >"$work/log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 1200); do
+    grep -q '^\[rank 0\] step 1 ' "$work/log" 2>/dev/null && break
+    sleep 0.05
+  done
+  "${run[@]}" >"$work/log2" 2>&1 &
+  joining=$!
+  if [ "$case_name" = join_then_kill ]; then
+    kill -9 "$(wait_hold "$work/hold1")" && echo "killed joined rank id 3 held at step 40"
+  fi
+  wait "$joining"
+  status=$?
+  cat "$work/log2"
+  grep -q 'serves a running job: its 2 worker(s) join it as rank id(s) 2..3' "$work/log2" ||
+    fail "the second launcher did not join"
+  [ "$case_name" = join_then_kill ] || [ "$status" -eq 0 ] || fail "the joining launcher exited $status"
+  grep -q 'joined at step' "$work/log2" || fail "no joined rank reported its admission"
+fi
+
+if [[ $case_name != join* ]]; then
+  "$lockstep" run --nproc-per-node "$ranks" --standalone --recovery in-place --heartbeat-timeout "$heartbeat" \
+    -- "$worker" --out "$work/final.pt" "${args[@]}" >"$work/log" 2>&1 &
+  launcher=$!
+fi
 
 case "$case_name" in
   kill_*) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank $victim held at step $step ($where)" ;;
@@ -65,7 +97,8 @@ esac
 wait "$launcher"
 status=$?
 [ "$status" -eq 0 ] || fail "lockstep run exited $status"
-grep -q '^lockstep run: in place: lost rank(s) ' "$work/log" || fail "no summary of the lost ranks"
+[ "$case_name" = join ] || grep -q 'in place: lost rank(s) ' "$work/log" "$work/log2" 2>/dev/null ||
+  fail "no summary of the lost ranks"
 [ -s "$work/final.pt" ] || fail "no parameters were saved"
 
 # The worlds rank 0 went through: "3@0,2@17,...".

@@ -114,6 +114,9 @@ class ElasticWorld {
   bool joined() const { return joined_; }
   /// The last vote committed and admits joining ranks: after the optimizer step, call reform().
   bool admitting() const { return admit_to_ > generation_; }
+  /// Makes later joiners fail at once (CommError quoting `why`) rather than be admitted: for a program
+  /// that cannot send them its state.
+  void refuse_joins(const std::string& why);
   /// The id kElasticJoinVariable names (std::nullopt when unset); std::invalid_argument when malformed.
   static std::optional<int> joining_id();
 
@@ -149,7 +152,7 @@ class ElasticWorld {
   int64_t votes_ = 0;  // votes cast in this generation
   bool joined_ = false;
   bool finished_ = false;  // shutdown() ran
-  int admit_to_ = 0;  // the generation the last committed vote admits
+  int admit_to_ = 0;       // the generation the last committed vote admits
 };
 
 }  // namespace lockstep::comm

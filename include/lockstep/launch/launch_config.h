@@ -41,6 +41,9 @@ struct LaunchConfig {
   int max_restarts = 0;
   /// LaunchOptions::in_place and heartbeat_timeout.
   bool in_place = false;
+  /// The user named the master (rdzv_endpoint, master_addr/master_port). Under in_place the launcher serves
+  /// the workers' store there, and a launcher that finds it served joins the running job.
+  bool master_named = false;
   std::chrono::milliseconds heartbeat_timeout{5000};
   /// Empty: no log files, unless `output` asks for some (the launcher then makes a fresh base directory
   /// under $TMPDIR and says where).

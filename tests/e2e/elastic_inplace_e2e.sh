@@ -11,6 +11,7 @@
 #   CASE: kill_<seed>     kill -9 of one of 3 ranks at a step the seed picks
 #         sigstop         SIGSTOP of one of 3 ranks: the launcher finds it silent and kills it
 #         two_in_a_row    4 ranks, kill -9 of one, then of another once the first change is done
+#         kill_rank0      kill -9 of rank 0 of 3 (the survivors' new rank 0 saves the parameters)
 #         two_in_one_pass 4 ranks, kill -9 of one at step 4, of another at step 8: both in epoch 0, so the
 #                         epoch's rest is re-sharded a second time (three parts)
 #         during_reform   4 ranks, kill -9 of one; a second dies as the others re-form
@@ -40,7 +41,9 @@ wait_hold() {
 # waits to be killed or stopped, so no clock decides where. WHERE: start (the others wait for it in the
 # step's all-reduce) or vote (its gradients reduced, the others wait for its vote).
 ranks=3 args=() heartbeat=5 reference_args=()
+reporter=0  # the rank whose lines tell the worlds (one that survives)
 case "$case_name" in
+  kill_rank0) args=(--hold "0:27:vote:$work/hold1") reporter=1 ;;
   kill_*)
     seed=${case_name#kill_}
     victim=$((1 + seed % 2)) step=$((4 + (seed * 17) % 40)) where=start
@@ -60,6 +63,7 @@ esac
 launcher=$!
 
 case "$case_name" in
+  kill_rank0) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank 0 held at step 27 (vote)" ;;
   kill_*) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank $victim held at step $step ($where)" ;;
   sigstop) kill -STOP "$(wait_hold "$work/hold1")" && echo "stopped rank 2 held at step 12" ;;
   two_in_a_row)
@@ -82,13 +86,13 @@ status=$?
 grep -q '^lockstep run: in place: lost rank(s) ' "$work/log" || fail "no summary of the lost ranks"
 [ -s "$work/final.pt" ] || fail "no parameters were saved"
 
-# The worlds rank 0 went through: "3@0,2@17,...".
+# The worlds the reporting rank went through: "3@0,2@17,...".
 worlds="$ranks@0"
 while read -r step size; do
   worlds="$worlds,$size@$step"
-done < <(sed -n 's/^\[rank 0\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/log")
-[ "$worlds" != "$ranks@0" ] || fail "rank 0 reported no membership change"
-grep '^\[rank 0\] membership change' "$work/log"
+done < <(sed -n 's/^\[rank '"$reporter"'\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/log")
+[ "$worlds" != "$ranks@0" ] || fail "rank $reporter reported no membership change"
+grep "^\[rank $reporter\] membership change" "$work/log"
 "$reference" --reference "$worlds" --out "$work/reference.pt" "${reference_args[@]}" || fail "the reference did not run"
 "$reference" --compare "$work/final.pt" "$work/reference.pt" || fail "the parameters differ from the reference ($worlds)"
 echo "PASS ($case_name): worlds $worlds"

@@ -271,6 +271,8 @@ comm::MembershipChange Accelerator::recover() {
   state.sync_gradients = true;
   state.sync_steps = state.committed_steps;
   state.batches_left = -1;
+  // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
+  if (scaler_.enabled()) scaler_.load_state(scaler_.state());
   // The models over the new group (the old strategy holds the old DDPs: it goes first), the same optimizers.
   strategy_.reset();
   strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);

@@ -8,11 +8,14 @@
 #include <string>
 #include <utility>
 
+#include <c10/util/Exception.h>
+
 #include "accelerator/gradient_state.h"
 #include "accelerator/prepared_loader_state.h"
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/device.h"
+#include "option_checks.h"
 
 namespace lockstep::train {
 
@@ -24,11 +27,18 @@ Accelerator::Accelerator(AcceleratorOptions options)
     : options_(resolve_launch_environment(options)), precision_from_launcher_(!options.mixed_precision()) {
   const env::Environment environment = env::from_env();
   init(environment.local_rank, environment.local_world_size, options_.backend());
-  owned_group_ = std::make_unique<comm::ProcessGroup>(
-      comm::init_process_group(comm::ProcessGroupOptions::from_environment(environment)
-                                   .backend(options_.backend())
-                                   .cuda(device_.is_cuda())));
-  group_ = owned_group_.get();
+  const auto group_options = comm::ProcessGroupOptions::from_environment(environment)
+                                 .backend(options_.backend())
+                                 .cuda(device_.is_cuda());
+  if (options_.elastic()) {  // validate() refused what in-place recovery cannot work with
+    elastic_ = std::make_unique<comm::ElasticWorld>(group_options);
+    elastic_->refuse_joins(
+        "the Accelerator survives lost ranks in place but does not admit joining ones yet");
+    group_ = &elastic_->group();
+  } else {
+    owned_group_ = std::make_unique<comm::ProcessGroup>(comm::init_process_group(group_options));
+    group_ = owned_group_.get();
+  }
   strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
 }
 
@@ -36,6 +46,15 @@ Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
     : options_(resolve_launch_environment(options)),
       precision_from_launcher_(!options.mixed_precision()),
       group_(&group) {
+  if (options_.elastic()) {
+    try {
+      detail::check_elastic({options_.strategy().kind(), options_.backend(), /*cuda_graphs=*/false,
+                             "the Accelerator constructor that takes a process group of the caller's"});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what() +
+                                  " (construct Accelerator(options) without the group)");
+    }
+  }
   const auto& group_options = group.options();
   int local_world_size = group_options.local_world_size();
   if (local_world_size <= 0)
@@ -106,6 +125,7 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("Accelerator::prepare_optimizer: ") + e.what());
   }
+  optimizers_.push_back(optimizer);
   return PreparedOptimizer(std::move(optimizer), *this);
 }
 
@@ -167,11 +187,28 @@ void Accelerator::backward(const at::Tensor& loss) {
   const int64_t group_size = gradient_state_->group_size;
   at::Tensor scaled = group_size > 1 ? loss / static_cast<double>(group_size) : loss;
   scaled = scaler_.scale(scaled);
+  ++backwards_;
   scaled.backward();
+}
+
+void Accelerator::vote_to_commit() {
+  auto& state = *gradient_state_;
+  if (voted_backward_ == backwards_) return;  // this step's vote is done (an optimizer before this one)
+  if (!elastic_->should_commit()) {
+    throw comm::MembershipChanged(
+        process_index(), "should_commit",
+        "the world changed before every rank voted for step " + std::to_string(state.sync_steps));
+  }
+  voted_backward_ = backwards_;
+  state.committed_steps = state.sync_steps;
+  for (const auto& weak : loaders_) {
+    if (auto loader = weak.lock()) loader->commit();
+  }
 }
 
 void Accelerator::optimizer_step(PreparedOptimizer& optimizer) {
   if (!gradient_state_->sync_gradients) return;
+  if (elastic_) vote_to_commit();
   if (scaler_.enabled()) {
     optimizer.step_was_skipped_ = !scaler_.step(*optimizer.optimizer_);
     scaler_.update();
@@ -214,6 +251,42 @@ at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
 
 void Accelerator::end_training() {
   if (owned_group_) owned_group_->shutdown();
+  if (elastic_) elastic_->shutdown();
+}
+
+// The Trainer's recover_in_epoch (trainer_run.cpp) for a loop the user writes: the same protocol, with the
+// dropped step rolled back here and the re-sharded rest handed to the loop through its prepared loaders.
+comm::MembershipChange Accelerator::recover() {
+  if (!elastic_) {
+    throw std::logic_error(
+        "Accelerator::recover needs in-place recovery: construct the Accelerator with "
+        "AcceleratorOptions().elastic(true) and start the ranks with `lockstep run --recovery in-place`");
+  }
+  const int old_world = num_processes();
+  comm::MembershipChange change = elastic_->reform();  // rethrows when no rank was lost
+  group_ = &elastic_->group();
+  // The dropped step: its gradients and its place in the accumulation.
+  for (const auto& optimizer : optimizers_) optimizer->zero_grad();
+  auto& state = *gradient_state_;
+  state.micro_steps = 0;
+  state.group_size = state.num_steps;
+  state.sync_gradients = true;
+  state.sync_steps = state.committed_steps;
+  state.batches_left = -1;
+  // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
+  if (scaler_.enabled()) scaler_.load_state(scaler_.state());
+  // The models over the new group (the old strategy holds the old DDPs: it goes first), the same optimizers.
+  strategy_.reset();
+  strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
+  for (const auto& remake : remake_ddp_) remake();
+  for (const auto& optimizer : optimizers_) {
+    const auto wrapped = strategy_->wrap_optimizer(optimizer);
+    TORCH_INTERNAL_ASSERT(wrapped == optimizer, "elastic runs strategy ddp, which steps the optimizer as is");
+  }
+  for (const auto& weak : loaders_) {
+    if (auto loader = weak.lock()) loader->reshard(old_world, num_processes(), process_index());
+  }
+  return change;
 }
 
 }  // namespace lockstep::train

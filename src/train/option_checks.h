@@ -1,5 +1,5 @@
-// The checks that options records (TrainerOptions, FitConfig, BatchLimit) share, each throwing
-// std::invalid_argument that names the option, the bad value and what is accepted. Free of LibTorch.
+// The checks that options records (TrainerOptions, AcceleratorOptions, FitConfig, BatchLimit) share, each
+// throwing std::invalid_argument that names the option, the bad value and what is accepted. Free of LibTorch.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/backend.h"
 #include "lockstep/detail/join.h"
+#include "lockstep/train/strategy/strategy_options.h"
 
 namespace lockstep::train::detail {
 
@@ -34,6 +36,39 @@ inline void check_member(const char* option, const std::string& value,
   if (std::find(accepted.begin(), accepted.end(), value) != accepted.end()) return;
   throw std::invalid_argument(std::string(option) + " '" + value + "' is not known (expected one of: " +
                               lockstep::detail::join(accepted, ", ") + ")");
+}
+
+/// What a run asks in-place recovery (elastic) to work with: the Trainer's and the Accelerator's options.
+struct ElasticUse {
+  StrategyKind strategy = StrategyKind::kDdp;
+  comm::Backend backend = comm::Backend::kAuto;
+  bool cuda_graphs = false;
+  /// How the caller handed over a process group of its own; empty when it did not.
+  std::string callers_group;
+};
+
+/// The one home of what in-place recovery (docs/elastic.md, "In place") cannot work with: throws
+/// "elastic (in-place recovery) does not work with <what>: <fix>".
+inline void check_elastic(const ElasticUse& use) {
+  const auto refuse = [](const std::string& what, const std::string& fix) {
+    throw std::invalid_argument("elastic (in-place recovery) does not work with " + what + ": " + fix);
+  };
+  if (use.strategy != StrategyKind::kDdp) {
+    refuse(std::string("strategy '") + to_string(use.strategy) + "'",
+           "zero1, zero2 and fsdp hold each optimizer or parameter shard once, so a lost rank's shard is "
+           "gone; use strategy ddp, or recover by restarts from a checkpoint (max_restarts and ckpt_dir)");
+  }
+  if (use.backend != comm::Backend::kAuto && use.backend != comm::Backend::kGloo) {
+    refuse(std::string("backend '") + comm::to_string(use.backend) + "'",
+           "only Gloo's collectives can be abandoned when a peer is lost; use backend gloo or auto");
+  }
+  if (use.cuda_graphs)
+    refuse("cuda_graphs", "a captured step cannot be dropped half-way; turn cuda_graphs off");
+  if (!use.callers_group.empty()) {
+    refuse(use.callers_group,
+           "the ranks must be started by `lockstep run --recovery in-place`, whose store the group is formed "
+           "from");
+  }
 }
 
 }  // namespace lockstep::train::detail

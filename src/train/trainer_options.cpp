@@ -88,23 +88,8 @@ void TrainerOptions::validate() const {
 
 void TrainerOptions::check_elastic() const {
   if (!elastic_) return;
-  const auto refuse = [](const std::string& what, const std::string& fix) {
-    throw std::invalid_argument("elastic (in-place recovery) does not work with " + what + ": " + fix);
-  };
-  if (strategy_.kind() != StrategyKind::kDdp) {
-    refuse(std::string("strategy '") + to_string(strategy_.kind()) + "'",
-           "zero1, zero2 and fsdp hold each optimizer or parameter shard once, so a lost rank's shard is "
-           "gone; use strategy ddp, or recover by restarts from a checkpoint (max_restarts and ckpt_dir)");
-  }
-  if (backend_ != comm::Backend::kAuto && backend_ != comm::Backend::kGloo) {
-    refuse(std::string("backend '") + comm::to_string(backend_) + "'",
-           "only Gloo's collectives can be abandoned when a peer is lost; use backend gloo or auto");
-  }
-  if (cuda_graphs_) refuse("cuda_graphs", "a captured step cannot be dropped half-way; turn cuda_graphs off");
-  if (process_group_) {
-    refuse("a process_group of the caller's",
-           "the ranks must be started by `lockstep run --recovery in-place`");
-  }
+  detail::check_elastic(
+      {strategy_.kind(), backend_, cuda_graphs_, process_group_ ? "a process_group of the caller's" : ""});
 }
 
 void TrainerOptions::check_cpu_training(const std::string& why) const {

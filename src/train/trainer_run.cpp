@@ -375,6 +375,8 @@ int64_t Trainer::Run::recover_in_epoch(int64_t e, EpochTraining& training) {
   group_has_nan_ = false;
   mid_accumulation = false;
   optimizer->zero_grad();
+  // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
+  if (scaler.enabled()) scaler.load_state(scaler.state());
   rejoin(change);
   // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one.
   const int64_t planned = reshard_parts.empty() ? planned_batches(old_world) : -1;

@@ -13,14 +13,15 @@
 //       admitted at that step's vote. A joining rank (started by a second `lockstep run` on the same
 //       endpoint) receives the parameters, the optimizer state and the position in the epoch from rank 0 and
 //       trains on.
-//   elastic_ddp_worker --reference WORLDS --out FILE [--epochs E]
+//   elastic_ddp_worker --reference WORLDS --out FILE [--epochs E] [--batch B]
 //       one process training on the same global batches as an undisturbed run whose world was W0 from step
 //       0, W1 from step S1, ... (WORLDS = "W0@0,W1@S1,..."): each step's loss is the mean of the per-rank
-//       losses, which is what DDP's averaged gradients descend.
+//       losses, which is what DDP's averaged gradients descend. --batch: per rank (default 5; 10 is the
+//       reference of the Accelerator's 5 accumulated twice).
+//       The job (data, model, optimizer, loss, --hold) is tests/support/elastic_job.h, which
+//       tests/train/elastic_accelerator_worker.cpp trains too: this reference is also the Accelerator's.
 //   elastic_ddp_worker --compare A B
 //       exit 0 when the parameters in A and B agree to 1e-9 (float64 throughout), else 1 naming the worst.
-
-#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -31,10 +32,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/nn.h>
-#include <torch/optim.h>
-#include <torch/serialize.h>
-
+#include "../support/elastic_job.h"
 #include "lockstep/comm/elastic_world.h"
 #include "lockstep/data/elastic_epoch.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
@@ -42,40 +40,7 @@
 
 namespace {
 
-constexpr int64_t kSamples = 300;
-constexpr int64_t kBatch = 5;  // per rank
-constexpr uint64_t kSamplerSeed = 5;
-
-struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(12, 16))),
-        fc2(register_module("fc2", torch::nn::Linear(16, 3))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
-  torch::nn::Linear fc1, fc2;
-};
-TORCH_MODULE(Net);
-
-struct Data {
-  torch::Tensor x, y;
-};
-
-Data make_data() {
-  torch::manual_seed(3);
-  auto x = torch::randn({kSamples, 12}, torch::kDouble);
-  auto y = torch::tanh(x.matmul(torch::randn({12, 3}, torch::kDouble)));
-  return {x, y};
-}
-
-Net make_net() {
-  torch::manual_seed(1);
-  Net net;
-  net->to(torch::kDouble);
-  return net;
-}
-
-torch::optim::Adam make_optimizer(Net& net) {
-  return torch::optim::Adam(net->parameters(), torch::optim::AdamOptions(0.01));
-}
+using namespace lockstep::testing::elastic_job;
 
 // The loss of `forward` on samples [from, from + n) of `indices`: the same for a rank (through DDP) and for
 // the reference (each rank's batch through the plain model).
@@ -83,34 +48,7 @@ template <typename Forward>
 torch::Tensor loss_on(Forward&& forward, const Data& data, const std::vector<int64_t>& indices, int64_t from,
                       int64_t n) {
   const auto idx = torch::tensor(std::vector<int64_t>(indices.begin() + from, indices.begin() + from + n));
-  return torch::mse_loss(forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
-}
-
-void save(Net& net, const std::string& path) {
-  std::vector<torch::Tensor> parameters;
-  for (const auto& p : net->parameters()) parameters.push_back(p.detach().clone());
-  torch::save(parameters, path);
-}
-
-// Where a rank waits for the test to kill or stop it (--hold).
-struct Hold {
-  int id = -1;
-  int64_t step = -1;
-  std::string where;  // "start" or "vote"
-  std::string file;
-};
-
-void hold_if_due(const std::vector<Hold>& holds, int id, int64_t step, const char* where) {
-  for (const Hold& h : holds) {
-    if (h.id != id || h.step != step || h.where != where) continue;
-    const std::string tmp = h.file + ".tmp";
-    if (std::FILE* f = std::fopen(tmp.c_str(), "w")) {
-      std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
-      std::fclose(f);
-      std::rename(tmp.c_str(), h.file.c_str());
-    }
-    for (;;) ::pause();  // until SIGKILL (or SIGSTOP, then the launcher's SIGKILL)
-  }
+  return loss_of(forward(data.x.index_select(0, idx)), data.y.index_select(0, idx));
 }
 
 // Where the job is: what a joining rank receives (share_state). `parts` are this epoch's parts so far
@@ -258,7 +196,7 @@ std::vector<std::pair<int64_t, int64_t>> parse_worlds(const std::string& text) {
   return worlds;
 }
 
-int run_reference(int epochs, const std::string& worlds_text, const std::string& out) {
+int run_reference(int epochs, int64_t batch, const std::string& worlds_text, const std::string& out) {
   const auto worlds = parse_worlds(worlds_text);
   const Data data = make_data();
   Net net = make_net();
@@ -282,7 +220,7 @@ int run_reference(int epochs, const std::string& worlds_text, const std::string&
       }
       const auto left = static_cast<int64_t>(ranks.front().indices().size()) - done;
       if (left <= 0) break;
-      const int64_t n = std::min(kBatch, left);
+      const int64_t n = std::min(batch, left);
       optimizer.zero_grad();
       torch::Tensor loss = torch::zeros({}, torch::kDouble);
       for (const auto& part : ranks) {
@@ -320,6 +258,7 @@ int compare(const std::string& a, const std::string& b) {
 int main(int argc, char** argv) {
   try {
     int epochs = 3;
+    int64_t batch = kBatch;
     std::vector<Hold> holds;
     int die_in_reform = -1;
     std::pair<int64_t, int> wait_for_join{-1, 0};
@@ -332,21 +271,12 @@ int main(int argc, char** argv) {
       };
       if (arg == "--epochs") {
         epochs = std::stoi(value());
+      } else if (arg == "--batch") {
+        batch = std::stoll(value());
       } else if (arg == "--out") {
         out = value();
       } else if (arg == "--hold") {
-        std::stringstream in(value());
-        Hold h;
-        std::string id, step;
-        std::getline(in, id, ':');
-        std::getline(in, step, ':');
-        std::getline(in, h.where, ':');
-        std::getline(in, h.file);
-        h.id = std::stoi(id);
-        h.step = std::stoll(step);
-        if (h.where != "start" && h.where != "vote")
-          throw std::invalid_argument("--hold WHERE must be start or vote");
-        holds.push_back(h);
+        holds.push_back(parse_hold(value()));
       } else if (arg == "--wait-for-join") {
         const std::string v = value();
         wait_for_join = {std::stoll(v.substr(0, v.find(':'))), std::stoi(v.substr(v.find(':') + 1))};
@@ -363,7 +293,7 @@ int main(int argc, char** argv) {
     }
     if (out.empty()) throw std::invalid_argument("--out FILE is required");
     return reference.empty() ? run_elastic(epochs, out, holds, die_in_reform, wait_for_join)
-                             : run_reference(epochs, reference, out);
+                             : run_reference(epochs, batch, reference, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());
     return 1;

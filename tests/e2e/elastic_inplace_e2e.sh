@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# In-place recovery end to end: `lockstep run --recovery in-place` of a user's own DDP loop
-# (tests/ddp/elastic_ddp_worker.cpp) that loses ranks while it trains. The job must exit 0 and end on the
+# In-place recovery end to end: `lockstep run --recovery in-place` of a loop that loses ranks while it
+# trains: a user's own DDP loop (tests/ddp/elastic_ddp_worker.cpp) or the Accelerator's
+# (tests/train/elastic_accelerator_worker.cpp, which trains the same job). The job must exit 0 and end on the
 # parameters (float64, to 1e-9) of one process that trained the same global batches as an undisturbed run
 # whose world changed at the same steps: nothing trained twice, nothing skipped, no step applied by some
 # ranks only.
 #
-#   elastic_inplace_e2e.sh CASE LOCKSTEP WORKER
+#   elastic_inplace_e2e.sh CASE LOCKSTEP WORKER [REFERENCE]
+#   REFERENCE: what runs --reference and --compare (elastic_ddp_worker; default: WORKER)
 #   CASE: kill_<seed>     kill -9 of one of 3 ranks at a step the seed picks
 #         sigstop         SIGSTOP of one of 3 ranks: the launcher finds it silent and kills it
 #         two_in_a_row    4 ranks, kill -9 of one, then of another once the first change is done
+#         kill_rank0      kill -9 of rank 0 of 3 (the survivors' new rank 0 saves the parameters)
+#         two_in_one_pass 4 ranks, kill -9 of one at step 4, of another at step 8: both in epoch 0, so the
+#                         epoch's rest is re-sharded a second time (three parts)
 #         during_reform   4 ranks, kill -9 of one; a second dies as the others re-form
+#         accumulate      3 ranks accumulating 2 micro-batches per step (the Accelerator's worker only),
+#                         kill -9 of one at a step's first micro-batch; the reference's batch is 10
 #         join            2 ranks; a second `lockstep run` on the same endpoint starts 2 more, which join
 #         join_then_kill  as join, then kill -9 of a joined rank (its launcher announces it)
 set -u
-case_name=$1 lockstep=$2 worker=$3
+case_name=$1 lockstep=$2 worker=$3 reference=${4:-$3}
 work=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 fail() {
@@ -35,8 +42,10 @@ wait_hold() {
 # Each fault lands where the worker holds (--hold ID:STEP:WHERE:FILE): a rank stops at a given step and
 # waits to be killed or stopped, so no clock decides where. WHERE: start (the others wait for it in the
 # step's all-reduce) or vote (its gradients reduced, the others wait for its vote).
-ranks=3 args=() heartbeat=5
+ranks=3 args=() heartbeat=5 reference_args=()
+reporter=0  # the rank whose lines tell the worlds (one that survives)
 case "$case_name" in
+  kill_rank0) args=(--hold "0:27:vote:$work/hold1") reporter=1 ;;
   kill_*)
     seed=${case_name#kill_}
     victim=$((1 + seed % 2)) step=$((4 + (seed * 17) % 40)) where=start
@@ -45,7 +54,9 @@ case "$case_name" in
     ;;
   sigstop) args=(--hold "2:12:start:$work/hold1") ;;
   two_in_a_row) ranks=4 args=(--hold "3:6:start:$work/hold1" --hold "1:20:vote:$work/hold2") ;;
+  two_in_one_pass) ranks=4 args=(--hold "3:4:start:$work/hold1" --hold "1:8:vote:$work/hold2") ;;
   during_reform) ranks=4 args=(--hold "1:9:start:$work/hold1" --die-in-reform 3) ;;
+  accumulate) args=(--accumulate 2 --hold "2:13:start:$work/hold1") reference_args=(--batch 10) ;;
   join) ranks=2 args=(--wait-for-join 15:2) ;;
   join_then_kill) ranks=2 args=(--wait-for-join 15:2 --hold "3:40:start:$work/hold1") ;;
   *) echo "unknown case $case_name"; exit 2 ;;
@@ -84,6 +95,7 @@ if [[ $case_name != join* ]]; then
 fi
 
 case "$case_name" in
+  kill_rank0) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank 0 held at step 27 (vote)" ;;
   kill_*) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank $victim held at step $step ($where)" ;;
   sigstop) kill -STOP "$(wait_hold "$work/hold1")" && echo "stopped rank 2 held at step 12" ;;
   two_in_a_row)
@@ -91,7 +103,13 @@ case "$case_name" in
     kill -9 "$(wait_hold "$work/hold2")"
     echo "killed rank 3 held at step 6, then rank 1 held at step 20 (vote)"
     ;;
+  two_in_one_pass)
+    kill -9 "$(wait_hold "$work/hold1")"
+    kill -9 "$(wait_hold "$work/hold2")"
+    echo "killed rank 3 held at step 4, then rank 1 held at step 8 (vote), both in epoch 0"
+    ;;
   during_reform) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank 1 held at step 9 (rank 3 dies as the others re-form)" ;;
+  accumulate) kill -9 "$(wait_hold "$work/hold1")" && echo "killed rank 2 held at step 13's first micro-batch" ;;
 esac
 
 wait "$launcher"
@@ -101,13 +119,13 @@ status=$?
   fail "no summary of the lost ranks"
 [ -s "$work/final.pt" ] || fail "no parameters were saved"
 
-# The worlds rank 0 went through: "3@0,2@17,...".
+# The worlds the reporting rank went through: "3@0,2@17,...".
 worlds="$ranks@0"
 while read -r step size; do
   worlds="$worlds,$size@$step"
-done < <(sed -n 's/^\[rank 0\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/log")
-[ "$worlds" != "$ranks@0" ] || fail "rank 0 reported no membership change"
-grep '^\[rank 0\] membership change' "$work/log"
-"$worker" --reference "$worlds" --out "$work/reference.pt" || fail "the reference did not run"
-"$worker" --compare "$work/final.pt" "$work/reference.pt" || fail "the parameters differ from the reference ($worlds)"
+done < <(sed -n 's/^\[rank '"$reporter"'\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/log")
+[ "$worlds" != "$ranks@0" ] || fail "rank $reporter reported no membership change"
+grep "^\[rank $reporter\] membership change" "$work/log"
+"$reference" --reference "$worlds" --out "$work/reference.pt" "${reference_args[@]}" || fail "the reference did not run"
+"$reference" --compare "$work/final.pt" "$work/reference.pt" || fail "the parameters differ from the reference ($worlds)"
 echo "PASS ($case_name): worlds $worlds"

@@ -780,6 +780,44 @@ TEST(Accelerator, BadOptionsAreRejectedBeforeConnecting) {
   EXPECT_NE(message.find("bogus"), std::string::npos) << message;
 }
 
+// In-place recovery refuses, before connecting, what TrainerOptions::check_elastic refuses (one rule:
+// src/train/option_checks.h): the sharded strategies, backends other than gloo, a group of the caller's.
+TEST(Accelerator, ElasticRefusesWhatInPlaceRecoveryCannotWorkWith) {
+  EXPECT_FALSE(AcceleratorOptions().elastic());
+  const auto refused = [](const std::string& message, const std::string& what, const std::string& fix) {
+    EXPECT_NE(message.find("elastic (in-place recovery) does not work with " + what), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(fix), std::string::npos) << message;
+  };
+  for (StrategyKind kind : {StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kFsdp}) {
+    // The environment constructor: it would form an elastic world, but the options fail first.
+    refused(error_of<std::invalid_argument>(
+                [&] { Accelerator(AcceleratorOptions().elastic(true).strategy(StrategyOptions(kind))); }),
+            std::string("strategy '") + to_string(kind) + "'", "use strategy ddp");
+  }
+  refused(error_of<std::invalid_argument>(
+              [] { Accelerator(AcceleratorOptions().elastic(true).backend(comm::Backend::kShm)); }),
+          "backend 'shm'", "use backend gloo or auto");
+  // Not elastic, the same options are fine (validate alone: constructing would connect).
+  AcceleratorOptions()
+      .strategy(StrategyOptions(StrategyKind::kZero1))
+      .backend(comm::Backend::kShm)
+      .validate();
+  AcceleratorOptions().elastic(true).backend(comm::Backend::kGloo).validate();
+
+  auto store = new_store();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    auto group = make_group(rank, 1, store);
+    refused(error_of<std::invalid_argument>([&] { Accelerator(group, AcceleratorOptions().elastic(true)); }),
+            "the Accelerator constructor that takes a process group of the caller's",
+            "lockstep run --recovery in-place");
+    Accelerator plain(group);
+    const auto message = error_of<std::logic_error>([&] { plain.recover(); });
+    EXPECT_NE(message.find("AcceleratorOptions().elastic(true)"), std::string::npos) << message;
+    group.shutdown();
+  }));
+}
+
 TEST(Accelerator, MisuseIsAClearError) {
   auto store = new_store();
   expect_all_ok(run_ranks(1, [&](int rank) {

@@ -194,6 +194,22 @@ TEST(GradScaler, UnscaleDividesGradientsExactlyOnce) {
   scaler.update();
 }
 
+// An in-place recovery drops a step after unscale() (a clip before the commit vote): load_state(state())
+// forgets that step, so the next one is unscaled again, at the same scale (Accelerator::recover, the
+// Trainer's recover_in_epoch).
+TEST(GradScaler, ReloadingItsStateForgetsADroppedStepsUnscale) {
+  GradScaler scaler;  // 65536
+  OneParameter p;
+  const auto grad = torch::tensor({0.1f, -3.7f, 1e-3f});
+  p.set_grad(grad * 65536.0);
+  EXPECT_TRUE(scaler.unscale(p.optimizer));  // the dropped step
+  scaler.load_state(scaler.state());
+  EXPECT_EQ(scaler.scale_value(), 65536.0);
+  p.set_grad(grad * 65536.0);  // the next step's scaled gradients
+  EXPECT_TRUE(scaler.unscale(p.optimizer));
+  EXPECT_TRUE(torch::equal(p.weight.grad(), grad));
+}
+
 TEST(GradScaler, ScaledBackwardThenUnscaleEqualsThePlainGradient) {
   torch::manual_seed(1);
   torch::nn::Linear linear(5, 2);

@@ -22,6 +22,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "lockstep/comm/backend.h"
+#include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/ddp/distributed_data_parallel.h"
@@ -75,6 +76,12 @@ struct GradientState;  // src/train/accelerator/gradient_state.h
 /// and its losses are divided by its own length (Accelerate syncs there too, but always divides by
 /// gradient_accumulation_steps, which shrinks that step).
 ///
+/// In-place recovery (AcceleratorOptions().elastic(true), docs/elastic.md "The Accelerator"): under
+/// `lockstep run --recovery in-place` a lost rank costs the step in progress. Each sync step's optimizer
+/// step votes first and throws comm::MembershipChanged when the world changed; the loop catches
+/// comm::CommError and calls recover(), and its range-for over the prepared loader goes on with the rest
+/// of the epoch re-sharded over the survivors.
+///
 /// Not thread-safe; one per process (or per thread-rank in tests). Prepared objects must not outlive it.
 ///
 /// Example:
@@ -103,12 +110,14 @@ class Accelerator {
   /// ... or a single process) and joins the process group (comm::init_process_group with
   /// options.backend()). Throws std::invalid_argument for bad options or launcher variables (before any
   /// connection is made), std::invalid_argument when the precision cannot run on the device (fp16 on
-  /// CPU with LibTorch < 2.5), env::EnvError / comm::CommError from setup.
+  /// CPU with LibTorch < 2.5), env::EnvError / comm::CommError from setup. With options.elastic(), the
+  /// group is a comm::ElasticWorld's (the ranks must run under `lockstep run --recovery in-place`).
   explicit Accelerator(AcceleratorOptions options = AcceleratorOptions());
   /// Uses an existing process group (tests with thread ranks, programs with their own group); the options
   /// are resolved as above. The group must outlive the accelerator; end_training() leaves it open (its owner
   /// shuts it down). is_local_main_process() assumes torchrun's rank layout (rank = node * local_world_size +
-  /// local rank).
+  /// local rank). Refuses options.elastic() (std::invalid_argument): an elastic group is formed from the
+  /// in-place launcher's store, so only the constructor above makes one.
   explicit Accelerator(comm::ProcessGroup& group, AcceleratorOptions options = AcceleratorOptions());
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;
@@ -228,6 +237,33 @@ class Accelerator {
   /// Shuts the process group down (when the accelerator created it). Call at the end of a normal run.
   void end_training();
 
+  /// elastic: goes on after a lost rank, in the same process (docs/elastic.md, "The Accelerator"). Call it
+  /// on every surviving rank in a `catch (const lockstep::comm::CommError&)` around one micro-step (the
+  /// accumulate() scope, forward, backward, the optimizer's step and zero_grad: keep the scope inside the
+  /// try, it refers to the old DDP). It waits for the launcher's announcement and forms the next
+  /// generation's group (comm::ElasticWorld::reform: it rethrows when no rank was lost, so the error was
+  /// not one this can mend); drops what the last committed step did not cover (every prepared optimizer's
+  /// gradients zeroed, the accumulation group restarted, step() back to the committed count); rebuilds
+  /// every prepared model's DDP over the new group without a broadcast (every survivor holds the same
+  /// parameters; the PreparedModel objects keep working); and re-shards each prepared loader's pass in
+  /// progress: the batches committed on the old world count as a part of the epoch, and the rest of the
+  /// epoch is dealt over the new world, so the range-for's next batch is the first of the new plan.
+  /// process_index(), num_processes() and group() then describe the new world. Returns what changed
+  /// (`change.describe()` for a log line). Throws std::logic_error without elastic.
+  ///
+  /// Example:
+  ///   for (auto& batch : loader) {
+  ///     try {
+  ///       auto scope = accelerator.accumulate(model);
+  ///       accelerator.backward(loss_of(model(batch.data), batch.target));
+  ///       optimizer.step();  // votes first on a sync step
+  ///       optimizer.zero_grad();
+  ///     } catch (const lockstep::comm::CommError&) {
+  ///       accelerator.print("membership change: ", accelerator.recover().describe());
+  ///     }
+  ///   }
+  comm::MembershipChange recover();
+
  private:
   static std::string optimizer_base(const std::string& dir, size_t i);
   void on_every_rank(const std::string& dir, const std::string& failure, const std::function<void()>& write);
@@ -240,6 +276,9 @@ class Accelerator {
   /// strategy fsdp: FSDP over `module` (one stage when it is not Staged).
   std::shared_ptr<detail::FsdpModel> shard_model(const std::shared_ptr<torch::nn::Module>& module);
   bool begin_micro_step();
+  /// elastic: the commit vote of the current sync step (once, whatever the number of optimizers); throws
+  /// comm::MembershipChanged when the world changed first. Records what the step commits.
+  void vote_to_commit();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);
   friend class PreparedOptimizer;
@@ -249,6 +288,7 @@ class Accelerator {
   bool precision_from_launcher_ = false;
   Precision precision_ = Precision::k32;
   std::unique_ptr<comm::ProcessGroup> owned_group_;
+  std::unique_ptr<comm::ElasticWorld> elastic_;  // elastic: owns the group of each generation
   comm::ProcessGroup* group_ = nullptr;
   int local_process_index_ = 0;
   c10::Device device_{c10::kCPU};
@@ -256,6 +296,12 @@ class Accelerator {
   std::shared_ptr<detail::GradientState> gradient_state_;
   std::unique_ptr<Strategy> strategy_;  // holds the prepared models and optimizers
   std::vector<std::weak_ptr<detail::PreparedLoaderState>> loaders_;
+  // elastic: each prepared model's DDP made again over group_ into strategy_ (recover), and the optimizers
+  // as prepared, wrapped again by the new strategy.
+  std::vector<std::function<void()>> remake_ddp_;
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
+  int64_t backwards_ = 0;        // backward() calls: a step's vote is once per backward
+  int64_t voted_backward_ = -1;  // backwards_ at the last vote
 };
 
 template <typename M>
@@ -267,9 +313,18 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
   move_to_device(*module);
   if (strategy_->shards_parameters())
     return PreparedModel<M>(std::move(model), nullptr, shard_model(module), precision_, device_.type());
-  auto wrapped = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, strategy_->ddp_options());
-  strategy_->add_model(std::move(module), wrapped->gradient_sync(), wrapped);
-  return PreparedModel<M>(std::move(model), std::move(wrapped), nullptr, precision_, device_.type());
+  auto slot = std::make_shared<detail::DdpSlot<M>>();
+  slot->ddp = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, strategy_->ddp_options());
+  strategy_->add_model(module, slot->ddp->gradient_sync(), slot->ddp);
+  if (elastic_) {
+    remake_ddp_.push_back([this, slot, model, module] {
+      slot->ddp.reset();  // its hooks off the parameters before the new DDP adds its own
+      slot->ddp = std::make_shared<ddp::DistributedDataParallel<M>>(
+          model, *group_, strategy_->ddp_options().init_sync(false));
+      strategy_->add_model(module, slot->ddp->gradient_sync(), slot->ddp);
+    });
+  }
+  return PreparedModel<M>(std::move(model), std::move(slot), nullptr, precision_, device_.type());
 }
 
 template <typename T>

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../option_checks.h"
 #include "lockstep/detail/join.h"
 
 namespace lockstep::train {
@@ -80,6 +81,13 @@ void AcceleratorOptions::validate() const {
     strategy_.validate(mixed_precision_.value_or(Precision::k32), "mixed_precision");
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
+  }
+  if (elastic_) {
+    try {
+      detail::check_elastic({strategy_.kind(), backend_, /*cuda_graphs=*/false, /*callers_group=*/""});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
+    }
   }
 }
 

@@ -217,6 +217,7 @@ void Accelerator::load_state(const std::string& dir) {
   }
   scaler_.load_state(read_tensor(archive, path, "scaler").cpu());
   gradient_state_->sync_steps = read_value(archive, path, "step").toInt();
+  gradient_state_->committed_steps = gradient_state_->sync_steps;
   gradient_state_->micro_steps = read_value(archive, path, "micro_steps").toInt();
   gradient_state_->group_size = read_value(archive, path, "group_size").toInt();
   gradient_state_->sync_gradients = true;

@@ -12,18 +12,22 @@ namespace lockstep::train::detail {
 data::ShardPlan PreparedLoaderState::epoch_plan() const {
   data::ShardPlan p = plan;
   p.epoch = epoch;
+  p.before = before;
   return p;
 }
 
 void PreparedLoaderState::begin_pass() {
+  before.clear();
   batches = loader->start(epoch_plan());
   batch_index = -1;
+  committed = 0;
 }
 
 bool PreparedLoaderState::advance() {
   current = loader->next_any();
   if (!current) {
     gradient_state->batches_left = -1;
+    before.clear();
     ++epoch;  // Accelerate's DataLoaderShard: each completed pass is the next epoch
     return false;
   }
@@ -38,6 +42,23 @@ bool PreparedLoaderState::advance() {
     gradient_state->batches_left = loader->at_last() ? 1 : -1;
   }
   return true;
+}
+
+void PreparedLoaderState::commit() {
+  if (current) committed = batch_index + 1;
+}
+
+// The Trainer's recover_in_epoch, for one loader: what the old world committed becomes one more part of the
+// epoch (its planned length given with the first part only, as there), and the rest is dealt over the new
+// world from its first batch.
+void PreparedLoaderState::reshard(int old_world, int world, int rank) {
+  plan.world = world;
+  plan.rank = rank;
+  if (!current) return;  // between passes: the next one deals its epoch over the new world
+  before.push_back(data::EpochPart{old_world, committed, before.empty() ? batches : -1});
+  batches = loader->start(epoch_plan());
+  batch_index = -1;
+  committed = 0;
 }
 
 bool PreparedLoaderCore::begin_pass() {

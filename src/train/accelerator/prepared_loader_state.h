@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include <c10/core/Device.h>
 
@@ -26,6 +27,11 @@ struct PreparedLoaderState {
   void begin_pass();
   // The next batch of the pass; false (and the epoch advanced) after the last one.
   bool advance();
+  // elastic: the batches of the pass so far are committed (every rank applied the step they fed).
+  void commit();
+  // elastic: the plan is now `rank` of `world` (from `old_world`). A pass in progress goes on with the rest
+  // of its epoch dealt over the new world: the next advance() returns the first batch of that.
+  void reshard(int old_world, int world, int rank);
 
   std::unique_ptr<data::detail::AnyShardLoader> loader;
   data::ShardPlan plan;  // this rank's, but for the epoch
@@ -34,7 +40,11 @@ struct PreparedLoaderState {
   int64_t epoch = 0;
   int64_t batches = 0;  // of the pass in progress (-1: a stream of unknown length)
   int64_t batch_index = -1;
-  data::detail::AnyBatch current;
+  data::detail::AnyBatch current;  // null outside a pass
+  // elastic: batches of the current plan every rank committed, and the parts of the pass's epoch that
+  // earlier worlds ran (ShardPlan::before; empty outside a re-sharded pass).
+  int64_t committed = 0;
+  std::vector<data::EpochPart> before;
 };
 
 }  // namespace lockstep::train::detail

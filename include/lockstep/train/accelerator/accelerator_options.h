@@ -58,6 +58,12 @@ class AcceleratorOptions {
   LOCKSTEP_OPTION(AcceleratorOptions, StrategyOptions, strategy)
   /// The loss scaler used with fp16 (ignored otherwise).
   LOCKSTEP_OPTION(AcceleratorOptions, GradScalerOptions, scaler)
+  /// In-place recovery (docs/elastic.md, "In place"; default false): the accelerator forms its group as a
+  /// comm::ElasticWorld under `lockstep run --recovery in-place`, every sync step's optimizer step first
+  /// votes to commit (comm::MembershipChanged when the world changed), and Accelerator::recover() goes on
+  /// over the survivors after a lost rank. Strategy ddp and backend gloo (or auto) only, and not with the
+  /// constructor that takes a process group of the caller's: std::invalid_argument naming what and the fix.
+  LOCKSTEP_OPTION(AcceleratorOptions, bool, elastic)
 
   /// Throws std::invalid_argument naming the option, the bad value and what is accepted. Unset options
   /// count as their defaults.
@@ -72,6 +78,7 @@ class AcceleratorOptions {
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   StrategyOptions strategy_;
   GradScalerOptions scaler_;
+  bool elastic_ = false;
 };
 
 /// `options` as an Accelerator runs with them: each of mixed_precision, gradient_accumulation_steps and

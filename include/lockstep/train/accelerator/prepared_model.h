@@ -39,6 +39,12 @@ struct FsdpModel {
   std::shared_ptr<models::SingleStage> single;  // null when the model is Staged
   std::shared_ptr<shard::FullyShardedDataParallel> fsdp;
 };
+/// Where a prepared model's DDP lives, shared by every copy of the PreparedModel and by the Accelerator,
+/// which re-points it at a DDP over the new group when it recovers in place (Accelerator::recover).
+template <typename M>
+struct DdpSlot {
+  std::shared_ptr<ddp::DistributedDataParallel<M>> ddp;
+};
 }  // namespace detail
 
 /// A model wrapped in DistributedDataParallel (or, under strategy fsdp, sharded by FullyShardedDataParallel)
@@ -50,7 +56,7 @@ class PreparedModel {
   template <typename... Args>
   auto forward(Args&&... args) {
     AutocastScope autocast(precision_, device_type_);
-    if (!fsdp_) return detail::outputs_to_float32(ddp_->forward(std::forward<Args>(args)...));
+    if (!fsdp_) return detail::outputs_to_float32(ddp_->ddp->forward(std::forward<Args>(args)...));
     if (!fsdp_->single) return detail::outputs_to_float32(model_->forward(std::forward<Args>(args)...));
     return detail::outputs_to_float32(forward_as_one_stage(std::forward<Args>(args)...));
   }
@@ -62,22 +68,23 @@ class PreparedModel {
   /// The user's model (the same one prepare() was given). Under fsdp its parameters hold no memory
   /// between passes: Accelerator::full_parameters() makes them whole.
   M& module() const { return model_; }
-  /// The DDP wrapper; std::logic_error under fsdp.
+  /// The DDP wrapper; std::logic_error under fsdp. Under elastic, Accelerator::recover() replaces it by one
+  /// over the new group: do not keep the reference across a recovery.
   ddp::DistributedDataParallel<M>& ddp() const {
     if (!ddp_) throw std::logic_error("PreparedModel::ddp(): the model is sharded by FSDP (strategy fsdp)");
-    return *ddp_;
+    return *ddp_->ddp;
   }
   /// The FSDP wrapper under strategy fsdp, else null.
   shard::FullyShardedDataParallel* fsdp() const { return fsdp_ ? fsdp_->fsdp.get() : nullptr; }
   /// What synchronises the model's gradients (DDP's reducer or FSDP's).
   ddp::GradientSync& gradient_sync() const {
-    return fsdp_ ? static_cast<ddp::GradientSync&>(fsdp_->fsdp->reducer()) : ddp_->gradient_sync();
+    return fsdp_ ? static_cast<ddp::GradientSync&>(fsdp_->fsdp->reducer()) : ddp_->ddp->gradient_sync();
   }
 
  private:
   friend class Accelerator;
-  PreparedModel(M model, std::shared_ptr<ddp::DistributedDataParallel<M>> ddp,
-                std::shared_ptr<detail::FsdpModel> fsdp, Precision precision, c10::DeviceType device)
+  PreparedModel(M model, std::shared_ptr<detail::DdpSlot<M>> ddp, std::shared_ptr<detail::FsdpModel> fsdp,
+                Precision precision, c10::DeviceType device)
       : model_(std::move(model)),
         ddp_(std::move(ddp)),
         fsdp_(std::move(fsdp)),
@@ -103,8 +110,8 @@ class PreparedModel {
     }
   }
   mutable M model_;
-  std::shared_ptr<ddp::DistributedDataParallel<M>> ddp_;  // ddp, zero1, zero2
-  std::shared_ptr<detail::FsdpModel> fsdp_;               // fsdp
+  std::shared_ptr<detail::DdpSlot<M>> ddp_;  // ddp, zero1, zero2
+  std::shared_ptr<detail::FsdpModel> fsdp_;  // fsdp
   Precision precision_;
   c10::DeviceType device_type_;
 };

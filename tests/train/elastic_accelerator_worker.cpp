@@ -1,0 +1,113 @@
+// The Accelerator's loop that survives lost ranks in place (AcceleratorOptions().elastic(true),
+// Accelerator::recover), as a user writes it (docs/elastic.md, "The Accelerator"); tests/e2e:
+// e2e_elastic_accel_*.
+//
+//   elastic_accelerator_worker --out FILE [--epochs E] [--accumulate K] [--hold ID:STEP:WHERE:FILE]...
+//                              [--die-in-reform ID]
+//       one rank under `lockstep run --recovery in-place`, with the arguments and output of
+//       tests/ddp/elastic_ddp_worker.cpp: "step S world W" after each committed step, "membership change
+//       at step S: ..." after each recovery, the last world's rank 0 saves the parameters to FILE. It
+//       trains the same job (tests/support/elastic_job.h) through a prepared loader of the same samples
+//       (the Accelerator's seed is the sampler's), so `elastic_ddp_worker --reference` is its reference too.
+//       Steps count optimizer steps. The hold's "start" is before the first micro-batch of a step, its
+//       "vote" after the last one's backward, before the optimizer's step votes. --accumulate K: K
+//       micro-batches of 5 per step, whose reference is `--reference ... --batch 5K` where every pass's
+//       rest splits into whole steps (the shorter last group of a pass is the shorter last batch there).
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../support/elastic_job.h"
+#include "lockstep/train/accelerator.h"
+
+namespace {
+
+using namespace lockstep::testing::elastic_job;
+using lockstep::train::Accelerator;
+using lockstep::train::AcceleratorOptions;
+
+int run(int epochs, int64_t accumulate, const std::string& out, const std::vector<Hold>& holds,
+        int die_in_reform) {
+  Accelerator accelerator(
+      AcceleratorOptions().elastic(true).seed(kSamplerSeed).gradient_accumulation_steps(accumulate));
+  const int id = accelerator.process_index();  // the generation-0 rank: the holds' id
+  const Data data = make_data();
+  const auto rows = lockstep::data::make_dataset(
+      kSamples, [x = data.x, y = data.y](int64_t i) { return std::make_tuple(x[i], y[i]); });
+  Net net = make_net();
+  auto [model, optimizer, loader] =
+      accelerator.prepare(net, make_optimizer(net),
+                          lockstep::data::DataSource<std::tuple<torch::Tensor, torch::Tensor>>(
+                              rows, lockstep::data::LoaderOptions(kBatch)));
+  bool step_begins = true;  // the next micro-batch is a step's first
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    loader.set_epoch(epoch);
+    for (auto& [x, y] : loader) {
+      try {
+        const int64_t committed = accelerator.step();  // optimizer steps so far
+        if (step_begins) hold_if_due(holds, id, committed, "start");
+        step_begins = false;
+        auto scope = accelerator.accumulate(model);
+        accelerator.backward(loss_of(model(x), y));
+        if (scope.sync_gradients()) hold_if_due(holds, id, committed, "vote");
+        optimizer.step();  // on a sync step it votes first: comm::MembershipChanged when the world changed
+        optimizer.zero_grad();
+        if (!scope.sync_gradients()) continue;
+        step_begins = true;
+        std::printf("step %lld world %d\n", static_cast<long long>(accelerator.step()),
+                    accelerator.num_processes());
+        std::fflush(stdout);
+      } catch (const lockstep::comm::CommError&) {
+        if (die_in_reform == id) std::raise(SIGKILL);  // lost while the others re-form
+        const auto change = accelerator.recover();     // rethrows when no rank was lost
+        step_begins = true;                            // the dropped step's micro-batches are dealt again
+        std::printf("membership change at step %lld: %s\n", static_cast<long long>(accelerator.step()),
+                    change.describe().c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (accelerator.is_main_process()) save(net, out);
+  accelerator.end_training();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int epochs = 3;
+    int64_t accumulate = 1;
+    std::vector<Hold> holds;
+    int die_in_reform = -1;
+    std::string out;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "--epochs") {
+        epochs = std::stoi(value());
+      } else if (arg == "--accumulate") {
+        accumulate = std::stoll(value());
+      } else if (arg == "--out") {
+        out = value();
+      } else if (arg == "--hold") {
+        holds.push_back(parse_hold(value()));
+      } else if (arg == "--die-in-reform") {
+        die_in_reform = std::stoi(value());
+      } else {
+        throw std::invalid_argument("unknown argument '" + arg + "'");
+      }
+    }
+    if (out.empty()) throw std::invalid_argument("--out FILE is required");
+    return run(epochs, accumulate, out, holds, die_in_reform);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "elastic_accelerator_worker: %s\n", e.what());
+    return 1;
+  }
+}

@@ -59,7 +59,11 @@ std::string MembershipChange::describe() const {
   std::string out;
   if (!left.empty()) {
     out = "rank(s) " + ids_text(left) + " left (";
-    for (std::size_t i = 0; i < why.size(); ++i) out += (i > 0 ? "; " : "") + why[i];
+    std::vector<std::string> reasons;  // each once: a host's ranks are lost for one reason
+    for (const std::string& reason : why) {
+      if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) reasons.push_back(reason);
+    }
+    for (std::size_t i = 0; i < reasons.size(); ++i) out += (i > 0 ? "; " : "") + reasons[i];
     out += ")";
   }
   if (!joined.empty()) out += (out.empty() ? "rank(s) " : ", rank(s) ") + ids_text(joined) + " joined";
@@ -322,6 +326,7 @@ void ElasticWorld::shutdown() {
   finished_ = true;
   group_->leave();  // the launcher serves the store: no rank needs to wait for the others
   try {
+    elastic_->set(lockstep::detail::finished_key(id_), bytes("1"));
     elastic_->add(lockstep::detail::kFinishedKey, 1);
   } catch (const std::exception&) {  // the store's launcher is gone: no one is left to tell
   }

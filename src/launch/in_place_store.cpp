@@ -1,9 +1,13 @@
 #include "in_place_store.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "lockstep/detail/elastic_contract.h"
+#include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
 
 namespace lockstep::launch::detail {
@@ -19,14 +23,16 @@ std::unique_ptr<comm::StoreClient> connect(const std::string& host, int port, co
 
 }  // namespace
 
-InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std::string& host, int port)
-    : run_id_(run_id), world_size_(world_size) {
+InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std::string& host, int port,
+                           std::chrono::milliseconds heartbeat_timeout)
+    : run_id_(run_id), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
   const std::string where = host + ":" + std::to_string(port);
   try {
     server_ = std::make_unique<comm::TcpStoreServer>(
         comm::TcpStoreServerOptions(run_id, world_size).host(host).port(port));
   } catch (const comm::StoreBindError& e) {
-    if (port == 0 || e.error_code() != EADDRINUSE)
+    // In use here, or an address of another host: the job's store may be there.
+    if (port == 0 || (e.error_code() != EADDRINUSE && e.error_code() != EADDRNOTAVAIL))
       throw LaunchError(std::string("in-place recovery: cannot serve the workers' store: ") + e.what());
   } catch (const std::exception& e) {
     throw LaunchError(std::string("in-place recovery: cannot serve the workers' store: ") + e.what());
@@ -35,6 +41,7 @@ InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std:
     if (server_) {
       endpoint_ = host + ":" + std::to_string(server_->port());
       client_ = connect(host, server_->port(), run_id, world_size, "this launcher");
+      thread_ = std::thread([this] { watch_joined(); });
     } else {
       endpoint_ = where;
       client_ = connect(host, port, run_id, world_size, "the launcher that serves the job (" + where + ")");
@@ -50,7 +57,25 @@ InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std:
   }
 }
 
-InPlaceStore::~InPlaceStore() = default;
+InPlaceStore::~InPlaceStore() {
+  stop_thread();
+  if (joining() && count_ > 0) {
+    try {  // this launcher's workers have all ended: nothing more to watch
+      client_->set(key("launcher/" + std::to_string(first_id_) + "/done"), comm::StoreClient::Bytes{'1'});
+    } catch (const std::exception&) {  // the serving launcher is gone already
+    }
+  }
+}
+
+void InPlaceStore::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  thread_.join();
+}
 
 std::string InPlaceStore::key(const std::string& name) const {
   return lockstep::detail::elastic_prefix(run_id_) + name;
@@ -58,7 +83,96 @@ std::string InPlaceStore::key(const std::string& name) const {
 
 int InPlaceStore::reserve_ids(int count) {
   first_id_ = world_size_ + static_cast<int>(client_->add(key(lockstep::detail::kJoinedKey), count)) - count;
+  count_ = count;
+  // Named by its address as the store sees it (emulated hosts share one host name).
+  const std::string record = std::to_string(first_id_) + " " + std::to_string(count) + " " + host_name() +
+                             " (" + client_->local_address() + ")";
+  const int n = static_cast<int>(client_->add(key("launchers"), 1));
+  client_->set(key("launchers/" + std::to_string(n)), comm::StoreClient::Bytes(record.begin(), record.end()));
+  thread_ = std::thread([this] { beat(); });
   return first_id_;
+}
+
+void InPlaceStore::beat() {
+  const std::string beats = key("launcher/" + std::to_string(first_id_) + "/beat");
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    try {
+      client_->add(beats, 1);
+    } catch (const std::exception&) {  // the serving launcher is gone: the workers will say so
+      return;
+    }
+    stop_.wait_for(lock, std::chrono::seconds(1));
+  }
+}
+
+// Every half second: each joining launcher's beat count; one that stood still for the heartbeat timeout has
+// its workers announced as lost, but those that finished or were announced already.
+void InPlaceStore::watch_joined() {
+  struct Watched {
+    int first = 0, count = 0;
+    std::string host;
+    int64_t beats = -1;
+    std::chrono::steady_clock::time_point changed;
+    bool over = false;
+  };
+  std::map<int, Watched> watched;  // by registration number
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    stop_.wait_for(lock, std::chrono::milliseconds(500));
+    if (stopping_) return;
+    try {
+      const int registered = static_cast<int>(client_->add(key("launchers"), 0));
+      for (int n = static_cast<int>(watched.size()) + 1; n <= registered; ++n) {
+        const auto value = client_->get(key("launchers/" + std::to_string(n)), std::chrono::seconds(10));
+        std::istringstream in(std::string(value.begin(), value.end()));
+        Watched w;
+        in >> w.first >> w.count;
+        std::getline(in >> std::ws, w.host);
+        w.changed = std::chrono::steady_clock::now();
+        watched[n] = w;
+      }
+      for (auto& [n, w] : watched) {
+        if (w.over) continue;
+        const std::string prefix = "launcher/" + std::to_string(w.first);
+        if (client_->check({key(prefix + "/done")})) {
+          w.over = true;
+          continue;
+        }
+        const int64_t beats = client_->add(key(prefix + "/beat"), 0);
+        const auto now = std::chrono::steady_clock::now();
+        if (beats != w.beats) {
+          w.beats = beats;
+          w.changed = now;
+          continue;
+        }
+        if (now - w.changed < heartbeat_timeout_) continue;
+        w.over = true;
+        const std::vector<int> lost = lost_ids();
+        const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(now - w.changed).count();
+        for (int id = w.first; id < w.first + w.count; ++id) {
+          if (std::find(lost.begin(), lost.end(), id) != lost.end()) continue;
+          if (client_->check({key(lockstep::detail::finished_key(id))})) continue;
+          announce_lost(id, "its launcher on " + w.host + " sent no heartbeat for " +
+                                std::to_string(seconds / 1000) + "." + std::to_string(seconds % 1000 / 100) +
+                                " s: the host is gone or cut off");
+        }
+      }
+    } catch (const std::exception&) {  // the store is this process's own: only its shutdown ends it
+      return;
+    }
+  }
+}
+
+std::vector<int> InPlaceStore::lost_ids() {
+  std::vector<int> lost;
+  const int changes = static_cast<int>(client_->add(key(lockstep::detail::kGenerationKey), 0));
+  for (int n = 1; n <= changes; ++n) {
+    const auto value = client_->get(key(lockstep::detail::change_key(n)), std::chrono::seconds(10));
+    const auto record = lockstep::detail::parse_membership(std::string(value.begin(), value.end()));
+    if (record && !record->joined) lost.push_back(record->id);
+  }
+  return lost;
 }
 
 int InPlaceStore::announce_lost(int id, const std::string& reason) {
@@ -77,13 +191,7 @@ int InPlaceStore::wait_for_joined(std::chrono::milliseconds timeout) {
     const int joined = static_cast<int>(client_->add(key(lockstep::detail::kJoinedKey), 0));
     if (joined == 0) return 0;
     // Every id ends once: finished (its own count) or lost (a "left" change).
-    int lost = 0;
-    const int changes = static_cast<int>(client_->add(key(lockstep::detail::kGenerationKey), 0));
-    for (int n = 1; n <= changes; ++n) {
-      const auto value = client_->get(key(lockstep::detail::change_key(n)), std::chrono::seconds(10));
-      const auto record = lockstep::detail::parse_membership(std::string(value.begin(), value.end()));
-      if (record && !record->joined) ++lost;
-    }
+    const int lost = static_cast<int>(lost_ids().size());
     const int finished = static_cast<int>(client_->add(key(lockstep::detail::kFinishedKey), 0));
     missing = world_size_ + joined - finished - lost;
     if (missing <= 0 || std::chrono::steady_clock::now() >= deadline) return std::max(missing, 0);

@@ -1,8 +1,13 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "lockstep/comm/store_client.h"
 #include "lockstep/comm/tcp_store_server.h"
@@ -13,15 +18,18 @@ namespace lockstep::launch::detail {
 /// and votes live here rather than in rank 0, which may be the rank that is lost, and the launcher
 /// announces each lost worker here (lockstep/detail/elastic_contract.h). Lives as long as the launch.
 ///
-/// A launcher that finds the endpoint already served by its job's store joins that job instead: its
-/// workers take new ids (reserve_ids) and are admitted by the running ranks at a step boundary.
+/// A launcher that finds the endpoint already served by its job's store (or that endpoint on another host)
+/// joins that job instead: its workers take new ids (reserve_ids) and are admitted by the running ranks at
+/// a step boundary. A joining launcher beats in the store every second; the serving one announces the
+/// unfinished workers of a joining launcher silent for the heartbeat timeout as lost (its host is gone or
+/// cut off: no one else can announce them).
 class InPlaceStore {
  public:
-  /// Listens on `host`:`port` (port 0: one the kernel picks). When `port` is given and already served by
-  /// a store of this run id and world size, connects to it as a joining launcher (joining()). Throws
+  /// Listens on `host`:`port` (port 0: one the kernel picks). When `port` is given and in use, or `host`
+  /// is not this machine's, connects to the store there as a joining launcher (joining()). Throws
   /// LaunchError when it can do neither.
-  InPlaceStore(const std::string& run_id, int world_size, const std::string& host = "127.0.0.1",
-               int port = 0);
+  InPlaceStore(const std::string& run_id, int world_size, const std::string& host = "127.0.0.1", int port = 0,
+               std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5));
   ~InPlaceStore();
   InPlaceStore(const InPlaceStore&) = delete;
   InPlaceStore& operator=(const InPlaceStore&) = delete;
@@ -30,7 +38,8 @@ class InPlaceStore {
   std::string endpoint() const { return endpoint_; }
   /// This launcher joins a job another launcher serves.
   bool joining() const { return !server_; }
-  /// Joining: reserves `count` ids for this launcher's workers; returns the first.
+  /// Joining: reserves `count` ids for this launcher's workers, registers this launcher with the serving
+  /// one and starts beating; returns the first id.
   int reserve_ids(int count);
   /// The id under which the worker of rank `rank` (local rank `local_rank`) is known: its rank, or for a
   /// joining launcher's worker its reserved id.
@@ -45,13 +54,25 @@ class InPlaceStore {
 
  private:
   std::string key(const std::string& name) const;
+  /// Ids announced as lost so far.
+  std::vector<int> lost_ids();
+  /// Serving: the joining launchers' watch (a thread); joining: the beat (a thread).
+  void watch_joined();
+  void beat();
+  void stop_thread();
 
   std::string run_id_;
   int world_size_;
   std::string endpoint_;
   std::unique_ptr<comm::TcpStoreServer> server_;  // null when joining
   std::unique_ptr<comm::StoreClient> client_;
+  std::chrono::milliseconds heartbeat_timeout_;
   int first_id_ = 0;
+  int count_ = 0;
+  std::mutex mutex_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace lockstep::launch::detail

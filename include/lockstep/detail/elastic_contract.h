@@ -16,9 +16,12 @@
 //    (a joining launcher adds its worker count and takes the ids below the result). The launcher names it
 //    in kElasticJoinVariable; the worker's RANK and WORLD_SIZE are its local rank and the job's first size,
 //    placeholders until it is admitted.
-//  - "finished": each rank adds 1 when it ends training (ElasticWorld::shutdown); a joiner still waiting
-//    to be admitted then gives up, and the serving launcher waits for every joined rank's count before it
-//    closes the store.
+//  - "finished": each rank adds 1 when it ends training (ElasticWorld::shutdown), and sets
+//    "finished/<id>"; a joiner still waiting to be admitted then gives up, and the serving launcher waits
+//    for every joined rank's count before it closes the store.
+//  - A joining launcher registers as "launchers/<n>" = "<first id> <count> <host>" (the counter
+//    "launchers" gives n), adds 1 to "launcher/<first id>/beat" every second, and sets
+//    "launcher/<first id>/done" when its workers have ended (src/launch/in_place_store.cpp).
 
 #include <chrono>
 #include <cstdint>
@@ -41,6 +44,9 @@ inline constexpr const char* kJoinedKey = "joined";
 inline constexpr const char* kFinishedKey = "finished";
 inline std::string change_key(int64_t n) {
   return "change/" + std::to_string(n);
+}
+inline std::string finished_key(int id) {
+  return std::string(kFinishedKey) + "/" + std::to_string(id);
 }
 
 /// One membership change: rank `id` (its generation-0 rank, or a joiner's id) left, or joined, announced at

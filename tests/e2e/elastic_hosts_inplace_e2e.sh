@@ -1,0 +1,71 @@
+#!/bin/bash
+# In-place recovery across emulated hosts (scripts/netns-hosts.sh: network namespaces on one bridge): host 0
+# runs `lockstep run --recovery in-place --nproc-per-node 2 --rdzv-endpoint 10.231.0.1:PORT` of a user's own
+# DDP loop (tests/ddp/elastic_ddp_worker.cpp) and serves the job's store there; host 1 runs the same command,
+# finds the endpoint on another host and joins: the world grows from 2 to 4 ranks at a step boundary. Then
+# every process on host 1 is killed (kill -9 of its launcher and both workers: the host is gone), so no
+# launcher there announces the loss: host 0's launcher finds host 1's launcher silent for the heartbeat
+# timeout and announces its workers lost, and the two ranks of host 0 go on. The job must exit 0 on host 0
+# and end on the parameters of one process that trained the same global batches with the world 2, then 4,
+# then 2 at the same steps (float64, to 1e-9).
+#
+#   elastic_hosts_inplace_e2e.sh LOCKSTEP WORKER
+# Exit status 77 (ctest: skipped) with the reason where the machine cannot create namespaces.
+set -u
+lockstep=$(realpath "$1") worker=$(realpath "$2")
+here=$(cd "$(dirname "$0")" && pwd)
+hosts="$here/../../scripts/netns-hosts.sh"
+export LOCKSTEP_NETNS="lsip"
+work=$(mktemp -d /tmp/lockstep-inplace-hosts.XXXXXX)
+cleanup() {
+  "$hosts" stop >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "elastic_hosts_inplace_e2e: $*"
+  for f in "$work"/host*.log; do [ -f "$f" ] && { echo "---- $f (steps left out)"; grep -v '\] step ' "$f" | tail -n 30; }; done
+  exit 1
+}
+. "$here/e2e_lib.sh"
+start_or_skip "elastic_hosts_inplace_e2e" "the emulated hosts" "$hosts" start --hosts 2
+
+# wait_for FILE TEXT: until FILE holds TEXT (a hang bound of 120 s only).
+wait_for() {
+  local deadline=$((SECONDS + 120))
+  until grep -Fq -- "$2" "$1" 2>/dev/null; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "no '$2' in $1 within 120 s"
+    sleep 0.05
+  done
+}
+
+# node N: host N's launcher, the same command on both hosts. Rank id 3 (host 1's second worker) holds at
+# step 40, where the test kills host 1; the ranks of host 0 wait at step 15 for the two joiners.
+node() {
+  ip netns exec "${LOCKSTEP_NETNS}$1" timeout 200 "$lockstep" run --nproc-per-node 2 \
+    --rdzv-endpoint 10.231.0.1:29410 --rdzv-id inplace-hosts --recovery in-place --heartbeat-timeout 3 -- \
+    "$worker" --out "$work/final.pt" --wait-for-join 15:2 --hold "3:40:start:$work/hold" >"$work/host$1.log" 2>&1 &
+}
+
+node 0
+pid0=$!
+wait_for "$work/host0.log" "[rank 0] step 1 "
+node 1
+pid1=$!
+wait_for "$work/host1.log" "serves a running job: its 2 worker(s) join it as rank id(s) 2..3"
+wait_for "$work/hold" ""
+kill -9 $("$hosts" pids 1)
+echo "killed every process on host 1 (rank id 3 held at step 40)"
+wait "$pid0" || fail "host 0's launcher exited $?"
+grep -v '\] step ' "$work/host0.log"
+grep -q "its launcher on .* sent no heartbeat for" "$work/host0.log" ||
+  fail "host 0 did not name host 1's silent launcher as the reason"
+
+worlds="2@0"
+while read -r step size; do
+  worlds="$worlds,$size@$step"
+done < <(sed -n 's/^\[rank 0\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/host0.log")
+[ "$worlds" = "2@0,4@16,2@40" ] || fail "the worlds were $worlds, not 2@0,4@16,2@40"
+"$worker" --reference "$worlds" --out "$work/reference.pt" || fail "the reference did not run"
+"$worker" --compare "$work/final.pt" "$work/reference.pt" || fail "the parameters differ from the reference ($worlds)"
+echo "PASS: worlds $worlds across two emulated hosts"

@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 
+#include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/preemption.h"
@@ -26,7 +27,8 @@ struct Fault {
   int rank = -1;
   int64_t step = 0;
   std::string kind;  // "" (kill) | ckpt | usr1 | term | nan | stop | hang | extra | slow
-  int slow_ms = 0;   // slow: the sleep in each batch's forward; lag: the step timer's lag added there
+  int amount = 0;    // slow: the sleep (ms) in each batch's forward; lag: the step timer's lag added there
+                     // (ms); joins: how many joins to wait for
 };
 
 class FaultInjection : public train::Callback {
@@ -37,9 +39,9 @@ class FaultInjection : public train::Callback {
   // "nan": the loss of every batch of optimizer step STEP + 1.
   void on_before_backward(train::TrainerContext& trainer, at::Tensor& loss) override {
     if (fault_.kind == "slow" && trainer.global_step() >= fault_.step)
-      std::this_thread::sleep_for(std::chrono::milliseconds(fault_.slow_ms));
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault_.amount));
     if (fault_.kind == "lag" && trainer.global_step() >= fault_.step)
-      train::detail::step_clock_lag() += std::chrono::milliseconds(fault_.slow_ms);
+      train::detail::step_clock_lag() += std::chrono::milliseconds(fault_.amount);
     if (fault_.kind != "nan" || done_ || trainer.rank() != fault_.rank ||
         trainer.global_step() != fault_.step)
       return;
@@ -64,6 +66,14 @@ class FaultInjection : public train::Callback {
         trainer.process_group()->all_reduce(extra).wait();
       }
       while (fault_.kind == "hang") ::pause();
+    } else if (fault_.kind == "joins") {
+      // The joins are admitted at the next step's vote, whenever their launcher got them there: the
+      // others wait for this rank in that step's all-reduce.
+      comm::ElasticWorld* world = trainer.elastic_world();
+      for (int i = 0; !done_ && world && i < 12000 &&
+                      world->announced_generation() < world->generation() + fault_.amount;
+           ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } else if (fault_.kind == "ckpt") {
       train::detail::checkpoint_written_hook() = [](const std::string&) { ::raise(SIGKILL); };
     } else {
@@ -101,20 +111,20 @@ std::shared_ptr<train::Callback> fault_injection_from_env(const env::Environment
   fault.step = step;
   fault.kind = fields == 3 ? kind : "";
   for (const std::string& prefix :
-       {std::string("slow"), std::string("lag")}) {  // slow or slowMS, lag or lagMS
+       {std::string("slow"), std::string("lag"), std::string("joins")}) {  // slow or slowMS, ..., joinsN
     if (fault.kind.rfind(prefix, 0) != 0) continue;
     const size_t n = prefix.size();
     char* end = nullptr;
     const long ms = fault.kind.size() > n ? std::strtol(fault.kind.c_str() + n, &end, 10) : 2;
-    const bool whole = fault.kind.size() == n || (*end == '\0' && ms > 0 && ms <= 60000);
-    fault.slow_ms = static_cast<int>(ms);
+    const bool whole = fault.kind.size() == n || (*end == '\0' && ms > 0 && ms <= 60000);  // or joins
+    fault.amount = static_cast<int>(ms);
     fault.kind = whole ? prefix : prefix + "?";
   }
-  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|lag|";
+  const std::string known = "|ckpt|usr1|term|nan|stop|hang|extra|slow|lag|joins|";
   if (fields < 2 || (!fault.kind.empty() && known.find("|" + fault.kind + "|") == std::string::npos)) {
     throw std::invalid_argument(
         std::string("LOCKSTEP_FAULT='") + text +
-        "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra|slow[MS]|lag[MS]");
+        "' is not RANK:STEP or RANK:STEP:ckpt|usr1|term|nan|stop|hang|extra|slow[MS]|lag[MS]|joins[N]");
   }
   if (environment.rank != fault.rank) return nullptr;
   return std::make_shared<FaultInjection>(std::move(fault));

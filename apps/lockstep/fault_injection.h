@@ -21,7 +21,9 @@ namespace lockstep::cli {
  * only), each once after optimizer step STEP; "RANK:STEP:slow" (or "slowMS") makes that rank sleep 2 ms (MS)
  * in the forward of every batch from step STEP on (a straggler, for the step breakdown); "RANK:STEP:lag"
  * (or "lagMS") makes it no slower but adds 2 ms (MS) to what its step timer measures there
- * (train::detail::step_clock_lag: a straggler whose size no load changes, for tests). Only in the first
+ * (train::detail::step_clock_lag: a straggler whose size no load changes, for tests); "RANK:STEP:joinsN"
+ * (elastic) makes that rank wait after optimizer step STEP until N ranks have asked to join (2 without N,
+ * at most 120 s), so that they are admitted at the next step's vote. Only in the first
  * run of a job (TORCHELASTIC_RESTART_COUNT 0), so that the restarted ranks can finish.
  */
 

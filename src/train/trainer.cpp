@@ -202,4 +202,8 @@ comm::ProcessGroup* Trainer::process_group() {
   return run_ ? run_->group : nullptr;
 }
 
+comm::ElasticWorld* Trainer::elastic_world() {
+  return run_ ? run_->elastic.get() : nullptr;
+}
+
 }  // namespace lockstep::train

@@ -2,9 +2,12 @@
 // its epoch when the world size changed.
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 #include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <nlohmann/json.hpp>
 
 #include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/train/checkpoint.h"
@@ -28,6 +31,10 @@ std::string Trainer::Run::resume_path() const {
 }
 
 void Trainer::Run::restore() {
+  if (elastic && elastic->joined()) {
+    receive_admission();
+    return;
+  }
   const std::string path = resume_path();
   if (path.empty()) return;
   resumed_ = true;
@@ -104,6 +111,71 @@ void Trainer::Run::reshard_after(const CheckpointState& saved) {
     logged() = std::move(merged);
   }
   start_.batch = 0;  // counts batches of the re-sharded rest from here on
+}
+
+// ---- elastic admission: what a joining rank gets from rank 0 ----
+
+void Trainer::Run::send_admission(int64_t e) {
+  std::string optimizer_bytes, position_text;
+  if (group->rank() == 0) {
+    torch::serialize::OutputArchive archive;
+    optimizer->save(archive);
+    std::ostringstream out;
+    archive.save_to(out);
+    optimizer_bytes = out.str();
+    nlohmann::json state = {{"epoch", e},
+                            {"step", position.step},
+                            {"parts", nlohmann::json::array()},
+                            {"callbacks", nlohmann::json::object()}};
+    for (const data::EpochPart& part : reshard_parts)
+      state["parts"].push_back({part.world, part.batches, part.planned});
+    for (const auto& callback : options.callbacks())
+      state["callbacks"][callback->state_key()] = callback->state_dict();
+    position_text = state.dump();
+  }
+  group->broadcast_string(optimizer_bytes);
+  group->broadcast_string(position_text);
+  if (scaler.enabled()) {
+    at::Tensor scale = scaler.state();
+    group->broadcast(scale).wait();
+  }
+}
+
+void Trainer::Run::receive_admission() {
+  const std::string optimizer_bytes = group->broadcast_string("");
+  const nlohmann::json state = nlohmann::json::parse(group->broadcast_string(""));
+  std::istringstream in(optimizer_bytes);
+  torch::serialize::InputArchive archive;
+  archive.load_from(in, device_);
+  optimizer->load(archive);
+  start_ = TrainPosition{state.at("epoch").get<int64_t>(), 0, state.at("step").get<int64_t>()};
+  for (const auto& part : state.at("parts"))
+    reshard_parts.push_back(
+        data::EpochPart{part.at(0).get<int>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
+  for (const auto& callback : options.callbacks()) {
+    if (auto it = state.at("callbacks").find(callback->state_key()); it != state.at("callbacks").end())
+      callback->load_state_dict(it->get<std::string>());
+  }
+  if (scaler.enabled()) {
+    at::Tensor scale = scaler.state();
+    group->broadcast(scale).wait();
+    scaler.load_state(scale);
+  }
+  step_state->step = start_.step;
+  replan_at_start_ = true;
+  // Said by the joiner itself (rank 0 says the change): its launcher's output shows it was admitted.
+  std::fprintf(options.out(), "joined the running job at step %lld (epoch %lld) as rank %d of %d\n",
+               static_cast<long long>(start_.step), static_cast<long long>(start_.epoch + 1), group->rank(),
+               group->size());
+  std::fflush(options.out());
+}
+
+void Trainer::Run::refuse_joined_between_epochs(const comm::MembershipChange& change) const {
+  throw std::runtime_error(
+      "elastic: " + change.describe() +
+      ", but the joining rank(s) came in as the others recovered between epochs, where no step boundary "
+      "can admit them (a join waits for the next step's vote; here a loss came first): start them again "
+      "once the job trains");
 }
 
 }  // namespace lockstep::train

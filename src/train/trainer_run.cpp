@@ -81,7 +81,9 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   scaler = GradScaler(scaler_options);
   if (!options.process_group()) at::set_num_threads(threads_per_rank(options.threads(), environment));
   // With a process group of the caller's (threads in tests), who is who comes from the group.
-  is_main_ = (options.process_group() ? options.process_group()->rank() : environment.rank) == 0;
+  // A rank joining a running job (ElasticWorld::joining_id) comes in after the others: never rank 0 then.
+  const bool joining = options.elastic() && !options.process_group() && comm::ElasticWorld::joining_id();
+  is_main_ = !joining && (options.process_group() ? options.process_group()->rank() : environment.rank) == 0;
   local_rank_ = options.process_group() && !options.environment() ? options.process_group()->rank()
                                                                   : environment.local_rank;
   if (is_main_ && !options.ckpt_dir().empty()) {
@@ -143,7 +145,6 @@ void Trainer::Run::connect() {
     if (options.collective_timeout()) group_options.collective_timeout(*options.collective_timeout());
     if (options.elastic()) {
       elastic = std::make_unique<comm::ElasticWorld>(group_options);
-      elastic->refuse_joins("the Trainer survives lost ranks in place but does not admit joining ones yet");
       group = &elastic->group();
     } else {
       owned_group.emplace(comm::init_process_group(group_options));
@@ -158,7 +159,8 @@ void Trainer::Run::connect() {
 void Trainer::Run::setup_data(DataModuleBase& data) {
   data.device_ = device_;
   if (local_rank_ == 0) data.prepare_data();
-  group->barrier();
+  // A joiner's group is the running job's: its first collective is the one the others hold for it (DDP's).
+  if (!elastic || !elastic->joined()) group->barrier();
   data.setup();
   train_loader_ = data.make_train_loader();
   val_loader_ = data.make_val_loader();
@@ -307,6 +309,10 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
     plan.max_batches = -1;
   }
   training.planned = train_loader_->start(plan);
+  if (replan_at_start_) {  // a joiner: the schedule the survivors replanned at its admission
+    replan_at_start_ = false;
+    replan_schedule(e, training.planned);
+  }
   if (!resumed_epoch || !resumed_) logged().clear();  // else: the checkpoint's sums
   position = TrainPosition{e, first_batch, position.step};
   step_state->epoch = e;
@@ -351,6 +357,11 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
         callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
       if (is_main_ && options.progress_bar())
         bar_.update(b + 1, training.samples * group->size(), batch_loss);
+      if (steps_now && elastic && elastic->admitting()) {
+        training.planned = admit_in_epoch(e, training);
+        ended = training.planned == 0;
+        b = -1;  // as after a recovery
+      }
     } catch (const comm::CommError&) {
       if (!elastic) throw;
       training.planned = recover_in_epoch(e, training);
@@ -378,9 +389,22 @@ int64_t Trainer::Run::recover_in_epoch(int64_t e, EpochTraining& training) {
   // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
   if (scaler.enabled()) scaler.load_state(scaler.state());
   rejoin(change);
+  return restart_rest(e, training, old_world, change);
+}
+
+int64_t Trainer::Run::admit_in_epoch(int64_t e, EpochTraining& training) {
+  const int old_world = group->size();
+  const comm::MembershipChange change = elastic->reform();
+  rejoin(change);
+  return restart_rest(e, training, old_world, change);
+}
+
+int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, int old_world,
+                                   const comm::MembershipChange& change) {
   // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one.
   const int64_t planned = reshard_parts.empty() ? planned_batches(old_world) : -1;
   reshard_parts.push_back(data::EpochPart{old_world, committed_.batch, planned});
+  if (!change.joined.empty()) send_admission(e);
   data::ShardPlan plan = train_plan(e);
   plan.before = reshard_parts;
   plan.max_batches = -1;
@@ -412,7 +436,7 @@ void Trainer::Run::rejoin(const comm::MembershipChange& change) {
   group = &elastic->group();
   trainer.rank_ = group->rank();
   trainer.world_size_ = group->size();
-  wrap_model(/*init_sync=*/false);  // every survivor holds the same parameters
+  wrap_model(/*init_sync=*/!change.joined.empty());  // the survivors hold the same parameters
   optimizer = strategy->wrap_optimizer(optimizer);
   plan_batches();
   plan_world();

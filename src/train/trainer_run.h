@@ -152,10 +152,27 @@ struct Trainer::Run {
   /// the strategy over the new group and restarts the loader on the rest of the epoch re-sharded over it.
   /// Returns the rest's batch count.
   int64_t recover_in_epoch(int64_t e, EpochTraining& training);
-  /// elastic: the next generation's group in place of the old one: strategy, DDP (no broadcast: every
-  /// survivor applied the same steps), the plan's rank and world, and rank 0's duties for a new rank 0.
-  /// Logs the change.
+  /// elastic: the last committed vote admits joining ranks (ElasticWorld::admitting) after batch
+  /// committed_.batch of epoch `e`: the world grows there, the joiners get the state (send_admission), and
+  /// the rest of the epoch is re-sharded. Returns the rest's batch count.
+  int64_t admit_in_epoch(int64_t e, EpochTraining& training);
+  /// elastic, after a re-formation inside epoch `e` from a world of `old_world` ranks: what the old world
+  /// committed becomes one more part of the epoch, the joiners (if any) get the state, and the loader
+  /// restarts on the rest dealt over the new world. Returns the rest's batch count.
+  int64_t restart_rest(int64_t e, EpochTraining& training, int old_world,
+                       const comm::MembershipChange& change);
+  /// elastic: the next generation's group in place of the old one: strategy, DDP (broadcasting rank 0's
+  /// parameters only when ranks joined: the survivors applied the same steps), the plan's rank and world,
+  /// and rank 0's duties for a new rank 0. Logs the change.
   void rejoin(const comm::MembershipChange& change);
+  /// elastic, trainer_restore.cpp: rank 0 sends what a joining rank needs to go on with the others (the
+  /// optimizer state, the step, the epoch's parts, the callbacks' and the scaler's state; the parameters
+  /// came with DDP's broadcast); receive_admission is the joiner's side, in place of restore().
+  void send_admission(int64_t e);
+  void receive_admission();
+  /// elastic: ranks joined in a re-formation between epochs (a loss there while a join was pending), where
+  /// no step boundary can admit them: throws std::runtime_error saying so.
+  [[noreturn]] void refuse_joined_between_epochs(const comm::MembershipChange& change) const;
   /// elastic: the schedule's length (TrainingPlan::estimated_stepping_batches, configure_optimizers' new
   /// schedule) for the steps done plus those left: `rest` batches of epoch `e`, then the later epochs on
   /// the new world. The rate moves to the new schedule's value at the current step.
@@ -169,7 +186,9 @@ struct Trainer::Run {
         return f();
       } catch (const comm::CommError&) {
         if (!elastic) throw;
-        rejoin(elastic->reform());
+        const comm::MembershipChange change = elastic->reform();
+        if (!change.joined.empty()) refuse_joined_between_epochs(change);
+        rejoin(change);
       }
     }
   }
@@ -212,7 +231,8 @@ struct Trainer::Run {
   bool group_has_nan_ = false;  // a non-finite loss in the accumulation group in progress (on_nan skip)
   TrainerGraph graph_;  // cuda_graphs: the captured step (with cuda_graphs on a GPU its stream is current)
   LoggedMetrics logged_before_;
-  Commit committed_;  // elastic
+  Commit committed_;              // elastic
+  bool replan_at_start_ = false;  // elastic, a joiner: its first epoch's schedule is the survivors'
   bool max_steps_reached_ = false;
   ProgressBar bar_;
   TrainerResult result_;

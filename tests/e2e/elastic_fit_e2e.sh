@@ -6,7 +6,11 @@
 # at that step (--max-steps, last.ckpt), resumed on 2 (--resume last), which re-shards the same way. The
 # weights match to float tolerance (the same collectives in the same order, on Gloo both times).
 #
-#   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2
+# The join case grows the job instead: `lockstep run --recovery in-place --nproc-per-node 2 --rdzv-endpoint`
+# of `lockstep fit --elastic`, and the same command again, whose 2 ranks join at a step boundary; the weights
+# equal a run of 2 ranks stopped at that step and resumed on 4.
+#
+#   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2 | join
 set -u
 case_name=$1 lockstep=$2 python=$3
 here=$(dirname "$0")
@@ -17,8 +21,39 @@ fail() {
   tail -30 "$work/log" 2>/dev/null
   exit 1
 }
-victim=${case_name#kill_rank}
 common=(--max-epochs 2 --limit-train-batches 120 --dropout 0 --seed 3 --backend gloo --log-every-n-steps 1)
+
+if [ "$case_name" = join ]; then
+  # Rank 0 waits after step 30 until both joiners asked (LOCKSTEP_FAULT=0:30:joins2): they are admitted at
+  # step 31's vote, whenever the second launcher got them there.
+  port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  run=("$lockstep" run --nproc-per-node 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "fitjoin$port"
+    --recovery in-place -- env LOCKSTEP_FAULT=0:30:joins2 "$lockstep" fit --elastic "${common[@]}"
+    --metrics-file "$work/m.jsonl" --ckpt-dir "$work/a")
+  "${run[@]}" >"$work/log" 2>&1 &
+  first=$!
+  for _ in $(seq 1 1200); do  # a hang bound of 60 s: the first launcher's job trains
+    grep -q '"step":1,' "$work/m.jsonl" 2>/dev/null && break
+    sleep 0.05
+  done
+  "${run[@]}" >"$work/log2" 2>&1 || fail "the joining launcher exited $?"
+  wait "$first" || fail "the first launcher exited $?"
+  cat "$work/log" "$work/log2"
+  grep -q 'joined the running job at step' "$work/log2" || fail "no rank said it joined"
+  line=$(grep -m1 'membership change at step' "$work/log") || fail "no membership change line"
+  grep -q 'rank(s) 2, 3 joined; world 2 -> 4' <<<"$line" || fail "the change is not 2 -> 4: $line"
+  step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
+  "$lockstep" fit --devices 2 "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+    fail "the reference's first part failed"
+  "$lockstep" fit --devices 4 "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+    fail "the reference's resumed part failed"
+  "$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
+    fail "in place (2 -> 4 ranks at step $step) differs from resuming on 4 ranks at step $step"
+  echo "PASS ($case_name): the join at step $step equals a resume onto 4 ranks there"
+  exit 0
+fi
+
+victim=${case_name#kill_rank}
 
 # Rank $victim is killed (SIGKILL) right after its optimizer step 150, in the second epoch (LOCKSTEP_FAULT,
 # apps/lockstep/fault_injection.h): the others are then in step 151, which they drop.

@@ -9,8 +9,9 @@ namespace at {
 class Tensor;
 }
 namespace lockstep::comm {
+class ElasticWorld;
 class ProcessGroup;
-}
+}  // namespace lockstep::comm
 
 namespace lockstep::train {
 
@@ -60,6 +61,9 @@ class TrainerContext {
   /// The group the run trains in (Lightning's trainer.strategy); nullptr outside a run. A callback that
   /// runs a collective must run it on every rank, in the same hook.
   virtual comm::ProcessGroup* process_group() { return nullptr; }
+  /// The in-place world the run trains in (TrainerOptions::elastic: its members, the changes announced);
+  /// nullptr otherwise.
+  virtual comm::ElasticWorld* elastic_world() { return nullptr; }
 };
 
 /// What on_train_batch_end learns about the batch that just ended.

@@ -111,6 +111,7 @@ class Trainer : public TrainerContext {
   void log_metrics(const std::map<std::string, double>& values) override;
   std::string default_ckpt_dir() const override { return options_.ckpt_dir(); }
   comm::ProcessGroup* process_group() override;
+  comm::ElasticWorld* elastic_world() override;
 
  private:
   struct Run;

@@ -120,8 +120,9 @@ class TrainerOptions {
   /// In-place recovery (docs/elastic.md, "In place"): a lost rank costs the step in progress, not a
   /// restart. The ranks must run under `lockstep run --recovery in-place` (`lockstep fit --elastic` starts
   /// them so); the world shrinks in the same processes, the failed step is dropped, and the rest of the
-  /// epoch is re-sharded over the survivors. Strategy ddp on the gloo backend (auto picks it); not with
-  /// cuda_graphs or a process_group of the caller's. Default off.
+  /// epoch is re-sharded over the survivors. Ranks that join the running job (a second `lockstep run` on
+  /// its endpoint) are admitted at a step boundary with rank 0's state. Strategy ddp on the gloo backend
+  /// (auto picks it); not with cuda_graphs or a process_group of the caller's. Default off.
   LOCKSTEP_OPTION(TrainerOptions, bool, elastic)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)

@@ -25,6 +25,7 @@ constexpr std::chrono::milliseconds kReformTimeout{30000};
 // How long reform() waits for the launcher to announce a loss after a failed step: the launcher sees an
 // exit at once and a silent rank within its heartbeat timeout.
 constexpr std::chrono::milliseconds kAnnounceTimeout{60000};
+constexpr std::chrono::milliseconds kAnnounceSlice{100};
 // Set by refuse_joins(): why the job admits no joiners.
 constexpr const char* kRefusedKey = "joins_refused";
 
@@ -291,15 +292,22 @@ MembershipChange ElasticWorld::reform() {
   change.old_size = static_cast<int>(members_.size());
   const int old_generation = generation_;
   const std::vector<int> old_members = members_;
-  try {
-    // After a committed vote that admits joiners the change is there already.
-    elastic_->wait({lockstep::detail::change_key(old_generation + 1)},
-                   std::min(options_.collective_timeout(), kAnnounceTimeout));
-  } catch (const std::exception&) {
-    throw CommError(group_->rank(), kOp,
-                    "a step failed, but the launcher announced no lost rank within " +
-                        detail::seconds_text(std::min(options_.collective_timeout(), kAnnounceTimeout)) +
-                        ": the failure was not a lost rank (see the error that led here)");
+  // After a committed vote that admits joiners the change is there already. The wait is in slices: one
+  // long wait would hold the store's connection, which the group's heartbeat thread also writes through
+  // (a launcher would take the silent rank for a stopped one).
+  const auto announce_timeout = std::min(options_.collective_timeout(), kAnnounceTimeout);
+  const auto give_up = Clock::now() + announce_timeout;
+  for (;;) {
+    try {
+      elastic_->wait({lockstep::detail::change_key(old_generation + 1)}, kAnnounceSlice);
+      break;
+    } catch (const std::exception&) {
+      if (Clock::now() < give_up) continue;
+      throw CommError(group_->rank(), kOp,
+                      "a step failed, but the launcher announced no lost rank within " +
+                          detail::seconds_text(announce_timeout) +
+                          ": the failure was not a lost rank (see the error that led here)");
+    }
   }
   const auto deadline = Clock::now() + kReformTimeout;
   while (!form(std::max({announced_generation(), old_generation + 1, admit_to_}), deadline)) {

@@ -257,43 +257,26 @@ int compare(const std::string& a, const std::string& b) {
 
 int main(int argc, char** argv) {
   try {
-    int epochs = 3;
+    if (argc == 4 && std::string(argv[1]) == "--compare") return compare(argv[2], argv[3]);
     int64_t batch = kBatch;
-    std::vector<Hold> holds;
-    int die_in_reform = -1;
     std::pair<int64_t, int> wait_for_join{-1, 0};
-    std::string out, reference;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      const auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-        return argv[++i];
-      };
-      if (arg == "--epochs") {
-        epochs = std::stoi(value());
-      } else if (arg == "--batch") {
+    std::string reference;
+    const Flags flags = parse_flags(argc, argv, [&](const std::string& arg, const auto& value) {
+      if (arg == "--batch") {
         batch = std::stoll(value());
-      } else if (arg == "--out") {
-        out = value();
-      } else if (arg == "--hold") {
-        holds.push_back(parse_hold(value()));
       } else if (arg == "--wait-for-join") {
         const std::string v = value();
         wait_for_join = {std::stoll(v.substr(0, v.find(':'))), std::stoi(v.substr(v.find(':') + 1))};
-      } else if (arg == "--die-in-reform") {
-        die_in_reform = std::stoi(value());
       } else if (arg == "--reference") {
         reference = value();
-      } else if (arg == "--compare" && i + 2 < argc) {
-        const std::string a = argv[i + 1];
-        return compare(a, argv[i + 2]);
       } else {
-        throw std::invalid_argument("unknown argument '" + arg + "'");
+        return false;
       }
-    }
-    if (out.empty()) throw std::invalid_argument("--out FILE is required");
-    return reference.empty() ? run_elastic(epochs, out, holds, die_in_reform, wait_for_join)
-                             : run_reference(epochs, batch, reference, out);
+      return true;
+    });
+    return reference.empty()
+               ? run_elastic(flags.epochs, flags.out, flags.holds, flags.die_in_reform, wait_for_join)
+               : run_reference(flags.epochs, batch, reference, flags.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());
     return 1;

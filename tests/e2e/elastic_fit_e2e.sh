@@ -23,6 +23,19 @@ fail() {
 }
 common=(--max-epochs 2 --limit-train-batches 120 --dropout 0 --seed 3 --backend gloo --log-every-n-steps 1)
 
+# equals_resume FROM TO STEP: the in-place run's weights equal FROM ranks stopped at STEP (--max-steps,
+# last.ckpt) and resumed on TO ranks (--resume last), which re-shards the rest of the epoch the same way.
+equals_resume() {
+  local from=$1 to=$2 step=$3
+  "$lockstep" fit --devices "$from" "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+    fail "the reference's first part failed"
+  "$lockstep" fit --devices "$to" "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
+    fail "the reference's resumed part failed"
+  "$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
+    fail "in place ($from -> $to ranks at step $step) differs from resuming on $to ranks at step $step"
+  echo "PASS ($case_name): the change at step $step equals a resume onto $to ranks there"
+}
+
 if [ "$case_name" = join ]; then
   # Rank 0 waits after step 30 until both joiners asked (LOCKSTEP_FAULT=0:30:joins2): they are admitted at
   # step 31's vote, whenever the second launcher got them there.
@@ -43,13 +56,7 @@ if [ "$case_name" = join ]; then
   line=$(grep -m1 'membership change at step' "$work/log") || fail "no membership change line"
   grep -q 'rank(s) 2, 3 joined; world 2 -> 4' <<<"$line" || fail "the change is not 2 -> 4: $line"
   step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
-  "$lockstep" fit --devices 2 "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-    fail "the reference's first part failed"
-  "$lockstep" fit --devices 4 "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-    fail "the reference's resumed part failed"
-  "$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
-    fail "in place (2 -> 4 ranks at step $step) differs from resuming on 4 ranks at step $step"
-  echo "PASS ($case_name): the join at step $step equals a resume onto 4 ranks there"
+  equals_resume 2 4 "$step"
   exit 0
 fi
 
@@ -66,10 +73,4 @@ grep -q '"membership_change_s"' "$work/m.jsonl" || fail "no membership record in
 [ -s "$work/a/final.safetensors" ] || fail "no final weights"
 
 # The same change made by a checkpoint: 3 ranks to step $step, then 2 ranks from there.
-"$lockstep" fit --devices 3 "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-  fail "the reference's first part failed"
-"$lockstep" fit --devices 2 "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-  fail "the reference's resumed part failed"
-"$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
-  fail "in place (3 -> 2 ranks at step $step) differs from resuming on 2 ranks at step $step"
-echo "PASS ($case_name): the change at step $step equals a resume onto 2 ranks there"
+equals_resume 3 2 "$step"

@@ -104,4 +104,40 @@ inline void hold_if_due(const std::vector<Hold>& holds, int id, int64_t step, co
   }
 }
 
+/// The flags both workers take: --epochs E, --out FILE, --hold ID:STEP:WHERE:FILE (repeated),
+/// --die-in-reform ID.
+struct Flags {
+  int epochs = 3;
+  std::string out;
+  std::vector<Hold> holds;
+  int die_in_reform = -1;
+};
+
+/// Reads argv[1..], giving each flag that is not one of Flags' to `other(name, value)` (which takes the
+/// value it needs by calling value(), and returns false for a flag it does not know either).
+template <typename Other>
+Flags parse_flags(int argc, char** argv, Other&& other) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--epochs") {
+      flags.epochs = std::stoi(value());
+    } else if (arg == "--out") {
+      flags.out = value();
+    } else if (arg == "--hold") {
+      flags.holds.push_back(parse_hold(value()));
+    } else if (arg == "--die-in-reform") {
+      flags.die_in_reform = std::stoi(value());
+    } else if (!other(arg, value)) {
+      throw std::invalid_argument("unknown argument '" + arg + "'");
+    }
+  }
+  if (flags.out.empty()) throw std::invalid_argument("--out FILE is required");
+  return flags;
+}
+
 }  // namespace lockstep::testing::elastic_job

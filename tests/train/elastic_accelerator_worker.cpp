@@ -79,33 +79,13 @@ int run(int epochs, int64_t accumulate, const std::string& out, const std::vecto
 
 int main(int argc, char** argv) {
   try {
-    int epochs = 3;
     int64_t accumulate = 1;
-    std::vector<Hold> holds;
-    int die_in_reform = -1;
-    std::string out;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      const auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-        return argv[++i];
-      };
-      if (arg == "--epochs") {
-        epochs = std::stoi(value());
-      } else if (arg == "--accumulate") {
-        accumulate = std::stoll(value());
-      } else if (arg == "--out") {
-        out = value();
-      } else if (arg == "--hold") {
-        holds.push_back(parse_hold(value()));
-      } else if (arg == "--die-in-reform") {
-        die_in_reform = std::stoi(value());
-      } else {
-        throw std::invalid_argument("unknown argument '" + arg + "'");
-      }
-    }
-    if (out.empty()) throw std::invalid_argument("--out FILE is required");
-    return run(epochs, accumulate, out, holds, die_in_reform);
+    const Flags flags = parse_flags(argc, argv, [&](const std::string& arg, const auto& value) {
+      if (arg != "--accumulate") return false;
+      accumulate = std::stoll(value());
+      return true;
+    });
+    return run(flags.epochs, accumulate, flags.out, flags.holds, flags.die_in_reform);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_accelerator_worker: %s\n", e.what());
     return 1;

@@ -72,6 +72,7 @@ struct StoreConnection {
   std::string in;        // bytes received, not yet parsed
   std::string out;       // bytes to send
   std::optional<StoreWaiter> waiter;
+  std::vector<std::string> live_keys;  // set by this connection, removed when it closes (kLiveKeySuffix)
 };
 
 class TcpStoreServerLoop {
@@ -348,6 +349,7 @@ class TcpStoreServerLoop {
         std::string key;
         std::vector<uint8_t> value;
         if (!r.str(key) || !r.bytes(value) || !r.done()) return drop(c, "sent a malformed set");
+        if (is_live_key(key)) claim_live_key(c, key);
         data_[key] = std::move(value);
         reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)));
         return wake_waiters();
@@ -611,9 +613,24 @@ class TcpStoreServerLoop {
     refused_pending_ = 0;
   }
 
+  static bool is_live_key(const std::string& key) {
+    const std::string suffix = kLiveKeySuffix;
+    return key.size() >= suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+
+  // The live key belongs to the connection that set it last.
+  void claim_live_key(StoreConnection& c, const std::string& key) {
+    for (StoreConnection& other : connections_) {
+      auto& keys = other.live_keys;
+      keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+    }
+    c.live_keys.push_back(key);
+  }
+
   void reap() {
     for (auto it = connections_.begin(); it != connections_.end();) {
       if (it->dead) {
+        for (const std::string& key : it->live_keys) data_.erase(key);
         ::close(it->fd);
         it = connections_.erase(it);
       } else {

@@ -87,6 +87,10 @@ int InPlaceStore::reserve_ids(int count) {
   // Named by its address as the store sees it (emulated hosts share one host name).
   const std::string record = std::to_string(first_id_) + " " + std::to_string(count) + " " + host_name() +
                              " (" + client_->local_address() + ")";
+  // Removed by the store when this launcher's connection closes (kLiveKeySuffix): the serving launcher
+  // learns at once that a killed launcher is gone; set before the registration that makes it watched.
+  client_->set(key("launcher/" + std::to_string(first_id_) + comm::kLiveKeySuffix),
+               comm::StoreClient::Bytes{'1'});
   const int n = static_cast<int>(client_->add(key("launchers"), 1));
   client_->set(key("launchers/" + std::to_string(n)), comm::StoreClient::Bytes(record.begin(), record.end()));
   thread_ = std::thread([this] { beat(); });
@@ -106,8 +110,9 @@ void InPlaceStore::beat() {
   }
 }
 
-// Every half second: each joining launcher's beat count; one that stood still for the heartbeat timeout has
-// its workers announced as lost, but those that finished or were announced already.
+// Every 100 ms: each joining launcher's live key and beat count. One whose connection closed (its process is
+// gone), or whose beats stood still for the heartbeat timeout (its host vanished, or it is stopped), has its
+// workers announced as lost, but those that finished or were announced already.
 void InPlaceStore::watch_joined() {
   struct Watched {
     int first = 0, count = 0;
@@ -119,7 +124,7 @@ void InPlaceStore::watch_joined() {
   std::map<int, Watched> watched;  // by registration number
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    stop_.wait_for(lock, std::chrono::milliseconds(500));
+    stop_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) return;
     try {
       const int registered = static_cast<int>(client_->add(key("launchers"), 0));
@@ -141,21 +146,30 @@ void InPlaceStore::watch_joined() {
         }
         const int64_t beats = client_->add(key(prefix + "/beat"), 0);
         const auto now = std::chrono::steady_clock::now();
-        if (beats != w.beats) {
+        std::string why;
+        if (!client_->check({key(prefix + comm::kLiveKeySuffix)})) {
+          if (client_->check({key(prefix + "/done")})) {  // it ended normally as its connection closed
+            w.over = true;
+            continue;
+          }
+          why = "its launcher on " + w.host + " closed its connection to the store: it is gone";
+        } else if (beats != w.beats) {
           w.beats = beats;
           w.changed = now;
           continue;
+        } else if (now - w.changed >= heartbeat_timeout_) {
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - w.changed).count();
+          why = "its launcher on " + w.host + " sent no heartbeat for " + std::to_string(ms / 1000) + "." +
+                std::to_string(ms % 1000 / 100) + " s: the host is gone or cut off";
+        } else {
+          continue;
         }
-        if (now - w.changed < heartbeat_timeout_) continue;
         w.over = true;
         const std::vector<int> lost = lost_ids();
-        const auto seconds = std::chrono::duration_cast<std::chrono::milliseconds>(now - w.changed).count();
         for (int id = w.first; id < w.first + w.count; ++id) {
           if (std::find(lost.begin(), lost.end(), id) != lost.end()) continue;
           if (client_->check({key(lockstep::detail::finished_key(id))})) continue;
-          announce_lost(id, "its launcher on " + w.host + " sent no heartbeat for " +
-                                std::to_string(seconds / 1000) + "." + std::to_string(seconds % 1000 / 100) +
-                                " s: the host is gone or cut off");
+          announce_lost(id, why);
         }
       }
     } catch (const std::exception&) {  // the store is this process's own: only its shutdown ends it

@@ -188,6 +188,24 @@ TEST(TcpStore, WaitAndGetWakeOnSetAddAndCompareSet) {
   }
 }
 
+// A key ending in "/live" lives as long as the connection that set it last; other keys stay.
+TEST(TcpStore, ALiveKeyIsRemovedWhenItsConnectionCloses) {
+  auto server = start_server();
+  auto watcher = connect(*server, "job", 2, 0);
+  {
+    auto owner = connect(*server, "job", 2, 1);
+    owner->set("launcher/2/live", bytes("1"));
+    owner->set("launcher/2/beat", bytes("1"));
+    owner->set("taken/live", bytes("1"));
+    watcher->set("taken/live", bytes("2"));  // set last by the watcher: now the watcher's
+    EXPECT_TRUE(watcher->check({"launcher/2/live"}));
+  }  // the owner's connection closes
+  EXPECT_TRUE(lockstep::testing::wait_until([&] { return !watcher->check({"launcher/2/live"}); }, 30s))
+      << "the closed connection's live key is still there";
+  EXPECT_TRUE(watcher->check({"launcher/2/beat"}));
+  EXPECT_EQ(text(watcher->get("taken/live")), "2");
+}
+
 TEST(TcpStore, WaitAndGetTimeoutsNameTheKeysAndTheTimeout) {
   auto server = start_server();
   auto store = connect(*server);

@@ -3,19 +3,21 @@
 # runs `lockstep run --recovery in-place --nproc-per-node 2 --rdzv-endpoint 10.231.0.1:PORT` of a user's own
 # DDP loop (tests/ddp/elastic_ddp_worker.cpp) and serves the job's store there; host 1 runs the same command,
 # finds the endpoint on another host and joins: the world grows from 2 to 4 ranks at a step boundary. Then
-# every process on host 1 is killed (kill -9 of its launcher and both workers: the host is gone), so no
-# launcher there announces the loss: host 0's launcher finds host 1's launcher silent for the heartbeat
-# timeout and announces its workers lost, and the two ranks of host 0 go on. The job must exit 0 on host 0
-# and end on the parameters of one process that trained the same global batches with the world 2, then 4,
-# then 2 at the same steps (float64, to 1e-9).
+# host 1 is lost, so that no launcher there announces its workers: host 0's launcher does, and the two ranks
+# of host 0 go on. The job must exit 0 on host 0 and end on the parameters of one process that trained the
+# same global batches with the world 2, then 4, then 2 at the same steps (float64, to 1e-9).
 #
-#   elastic_hosts_inplace_e2e.sh LOCKSTEP WORKER
+#   elastic_hosts_inplace_e2e.sh CASE LOCKSTEP WORKER
+#   CASE: host_killed       kill -9 of every process on host 1: its launcher's store connection closes, and
+#                           host 0's launcher learns it at once (the store's live key)
+#         launcher_stopped  host 1's launcher is stopped (SIGSTOP) and its workers killed: its connection
+#                           stays open, its beats stop, and host 0's launcher waits out the heartbeat timeout
 # Exit status 77 (ctest: skipped) with the reason where the machine cannot create namespaces.
 set -u
-lockstep=$(realpath "$1") worker=$(realpath "$2")
+case_name=$1 lockstep=$(realpath "$2") worker=$(realpath "$3")
 here=$(cd "$(dirname "$0")" && pwd)
 hosts="$here/../../scripts/netns-hosts.sh"
-export LOCKSTEP_NETNS="lsip"
+export LOCKSTEP_NETNS="lsip${case_name:0:1}"
 work=$(mktemp -d /tmp/lockstep-inplace-hosts.XXXXXX)
 cleanup() {
   "$hosts" stop >/dev/null 2>&1
@@ -51,15 +53,31 @@ node 0
 pid0=$!
 wait_for "$work/host0.log" "[rank 0] step 1 "
 node 1
-pid1=$!
 wait_for "$work/host1.log" "serves a running job: its 2 worker(s) join it as rank id(s) 2..3"
 wait_for "$work/hold" ""
-kill -9 $("$hosts" pids 1)
-echo "killed every process on host 1 (rank id 3 held at step 40)"
+# host 1's launcher: the process there running `$lockstep run ...` (under `ip netns exec` and `timeout`).
+launcher1=""
+for p in $("$hosts" pids 1); do
+  case "$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null)" in "$lockstep run "*) launcher1=$p ;; esac
+done
+[ -n "$launcher1" ] || fail "no launcher found on host 1"
+case $case_name in
+  host_killed)
+    kill -9 $("$hosts" pids 1)
+    echo "killed every process on host 1 (rank id 3 held at step 40)"
+    reason="its launcher on .* closed its connection to the store"
+    ;;
+  launcher_stopped)
+    kill -STOP "$launcher1"
+    kill -9 $(pgrep -P "$launcher1")
+    echo "stopped host 1's launcher and killed its workers (rank id 3 held at step 40)"
+    reason="its launcher on .* sent no heartbeat for"
+    ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
 wait "$pid0" || fail "host 0's launcher exited $?"
 grep -v '\] step ' "$work/host0.log"
-grep -q "its launcher on .* sent no heartbeat for" "$work/host0.log" ||
-  fail "host 0 did not name host 1's silent launcher as the reason"
+grep -q "$reason" "$work/host0.log" || fail "host 0 did not say why host 1's ranks were lost ('$reason')"
 
 worlds="2@0"
 while read -r step size; do

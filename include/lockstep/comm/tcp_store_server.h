@@ -88,9 +88,16 @@ class TcpStoreServerLoop;
  * never completes) closes that connection; these are summarised on stderr, one line per
  * report_interval at most. The job's clients are not affected by either.
  *
+ * A key whose name ends in kLiveKeySuffix ("/live") lives as long as the connection that last set it: when
+ * that connection closes (its process ended, its host reset it), the server removes the key, so that
+ * whoever watches it learns at once that the client is gone (ZooKeeper's ephemeral nodes; the in-place
+ * launcher's joined launchers, src/launch/in_place_store.cpp).
+ *
  * Thread-safety: the constructor starts the thread and returns once the socket listens; the accessors
  * may be called from any thread; the destructor stops the thread and closes every connection.
  */
+inline constexpr const char* kLiveKeySuffix = "/live";
+
 class TcpStoreServer {
  public:
   /// Binds and listens; throws StoreBindError naming the address and port when it cannot.

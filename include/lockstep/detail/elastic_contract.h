@@ -20,8 +20,9 @@
 //    "finished/<id>"; a joiner still waiting to be admitted then gives up, and the serving launcher waits
 //    for every joined rank's count before it closes the store.
 //  - A joining launcher registers as "launchers/<n>" = "<first id> <count> <host>" (the counter
-//    "launchers" gives n), adds 1 to "launcher/<first id>/beat" every second, and sets
-//    "launcher/<first id>/done" when its workers have ended (src/launch/in_place_store.cpp).
+//    "launchers" gives n), holds "launcher/<first id>/live" (removed by the store when its connection
+//    closes), adds 1 to "launcher/<first id>/beat" every second, and sets "launcher/<first id>/done" when
+//    its workers have ended (src/launch/in_place_store.cpp).
 
 #include <chrono>
 #include <cstdint>

@@ -68,6 +68,8 @@ std::string MembershipChange::describe() const {
     out += ")";
   }
   if (!joined.empty()) out += (out.empty() ? "rank(s) " : ", rank(s) ") + ids_text(joined) + " joined";
+  if (out.empty())
+    out = "the members are unchanged (ranks that asked to join were lost before their admission)";
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.2f", seconds_since_seen);
   return out + "; world " + std::to_string(old_size) + " -> " + std::to_string(new_size) + " (generation " +

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include <c10/util/Exception.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <nlohmann/json.hpp>
 
 #include "accelerator/gradient_state.h"
 #include "accelerator/prepared_loader_state.h"
@@ -32,8 +36,6 @@ Accelerator::Accelerator(AcceleratorOptions options)
                                  .cuda(device_.is_cuda());
   if (options_.elastic()) {  // validate() refused what in-place recovery cannot work with
     elastic_ = std::make_unique<comm::ElasticWorld>(group_options);
-    elastic_->refuse_joins(
-        "the Accelerator survives lost ranks in place but does not admit joining ones yet");
     group_ = &elastic_->group();
   } else {
     owned_group_ = std::make_unique<comm::ProcessGroup>(comm::init_process_group(group_options));
@@ -144,6 +146,7 @@ std::shared_ptr<detail::PreparedLoaderState> Accelerator::prepare_loader_state(
   if (device_.is_cuda()) loader->pin_memory();  // Accelerate's default for GPUs: non_blocking copies
   auto state =
       std::make_shared<detail::PreparedLoaderState>(std::move(loader), plan, gradient_state_, device_);
+  if (elastic_) state->at_boundary = [this] { at_batch_boundary(); };
   loaders_.push_back(state);
   return state;
 }
@@ -264,7 +267,6 @@ comm::MembershipChange Accelerator::recover() {
   }
   const int old_world = num_processes();
   comm::MembershipChange change = elastic_->reform();  // rethrows when no rank was lost
-  group_ = &elastic_->group();
   // The dropped step: its gradients and its place in the accumulation.
   for (const auto& optimizer : optimizers_) optimizer->zero_grad();
   auto& state = *gradient_state_;
@@ -275,10 +277,17 @@ comm::MembershipChange Accelerator::recover() {
   state.batches_left = -1;
   // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
   if (scaler_.enabled()) scaler_.load_state(scaler_.state());
+  rejoin(change, old_world);
+  return change;
+}
+
+void Accelerator::rejoin(const comm::MembershipChange& change, int old_world) {
+  group_ = &elastic_->group();
   // The models over the new group (the old strategy holds the old DDPs: it goes first), the same optimizers.
+  // The survivors hold the same parameters: DDP broadcasts them only to ranks that joined.
   strategy_.reset();
   strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
-  for (const auto& remake : remake_ddp_) remake();
+  for (const auto& remake : remake_ddp_) remake(/*init_sync=*/!change.joined.empty());
   for (const auto& optimizer : optimizers_) {
     const auto wrapped = strategy_->wrap_optimizer(optimizer);
     TORCH_INTERNAL_ASSERT(wrapped == optimizer, "elastic runs strategy ddp, which steps the optimizer as is");
@@ -286,7 +295,91 @@ comm::MembershipChange Accelerator::recover() {
   for (const auto& weak : loaders_) {
     if (auto loader = weak.lock()) loader->reshard(old_world, num_processes(), process_index());
   }
-  return change;
+  if (!change.joined.empty()) send_state();
+  changes_.push_back(change);
+}
+
+void Accelerator::at_batch_boundary() {
+  if (elastic_->joined() && !state_received_) receive_state();
+  if (!elastic_->admitting()) return;
+  const int old_world = num_processes();
+  rejoin(elastic_->reform(), old_world);
+}
+
+int64_t Accelerator::first_epoch() {
+  if (elastic_ && elastic_->joined() && !state_received_) receive_state();
+  for (const auto& weak : loaders_) {
+    if (auto loader = weak.lock()) return loader->epoch;
+  }
+  return 0;
+}
+
+// Rank 0's position and optimizer state, in prepare order; the joiners' side is receive_state().
+void Accelerator::send_state() {
+  std::string position;
+  if (process_index() == 0) {
+    nlohmann::json state = {{"sync_steps", gradient_state_->sync_steps},
+                            {"committed_steps", gradient_state_->committed_steps},
+                            {"loaders", nlohmann::json::array()}};
+    for (const auto& weak : loaders_) {
+      auto loader = weak.lock();
+      nlohmann::json parts = nlohmann::json::array();
+      if (loader) {
+        for (const data::EpochPart& part : loader->before)
+          parts.push_back({part.world, part.batches, part.planned});
+      }
+      state["loaders"].push_back({{"epoch", loader ? loader->epoch : 0}, {"parts", parts}});
+    }
+    position = state.dump();
+  }
+  group_->broadcast_string(position);
+  for (const auto& optimizer : optimizers_) {
+    std::ostringstream out;
+    if (process_index() == 0) {
+      torch::serialize::OutputArchive archive;
+      optimizer->save(archive);
+      archive.save_to(out);
+    }
+    group_->broadcast_string(out.str());
+  }
+  if (scaler_.enabled()) {
+    at::Tensor scale = scaler_.state();
+    group_->broadcast(scale).wait();
+  }
+}
+
+void Accelerator::receive_state() {
+  state_received_ = true;
+  const nlohmann::json state = nlohmann::json::parse(group_->broadcast_string(""));
+  gradient_state_->sync_steps = state.at("sync_steps").get<int64_t>();
+  gradient_state_->committed_steps = state.at("committed_steps").get<int64_t>();
+  const auto& loaders = state.at("loaders");
+  if (loaders.size() != loaders_.size()) {
+    throw std::runtime_error("Accelerator: this joining rank prepared " + std::to_string(loaders_.size()) +
+                             " data loader(s), the running job " + std::to_string(loaders.size()) +
+                             ": every rank must prepare the same objects in the same order");
+  }
+  for (std::size_t i = 0; i < loaders_.size(); ++i) {
+    auto loader = loaders_[i].lock();
+    if (!loader) continue;
+    loader->epoch = loaders[i].at("epoch").get<int64_t>();
+    loader->before.clear();
+    for (const auto& part : loaders[i].at("parts"))
+      loader->before.push_back(
+          data::EpochPart{part.at(0).get<int>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
+    loader->keep_before = true;
+  }
+  for (const auto& optimizer : optimizers_) {
+    std::istringstream in(group_->broadcast_string(""));
+    torch::serialize::InputArchive archive;
+    archive.load_from(in, device_);
+    optimizer->load(archive);
+  }
+  if (scaler_.enabled()) {
+    at::Tensor scale = scaler_.state();
+    group_->broadcast(scale).wait();
+    scaler_.load_state(scale);
+  }
 }
 
 }  // namespace lockstep::train

@@ -110,8 +110,11 @@ void share_state(lockstep::comm::ProcessGroup& group, torch::optim::Optimizer& o
   pos.parts.assign(n + 3, n + numbers.numel());
 }
 
-int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& holds, int die_in_reform,
-                std::pair<int64_t, int> wait_for_join) {
+int run_elastic(const Flags& flags) {
+  const int epochs = flags.epochs;
+  const std::string& out = flags.out;
+  const std::vector<Hold>& holds = flags.holds;
+  const int die_in_reform = flags.die_in_reform;
   using lockstep::comm::ElasticWorld;
   const Data data = make_data();
   ElasticWorld world(lockstep::comm::ProcessGroupOptions::from_environment(lockstep::env::from_env()));
@@ -153,12 +156,7 @@ int run_elastic(int epochs, const std::string& out, const std::vector<Hold>& hol
     const int64_t n = std::min<int64_t>(kBatch, static_cast<int64_t>(part.indices().size()) - pos.done);
     try {
       hold_if_due(holds, world.id(), pos.step, "start");
-      if (pos.step == wait_for_join.first && !world.joined()) {
-        // The test's cue: the joins are admitted at this step's vote, whenever their launcher got there.
-        for (int i = 0; i < 12000 && world.announced_generation() < world.generation() + wait_for_join.second;
-             ++i)
-          ::usleep(10000);
-      }
+      wait_for_joiners(flags, world, pos.step);  // the joins are admitted at this step's vote
       optimizer.zero_grad();
       auto loss =
           loss_on([&](const torch::Tensor& x) { return ddp->forward(x); }, data, part.indices(), pos.done, n);
@@ -259,14 +257,10 @@ int main(int argc, char** argv) {
   try {
     if (argc == 4 && std::string(argv[1]) == "--compare") return compare(argv[2], argv[3]);
     int64_t batch = kBatch;
-    std::pair<int64_t, int> wait_for_join{-1, 0};
     std::string reference;
     const Flags flags = parse_flags(argc, argv, [&](const std::string& arg, const auto& value) {
       if (arg == "--batch") {
         batch = std::stoll(value());
-      } else if (arg == "--wait-for-join") {
-        const std::string v = value();
-        wait_for_join = {std::stoll(v.substr(0, v.find(':'))), std::stoi(v.substr(v.find(':') + 1))};
       } else if (arg == "--reference") {
         reference = value();
       } else {
@@ -274,9 +268,7 @@ int main(int argc, char** argv) {
       }
       return true;
     });
-    return reference.empty()
-               ? run_elastic(flags.epochs, flags.out, flags.holds, flags.die_in_reform, wait_for_join)
-               : run_reference(flags.epochs, batch, reference, flags.out);
+    return reference.empty() ? run_elastic(flags) : run_reference(flags.epochs, batch, reference, flags.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_ddp_worker: %s\n", e.what());
     return 1;

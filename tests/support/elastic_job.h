@@ -105,12 +105,15 @@ inline void hold_if_due(const std::vector<Hold>& holds, int id, int64_t step, co
 }
 
 /// The flags both workers take: --epochs E, --out FILE, --hold ID:STEP:WHERE:FILE (repeated),
-/// --die-in-reform ID.
+/// --die-in-reform ID, --wait-for-join STEP:COUNT (the ranks there from the start wait at step STEP until
+/// COUNT joiners have announced themselves, so that they are admitted at that step's vote).
 struct Flags {
   int epochs = 3;
   std::string out;
   std::vector<Hold> holds;
   int die_in_reform = -1;
+  int64_t wait_for_join_step = -1;
+  int wait_for_join_count = 0;
 };
 
 /// Reads argv[1..], giving each flag that is not one of Flags' to `other(name, value)` (which takes the
@@ -132,12 +135,26 @@ Flags parse_flags(int argc, char** argv, Other&& other) {
       flags.holds.push_back(parse_hold(value()));
     } else if (arg == "--die-in-reform") {
       flags.die_in_reform = std::stoi(value());
+    } else if (arg == "--wait-for-join") {
+      const std::string v = value();
+      flags.wait_for_join_step = std::stoll(v.substr(0, v.find(':')));
+      flags.wait_for_join_count = std::stoi(v.substr(v.find(':') + 1));
     } else if (!other(arg, value)) {
       throw std::invalid_argument("unknown argument '" + arg + "'");
     }
   }
   if (flags.out.empty()) throw std::invalid_argument("--out FILE is required");
   return flags;
+}
+
+/// --wait-for-join: at step `step`, a rank that was there from the start waits (at most 120 s) until the
+/// joiners have announced themselves. `World` is comm::ElasticWorld (a template: this header needs no comm).
+template <typename World>
+void wait_for_joiners(const Flags& flags, World& world, int64_t step) {
+  if (step != flags.wait_for_join_step || world.joined()) return;
+  for (int i = 0; i < 12000 && world.announced_generation() < world.generation() + flags.wait_for_join_count;
+       ++i)
+    ::usleep(10000);
 }
 
 }  // namespace lockstep::testing::elastic_job

@@ -3,7 +3,7 @@
 // e2e_elastic_accel_*.
 //
 //   elastic_accelerator_worker --out FILE [--epochs E] [--accumulate K] [--hold ID:STEP:WHERE:FILE]...
-//                              [--die-in-reform ID]
+//                              [--die-in-reform ID] [--wait-for-join STEP:COUNT]
 //       one rank under `lockstep run --recovery in-place`, with the arguments and output of
 //       tests/ddp/elastic_ddp_worker.cpp: "step S world W" after each committed step, "membership change
 //       at step S: ..." after each recovery, the last world's rank 0 saves the parameters to FILE. It
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../support/elastic_job.h"
+#include "lockstep/comm/elastic_world.h"
 #include "lockstep/train/accelerator.h"
 
 namespace {
@@ -29,11 +30,21 @@ using namespace lockstep::testing::elastic_job;
 using lockstep::train::Accelerator;
 using lockstep::train::AcceleratorOptions;
 
-int run(int epochs, int64_t accumulate, const std::string& out, const std::vector<Hold>& holds,
-        int die_in_reform) {
+// Each membership change once, as rank 0 of its world says it (recover()'s and the admissions').
+void print_changes(Accelerator& accelerator, std::size_t& printed) {
+  const auto& changes = accelerator.membership_changes();
+  for (; printed < changes.size(); ++printed) {
+    std::printf("membership change at step %lld: %s\n", static_cast<long long>(accelerator.step()),
+                changes[printed].describe().c_str());
+    std::fflush(stdout);
+  }
+}
+
+int run(const Flags& flags, int64_t accumulate) {
   Accelerator accelerator(
       AcceleratorOptions().elastic(true).seed(kSamplerSeed).gradient_accumulation_steps(accumulate));
-  const int id = accelerator.process_index();  // the generation-0 rank: the holds' id
+  lockstep::comm::ElasticWorld& world = *accelerator.elastic_world();
+  const int id = world.id();  // the holds' id: the generation-0 rank, or a joiner's
   const Data data = make_data();
   const auto rows = lockstep::data::make_dataset(
       kSamples, [x = data.x, y = data.y](int64_t i) { return std::make_tuple(x[i], y[i]); });
@@ -42,17 +53,29 @@ int run(int epochs, int64_t accumulate, const std::string& out, const std::vecto
       accelerator.prepare(net, make_optimizer(net),
                           lockstep::data::DataSource<std::tuple<torch::Tensor, torch::Tensor>>(
                               rows, lockstep::data::LoaderOptions(kBatch)));
+  std::size_t printed = 0;  // membership changes said
   bool step_begins = true;  // the next micro-batch is a step's first
-  for (int epoch = 0; epoch < epochs; ++epoch) {
+  // A joining rank starts in the epoch it was admitted in, with the others' state.
+  const int64_t first_epoch = accelerator.first_epoch();
+  if (world.joined()) {
+    std::printf("joined at step %lld as rank %d of %d\n", static_cast<long long>(accelerator.step()),
+                accelerator.process_index(), accelerator.num_processes());
+    std::fflush(stdout);
+  }
+  for (int64_t epoch = first_epoch; epoch < flags.epochs; ++epoch) {
     loader.set_epoch(epoch);
     for (auto& [x, y] : loader) {
+      print_changes(accelerator, printed);  // an admission happens as the loader moves on
       try {
         const int64_t committed = accelerator.step();  // optimizer steps so far
-        if (step_begins) hold_if_due(holds, id, committed, "start");
+        if (step_begins) {
+          hold_if_due(flags.holds, id, committed, "start");
+          wait_for_joiners(flags, world, committed);  // the joins are admitted at this step's vote
+        }
         step_begins = false;
         auto scope = accelerator.accumulate(model);
         accelerator.backward(loss_of(model(x), y));
-        if (scope.sync_gradients()) hold_if_due(holds, id, committed, "vote");
+        if (scope.sync_gradients()) hold_if_due(flags.holds, id, committed, "vote");
         optimizer.step();  // on a sync step it votes first: comm::MembershipChanged when the world changed
         optimizer.zero_grad();
         if (!scope.sync_gradients()) continue;
@@ -61,16 +84,15 @@ int run(int epochs, int64_t accumulate, const std::string& out, const std::vecto
                     accelerator.num_processes());
         std::fflush(stdout);
       } catch (const lockstep::comm::CommError&) {
-        if (die_in_reform == id) std::raise(SIGKILL);  // lost while the others re-form
-        const auto change = accelerator.recover();     // rethrows when no rank was lost
-        step_begins = true;                            // the dropped step's micro-batches are dealt again
-        std::printf("membership change at step %lld: %s\n", static_cast<long long>(accelerator.step()),
-                    change.describe().c_str());
-        std::fflush(stdout);
+        if (flags.die_in_reform == id) std::raise(SIGKILL);  // lost while the others re-form
+        accelerator.recover();                               // rethrows when no rank was lost
+        step_begins = true;  // the dropped step's micro-batches are dealt again
+        print_changes(accelerator, printed);
       }
     }
   }
-  if (accelerator.is_main_process()) save(net, out);
+  print_changes(accelerator, printed);
+  if (accelerator.is_main_process()) save(net, flags.out);
   accelerator.end_training();
   return 0;
 }
@@ -85,7 +107,7 @@ int main(int argc, char** argv) {
       accumulate = std::stoll(value());
       return true;
     });
-    return run(flags.epochs, accumulate, flags.out, flags.holds, flags.die_in_reform);
+    return run(flags, accumulate);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "elastic_accelerator_worker: %s\n", e.what());
     return 1;

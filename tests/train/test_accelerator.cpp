@@ -191,8 +191,11 @@ TEST(Accelerator, SyncStepsFollowGroupsAndPassEnds) {
       }
       EXPECT_EQ(pattern, "--S--SS") << "pass " << pass;
       EXPECT_EQ(accelerator.step(), 3 * (pass + 1));
-      EXPECT_EQ(loader.epoch(), pass + 1);  // each full pass advances the epoch
+      EXPECT_EQ(loader.epoch(), pass + 1);             // each full pass advances the epoch
+      EXPECT_EQ(accelerator.first_epoch(), pass + 1);  // where a loop (re)starting now would begin
     }
+    EXPECT_TRUE(accelerator.membership_changes().empty());
+    EXPECT_EQ(accelerator.elastic_world(), nullptr);
     group.shutdown();
   }));
 }

@@ -264,6 +264,19 @@ class Accelerator {
   ///   }
   comm::MembershipChange recover();
 
+  /// elastic: ranks that join the running job (a second `lockstep run` on its endpoint) are admitted at
+  /// the step boundary the commit vote picks, before the prepared loaders' next batch: every prepared
+  /// model's DDP is rebuilt with its broadcast (the joiners get the parameters), rank 0 sends the
+  /// optimizers' state, step() and each loader's position in its epoch, and the passes in progress are
+  /// re-sharded over the new world. A joining rank receives that state here: the epoch its loop starts at
+  /// (the prepared loaders' epoch: 0 in a fresh run, what load_state restored, or for a joiner the epoch it
+  /// was admitted in). Call it after prepare(): `for (auto e = accelerator.first_epoch(); e < n; ++e)`.
+  int64_t first_epoch();
+  /// elastic: every membership change so far (recover()'s and the admissions'), for the loop's log.
+  const std::vector<comm::MembershipChange>& membership_changes() const { return changes_; }
+  /// elastic: the in-place world (its members, this process's id for life); nullptr otherwise.
+  comm::ElasticWorld* elastic_world() { return elastic_.get(); }
+
  private:
   static std::string optimizer_base(const std::string& dir, size_t i);
   void on_every_rank(const std::string& dir, const std::string& failure, const std::function<void()>& write);
@@ -279,6 +292,14 @@ class Accelerator {
   /// elastic: the commit vote of the current sync step (once, whatever the number of optimizers); throws
   /// comm::MembershipChanged when the world changed first. Records what the step commits.
   void vote_to_commit();
+  /// elastic: before a prepared loader's next batch or pass: admits the joiners the last vote let in, or,
+  /// on a joiner, receives the state once.
+  void at_batch_boundary();
+  /// elastic: the next generation's group in place of `old_world`'s: models, optimizers, loaders; the
+  /// state sent when ranks joined. Records the change.
+  void rejoin(const comm::MembershipChange& change, int old_world);
+  void send_state();
+  void receive_state();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);
   friend class PreparedOptimizer;
@@ -298,7 +319,9 @@ class Accelerator {
   std::vector<std::weak_ptr<detail::PreparedLoaderState>> loaders_;
   // elastic: each prepared model's DDP made again over group_ into strategy_ (recover), and the optimizers
   // as prepared, wrapped again by the new strategy.
-  std::vector<std::function<void()>> remake_ddp_;
+  std::vector<std::function<void(bool init_sync)>> remake_ddp_;
+  std::vector<comm::MembershipChange> changes_;
+  bool state_received_ = false;  // a joiner: receive_state() ran
   std::vector<std::shared_ptr<torch::optim::Optimizer>> optimizers_;
   int64_t backwards_ = 0;        // backward() calls: a step's vote is once per backward
   int64_t voted_backward_ = -1;  // backwards_ at the last vote
@@ -317,10 +340,10 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
   slot->ddp = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, strategy_->ddp_options());
   strategy_->add_model(module, slot->ddp->gradient_sync(), slot->ddp);
   if (elastic_) {
-    remake_ddp_.push_back([this, slot, model, module] {
+    remake_ddp_.push_back([this, slot, model, module](bool init_sync) {
       slot->ddp.reset();  // its hooks off the parameters before the new DDP adds its own
       slot->ddp = std::make_shared<ddp::DistributedDataParallel<M>>(
-          model, *group_, strategy_->ddp_options().init_sync(false));
+          model, *group_, strategy_->ddp_options().init_sync(init_sync));
       strategy_->add_model(module, slot->ddp->gradient_sync(), slot->ddp);
     });
   }

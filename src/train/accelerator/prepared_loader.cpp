@@ -17,7 +17,8 @@ data::ShardPlan PreparedLoaderState::epoch_plan() const {
 }
 
 void PreparedLoaderState::begin_pass() {
-  before.clear();
+  if (!keep_before) before.clear();
+  keep_before = false;
   batches = loader->start(epoch_plan());
   batch_index = -1;
   committed = 0;
@@ -62,10 +63,12 @@ void PreparedLoaderState::reshard(int old_world, int world, int rank) {
 }
 
 bool PreparedLoaderCore::begin_pass() {
+  if (state_->at_boundary) state_->at_boundary();
   state_->begin_pass();
   return state_->advance();
 }
 bool PreparedLoaderCore::advance() {
+  if (state_->at_boundary) state_->at_boundary();
   return state_->advance();
 }
 void* PreparedLoaderCore::current() const {

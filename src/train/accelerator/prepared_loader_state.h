@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -45,6 +46,11 @@ struct PreparedLoaderState {
   // earlier worlds ran (ShardPlan::before; empty outside a re-sharded pass).
   int64_t committed = 0;
   std::vector<data::EpochPart> before;
+  // elastic: run before each pass and each batch (Accelerator::at_batch_boundary: an admission the last
+  // vote decided, or a joiner's first state); keep_before: the next pass goes on with `before` (a joiner's
+  // received position) instead of starting its epoch.
+  std::function<void()> at_boundary;
+  bool keep_before = false;
 };
 
 }  // namespace lockstep::train::detail

@@ -24,8 +24,7 @@ work=$(mktemp -d /tmp/lockstep-elastic-hosts.XXXXXX)
 trap '"$hosts" stop >/dev/null 2>&1; rm -rf "$work"' EXIT
 "$hosts" start --hosts 3 >"$work/start.out" 2>&1 || { cat "$work/start.out"; exit 3; }
 
-now_ns() { date +%s%N; }
-max_step() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | cut -d: -f2 | sort -n | tail -1; }
+. "$(dirname "$0")/elastic_kill_lib.sh"
 fit=(--max-epochs 2 --seed 7 --progress off --threads 1 --num-workers 0 --log-every-n-steps 1)
 
 # launch MODE N: host N's launcher, in the background; its output in $work/MODE/hostN.log.
@@ -54,23 +53,15 @@ run_mode() {
   local second=$!
   launch "$mode" 2
   until grep -q "\"step\":$kill_at," "$dir/m.jsonl" 2>/dev/null; do sleep 0.01; done
-  local t_kill before lines_before
-  t_kill=$(now_ns)
-  kill -9 $("$hosts" pids 2)
-  before=$(max_step "$dir/m.jsonl")
-  lines_before=$(wc -l <"$dir/m.jsonl")
-  until (($(max_step "$dir/m.jsonl") > before)); do sleep 0.01; done
-  local t_next
-  t_next=$(now_ns)
+  kill_and_time "$dir/m.jsonl" kill -9 $("$hosts" pids 2)
   wait "$first"
   local status=$?
   wait "$second"
   local redone val
-  redone=$(tail -n +$((lines_before + 1)) "$dir/m.jsonl" | grep '"batch":' | grep -o '^{"step":[0-9]*' |
-    cut -d: -f2 | awk -v b="$before" '$1 <= b' | sort -un | wc -l)
-  val=$(grep '"val_acc"' "$dir/m.jsonl" | tail -1 | grep -o '"val_acc":[0-9.]*' | cut -d: -f2)
+  redone=$(steps_redone "$dir/m.jsonl")
+  val=$(final_val_acc "$dir/m.jsonl")
   printf "%-8s host 0 exit %d  host 2 killed after step %4d  steps trained again %4d  kill -> next new step %6.2f s  final val_acc %s\n" \
-    "$mode" "$status" "$before" "$redone" "$(awk -v a="$t_kill" -v b="$t_next" 'BEGIN { print (b - a) / 1e9 }')" "$val"
+    "$mode" "$status" "$kill_before" "$redone" "$kill_seconds" "$val"
   grep -h 'membership change\|round [0-9]*: ' "$dir"/host0.log | sed 's/^/    /' | head -4
 }
 

@@ -18,9 +18,7 @@ which=${2:-all}
 work=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 
-now_ns() { date +%s%N; }
-# The largest "step" among the metrics file's records (0 when none).
-max_step() { grep -o '"step":[0-9]*' "$1" 2>/dev/null | cut -d: -f2 | sort -n | tail -1; }
+. "$(dirname "$0")/elastic_kill_lib.sh"
 
 # run_case LABEL MODE KILL_AT CKPT_EVERY FIT_ARGS...
 run_case() {
@@ -34,26 +32,15 @@ run_case() {
   local fit=$!
   until grep -q "\"step\":$kill_at," "$dir/m.jsonl" 2>/dev/null; do sleep 0.01; done
   local pids=($(pgrep -P "$fit" | sort -n))
-  local t_kill
-  t_kill=$(now_ns)
-  kill -9 "${pids[1]}"
-  local before lines_before
-  before=$(max_step "$dir/m.jsonl")
-  lines_before=$(wc -l <"$dir/m.jsonl")
-  until (($(max_step "$dir/m.jsonl") > before)); do sleep 0.01; done
-  local t_next
-  t_next=$(now_ns)
+  kill_and_time "$dir/m.jsonl" kill -9 "${pids[1]}"
   wait "$fit"
   local status=$?
-  # Step records written after the kill for steps already done before it: the steps trained again.
-  local redone
-  redone=$(tail -n +$((lines_before + 1)) "$dir/m.jsonl" | grep '"batch":' | grep -o '^{"step":[0-9]*' |
-    cut -d: -f2 | awk -v b="$before" '$1 <= b' | sort -un | wc -l)
-  local seen val
+  local redone seen val
+  redone=$(steps_redone "$dir/m.jsonl")
   seen=$(grep -o '"membership_change_s":[0-9.]*' "$dir/m.jsonl" | cut -d: -f2)
-  val=$(grep '"val_acc"' "$dir/m.jsonl" | tail -1 | grep -o '"val_acc":[0-9.]*' | cut -d: -f2)
+  val=$(final_val_acc "$dir/m.jsonl")
   printf "%-5s %-8s exit %d  killed after step %4d  steps trained again %4d  kill -> next new step %6.2f s  loss seen -> training again %5s s  final val_acc %s\n" \
-    "$label" "$mode" "$status" "$before" "$redone" "$(awk -v a="$t_kill" -v b="$t_next" 'BEGIN { print (b - a) / 1e9 }')" \
+    "$label" "$mode" "$status" "$kill_before" "$redone" "$kill_seconds" \
     "${seen:--}" "$val"
 }
 

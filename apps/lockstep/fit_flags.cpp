@@ -267,6 +267,13 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       "backend gloo or auto; ranks started by `lockstep fit` or `lockstep run --recovery in-place`;\n"
       "docs/elastic.md)");
   app.add_flag_function(
+      "--keep-global-batch,--keep_global_batch", [&t](int64_t count) { t.keep_global_batch(count > 0); },
+      "When the world changes (--elastic, or --resume on another number of ranks), keep the\n"
+      "global batch: each rank accumulates first world x --accumulate-grad-batches / new world\n"
+      "batches (the nearest whole count where the world does not divide it; the change's line\n"
+      "says so). Default: the per-rank batch stays and the global batch follows the world\n"
+      "(--lr-scaling rescales the rate to it)");
+  app.add_flag_function(
       "--cuda-graphs,--cuda_graphs", [&t](int64_t count) { t.cuda_graphs(count > 0); },
       "On a GPU: capture the training step (forward, backward, all-reduce, optimizer) in a CUDA\n"
       "graph after 3 eager steps and replay it for every batch of the same shape (LibTorch 2.4+,\n"

@@ -4,18 +4,16 @@
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include <c10/util/Exception.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <nlohmann/json.hpp>
 
 #include "accelerator/gradient_state.h"
 #include "accelerator/prepared_loader_state.h"
+#include "admission.h"
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/train/device.h"
@@ -321,31 +319,18 @@ void Accelerator::send_state() {
     nlohmann::json state = {{"sync_steps", gradient_state_->sync_steps},
                             {"committed_steps", gradient_state_->committed_steps},
                             {"loaders", nlohmann::json::array()}};
+    const std::vector<data::EpochPart> none;
     for (const auto& weak : loaders_) {
       auto loader = weak.lock();
-      nlohmann::json parts = nlohmann::json::array();
-      if (loader) {
-        for (const data::EpochPart& part : loader->before)
-          parts.push_back({part.world, part.batches, part.planned});
-      }
-      state["loaders"].push_back({{"epoch", loader ? loader->epoch : 0}, {"parts", parts}});
+      state["loaders"].push_back({{"epoch", loader ? loader->epoch : 0},
+                                  {"parts", detail::parts_to_json(loader ? loader->before : none)}});
     }
     position = state.dump();
   }
   group_->broadcast_string(position);
-  for (const auto& optimizer : optimizers_) {
-    std::ostringstream out;
-    if (process_index() == 0) {
-      torch::serialize::OutputArchive archive;
-      optimizer->save(archive);
-      archive.save_to(out);
-    }
-    group_->broadcast_string(out.str());
-  }
-  if (scaler_.enabled()) {
-    at::Tensor scale = scaler_.state();
-    group_->broadcast(scale).wait();
-  }
+  for (const auto& optimizer : optimizers_)
+    detail::share_optimizer_state(*group_, *optimizer, /*load=*/false, device_);
+  detail::share_scaler_state(*group_, scaler_, /*load=*/false);
 }
 
 void Accelerator::receive_state() {
@@ -363,23 +348,12 @@ void Accelerator::receive_state() {
     auto loader = loaders_[i].lock();
     if (!loader) continue;
     loader->epoch = loaders[i].at("epoch").get<int64_t>();
-    loader->before.clear();
-    for (const auto& part : loaders[i].at("parts"))
-      loader->before.push_back(
-          data::EpochPart{part.at(0).get<int>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
+    loader->before = detail::parts_from_json(loaders[i].at("parts"));
     loader->keep_before = true;
   }
-  for (const auto& optimizer : optimizers_) {
-    std::istringstream in(group_->broadcast_string(""));
-    torch::serialize::InputArchive archive;
-    archive.load_from(in, device_);
-    optimizer->load(archive);
-  }
-  if (scaler_.enabled()) {
-    at::Tensor scale = scaler_.state();
-    group_->broadcast(scale).wait();
-    scaler_.load_state(scale);
-  }
+  for (const auto& optimizer : optimizers_)
+    detail::share_optimizer_state(*group_, *optimizer, /*load=*/true, device_);
+  detail::share_scaler_state(*group_, scaler_, /*load=*/true);
 }
 
 }  // namespace lockstep::train

@@ -108,6 +108,7 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
     parts.push_back(part.batches);
   }
   archive.write("reshard_parts", c10::IValue(parts));
+  if (state.batches_per_step > 0) archive.write("batches_per_step", c10::IValue(state.batches_per_step));
 }
 
 // Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
@@ -275,6 +276,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
     state.reshard_parts.push_back(
         data::EpochPart{static_cast<int>(world), read_value(archive, path, "reshard_batch").toInt()});
   }
+  c10::IValue batches_per_step;
+  if (archive.try_read("batches_per_step", batches_per_step))
+    state.batches_per_step = batches_per_step.toInt();
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
                              model_name + "': resume with model '" + state.model +

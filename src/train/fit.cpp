@@ -74,15 +74,15 @@ data::LoaderOptions loader_options(const FitConfig& config, const data::Transfor
 }
 
 // "adam lr 0.004 (linear-scaled from 0.001: global batch 256 / reference 64) step (x0.1 every 3 epochs)".
-std::string describe_lr(const FitConfig& config, int world) {
+std::string describe_lr(const FitConfig& config, int64_t global_batch) {
   char text[256];
-  int used = std::snprintf(text, sizeof text, "%s lr %g", config.optimizer.c_str(), config.scaled_lr(world));
+  int used = std::snprintf(text, sizeof text, "%s lr %g", config.optimizer.c_str(),
+                           config.lr_for_global_batch(global_batch));
   if (config.lr_scaling != "none") {
-    used +=
-        std::snprintf(text + used, sizeof text - used,
-                      " (%s-scaled from %g: global batch %lld / reference %lld)", config.lr_scaling.c_str(),
-                      config.resolved_lr(), static_cast<long long>(config.global_batch_size(world)),
-                      static_cast<long long>(config.resolved_lr_reference_batch()));
+    used += std::snprintf(
+        text + used, sizeof text - used, " (%s-scaled from %g: global batch %lld / reference %lld)",
+        config.lr_scaling.c_str(), config.resolved_lr(), static_cast<long long>(global_batch),
+        static_cast<long long>(config.resolved_lr_reference_batch()));
   }
   used += std::snprintf(text + used, sizeof text - used, " %s", config.lr_schedule.c_str());
   if (config.lr_schedule == "step") {
@@ -104,7 +104,7 @@ std::string describe_run(const FitConfig& config, int world) {
       static_cast<unsigned long long>(config.trainer.seed()),
       static_cast<long long>(config.trainer.accumulate_grad_batches()),
       config.trainer.limit_train_batches().to_string().c_str());
-  return text + describe_lr(config, world);
+  return text + describe_lr(config, config.global_batch_size(world));
 }
 
 // `lockstep fit`'s model as a TrainModule: a ready classifier, cross-entropy, the flags' optimizer and
@@ -142,12 +142,13 @@ class FitModule : public TrainModule {
   OptimizerConfig configure_optimizers() override {
     const TrainingPlan& p = plan();
     OptimizerConfig out;
-    out.optimizer = make_optimizer(config_, *this, config_.scaled_lr(p.world_size));
+    const double lr = config_.lr_for_global_batch(p.global_batch_size());
+    out.optimizer = make_optimizer(config_, *this, lr);
     const auto warmup_steps =
         static_cast<int64_t>(config_.warmup_epochs * static_cast<double>(p.steps_per_epoch));
     const int64_t total_steps = std::max<int64_t>(1, p.steps_per_epoch * config_.trainer.max_epochs());
-    optim::LrSchedule schedule(config_.scaled_lr(p.world_size), optim::parse_lr_shape(config_.lr_schedule),
-                               total_steps, std::min(warmup_steps, total_steps - 1));
+    optim::LrSchedule schedule(lr, optim::parse_lr_shape(config_.lr_schedule), total_steps,
+                               std::min(warmup_steps, total_steps - 1));
     if (schedule.shape() == optim::LrShape::kStep) {
       schedule.step_decay(
           /*every_steps=*/std::max<int64_t>(1, config_.resolved_lr_step_epochs() * p.steps_per_epoch),
@@ -261,9 +262,9 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
                  config.model.c_str(), static_cast<long long>(models::count_parameters(*model)),
                  loaded.name.c_str(), static_cast<long long>(loaded.train->size()),
                  static_cast<long long>(loaded.test->size()), plan.world_size,
-                 static_cast<long long>(config.batch_size), describe_lr(config, plan.world_size).c_str(),
-                 to_string(config.trainer.precision()), static_cast<long long>(config.trainer.max_epochs()),
-                 at::get_num_threads(),
+                 static_cast<long long>(config.batch_size),
+                 describe_lr(config, plan.global_batch_size()).c_str(), to_string(config.trainer.precision()),
+                 static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
                  config.data_on_device ? ("data kept on " + plan.device).c_str()
                                        : (std::to_string(data.workers()) + " loader thread(s)/rank").c_str(),
                  plan.device.c_str());

@@ -277,8 +277,14 @@ double FitConfig::scaled_lr(int world_size) const {
   if (world_size < 1) {
     throw std::invalid_argument("scaled_lr: world_size must be >= 1, got " + text(world_size));
   }
-  const double ratio =
-      static_cast<double>(global_batch_size(world_size)) / static_cast<double>(resolved_lr_reference_batch());
+  return lr_for_global_batch(global_batch_size(world_size));
+}
+
+double FitConfig::lr_for_global_batch(int64_t global_batch) const {
+  if (global_batch < 1) {
+    throw std::invalid_argument("lr_for_global_batch: global_batch must be >= 1, got " + text(global_batch));
+  }
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(resolved_lr_reference_batch());
   if (lr_scaling == "linear") return resolved_lr() * ratio;
   if (lr_scaling == "sqrt") return resolved_lr() * std::sqrt(ratio);
   return resolved_lr();

@@ -155,6 +155,7 @@ void Trainer::save_checkpoint(const std::string& path) {
     state.callback_states[callback->state_key()] = callback->state_dict();
   if (run.scaler.enabled()) state.scaler_state = run.scaler.state();
   state.reshard_parts = run.reshard_parts;
+  state.batches_per_step = run.batches_per_step;
   state.shards = std::move(shards);
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);

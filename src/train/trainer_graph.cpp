@@ -47,6 +47,7 @@ std::string option_refusal(const TrainerOptions& options, Precision precision, c
     return std::string("strategy ") + to_string(options.strategy().kind()) + " (ddp only)";
   why = backend_refusal(options.process_group() ? options.process_group()->backend() : options.backend());
   if (!why.empty()) return why;
+  if (options.keep_global_batch()) return "keep_global_batch (its accumulation changes with the world)";
   if (options.accumulate_grad_batches() > 1)
     return "accumulate_grad_batches " + std::to_string(options.accumulate_grad_batches()) + " (1 only)";
   if (options.gradient_clip_val() > 0) return "gradient_clip_val (the norm is read on the host)";

@@ -1,5 +1,6 @@
 #include "lockstep/train/trainer_options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -84,6 +85,12 @@ void TrainerOptions::validate() const {
   check_elastic();
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
+}
+
+int64_t accumulation_keeping(int64_t batches_per_step, int world) {
+  check_at_least<int64_t>("batches_per_step", batches_per_step, 1);
+  check_at_least<int>("world", world, 1);
+  return std::max<int64_t>(1, (2 * batches_per_step + world) / (2 * static_cast<int64_t>(world)));
 }
 
 void TrainerOptions::check_elastic() const {

@@ -2,13 +2,12 @@
 // its epoch when the world size changed.
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <stdexcept>
 
 #include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <nlohmann/json.hpp>
 
+#include "admission.h"
 #include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/train/checkpoint.h"
 #include "trainer_run.h"
@@ -53,6 +52,11 @@ void Trainer::Run::restore() {
     }
   }
   if (saved.scaler_state.defined() && scaler.enabled()) scaler.load_state(saved.scaler_state);
+  if (batches_per_step > 0 && saved.batches_per_step > 0 && saved.batches_per_step != batches_per_step) {
+    batches_per_step = saved.batches_per_step;  // the global batch of the run that wrote it
+    plan_world();
+    refresh_schedule();
+  }
   reshard_parts = saved.reshard_parts;  // still inside an epoch re-sharded by the run that wrote it
   if (!reshard_parts.empty()) reshard_parts.front().planned = planned_batches(reshard_parts.front().world);
   if (saved.world_size == world) {
@@ -66,7 +70,7 @@ void Trainer::Run::restore() {
       std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) +
       " (written by " + std::to_string(saved.world_size) + " rank(s)" +
       (!reshard_parts.empty() && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
-      ")");
+      ")" + describe_batch());
   if (reshard_parts.empty() && train_batches_ >= 0 && start_.batch > train_batches_) {
     throw std::invalid_argument(
         "checkpoint position (epoch " + std::to_string(start_.epoch) + ", batch " +
@@ -116,51 +120,34 @@ void Trainer::Run::reshard_after(const CheckpointState& saved) {
 // ---- elastic admission: what a joining rank gets from rank 0 ----
 
 void Trainer::Run::send_admission(int64_t e) {
-  std::string optimizer_bytes, position_text;
+  std::string position_text;
   if (group->rank() == 0) {
-    torch::serialize::OutputArchive archive;
-    optimizer->save(archive);
-    std::ostringstream out;
-    archive.save_to(out);
-    optimizer_bytes = out.str();
     nlohmann::json state = {{"epoch", e},
                             {"step", position.step},
-                            {"parts", nlohmann::json::array()},
+                            {"batches_per_step", batches_per_step},
+                            {"parts", detail::parts_to_json(reshard_parts)},
                             {"callbacks", nlohmann::json::object()}};
-    for (const data::EpochPart& part : reshard_parts)
-      state["parts"].push_back({part.world, part.batches, part.planned});
     for (const auto& callback : options.callbacks())
       state["callbacks"][callback->state_key()] = callback->state_dict();
     position_text = state.dump();
   }
-  group->broadcast_string(optimizer_bytes);
+  detail::share_optimizer_state(*group, *optimizer, /*load=*/false, device_);
   group->broadcast_string(position_text);
-  if (scaler.enabled()) {
-    at::Tensor scale = scaler.state();
-    group->broadcast(scale).wait();
-  }
+  detail::share_scaler_state(*group, scaler, /*load=*/false);
 }
 
 void Trainer::Run::receive_admission() {
-  const std::string optimizer_bytes = group->broadcast_string("");
+  detail::share_optimizer_state(*group, *optimizer, /*load=*/true, device_);
   const nlohmann::json state = nlohmann::json::parse(group->broadcast_string(""));
-  std::istringstream in(optimizer_bytes);
-  torch::serialize::InputArchive archive;
-  archive.load_from(in, device_);
-  optimizer->load(archive);
   start_ = TrainPosition{state.at("epoch").get<int64_t>(), 0, state.at("step").get<int64_t>()};
-  for (const auto& part : state.at("parts"))
-    reshard_parts.push_back(
-        data::EpochPart{part.at(0).get<int>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
+  batches_per_step = state.at("batches_per_step").get<int64_t>();  // the survivors' (its own start is not)
+  plan_world();
+  reshard_parts = detail::parts_from_json(state.at("parts"));
   for (const auto& callback : options.callbacks()) {
     if (auto it = state.at("callbacks").find(callback->state_key()); it != state.at("callbacks").end())
       callback->load_state_dict(it->get<std::string>());
   }
-  if (scaler.enabled()) {
-    at::Tensor scale = scaler.state();
-    group->broadcast(scale).wait();
-    scaler.load_state(scale);
-  }
+  detail::share_scaler_state(*group, scaler, /*load=*/true);
   step_state->step = start_.step;
   replan_at_start_ = true;
   // Said by the joiner itself (rank 0 says the change): its launcher's output shows it was admitted.

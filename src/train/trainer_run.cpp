@@ -225,19 +225,11 @@ void Trainer::Run::setup_model() {
   if (!options.process_group())
     torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(group->rank() + 1));
   TrainingPlan& plan = step_state->plan;
-  plan_world();
   plan.device = device_.str();
   plan.max_epochs = options.max_epochs();
-  plan.accumulate_grad_batches = options.accumulate_grad_batches();
   plan.batch_size = batch_size_;
-  if (train_batches_ < 0) {  // a stream of unknown length: only max_steps bounds the run
-    plan.estimated_stepping_batches = options.max_steps() > 0 ? options.max_steps() : -1;
-  } else {
-    plan.estimated_stepping_batches = std::max<int64_t>(1, plan.steps_per_epoch * options.max_epochs());
-    if (options.max_steps() > 0) {
-      plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
-    }
-  }
+  if (options.keep_global_batch()) batches_per_step = group->size() * options.accumulate_grad_batches();
+  plan_world();
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
   optimizer = strategy->wrap_optimizer(std::move(optim.optimizer));
@@ -258,9 +250,18 @@ void Trainer::Run::plan_world() {
   TrainingPlan& plan = step_state->plan;
   plan.world_size = group->size();
   plan.rank = group->rank();
+  plan.accumulate_grad_batches = batches_per_step > 0 ? accumulation_keeping(batches_per_step, group->size())
+                                                      : options.accumulate_grad_batches();
   plan.batches_per_epoch = train_batches_;
-  plan.steps_per_epoch =
-      train_batches_ < 0 ? -1 : ceil_div(train_batches_, options.accumulate_grad_batches());
+  plan.steps_per_epoch = train_batches_ < 0 ? -1 : ceil_div(train_batches_, plan.accumulate_grad_batches);
+  if (train_batches_ < 0) {  // a stream of unknown length: only max_steps bounds the run
+    plan.estimated_stepping_batches = options.max_steps() > 0 ? options.max_steps() : -1;
+  } else {
+    plan.estimated_stepping_batches = std::max<int64_t>(1, plan.steps_per_epoch * options.max_epochs());
+    if (options.max_steps() > 0) {
+      plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
+    }
+  }
 }
 
 // ---- the epochs ----
@@ -322,7 +323,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   if (is_main_ && options.progress_bar()) bar_.start(e, options.max_epochs(), training.planned);
   const auto start = Clock::now();
   training.batches = first_batch;
-  const int64_t accumulate = options.accumulate_grad_batches();
+  const int64_t& accumulate = step_state->plan.accumulate_grad_batches;  // a change of world may change it
   bool ended = training.planned >= 0 && first_batch >= training.planned;
   committed_ = Commit{first_batch, 0, logged()};
   for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
@@ -419,15 +420,29 @@ int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, int old_w
 void Trainer::Run::replan_schedule(int64_t e, int64_t rest) {
   TrainingPlan& plan = step_state->plan;
   if (!optim.lr_schedule || rest < 0 || plan.steps_per_epoch < 0) return;  // a stream: max_steps bounds it
-  const int64_t remaining = ceil_div(rest, options.accumulate_grad_batches()) +
-                            (options.max_epochs() - e - 1) * plan.steps_per_epoch;
+  const int64_t remaining =
+      ceil_div(rest, plan.accumulate_grad_batches) + (options.max_epochs() - e - 1) * plan.steps_per_epoch;
   plan.estimated_stepping_batches = std::max<int64_t>(1, position.step + remaining);
   if (options.max_steps() > 0)
     plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
-  // The module's schedule for the new length; the optimizer it also makes is dropped (the run's keeps its
-  // state).
+  refresh_schedule();
+}
+
+void Trainer::Run::refresh_schedule() {
   OptimizerConfig fresh = module->configure_optimizers();
   if (fresh.lr_schedule) optim.lr_schedule = std::move(fresh.lr_schedule);
+}
+
+std::string Trainer::Run::describe_batch() const {
+  if (batches_per_step <= 0) return "";
+  const TrainingPlan& plan = step_state->plan;
+  const int64_t kept = batches_per_step * plan.batch_size;
+  std::string text = "; global batch " + std::to_string(plan.global_batch_size());
+  text += plan.world_size * plan.accumulate_grad_batches == batches_per_step
+              ? " kept"
+              : ", not " + std::to_string(kept) + " (" + std::to_string(plan.world_size) +
+                    " ranks do not divide " + std::to_string(batches_per_step) + " batches a step)";
+  return text + ": each rank accumulates " + std::to_string(plan.accumulate_grad_batches) + " batch(es)";
 }
 
 void Trainer::Run::rejoin(const comm::MembershipChange& change) {
@@ -446,7 +461,7 @@ void Trainer::Run::rejoin(const comm::MembershipChange& change) {
       metrics_writer = std::make_unique<MetricsWriter>(options.metrics_file());
   }
   print_line("membership change at step " + std::to_string(position.step) + " (epoch " +
-             std::to_string(step_state->epoch + 1) + "): " + change.describe());
+             std::to_string(step_state->epoch + 1) + "): " + change.describe() + describe_batch());
   trainer.log_metrics({{"world_size", static_cast<double>(group->size())},
                        {"membership_change_s", change.seconds_since_seen}});
 }
@@ -484,7 +499,7 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
     group_has_nan_ = true;
     logged() = logged_before_;  // what this batch logged is dropped with the step
   }
-  const int64_t accumulate = options.accumulate_grad_batches();
+  const int64_t accumulate = step_state->plan.accumulate_grad_batches;
   scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
   step_timer_.end(StepPhase::kBackward);
   // The communication the computation did not hide: the gradient sync's, and under fsdp the gathers'.

@@ -78,6 +78,9 @@ struct Trainer::Run {
   // The resumed epoch's parts on earlier world sizes (CheckpointState::reshard_parts), with their planned
   // counts filled in.
   std::vector<data::EpochPart> reshard_parts;
+  // keep_global_batch: the rank-batches per optimizer step the run keeps (CheckpointState::
+  // batches_per_step); 0 otherwise. plan_world() derives the accumulation count from it.
+  int64_t batches_per_step = 0;
   std::map<std::string, double> callback_metrics;
   bool stop_requested = false;
   std::string stop_reason;
@@ -133,6 +136,12 @@ struct Trainer::Run {
   void wrap_model(bool init_sync);
   /// The plan's place in the current group: world size, rank, batches and steps per epoch.
   void plan_world();
+  // The module's schedule for the plan's new length (configure_optimizers() again); the optimizer it also
+  // makes is dropped (the run's keeps its state).
+  void refresh_schedule();
+  // keep_global_batch: "; global batch 384 kept: each rank accumulates 3 batch(es)", or "; global batch
+  // 512, not 384 (4 ranks do not divide 6 batches a step): ..."; "" otherwise.
+  std::string describe_batch() const;
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved);
   void load_shards(const std::vector<std::string>& shards);

@@ -10,7 +10,7 @@
 # of `lockstep fit --elastic`, and the same command again, whose 2 ranks join at a step boundary; the weights
 # equal a run of 2 ranks stopped at that step and resumed on 4.
 #
-#   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2 | join
+#   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2 | kill_rank2_global | join | join_global
 set -u
 case_name=$1 lockstep=$2 python=$3
 here=$(dirname "$0")
@@ -23,25 +23,33 @@ fail() {
 }
 common=(--max-epochs 2 --limit-train-batches 120 --dropout 0 --seed 3 --backend gloo --log-every-n-steps 1)
 
-# equals_resume FROM TO STEP: the in-place run's weights equal FROM ranks stopped at STEP (--max-steps,
-# last.ckpt) and resumed on TO ranks (--resume last), which re-shards the rest of the epoch the same way.
+# equals_resume FROM TO STEP [FLAGS...]: the in-place run's weights equal FROM ranks stopped at STEP
+# (--max-steps, last.ckpt) and resumed on TO ranks (--resume last), which re-shards the rest of the epoch the
+# same way. Both parts take the in-place run's own flags ($extra); the resumed part FLAGS instead when given.
+extra=()
 equals_resume() {
   local from=$1 to=$2 step=$3
-  "$lockstep" fit --devices "$from" "${common[@]}" --max-steps "$step" --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-    fail "the reference's first part failed"
-  "$lockstep" fit --devices "$to" "${common[@]}" --resume last --ckpt-dir "$work/b" >"$work/log" 2>&1 ||
-    fail "the reference's resumed part failed"
+  shift 3
+  local rest=("${extra[@]}")
+  [ $# -gt 0 ] && rest=("$@")
+  rm -rf "$work/b"
+  "$lockstep" fit --devices "$from" "${common[@]}" "${extra[@]}" --max-steps "$step" --ckpt-dir "$work/b" \
+    >"$work/log" 2>&1 || fail "the reference's first part failed"
+  "$lockstep" fit --devices "$to" "${common[@]}" "${rest[@]}" --resume last --ckpt-dir "$work/b" \
+    >"$work/log" 2>&1 || fail "the reference's resumed part failed"
   "$python" "$here/compare_safetensors.py" --close "$work/a/final.safetensors" "$work/b/final.safetensors" ||
-    fail "in place ($from -> $to ranks at step $step) differs from resuming on $to ranks at step $step"
-  echo "PASS ($case_name): the change at step $step equals a resume onto $to ranks there"
+    fail "in place ($from -> $to ranks at step $step) differs from resuming on $to ranks (${rest[*]}) there"
+  echo "PASS ($case_name): the change at step $step equals a resume onto $to ranks there (${rest[*]})"
 }
 
-if [ "$case_name" = join ]; then
+if [ "$case_name" = join ] || [ "$case_name" = join_global ]; then
+  # join_global keeps the global batch: 2 ranks accumulating 2 go on as 4 accumulating 1.
+  [ "$case_name" = join_global ] && extra=(--accumulate-grad-batches 2 --keep-global-batch)
   # Rank 0 waits after step 30 until both joiners asked (LOCKSTEP_FAULT=0:30:joins2): they are admitted at
   # step 31's vote, whenever the second launcher got them there.
   port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   run=("$lockstep" run --nproc-per-node 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "fitjoin$port"
-    --recovery in-place -- env LOCKSTEP_FAULT=0:30:joins2 "$lockstep" fit --elastic "${common[@]}"
+    --recovery in-place -- env LOCKSTEP_FAULT=0:30:joins2 "$lockstep" fit --elastic "${common[@]}" "${extra[@]}"
     --metrics-file "$work/m.jsonl" --ckpt-dir "$work/a")
   "${run[@]}" >"$work/log" 2>&1 &
   first=$!
@@ -56,7 +64,31 @@ if [ "$case_name" = join ]; then
   line=$(grep -m1 'membership change at step' "$work/log") || fail "no membership change line"
   grep -q 'rank(s) 2, 3 joined; world 2 -> 4' <<<"$line" || fail "the change is not 2 -> 4: $line"
   step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
+  if [ "$case_name" = join_global ]; then
+    grep -q 'global batch 256 kept: each rank accumulates 1 batch' <<<"$line" ||
+      fail "the change does not say the global batch was kept: $line"
+    equals_resume 2 4 "$step" --accumulate-grad-batches 1
+  fi
   equals_resume 2 4 "$step"
+  exit 0
+fi
+
+if [ "$case_name" = kill_rank2_global ]; then
+  # --keep-global-batch: 3 ranks accumulating 2 batches lose rank 2 after step 75 (epoch 2); the 2 left
+  # accumulate 3, so that each step still takes 6 batches of 64. The weights equal 3 ranks stopped at that
+  # step and resumed on 2 accumulating 3; and the same resumed with the run's own flags (the checkpoint
+  # keeps its 6 batches a step).
+  extra=(--accumulate-grad-batches 2 --keep-global-batch)
+  LOCKSTEP_FAULT=2:75 "$lockstep" fit --devices 3 --elastic "${common[@]}" "${extra[@]}" \
+    --metrics-file "$work/m.jsonl" --ckpt-dir "$work/a" >"$work/log" 2>&1 || fail "lockstep fit --elastic exited $?"
+  cat "$work/log"
+  line=$(grep -m1 'membership change at step' "$work/log") || fail "no membership change line"
+  grep -q 'world 3 -> 2 .*; global batch 384 kept: each rank accumulates 3 batch(es)' <<<"$line" ||
+    fail "the change does not say the global batch was kept: $line"
+  step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
+  equals_resume 3 2 "$step" --accumulate-grad-batches 3
+  equals_resume 3 2 "$step"
+  grep -q 'global batch 384 kept: each rank accumulates 3' "$work/log" || fail "the resume did not keep it"
   exit 0
 fi
 

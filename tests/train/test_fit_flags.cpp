@@ -19,6 +19,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using lockstep::train::accumulation_keeping;
 using lockstep::train::FitConfig;
 
 struct Parsed {
@@ -344,6 +345,56 @@ TEST(FitFlagsTest, ElasticReachesTheTrainerOptionsOffByDefault) {
   ASSERT_EQ(on.status, -1) << on.error;
   EXPECT_TRUE(on.config.trainer.elastic());
   EXPECT_NE(parse({"--help"}).out.find("--elastic"), std::string::npos);
+}
+
+TEST(FitFlagsTest, KeepGlobalBatchReachesTheTrainerOptionsOffByDefault) {
+  const Parsed off = parse({});
+  ASSERT_EQ(off.status, -1) << off.error;
+  EXPECT_FALSE(off.config.trainer.keep_global_batch());
+  const Parsed on = parse({"--elastic", "--keep-global-batch", "--accumulate-grad-batches", "2"});
+  ASSERT_EQ(on.status, -1) << on.error;
+  EXPECT_TRUE(on.config.trainer.keep_global_batch());
+  EXPECT_NE(parse({"--help"}).out.find("--keep-global-batch"), std::string::npos);
+}
+
+// The rank-batches of a step kept on a new world: divided where the world divides them, else the nearest
+// whole count (halves up), never below 1.
+TEST(KeepGlobalBatchTest, AccumulationKeepsTheBatchesOfAStep) {
+  struct Case {
+    int64_t batches_per_step;
+    int world;
+    int64_t accumulate;
+  };
+  for (const Case& c : std::vector<Case>{{6, 3, 2},
+                                         {6, 2, 3},
+                                         {6, 1, 6},
+                                         {6, 6, 1},
+                                         {6, 4, 2},     // 1.5: 8 batches, the nearest to 6 (4 is as near)
+                                         {6, 5, 1},     // 1.2: 5 batches
+                                         {6, 8, 1},     // 0.75: 8 batches
+                                         {6, 12, 1},    // 0.5, never 0
+                                         {6, 13, 1},    // below a half: still 1
+                                         {5, 2, 3},     // 2.5: 6 batches
+                                         {8, 3, 3},     // 2.67: 9 batches
+                                         {7, 3, 2}}) {  // 2.33: 6 batches
+    EXPECT_EQ(accumulation_keeping(c.batches_per_step, c.world), c.accumulate)
+        << c.batches_per_step << " batches a step on " << c.world << " ranks";
+  }
+  EXPECT_THROW(accumulation_keeping(0, 2), std::invalid_argument);
+  EXPECT_THROW(accumulation_keeping(6, 0), std::invalid_argument);
+}
+
+// The rate follows the global batch of the run's plan (TrainingPlan::global_batch_size): with
+// keep_global_batch, 2 ranks accumulating 3 keep the rate of 3 ranks accumulating 2.
+TEST(LrScalingTest, FollowsTheGlobalBatchOfThePlan) {
+  FitConfig config;
+  config.lr = 0.1;
+  config.batch_size = 64;
+  config.lr_scaling = "linear";
+  config.trainer.accumulate_grad_batches(2);
+  EXPECT_DOUBLE_EQ(config.lr_for_global_batch(64 * 2 * 3), config.scaled_lr(3));
+  EXPECT_DOUBLE_EQ(config.lr_for_global_batch(64 * 2 * 3), 0.6);
+  EXPECT_THROW(config.lr_for_global_batch(0), std::invalid_argument);
 }
 
 TEST(FitHelpTest, ListsTheConfigAndLrFlags) {

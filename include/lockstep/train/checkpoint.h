@@ -51,6 +51,9 @@ struct CheckpointState {
   /// it follows from the run's options); `position.batch` then counts batches of the re-sharded rest. Empty
   /// when the epoch follows the sampler's own order.
   std::vector<data::EpochPart> reshard_parts;
+  /// The rank-batches per optimizer step a run that keeps its global batch keeps (TrainerOptions::
+  /// keep_global_batch: its first world x accumulate_grad_batches); 0 when it does not.
+  int64_t batches_per_step = 0;
   /// A sharded checkpoint's shard files, by rank of the run that wrote it (shard_checkpoint.h): as written,
   /// their names beside the checkpoint; as loaded, their paths. Empty for a whole checkpoint.
   std::vector<std::string> shards;

@@ -137,6 +137,9 @@ struct FitConfig {
   ///
   /// Example: lr 0.1, batch_size 64, lr_scaling linear on 4 ranks -> 0.4 (reference 64, global 256).
   double scaled_lr(int world_size) const;
+  /// The same for a run whose optimizer step takes `global_batch` samples (TrainingPlan::global_batch_size:
+  /// keep_global_batch changes the accumulation with the world). Throws when global_batch < 1.
+  double lr_for_global_batch(int64_t global_batch) const;
   /// Epochs between two decays of lr_schedule step, after defaults.
   int64_t resolved_lr_step_epochs() const {
     return lr_step_epochs.value_or(std::max<int64_t>(1, trainer.max_epochs() / 3));

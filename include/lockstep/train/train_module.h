@@ -109,6 +109,8 @@ struct TrainingPlan {
   int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
   int64_t accumulate_grad_batches = 1;
   int64_t batch_size = 0;  ///< per rank
+  /// Samples per optimizer step over all ranks: batch_size x world_size x accumulate_grad_batches.
+  int64_t global_batch_size() const { return batch_size * world_size * accumulate_grad_batches; }
   /// Optimizer steps of the whole run: steps_per_epoch x max_epochs (or max_steps when smaller).
   int64_t estimated_stepping_batches = 0;
   /// This rank's device: "cpu", "cuda:0", ... (TrainerOptions::accelerator).

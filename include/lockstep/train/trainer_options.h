@@ -124,6 +124,12 @@ class TrainerOptions {
   /// its endpoint) are admitted at a step boundary with rank 0's state. Strategy ddp on the gloo backend
   /// (auto picks it); not with cuda_graphs or a process_group of the caller's. Default off.
   LOCKSTEP_OPTION(TrainerOptions, bool, elastic)
+  /// When the world changes (in place, or a resume from a checkpoint written by another world size),
+  /// keep the global batch instead of the per-rank one: accumulate_grad_batches becomes the count that
+  /// keeps the run's batches per optimizer step (its first world x accumulate_grad_batches, kept in its
+  /// checkpoints) on the new world (accumulation_keeping()). Default off: the per-rank batch stays and the
+  /// global batch follows the world, as after a torchrun restart (lr_scaling rescales the rate to it).
+  LOCKSTEP_OPTION(TrainerOptions, bool, keep_global_batch)
   /// Also write final.pt and final.safetensors to ckpt_dir at the end.
   LOCKSTEP_OPTION(TrainerOptions, bool, save_final_weights)
   LOCKSTEP_OPTION(TrainerOptions, bool, progress_bar)
@@ -192,6 +198,7 @@ class TrainerOptions {
   int64_t breakdown_every_n_batches_ = 10;
   bool cuda_graphs_ = false;
   bool elastic_ = false;
+  bool keep_global_batch_ = false;
   bool save_final_weights_ = true;
   bool progress_bar_ = false;
   std::FILE* out_ = stdout;
@@ -203,5 +210,12 @@ class TrainerOptions {
   std::string description_;
   std::string producer_ = "lockstep Trainer";
 };
+
+/// The accumulation count that keeps `batches_per_step` rank-batches in each optimizer step on `world`
+/// ranks (TrainerOptions::keep_global_batch): batches_per_step / world where the world divides it, else the
+/// nearest whole count (halves round up), at least 1; the global batch then moves as little as it can.
+/// Example: 3 ranks accumulating 2 keep 6 batches a step: 2 ranks accumulate 3; 4 ranks accumulate 2
+/// (8 batches, the nearest to 6); 8 ranks accumulate 1.
+int64_t accumulation_keeping(int64_t batches_per_step, int world);
 
 }  // namespace lockstep::train

@@ -61,6 +61,9 @@ InPlaceStore::~InPlaceStore() {
   stop_thread();
   if (joining() && count_ > 0) {
     try {  // this launcher's workers have all ended: nothing more to watch
+      // Those that neither finished nor were announced were stopped with this launcher (a signal, a
+      // failed start): the others must not wait for them.
+      announce_unfinished(first_id_, count_, "its launcher stopped before it finished");
       client_->set(key("launcher/" + std::to_string(first_id_) + "/done"), comm::StoreClient::Bytes{'1'});
     } catch (const std::exception&) {  // the serving launcher is gone already
     }
@@ -165,12 +168,7 @@ void InPlaceStore::watch_joined() {
           continue;
         }
         w.over = true;
-        const std::vector<int> lost = lost_ids();
-        for (int id = w.first; id < w.first + w.count; ++id) {
-          if (std::find(lost.begin(), lost.end(), id) != lost.end()) continue;
-          if (client_->check({key(lockstep::detail::finished_key(id))})) continue;
-          announce_lost(id, why);
-        }
+        announce_unfinished(w.first, w.count, why);
       }
     } catch (const std::exception&) {  // the store is this process's own: only its shutdown ends it
       return;
@@ -187,6 +185,15 @@ std::vector<int> InPlaceStore::lost_ids() {
     if (record && !record->joined) lost.push_back(record->id);
   }
   return lost;
+}
+
+void InPlaceStore::announce_unfinished(int first, int count, const std::string& reason) {
+  const std::vector<int> lost = lost_ids();
+  for (int id = first; id < first + count; ++id) {
+    if (std::find(lost.begin(), lost.end(), id) != lost.end()) continue;
+    if (client_->check({key(lockstep::detail::finished_key(id))})) continue;
+    announce_lost(id, reason);
+  }
 }
 
 int InPlaceStore::announce_lost(int id, const std::string& reason) {

@@ -56,6 +56,9 @@ class InPlaceStore {
   std::string key(const std::string& name) const;
   /// Ids announced as lost so far.
   std::vector<int> lost_ids();
+  /// Announces each rank id in [first, first + count) that neither finished nor was announced already as
+  /// lost, with `reason`.
+  void announce_unfinished(int first, int count, const std::string& reason);
   /// Serving: the joining launchers' watch (a thread); joining: the beat (a thread).
   void watch_joined();
   void beat();

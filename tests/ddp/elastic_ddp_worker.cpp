@@ -72,16 +72,6 @@ lockstep::data::ElasticEpoch epoch_part(const Position& pos, int rank) {
   return part;
 }
 
-// Rank 0's `bytes` on every rank.
-std::string broadcast_bytes(lockstep::comm::ProcessGroup& group, std::string bytes) {
-  auto size = torch::tensor({static_cast<int64_t>(bytes.size())});
-  group.broadcast(size, 0).wait();
-  auto buffer = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
-  if (group.rank() == 0) std::memcpy(buffer.data_ptr(), bytes.data(), bytes.size());
-  group.broadcast(buffer, 0).wait();
-  return std::string(static_cast<const char*>(buffer.data_ptr()), static_cast<std::size_t>(buffer.numel()));
-}
-
 // Rank 0's optimizer state and position on every rank (the parameters came with DDP's broadcast).
 void share_state(lockstep::comm::ProcessGroup& group, torch::optim::Optimizer& optimizer, Position& pos) {
   std::ostringstream saved;
@@ -90,7 +80,7 @@ void share_state(lockstep::comm::ProcessGroup& group, torch::optim::Optimizer& o
     optimizer.save(archive);
     archive.save_to(saved);
   }
-  const std::string state = broadcast_bytes(group, saved.str());
+  const std::string state = group.broadcast_string(saved.str());
   std::vector<int64_t> where = {pos.epoch, pos.step, pos.done};
   where.insert(where.end(), pos.parts.begin(), pos.parts.end());
   auto numbers = torch::tensor(where);

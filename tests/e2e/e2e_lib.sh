@@ -1,6 +1,16 @@
 # Helpers shared by the e2e scripts (sourced). The script sets $work (a scratch directory) and defines
 # fail MESSAGE (prints and exits 1) before sourcing this file.
 
+# wait_for FILE TEXT: until FILE holds TEXT; fails after WAIT_FOR_S seconds (default 180: a hang bound only).
+wait_for() {
+  local bound=${WAIT_FOR_S:-180}
+  local deadline=$((SECONDS + bound))
+  until grep -Fq -- "$2" "$1" 2>/dev/null; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "no '$2' in $1 within $bound s"
+    sleep 0.05
+  done
+}
+
 # expect_failure STATUS PATTERN -- CMD...: CMD must exit with STATUS and print PATTERN on stderr.
 expect_failure() {
   local want=$1 pattern=$2

@@ -60,15 +60,6 @@ node() {
     >"$work/$log" 2>&1 &
 }
 
-# wait_for FILE TEXT: until FILE holds TEXT (a hang bound of 180 s only).
-wait_for() {
-  local deadline=$((SECONDS + 180))
-  until grep -Fq -- "$2" "$1" 2>/dev/null; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "no '$2' in $1 within 180 s"
-    sleep 0.1
-  done
-}
-
 # start_three: nodes 0, 1, 2 join in that order; returns once the job runs on 3 nodes and has written its
 # first checkpoint. Sets pid0 and pid1.
 start_three() {

@@ -30,16 +30,8 @@ fail() {
   exit 1
 }
 . "$here/e2e_lib.sh"
+WAIT_FOR_S=120  # wait_for's bound, well within the test's 240 s
 start_or_skip "elastic_hosts_inplace_e2e" "the emulated hosts" "$hosts" start --hosts 2
-
-# wait_for FILE TEXT: until FILE holds TEXT (a hang bound of 120 s only).
-wait_for() {
-  local deadline=$((SECONDS + 120))
-  until grep -Fq -- "$2" "$1" 2>/dev/null; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "no '$2' in $1 within 120 s"
-    sleep 0.05
-  done
-}
 
 # node N: host N's launcher, the same command on both hosts. Rank id 3 (host 1's second worker) holds at
 # step 40, where the test kills host 1; the ranks of host 0 wait at step 15 for the two joiners.

@@ -19,6 +19,8 @@
 #                         kill -9 of one at a step's first micro-batch; the reference's batch is 10
 #         join            2 ranks; a second `lockstep run` on the same endpoint starts 2 more, which join
 #         join_then_kill  as join, then kill -9 of a joined rank (its launcher announces it)
+#         join_then_stop  as join, then SIGTERM to the joining launcher: it stops its workers and announces
+#                         both before it exits
 set -u
 case_name=$1 lockstep=$2 worker=$3 reference=${4:-$3}
 work=$(mktemp -d)
@@ -58,7 +60,7 @@ case "$case_name" in
   during_reform) ranks=4 args=(--hold "1:9:start:$work/hold1" --die-in-reform 3) ;;
   accumulate) args=(--accumulate 2 --hold "2:13:start:$work/hold1") reference_args=(--batch 10) ;;
   join) ranks=2 args=(--wait-for-join 15:2) ;;
-  join_then_kill) ranks=2 args=(--wait-for-join 15:2 --hold "3:40:start:$work/hold1") ;;
+  join_then_kill | join_then_stop) ranks=2 args=(--wait-for-join 15:2 --hold "3:40:start:$work/hold1") ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 
@@ -78,13 +80,15 @@ if [[ $case_name == join* ]]; then
   joining=$!
   if [ "$case_name" = join_then_kill ]; then
     kill -9 "$(wait_hold "$work/hold1")" && echo "killed joined rank id 3 held at step 40"
+  elif [ "$case_name" = join_then_stop ]; then
+    wait_hold "$work/hold1" >/dev/null && kill -TERM "$joining" && echo "stopped the joining launcher at step 40"
   fi
   wait "$joining"
   status=$?
   cat "$work/log2"
   grep -q 'serves a running job: its 2 worker(s) join it as rank id(s) 2..3' "$work/log2" ||
     fail "the second launcher did not join"
-  [ "$case_name" = join_then_kill ] || [ "$status" -eq 0 ] || fail "the joining launcher exited $status"
+  [ "$case_name" = join ] && [ "$status" -ne 0 ] && fail "the joining launcher exited $status"
   grep -q 'joined at step' "$work/log2" || fail "no joined rank reported its admission"
 fi
 
@@ -115,9 +119,14 @@ esac
 wait "$launcher"
 status=$?
 [ "$status" -eq 0 ] || fail "lockstep run exited $status"
-[ "$case_name" = join ] || grep -q 'in place: lost rank(s) ' "$work/log" "$work/log2" 2>/dev/null ||
-  fail "no summary of the lost ranks"
+# (A launcher stopped by a signal says so instead; its ranks' loss is the change line checked below.)
+[ "$case_name" = join ] || [ "$case_name" = join_then_stop ] ||
+  grep -q 'in place: lost rank(s) ' "$work/log" "$work/log2" 2>/dev/null || fail "no summary of the lost ranks"
 [ -s "$work/final.pt" ] || fail "no parameters were saved"
+if [ "$case_name" = join_then_stop ]; then
+  grep -q 'rank(s) 2, 3 left (its launcher stopped before it finished)' "$work/log" ||
+    fail "the stopped launcher's ranks were not announced as one change"
+fi
 
 # The worlds the reporting rank went through: "3@0,2@17,...".
 worlds="$ranks@0"

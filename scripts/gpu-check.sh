@@ -7,7 +7,8 @@
 # Every step runs whatever the previous ones did; each writes its log under $OUT (the device tool brings it
 # back; default ./gpu-check-out) and one line to $OUT/summary.txt: PASS/FAIL and its figures. Steps:
 #   build, env, ctest -L cuda, fit (1 GPU; 2 ranks sharing it over gloo; 16-mixed; bf16-mixed;
-#   --data-on-device; the refusal of 2 ranks on 1 GPU over nccl), W1 s/epoch against the bare LibTorch
+#   --data-on-device; the refusal of 2 ranks on 1 GPU over nccl), in-place recovery (3 ranks sharing the
+#   GPU over gloo, one killed: tests/e2e/elastic_fit_e2e.sh), W1 s/epoch against the bare LibTorch
 #   loop on the GPU, with and without --cuda-graphs, ResNet18 ms/step against PyTorch (Python) on the
 #   same model shape. GPU_CHECK_QUICK=1 leaves out 16-mixed, bf16-mixed, the strategies and ResNet18;
 #   GPU_CHECK_RESNET=0 only ResNet18.
@@ -84,6 +85,13 @@ step one_rank_global_batch exact --devices 1 --batch-size 64 --ckpt-dir "$out/on
 step two_ranks_equal_one python3 tests/e2e/compare_safetensors.py --close "$out/two/final.safetensors" "$out/one/final.safetensors"
 for f in fit_gpu fit_dev fit_two fit_fp16 fit_bf16; do
   [ -s "$out/$f.jsonl" ] && note "  $f: val_acc $(last_acc "$out/$f.jsonl"), epoch_s (median after the first) $(epoch_s "$out/$f.jsonl"), $(grep -o '"peak_cuda_mb": *[0-9.e+-]*' "$out/$f.jsonl" | tail -1)"
+done
+
+# In-place recovery with DDP's buckets on the GPU: 3 ranks sharing it over Gloo, rank 2 killed in epoch 2;
+# the weights equal 3 ranks stopped at that step and resumed on 2 (and the same keeping the global batch).
+for c in kill_rank2 kill_rank2_global; do
+  step "elastic_fit_$c" env ELASTIC_FIT_FLAGS="--accelerator gpu --data-dir $data" \
+    bash tests/e2e/elastic_fit_e2e.sh "$c" "$lockstep" python3
 done
 
 # Two GPUs or more (the lent machines so far have one): NCCL between two ranks, each on its GPU. 2 x batch 32

@@ -119,13 +119,13 @@ void Trainer::Run::reshard_after(const CheckpointState& saved) {
 
 // ---- elastic admission: what a joining rank gets from rank 0 ----
 
-void Trainer::Run::send_admission(int64_t e) {
+void Trainer::Run::send_admission(int64_t e, const std::vector<data::EpochPart>& parts) {
   std::string position_text;
   if (group->rank() == 0) {
     nlohmann::json state = {{"epoch", e},
                             {"step", position.step},
                             {"batches_per_step", batches_per_step},
-                            {"parts", detail::parts_to_json(reshard_parts)},
+                            {"parts", detail::parts_to_json(parts)},
                             {"callbacks", nlohmann::json::object()}};
     for (const auto& callback : options.callbacks())
       state["callbacks"][callback->state_key()] = callback->state_dict();

@@ -325,7 +325,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
   training.batches = first_batch;
   const int64_t& accumulate = step_state->plan.accumulate_grad_batches;  // a change of world may change it
   bool ended = training.planned >= 0 && first_batch >= training.planned;
-  committed_ = Commit{first_batch, 0, logged()};
+  committed_ = Commit{first_batch, 0, logged(), group->size()};
   for (int64_t b = first_batch; !ended && !max_steps_reached_ && preempted_by_ == 0; ++b) {
     try {
       step_timer_.start_batch(b);
@@ -351,7 +351,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
       step_timer_.end(StepPhase::kOptimizer);
       position.batch = b + 1;
       if (steps_now) {
-        if (elastic) committed_ = Commit{b + 1, training.samples, logged()};
+        if (elastic) committed_ = Commit{b + 1, training.samples, logged(), group->size()};
         step_boundary(b, stepped, batch_loss);
       }
       for (const auto& callback : options.callbacks())
@@ -379,7 +379,6 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
 }
 
 int64_t Trainer::Run::recover_in_epoch(int64_t e, EpochTraining& training) {
-  const int old_world = group->size();
   const comm::MembershipChange change = elastic->reform();  // rethrows when no rank was lost
   // The dropped step: its batches' samples, logged values and gradients.
   training.samples = committed_.samples;
@@ -390,28 +389,29 @@ int64_t Trainer::Run::recover_in_epoch(int64_t e, EpochTraining& training) {
   // fp16: what unscale() recorded for the dropped step (a clip before the vote); the scale stays.
   if (scaler.enabled()) scaler.load_state(scaler.state());
   rejoin(change);
-  return restart_rest(e, training, old_world, change);
+  return restart_rest(e, training, change);
 }
 
 int64_t Trainer::Run::admit_in_epoch(int64_t e, EpochTraining& training) {
-  const int old_world = group->size();
   const comm::MembershipChange change = elastic->reform();
   rejoin(change);
-  return restart_rest(e, training, old_world, change);
+  return restart_rest(e, training, change);
 }
 
-int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, int old_world,
-                                   const comm::MembershipChange& change) {
+int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, const comm::MembershipChange& change) {
   // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one.
-  const int64_t planned = reshard_parts.empty() ? planned_batches(old_world) : -1;
-  reshard_parts.push_back(data::EpochPart{old_world, committed_.batch, planned});
-  if (!change.joined.empty()) send_admission(e);
+  std::vector<data::EpochPart> parts = reshard_parts;
+  const int old_world = committed_.world;
+  parts.push_back(
+      data::EpochPart{old_world, committed_.batch, parts.empty() ? planned_batches(old_world) : -1});
+  if (!change.joined.empty()) send_admission(e, parts);
+  reshard_parts = std::move(parts);
   data::ShardPlan plan = train_plan(e);
   plan.before = reshard_parts;
   plan.max_batches = -1;
   position.batch = 0;
   training.batches = 0;
-  committed_ = Commit{0, training.samples, logged()};
+  committed_ = Commit{0, training.samples, logged(), group->size()};
   const int64_t rest = train_loader_->start(plan);
   replan_schedule(e, rest);
   return rest;

@@ -108,6 +108,9 @@ struct Trainer::Run {
     int64_t batch = 0;  // the batch after it, in the epoch's current part
     int64_t samples = 0;
     LoggedMetrics logged;
+    // The world that trained the part up to `batch`: a re-formation that fails half-way (a joiner lost in
+    // its admission) leaves the group changed, not the part.
+    int world = 0;
   };
   /// This rank's validation.
   struct Validation {
@@ -165,11 +168,11 @@ struct Trainer::Run {
   /// committed_.batch of epoch `e`: the world grows there, the joiners get the state (send_admission), and
   /// the rest of the epoch is re-sharded. Returns the rest's batch count.
   int64_t admit_in_epoch(int64_t e, EpochTraining& training);
-  /// elastic, after a re-formation inside epoch `e` from a world of `old_world` ranks: what the old world
-  /// committed becomes one more part of the epoch, the joiners (if any) get the state, and the loader
-  /// restarts on the rest dealt over the new world. Returns the rest's batch count.
-  int64_t restart_rest(int64_t e, EpochTraining& training, int old_world,
-                       const comm::MembershipChange& change);
+  /// elastic, after a re-formation inside epoch `e`: what the last world committed (committed_) becomes one
+  /// more part of the epoch, the joiners (if any) get the state, and the loader restarts on the rest dealt
+  /// over the new world. The part is kept only once the joiners have it, so that a failure in between
+  /// recovers from the same commit. Returns the rest's batch count.
+  int64_t restart_rest(int64_t e, EpochTraining& training, const comm::MembershipChange& change);
   /// elastic: the next generation's group in place of the old one: strategy, DDP (broadcasting rank 0's
   /// parameters only when ranks joined: the survivors applied the same steps), the plan's rank and world,
   /// and rank 0's duties for a new rank 0. Logs the change.
@@ -177,7 +180,7 @@ struct Trainer::Run {
   /// elastic, trainer_restore.cpp: rank 0 sends what a joining rank needs to go on with the others (the
   /// optimizer state, the step, the epoch's parts, the callbacks' and the scaler's state; the parameters
   /// came with DDP's broadcast); receive_admission is the joiner's side, in place of restore().
-  void send_admission(int64_t e);
+  void send_admission(int64_t e, const std::vector<data::EpochPart>& parts);
   void receive_admission();
   /// elastic: ranks joined in a re-formation between epochs (a loss there while a join was pending), where
   /// no step boundary can admit them: throws std::runtime_error saying so.

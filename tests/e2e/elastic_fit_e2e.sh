@@ -11,6 +11,7 @@
 # equal a run of 2 ranks stopped at that step and resumed on 4.
 #
 #   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2 | kill_rank2_global | join | join_global
+#   ELASTIC_FIT_FLAGS: more flags for every run (scripts/gpu-check.sh: "--accelerator gpu --data-dir DIR")
 set -u
 case_name=$1 lockstep=$2 python=$3
 here=$(dirname "$0")
@@ -22,6 +23,8 @@ fail() {
   exit 1
 }
 common=(--max-epochs 2 --limit-train-batches 120 --dropout 0 --seed 3 --backend gloo --log-every-n-steps 1)
+read -r -a more <<<"${ELASTIC_FIT_FLAGS:-}"
+common+=("${more[@]}")
 
 # equals_resume FROM TO STEP [FLAGS...]: the in-place run's weights equal FROM ranks stopped at STEP
 # (--max-steps, last.ckpt) and resumed on TO ranks (--resume last), which re-shards the rest of the epoch the

@@ -205,17 +205,23 @@ int InPlaceStore::announce_lost(int id, const std::string& reason) {
   return n;
 }
 
-int InPlaceStore::wait_for_joined(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int missing = 0;
+int InPlaceStore::unfinished_joined() {
+  const int joined = static_cast<int>(client_->add(key(lockstep::detail::kJoinedKey), 0));
+  if (joined == 0) return 0;
+  const std::vector<int> lost = lost_ids();
+  int unfinished = 0;
+  for (int id = world_size_; id < world_size_ + joined; ++id) {
+    if (std::find(lost.begin(), lost.end(), id) != lost.end()) continue;
+    if (!client_->check({key(lockstep::detail::finished_key(id))})) ++unfinished;
+  }
+  return unfinished;
+}
+
+int InPlaceStore::wait_for_joined(std::optional<std::chrono::milliseconds> timeout) {
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const int joined = static_cast<int>(client_->add(key(lockstep::detail::kJoinedKey), 0));
-    if (joined == 0) return 0;
-    // Every id ends once: finished (its own count) or lost (a "left" change).
-    const int lost = static_cast<int>(lost_ids().size());
-    const int finished = static_cast<int>(client_->add(key(lockstep::detail::kFinishedKey), 0));
-    missing = world_size_ + joined - finished - lost;
-    if (missing <= 0 || std::chrono::steady_clock::now() >= deadline) return std::max(missing, 0);
+    const int missing = unfinished_joined();
+    if (missing == 0 || (timeout && std::chrono::steady_clock::now() - start >= *timeout)) return missing;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,9 +49,13 @@ class InPlaceStore {
   /// it only once the process can do nothing more (reaped, or killed and waited for): a vote it might still
   /// cast must not follow the announcement.
   int announce_lost(int id, const std::string& reason);
+  /// Serving: how many ranks that joined from other launchers have neither finished nor been lost.
+  int unfinished_joined();
   /// Serving launcher, its own workers done: waits (at most `timeout`) until every rank that joined has
   /// finished or was lost, so that none loses the store in its last step. Returns how many did not.
-  int wait_for_joined(std::chrono::milliseconds timeout);
+  /// Without a timeout it waits for as long as they train: each ends finished, or lost (its launcher
+  /// announces it when it fails or stalls, this launcher's watch when that launcher is gone or silent).
+  int wait_for_joined(std::optional<std::chrono::milliseconds> timeout);
 
  private:
   std::string key(const std::string& name) const;

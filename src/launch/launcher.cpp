@@ -474,7 +474,7 @@ class Attempt {
   }
 
   void stall(Worker& w, const std::string& why) {
-    if (in_place_ != nullptr && (live_count() > 1 || in_place_->joining())) {
+    if (in_place_ != nullptr && (live_count() > 1 || others_go_on())) {
       // Dead before it is announced: a vote it might still cast must not follow the announcement.
       ::kill(-w.pid, SIGKILL);
       siginfo_t info{};
@@ -550,13 +550,8 @@ class Attempt {
         w.held = false;
       }
       const bool failed = !w.exit->success() && cause_ == StopCause::kNone && !w.lost;
-      if (failed && in_place_ != nullptr && (live_count() > 0 || in_place_->joining())) {
+      if (failed && in_place_ != nullptr && (live_count() > 0 || others_go_on())) {
         lose(w, w.exit->describe());  // in place: the others go on (a joined worker's others are elsewhere)
-        if (live_count() == 0) {      // this launcher has no worker left: it failed, the job goes on
-          failed_rank_ = w.rank;
-          failure_ = w.exit;
-          cause_ = StopCause::kWorkerFailed;
-        }
       } else if (failed) {
         failed_rank_ = w.rank;
         failure_ = w.exit;
@@ -580,15 +575,26 @@ class Attempt {
     w.held = false;
   }
 
+  // In place, this launcher's last worker gone: ranks of other launchers go on without it (this one joined
+  // a job, or others joined the job it serves).
+  bool others_go_on() const { return in_place_->joining() || in_place_->unfinished_joined() > 0; }
+
   // In place: the others go on without `w` (announced through the launcher's store).
   void lose(Worker& w, const std::string& why) {
     w.lost = true;
     const int generation = in_place_->announce_lost(w.rank, why);
     lost_.push_back(w.rank);
     const int others = live_count() - (w.exit ? 0 : 1);
-    message("rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
-            std::to_string(w.pid) + ") " + why + "; in place: the other " + std::to_string(others) +
-            " worker(s) go on without it (generation " + std::to_string(generation) + ")");
+    if (others == 0) {  // this launcher has no worker left: it failed, the job goes on elsewhere
+      failed_rank_ = w.rank;
+      failure_ = w.exit ? *w.exit : WorkerExit::signaled(SIGKILL);  // a stalled worker was killed
+      cause_ = StopCause::kWorkerFailed;
+    }
+    message(
+        "rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ", pid " +
+        std::to_string(w.pid) + ") " + why + "; in place: " +
+        (others > 0 ? "the other " + std::to_string(others) + " worker(s)" : "the other launchers' ranks") +
+        " go on without it (generation " + std::to_string(generation) + ")");
   }
 
   void begin_stop(StopCause cause, int signal) {
@@ -847,6 +853,14 @@ LaunchResult Launcher::run_in_place(detail::SignalRelay& relay, const std::strin
       say(streams_, "in place: " + std::to_string(missing) +
                         " joined rank(s) had neither finished nor been lost after the collective timeout; "
                         "closing the store");
+    }
+  } else if (!store.joining() && attempt.cause == StopCause::kWorkerFailed) {
+    // Every worker of this launcher was lost in place while joined ranks train on: they need the store
+    // until they end (this launcher's watch announces those whose launcher goes).
+    if (const int left = store.unfinished_joined(); left > 0) {
+      say(streams_, "in place: this launcher's workers are all lost; serving the store until the " +
+                        std::to_string(left) + " joined rank(s) finish");
+      store.wait_for_joined(std::nullopt);
     }
   }
   LaunchResult result;

@@ -21,6 +21,8 @@
 #         join_then_kill  as join, then kill -9 of a joined rank (its launcher announces it)
 #         join_then_stop  as join, then SIGTERM to the joining launcher: it stops its workers and announces
 #                         both before it exits
+#         join_then_serving_lost  as join, then kill -9 of both of the serving launcher's ranks: the joined
+#                         ranks go on alone, and it serves the store until they finish
 set -u
 case_name=$1 lockstep=$2 worker=$3 reference=${4:-$3}
 work=$(mktemp -d)
@@ -45,7 +47,7 @@ wait_hold() {
 # waits to be killed or stopped, so no clock decides where. WHERE: start (the others wait for it in the
 # step's all-reduce) or vote (its gradients reduced, the others wait for its vote).
 ranks=3 args=() heartbeat=5 reference_args=()
-reporter=0  # the rank whose lines tell the worlds (one that survives)
+reporter=0 report_log=$work/log  # the rank whose lines tell the worlds (one that survives), and where
 case "$case_name" in
   kill_rank0) args=(--hold "0:27:vote:$work/hold1") reporter=1 ;;
   kill_*)
@@ -61,6 +63,9 @@ case "$case_name" in
   accumulate) args=(--accumulate 2 --hold "2:13:start:$work/hold1") reference_args=(--batch 10) ;;
   join) ranks=2 args=(--wait-for-join 15:2) ;;
   join_then_kill | join_then_stop) ranks=2 args=(--wait-for-join 15:2 --hold "3:40:start:$work/hold1") ;;
+  join_then_serving_lost)  # the joined rank id 2 reports (in the joining launcher's output)
+    ranks=2 reporter=2 report_log=$work/log2
+    args=(--wait-for-join 15:2 --hold "0:40:start:$work/hold1" --hold "1:40:start:$work/hold2") ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 
@@ -82,6 +87,8 @@ if [[ $case_name == join* ]]; then
     kill -9 "$(wait_hold "$work/hold1")" && echo "killed joined rank id 3 held at step 40"
   elif [ "$case_name" = join_then_stop ]; then
     wait_hold "$work/hold1" >/dev/null && kill -TERM "$joining" && echo "stopped the joining launcher at step 40"
+  elif [ "$case_name" = join_then_serving_lost ]; then
+    kill -9 "$(wait_hold "$work/hold1")" "$(wait_hold "$work/hold2")" && echo "killed rank ids 0 and 1 at step 40"
   fi
   wait "$joining"
   status=$?
@@ -118,9 +125,16 @@ esac
 
 wait "$launcher"
 status=$?
-[ "$status" -eq 0 ] || fail "lockstep run exited $status"
-# (A launcher stopped by a signal says so instead; its ranks' loss is the change line checked below.)
-[ "$case_name" = join ] || [ "$case_name" = join_then_stop ] ||
+if [ "$case_name" = join_then_serving_lost ]; then  # its own workers failed; the job went on without them
+  [ "$status" -ne 0 ] || fail "the serving launcher exited 0 though all its workers were lost"
+  grep -q 'in place: this launcher.s workers are all lost; serving the store until the 2 joined rank(s) finish' \
+    "$work/log" || fail "the serving launcher did not say it serves the joined ranks"
+  [ -s "$work/final.pt" ] || fail "the joined ranks saved no parameters (they did not finish)"
+elif [ "$status" -ne 0 ]; then
+  fail "lockstep run exited $status"
+fi
+# (A launcher stopped by a signal, or one whose workers were all lost, says so instead.)
+[ "$case_name" = join ] || [ "$case_name" = join_then_stop ] || [ "$case_name" = join_then_serving_lost ] ||
   grep -q 'in place: lost rank(s) ' "$work/log" "$work/log2" 2>/dev/null || fail "no summary of the lost ranks"
 [ -s "$work/final.pt" ] || fail "no parameters were saved"
 if [ "$case_name" = join_then_stop ]; then
@@ -128,13 +142,14 @@ if [ "$case_name" = join_then_stop ]; then
     fail "the stopped launcher's ranks were not announced as one change"
 fi
 
-# The worlds the reporting rank went through: "3@0,2@17,...".
+# The worlds the reporting rank went through: "3@0,2@17,..." (a joined reporter's starts where it joined).
 worlds="$ranks@0"
 while read -r step size; do
   worlds="$worlds,$size@$step"
-done < <(sed -n 's/^\[rank '"$reporter"'\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' "$work/log")
+done < <(sed -n -e 's/^\[rank '"$reporter"'\] membership change at step \([0-9]*\): .* -> \([0-9]*\) (generation.*/\1 \2/p' \
+  -e 's/^\[rank '"$reporter"'\] joined at step \([0-9]*\) as rank [0-9]* of \([0-9]*\)$/\1 \2/p' "$report_log")
 [ "$worlds" != "$ranks@0" ] || fail "rank $reporter reported no membership change"
-grep "^\[rank $reporter\] membership change" "$work/log"
+grep "^\[rank $reporter\] membership change" "$report_log"
 "$reference" --reference "$worlds" --out "$work/reference.pt" "${reference_args[@]}" || fail "the reference did not run"
 "$reference" --compare "$work/final.pt" "$work/reference.pt" || fail "the parameters differ from the reference ($worlds)"
 echo "PASS ($case_name): worlds $worlds"

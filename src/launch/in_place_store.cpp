@@ -217,11 +217,13 @@ int InPlaceStore::unfinished_joined() {
   return unfinished;
 }
 
-int InPlaceStore::wait_for_joined(std::optional<std::chrono::milliseconds> timeout) {
+int InPlaceStore::wait_for_joined(std::optional<std::chrono::milliseconds> timeout,
+                                  const std::function<bool()>& stop) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const int missing = unfinished_joined();
     if (missing == 0 || (timeout && std::chrono::steady_clock::now() - start >= *timeout)) return missing;
+    if (stop && stop()) return missing;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,7 +56,9 @@ class InPlaceStore {
   /// finished or was lost, so that none loses the store in its last step. Returns how many did not.
   /// Without a timeout it waits for as long as they train: each ends finished, or lost (its launcher
   /// announces it when it fails or stalls, this launcher's watch when that launcher is gone or silent).
-  int wait_for_joined(std::optional<std::chrono::milliseconds> timeout);
+  /// `stop` is asked every 50 ms: true ends the wait at once (a signal to the launcher).
+  int wait_for_joined(std::optional<std::chrono::milliseconds> timeout,
+                      const std::function<bool()>& stop = nullptr);
 
  private:
   std::string key(const std::string& name) const;

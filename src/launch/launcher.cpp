@@ -854,20 +854,33 @@ LaunchResult Launcher::run_in_place(detail::SignalRelay& relay, const std::strin
                         " joined rank(s) had neither finished nor been lost after the collective timeout; "
                         "closing the store");
     }
-  } else if (!store.joining() && attempt.cause == StopCause::kWorkerFailed) {
+  }
+  std::optional<int> stopped_by;  // a signal that ended the serving of joined ranks
+  if (!store.joining() && attempt.cause == StopCause::kWorkerFailed) {
     // Every worker of this launcher was lost in place while joined ranks train on: they need the store
     // until they end (this launcher's watch announces those whose launcher goes).
     if (const int left = store.unfinished_joined(); left > 0) {
       say(streams_, "in place: this launcher's workers are all lost; serving the store until the " +
                         std::to_string(left) + " joined rank(s) finish");
-      store.wait_for_joined(std::nullopt);
+      std::optional<int> signal;  // SIGINT or SIGTERM meanwhile: stop serving (the joined ranks lose it)
+      store.wait_for_joined(std::nullopt, [&] {
+        for (const int s : relay.take()) {
+          if (s == SIGINT || s == SIGTERM) signal = s;
+        }
+        return signal.has_value();
+      });
+      if (signal) {
+        say(streams_, "received " + signal_name(*signal) + "; closing the store under the " +
+                          std::to_string(store.unfinished_joined()) + " joined rank(s) still training");
+        stopped_by = signal;
+      }
     }
   }
   LaunchResult result;
-  result.exit_status = attempt.exit_status;
+  result.exit_status = stopped_by ? 128 + *stopped_by : attempt.exit_status;
   result.failed_rank = attempt.failed_rank;
   result.failure = attempt.failure;
-  result.signal = attempt.signal;
+  result.signal = stopped_by ? stopped_by : attempt.signal;
   return result;
 }
 

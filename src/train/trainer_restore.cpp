@@ -52,8 +52,13 @@ void Trainer::Run::restore() {
     }
   }
   if (saved.scaler_state.defined() && scaler.enabled()) scaler.load_state(saved.scaler_state);
-  if (batches_per_step > 0 && saved.batches_per_step > 0 && saved.batches_per_step != batches_per_step) {
-    batches_per_step = saved.batches_per_step;  // the global batch of the run that wrote it
+  // keep_global_batch: the global batch of the run that wrote the checkpoint (of its world and this run's
+  // accumulate_grad_batches when it did not keep one).
+  const int64_t saved_per_step = saved.batches_per_step > 0
+                                     ? saved.batches_per_step
+                                     : saved.world_size * options.accumulate_grad_batches();
+  if (batches_per_step > 0 && saved_per_step != batches_per_step) {
+    batches_per_step = saved_per_step;
     plan_world();
     refresh_schedule();
   }

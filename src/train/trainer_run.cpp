@@ -399,11 +399,15 @@ int64_t Trainer::Run::admit_in_epoch(int64_t e, EpochTraining& training) {
 }
 
 int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, const comm::MembershipChange& change) {
-  // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one.
+  // What the old world trained becomes one more part of the epoch; the rest is dealt over the new one. A
+  // later part of no batches is none (as on resume), so that a rank that finished an admission before a
+  // failure and one that failed inside it deal the same rest. (The first part is kept even empty: its
+  // planned count carries limit_train_batches.)
   std::vector<data::EpochPart> parts = reshard_parts;
   const int old_world = committed_.world;
-  parts.push_back(
-      data::EpochPart{old_world, committed_.batch, parts.empty() ? planned_batches(old_world) : -1});
+  if (committed_.batch > 0 || parts.empty())
+    parts.push_back(
+        data::EpochPart{old_world, committed_.batch, parts.empty() ? planned_batches(old_world) : -1});
   if (!change.joined.empty()) send_admission(e, parts);
   reshard_parts = std::move(parts);
   data::ShardPlan plan = train_plan(e);
@@ -419,13 +423,13 @@ int64_t Trainer::Run::restart_rest(int64_t e, EpochTraining& training, const com
 
 void Trainer::Run::replan_schedule(int64_t e, int64_t rest) {
   TrainingPlan& plan = step_state->plan;
-  if (!optim.lr_schedule || rest < 0 || plan.steps_per_epoch < 0) return;  // a stream: max_steps bounds it
+  if (rest < 0 || plan.steps_per_epoch < 0) return;  // a stream: max_steps bounds it
   const int64_t remaining =
       ceil_div(rest, plan.accumulate_grad_batches) + (options.max_epochs() - e - 1) * plan.steps_per_epoch;
   plan.estimated_stepping_batches = std::max<int64_t>(1, position.step + remaining);
   if (options.max_steps() > 0)
     plan.estimated_stepping_batches = std::min(plan.estimated_stepping_batches, options.max_steps());
-  refresh_schedule();
+  if (optim.lr_schedule) refresh_schedule();
 }
 
 void Trainer::Run::refresh_schedule() {

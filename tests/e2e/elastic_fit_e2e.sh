@@ -78,10 +78,10 @@ fi
 
 if [ "$case_name" = kill_rank2_global ]; then
   # --keep-global-batch: 3 ranks accumulating 2 batches lose rank 2 after step 75 (epoch 2); the 2 left
-  # accumulate 3, so that each step still takes 6 batches of 64. The weights equal 3 ranks stopped at that
-  # step and resumed on 2 accumulating 3; and the same resumed with the run's own flags (the checkpoint
-  # keeps its 6 batches a step).
-  extra=(--accumulate-grad-batches 2 --keep-global-batch)
+  # accumulate 3, so that each step still takes 6 batches of 64, at the rate --lr-scaling gave 384. The
+  # weights equal 3 ranks stopped at that step and resumed on 2 accumulating 3; and the same resumed with
+  # the run's own flags (the checkpoint keeps its 6 batches a step).
+  extra=(--accumulate-grad-batches 2 --keep-global-batch --lr-scaling linear)
   LOCKSTEP_FAULT=2:75 "$lockstep" fit --devices 3 --elastic "${common[@]}" "${extra[@]}" \
     --metrics-file "$work/m.jsonl" --ckpt-dir "$work/a" >"$work/log" 2>&1 || fail "lockstep fit --elastic exited $?"
   cat "$work/log"
@@ -89,7 +89,7 @@ if [ "$case_name" = kill_rank2_global ]; then
   grep -q 'world 3 -> 2 .*; global batch 384 kept: each rank accumulates 3 batch(es)' <<<"$line" ||
     fail "the change does not say the global batch was kept: $line"
   step=$(sed -n 's/.*membership change at step \([0-9]*\) .*/\1/p' <<<"$line")
-  equals_resume 3 2 "$step" --accumulate-grad-batches 3
+  equals_resume 3 2 "$step" --accumulate-grad-batches 3 --lr-scaling linear
   equals_resume 3 2 "$step"
   grep -q 'global batch 384 kept: each rank accumulates 3' "$work/log" || fail "the resume did not keep it"
   exit 0

@@ -23,6 +23,8 @@
 #                         both before it exits
 #         join_then_serving_lost  as join, then kill -9 of both of the serving launcher's ranks: the joined
 #                         ranks go on alone, and it serves the store until they finish
+#         join_then_serving_term  as join_then_serving_lost, then SIGTERM to the serving launcher while the
+#                         joined ranks train: it stops serving at once and says so (exit 143)
 set -u
 case_name=$1 lockstep=$2 worker=$3 reference=${4:-$3}
 work=$(mktemp -d)
@@ -66,6 +68,10 @@ case "$case_name" in
   join_then_serving_lost)  # the joined rank id 2 reports (in the joining launcher's output)
     ranks=2 reporter=2 report_log=$work/log2
     args=(--wait-for-join 15:2 --hold "0:40:start:$work/hold1" --hold "1:40:start:$work/hold2") ;;
+  join_then_serving_term)  # rank id 3 holds at step 60: the joined ranks are still training at the signal
+    ranks=2
+    args=(--wait-for-join 15:2 --hold "0:40:start:$work/hold1" --hold "1:40:start:$work/hold2"
+      --hold "3:60:start:$work/hold3") ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 
@@ -87,15 +93,34 @@ if [[ $case_name == join* ]]; then
     kill -9 "$(wait_hold "$work/hold1")" && echo "killed joined rank id 3 held at step 40"
   elif [ "$case_name" = join_then_stop ]; then
     wait_hold "$work/hold1" >/dev/null && kill -TERM "$joining" && echo "stopped the joining launcher at step 40"
-  elif [ "$case_name" = join_then_serving_lost ]; then
+  elif [[ $case_name == join_then_serving_* ]]; then
     kill -9 "$(wait_hold "$work/hold1")" "$(wait_hold "$work/hold2")" && echo "killed rank ids 0 and 1 at step 40"
+  fi
+  if [ "$case_name" = join_then_serving_term ]; then
+    wait_hold "$work/hold3" >/dev/null
+    for _ in $(seq 1 1200); do  # a hang bound of 60 s: it says so once it has reaped both
+      grep -q 'serving the store until the 2 joined rank(s) finish' "$work/log" && break
+      sleep 0.05
+    done
+    grep -q 'serving the store until the 2 joined rank(s) finish' "$work/log" || fail "the serving launcher stopped serving"
+    kill -TERM "$launcher"
+    wait "$launcher"
+    status=$?
+    kill -TERM "$joining"  # its held rank and the other stop with it
+    wait "$joining"
+    [ "$status" -eq 143 ] || fail "the serving launcher exited $status after SIGTERM, not 143"
+    grep -q 'received SIGTERM; closing the store under the 2 joined rank(s) still training' "$work/log" ||
+      fail "the serving launcher did not say why it closed the store"
+    echo "PASS ($case_name): SIGTERM ended the serving of the joined ranks"
+    exit 0
   fi
   wait "$joining"
   status=$?
   cat "$work/log2"
   grep -q 'serves a running job: its 2 worker(s) join it as rank id(s) 2..3' "$work/log2" ||
     fail "the second launcher did not join"
-  [ "$case_name" = join ] && [ "$status" -ne 0 ] && fail "the joining launcher exited $status"
+  [ "$case_name" = join ] || [ "$case_name" = join_then_serving_lost ] &&
+    [ "$status" -ne 0 ] && fail "the joining launcher exited $status"
   grep -q 'joined at step' "$work/log2" || fail "no joined rank reported its admission"
 fi
 

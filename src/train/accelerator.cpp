@@ -298,14 +298,14 @@ void Accelerator::rejoin(const comm::MembershipChange& change, int old_world) {
 }
 
 void Accelerator::at_batch_boundary() {
-  if (elastic_->joined() && !state_received_) receive_state();
+  receive_state();
   if (!elastic_->admitting()) return;
   const int old_world = num_processes();
   rejoin(elastic_->reform(), old_world);
 }
 
 int64_t Accelerator::first_epoch() {
-  if (elastic_ && elastic_->joined() && !state_received_) receive_state();
+  if (elastic_) receive_state();
   for (const auto& weak : loaders_) {
     if (auto loader = weak.lock()) return loader->epoch;
   }
@@ -334,6 +334,7 @@ void Accelerator::send_state() {
 }
 
 void Accelerator::receive_state() {
+  if (!elastic_->joined() || state_received_) return;  // once, on a joiner
   state_received_ = true;
   const nlohmann::json state = nlohmann::json::parse(group_->broadcast_string(""));
   gradient_state_->sync_steps = state.at("sync_steps").get<int64_t>();

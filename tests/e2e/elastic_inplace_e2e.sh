@@ -35,6 +35,7 @@ fail() {
   grep -v '\] step ' "$work/log" 2>/dev/null | tail -40
   exit 1
 }
+. "$(dirname "$0")/e2e_lib.sh"  # wait_for
 
 # wait_hold FILE: until a held rank has written its pid to FILE (at most 60 s); prints the pid.
 wait_hold() {
@@ -98,11 +99,7 @@ if [[ $case_name == join* ]]; then
   fi
   if [ "$case_name" = join_then_serving_term ]; then
     wait_hold "$work/hold3" >/dev/null
-    for _ in $(seq 1 1200); do  # a hang bound of 60 s: it says so once it has reaped both
-      grep -q 'serving the store until the 2 joined rank(s) finish' "$work/log" && break
-      sleep 0.05
-    done
-    grep -q 'serving the store until the 2 joined rank(s) finish' "$work/log" || fail "the serving launcher stopped serving"
+    WAIT_FOR_S=60 wait_for "$work/log" 'serving the store until the 2 joined rank(s) finish'  # once it reaped both
     kill -TERM "$launcher"
     wait "$launcher"
     status=$?

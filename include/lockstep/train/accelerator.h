@@ -299,6 +299,7 @@ class Accelerator {
   /// state sent when ranks joined. Records the change.
   void rejoin(const comm::MembershipChange& change, int old_world);
   void send_state();
+  /// A joiner's side of send_state(), once (a no-op on other ranks and afterwards).
   void receive_state();
   void optimizer_step(PreparedOptimizer& optimizer);
   void optimizer_zero_grad(PreparedOptimizer& optimizer);

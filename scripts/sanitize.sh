@@ -11,8 +11,9 @@ supp=$root/scripts/sanitize
 
 # The unit suites whose code runs on several threads: ranks as threads over every backend and the store
 # (test_comm, test_tcp_store), the loader's workers (test_data), DDP's hooks (test_ddp), ZeRO/FSDP
-# (test_shard); and the torch-free parsers (test_env, test_log), which cost seconds to build.
-targets=(test_comm test_tcp_store test_data test_ddp test_shard test_env test_log)
+# (test_shard); and the torch-free parsers (test_env, test_log) and hashes (test_job_secret), which cost
+# seconds to build.
+targets=(test_comm test_tcp_store test_job_secret test_data test_ddp test_shard test_env test_log)
 
 die() {
   echo "sanitize.sh: $*" >&2

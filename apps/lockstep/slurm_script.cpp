@@ -9,6 +9,8 @@
 // workers), and --wait=60 ends whatever is left 60 s after the first task exited.
 #include "slurm_script.h"
 
+#include "lockstep/comm/job_secret.h"
+
 #include "cli_parse.h"
 #include "lockstep/detail/enum_names.h"
 #include "lockstep/detail/worker_contract.h"
@@ -235,6 +237,12 @@ std::string slurm_script(const SlurmScriptOptions& options) {
     << " must not get the others killed (srun would report 143);\n"
        "# a failing rank still ends the job, and --wait=60 ends what is left 60 s after the first task "
        "exits.\n";
+
+  s << "\n# The job secret: its tasks prove it to the job's rendezvous store, so that a process that knows "
+       "only\n"
+       "# the job id cannot join. A new one for each run of this script; srun hands it to every task.\n"
+       "export "
+    << comm::kJobSecretVariable << "=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n\n";
 
   std::vector<std::string> step{"srun", "--kill-on-bad-exit=0", "--wait=60"};
   switch (options.style) {

@@ -226,6 +226,16 @@ void add_torchrun_flags(CLI::App& app, RunFlags& f) {
                  "no heartbeat before it is killed and the others go on\n"
                  "without it. Default: 5")
       ->type_name("S");
+  app.add_option("--job-secret-file,--job_secret_file", f.job_secret_file,
+                 "lockstep: the job secret, in a file of mode 0600 (the\n"
+                 "same on every node). Default: LOCKSTEP_JOB_SECRET, else\n"
+                 "LOCKSTEP_JOB_SECRET_FILE, else a new one for a job on one\n"
+                 "node; a job that spans nodes needs one (or --no-job-secret)")
+      ->type_name("PATH");
+  app.add_flag("--no-job-secret,--no_job_secret", f.no_job_secret,
+               "lockstep: run a job that spans nodes without a job secret:\n"
+               "whoever reaches its store's port and knows the run id can\n"
+               "join it (also LOCKSTEP_NO_JOB_SECRET=1)");
 }
 
 namespace {
@@ -350,6 +360,8 @@ launch::LaunchOptions launch_options(RunFlags f, const std::vector<std::string>&
   }
   if (f.heartbeat_timeout)
     options.heartbeat_timeout(parse_seconds("--heartbeat-timeout", *f.heartbeat_timeout));
+  if (f.job_secret_file) options.job_secret_file(*f.job_secret_file);
+  options.no_job_secret(f.no_job_secret);
   return options;
 }
 

@@ -28,7 +28,8 @@ struct RunFlags {
       max_restarts, monitor_interval, start_method, event_log_handler, role, log_dir, redirects, tee,
       log_line_prefix_template, local_ranks_filter, duplicate_stdout_filters, duplicate_stderr_filters,
       node_rank, master_addr, master_port, local_addr, logs_specs, numa_binding, signals_to_handle,
-      shutdown_timeout, print_completion, collective_timeout, recovery, heartbeat_timeout;
+      shutdown_timeout, print_completion, collective_timeout, recovery, heartbeat_timeout, job_secret_file;
+  bool no_job_secret = false;
   bool standalone = false, module = false, no_python = false, run_path = false, virtual_local_rank = false;
 };
 

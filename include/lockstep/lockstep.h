@@ -33,6 +33,7 @@
 #include "lockstep/comm/c10d_compat.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/elastic_world.h"
+#include "lockstep/comm/job_secret.h"
 #include "lockstep/comm/network.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/comm/process_group_hier.h"

@@ -47,7 +47,8 @@ c10::intrusive_ptr<c10d::Store> launcher_store(const ProcessGroupOptions& o) {
       TcpStoreOptions(endpoint.substr(0, colon), port, o.run_id(), o.world_size(), o.rank())
           .connect_timeout(o.rendezvous_timeout())
           .timeout(o.rendezvous_timeout())
-          .server_name("the launcher (which serves the store under --recovery in-place)"));
+          .server_name("the launcher (which serves the store under --recovery in-place)")
+          .secret(o.job_secret()));
 }
 
 std::string ids_text(const std::vector<int>& ids) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "lockstep/comm/job_secret.h"
 #include "lockstep/env/environment.h"
 
 namespace lockstep::comm {
@@ -28,13 +29,26 @@ std::chrono::milliseconds seconds_from_env(const char* name, std::chrono::millis
   return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
 }
 
+// The job secret from the environment; never throws (as above): a bad one is recorded in `error`.
+std::string secret_from_env(std::string& error) {
+  try {
+    return job_secret_from_environment();
+  } catch (const std::invalid_argument& e) {
+    if (error.empty()) error = e.what();
+    return "";
+  }
+}
+
 }  // namespace
 
 ProcessGroupOptions::ProcessGroupOptions(int rank, int world_size)
     : rank_(rank),
       world_size_(world_size),
       rendezvous_timeout_(seconds_from_env("LOCKSTEP_RDZV_TIMEOUT", std::chrono::seconds(300), env_error_)),
-      collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800), env_error_)) {}
+      collective_timeout_(seconds_from_env("LOCKSTEP_TIMEOUT", std::chrono::seconds(1800), env_error_)) {
+  job_secret_ = secret_from_env(env_error_);
+  no_job_secret_ = job_secret_waived_by_environment();
+}
 
 ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment& environment) {
   auto options = ProcessGroupOptions(environment.rank, environment.world_size)
@@ -84,6 +98,13 @@ void ProcessGroupOptions::validate() const {
   if (local_world_size_ < 0 || local_world_size_ > world_size_) {
     throw std::invalid_argument("local_world_size must be in [0, world_size=" + std::to_string(world_size_) +
                                 "] (0: world_size / num_nodes), got " + std::to_string(local_world_size_));
+  }
+  if (!store_ && num_nodes_ > 1 && job_secret_.empty() && !no_job_secret_) {
+    throw std::invalid_argument(
+        "this job spans " + std::to_string(num_nodes_) +
+        " nodes and has no job secret, so anyone who can reach its rendezvous store at " + master_addr_ +
+        ":" + std::to_string(master_port_) + " and knows its run id '" + run_id_ +
+        "' could join it: " + job_secret_advice());
   }
   if (gloo_threads_ < 1) {
     throw std::invalid_argument("gloo_threads must be >= 1, got " + std::to_string(gloo_threads_));

@@ -97,7 +97,8 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const ProcessGroupOptions& o) 
       server = std::make_shared<TcpStoreServer>(TcpStoreServerOptions(o.run_id(), o.world_size())
                                                     .host(host)
                                                     .port(o.master_port())
-                                                    .refused_key(kRefusedKey));
+                                                    .refused_key(kRefusedKey)
+                                                    .secret(o.job_secret()));
     } catch (const StoreBindError& e) {
       if (e.error_code() == EADDRINUSE || !port_is_free(o.master_port())) {
         throw CommError(o.rank(), kOp,
@@ -122,11 +123,14 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const ProcessGroupOptions& o) 
     auto store = c10::make_intrusive<TcpStore>(
         TcpStoreOptions(o.master_addr(), o.master_port(), o.run_id(), o.world_size(), o.rank())
             .connect_timeout(o.rendezvous_timeout())
-            .timeout(o.rendezvous_timeout()));
+            .timeout(o.rendezvous_timeout())
+            .secret(o.job_secret()));
     store->keep_server(std::move(server));
     return store;
   } catch (const StoreRefusedError& e) {
     throw refusal(o, e.their_run_id(), std::to_string(e.their_world_size()));
+  } catch (const StoreAuthError& e) {
+    throw CommError(o.rank(), kOp, e.what());
   } catch (const std::exception& e) {
     throw CommError(o.rank(), kOp,
                     "could not reach the rendezvous server at " + endpoint(o) + " within " +

@@ -15,6 +15,8 @@
 #include <optional>
 #include <thread>
 
+#include "job_proof.h"
+#include "lockstep/comm/job_secret.h"
 #include "seconds_text.h"
 #include "tcp_store_protocol.h"
 
@@ -115,6 +117,108 @@ std::string recv_frame(int fd, const std::optional<Clock::time_point>& deadline)
 
 }  // namespace
 
+namespace {
+
+// Reads the version that starts every handshake answer, after its status.
+uint8_t answer_status(FrameReader& r) {
+  uint8_t status = 0;
+  uint32_t version = 0;
+  if (!r.u8(status) || !r.u32(version)) throw IoError{"the server's handshake answer is malformed"};
+  return status;
+}
+
+// The job-secret half of the handshake (tcp_store_protocol.h), after the server's kChallenge: proves the
+// secret, and checks the server's proof. Without a secret this client sends an empty proof, so that the
+// server records the refusal, and throws.
+void prove_secret(int fd, FrameReader& challenge, const TcpStoreOptions& o, const std::string& endpoint,
+                  Clock::time_point deadline) {
+  std::string server_nonce;
+  if (!challenge.str(server_nonce) || server_nonce.size() != detail::kNonceBytes) {
+    throw IoError{"the server's challenge is malformed"};
+  }
+  const std::string client_nonce = o.secret().empty() ? "" : detail::random_bytes(detail::kNonceBytes);
+  const std::string proof = o.secret().empty()
+                                ? ""
+                                : detail::digest_bytes(detail::hmac_sha256(
+                                      o.secret(), detail::proof_message("lockstep client", server_nonce, "",
+                                                                        o.run_id(), o.world_size())));
+  send_all(fd, FrameWriter().u8(static_cast<uint8_t>(Op::kProof)).str(client_nonce).str(proof).finish(),
+           deadline);
+  if (o.secret().empty()) {
+    throw StoreAuthError("refused by the rendezvous store at " + endpoint + ": it serves run id '" +
+                         o.run_id() +
+                         "' only to processes that know the job's secret, and this process has none: give it "
+                         "the job's secret in " +
+                         kJobSecretVariable + " (or " + kJobSecretFileVariable + ")");
+  }
+  const std::string reply = recv_frame(fd, deadline);
+  FrameReader r(reply.data(), reply.size());
+  const uint8_t status = answer_status(r);
+  if (status == static_cast<uint8_t>(Status::kDenied)) {
+    throw StoreAuthError("refused by the rendezvous store at " + endpoint + ": this process's job secret (" +
+                         kJobSecretVariable + " or " + kJobSecretFileVariable +
+                         ") is not the one the store's job has; give every rank and launcher of run id '" +
+                         o.run_id() + "' the same one");
+  }
+  std::string server_proof;
+  if (status != static_cast<uint8_t>(Status::kOk) || !r.str(server_proof)) {
+    throw IoError{"the server's answer to the proof is malformed"};
+  }
+  const std::string expected = detail::digest_bytes(detail::hmac_sha256(
+      o.secret(),
+      detail::proof_message("lockstep server", client_nonce, server_nonce, o.run_id(), o.world_size())));
+  if (!detail::equal_in_constant_time(server_proof, expected)) {
+    throw StoreAuthError(
+        "the rendezvous store at " + endpoint +
+        " could not prove it knows the job's secret: the process listening there is not run id '" +
+        o.run_id() + "''s store. Check MASTER_ADDR/MASTER_PORT");
+  }
+}
+
+// The handshake on a connected socket (tcp_store_protocol.h). Returns once the server accepted this
+// client; throws StoreRefusedError or StoreAuthError when it will not, IoError when the connection failed.
+void handshake(int fd, const TcpStoreOptions& o, const std::string& endpoint, Clock::time_point deadline) {
+  send_all(fd,
+           FrameWriter()
+               .u8(static_cast<uint8_t>(Op::kHello))
+               .u32(detail::kStoreMagic)
+               .u32(detail::kStoreVersion)
+               .str(o.run_id())
+               .i32(o.world_size())
+               .i32(o.rank())
+               .finish(),
+           deadline);
+  const std::string reply = recv_frame(fd, deadline);
+  FrameReader r(reply.data(), reply.size());
+  uint8_t status = 0;
+  uint32_t version = 0;
+  if (!r.u8(status) || !r.u32(version)) throw IoError{"the server's handshake answer is malformed"};
+  if (status == static_cast<uint8_t>(Status::kChallenge)) return prove_secret(fd, r, o, endpoint, deadline);
+  if (status == static_cast<uint8_t>(Status::kOk)) {
+    if (o.secret().empty()) return;
+    throw StoreAuthError("the rendezvous store at " + endpoint + " serves run id '" + o.run_id() +
+                         "' without a job secret, but this process has one (" + kJobSecretVariable + " or " +
+                         kJobSecretFileVariable +
+                         "): give every rank and launcher of the job the same secret, or none to any");
+  }
+  std::string their_run;
+  int32_t their_world = 0;
+  if (status != static_cast<uint8_t>(Status::kRefused) || !r.str(their_run) || !r.i32(their_world)) {
+    throw IoError{"the server's handshake answer is malformed"};
+  }
+  std::string message = "refused by the rendezvous store at " + endpoint + ": it serves run id '" +
+                        their_run + "' with world size " + std::to_string(their_world) +
+                        ", but this process has run id '" + o.run_id() + "' and world size " +
+                        std::to_string(o.world_size());
+  if (version != detail::kStoreVersion) {
+    message += " (and the server speaks protocol version " + std::to_string(version) + ", this process " +
+               std::to_string(detail::kStoreVersion) + ": use the same lockstep on every rank)";
+  }
+  throw StoreRefusedError(message, their_run, their_world);
+}
+
+}  // namespace
+
 StoreClient::StoreClient(TcpStoreOptions options) : options_(std::move(options)) {
   connect(Clock::now() + options_.connect_timeout());
 }
@@ -179,43 +283,14 @@ void StoreClient::connect(Clock::time_point deadline) {
         }
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        send_all(fd,
-                 FrameWriter()
-                     .u8(static_cast<uint8_t>(Op::kHello))
-                     .u32(detail::kStoreMagic)
-                     .u32(detail::kStoreVersion)
-                     .str(options_.run_id())
-                     .i32(options_.world_size())
-                     .i32(options_.rank())
-                     .finish(),
-                 deadline);
-        const std::string reply = recv_frame(fd, deadline);
-        FrameReader r(reply.data(), reply.size());
-        uint8_t status = 0;
-        uint32_t version = 0;
-        if (!r.u8(status) || !r.u32(version)) throw IoError{"the server's handshake answer is malformed"};
-        if (status == static_cast<uint8_t>(Status::kOk)) {
-          fd_ = fd;
-          ::freeaddrinfo(found);
-          return;
-        }
-        std::string their_run;
-        int32_t their_world = 0;
-        if (status != static_cast<uint8_t>(Status::kRefused) || !r.str(their_run) || !r.i32(their_world)) {
-          throw IoError{"the server's handshake answer is malformed"};
-        }
+        handshake(fd, options_, endpoint(), deadline);
+        fd_ = fd;
+        ::freeaddrinfo(found);
+        return;
+      } catch (const StoreError&) {  // refused: not retried
         ::close(fd);
         ::freeaddrinfo(found);
-        std::string message = "refused by the rendezvous store at " + endpoint() + ": it serves run id '" +
-                              their_run + "' with world size " + std::to_string(their_world) +
-                              ", but this process has run id '" + options_.run_id() + "' and world size " +
-                              std::to_string(options_.world_size());
-        if (version != detail::kStoreVersion) {
-          message += " (and the server speaks protocol version " + std::to_string(version) +
-                     ", this process " + std::to_string(detail::kStoreVersion) +
-                     ": use the same lockstep on every rank)";
-        }
-        throw StoreRefusedError(message, their_run, their_world);
+        throw;
       } catch (const IoError& e) {
         ::close(fd);
         last_error = e.why;

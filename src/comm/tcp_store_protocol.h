@@ -5,20 +5,29 @@
 // Every message is a frame: a 4-byte big-endian payload length, then the payload. A request's payload
 // starts with a one-byte Op, a reply's with a one-byte Status; the fields that follow are fixed-size
 // big-endian integers, or byte strings written as a u32 length and the bytes. The first frame of a
-// connection must be kHello (magic, version, run id, world size, rank); the server answers kOk or
-// kRefused (with its own run id and world size) and, after kRefused, closes. Anything else (a bad magic,
-// an unknown op, a field that runs past its frame, a frame over the size cap) closes the connection.
+// connection must be kHello (magic, version, run id, world size, rank); the server answers kRefused (with
+// its own run id and world size) and closes, or, when the job has no secret, kOk. Anything else (a bad
+// magic, an unknown op, a field that runs past its frame, a frame over the size cap) closes the connection.
+//
+// A job with a secret (job_secret.h) answers a matching kHello with kChallenge and a fresh 32-byte nonce
+// instead; the client answers kProof: a nonce of its own and HMAC-SHA-256(secret, "lockstep client" |
+// server nonce | run id | world size). A wrong proof gets kDenied and the connection closes; a right one
+// gets kOk and the server's own proof, HMAC(secret, "lockstep server" | client nonce | server nonce |
+// run id | world size), which the client checks, so that a process posing as the job's store is found
+// too. The secret itself never crosses the wire; a client without one sends an empty proof. A client
+// with a secret refuses a server that answers kOk without a challenge.
 //
 //   kHello      u32 magic, u32 version, str run_id, i32 world_size, i32 rank
 //                 -> kOk u32 version | kRefused u32 version, str run_id, i32 world_size
-//   kSet        str key, str value                     -> kOk
-//   kCompareSet str key, str expected, str desired      -> kOk str value_now
-//   kGet        str key, i64 timeout_ms (-1: forever)   -> kOk str value | kTimeout   (waits for the key)
-//   kAdd        str key, i64 delta                      -> kOk i64 sum | kError str why
-//   kDelete     str key                                 -> kOk u8 existed
-//   kCheck      u32 n, n x str key                      -> kOk u8 all_exist
-//   kNumKeys                                            -> kOk i64 count
-//   kWait       u32 n, n x str key, i64 timeout_ms      -> kOk | kTimeout                (waits for all)
+//                  | kChallenge u32 version, str server_nonce
+//   kProof      str client_nonce, str proof            -> kOk u32 version, str server_proof | kDenied u32
+//   version kSet        str key, str value                     -> kOk kCompareSet str key, str expected, str
+//   desired      -> kOk str value_now kGet        str key, i64 timeout_ms (-1: forever)   -> kOk str value |
+//   kTimeout   (waits for the key) kAdd        str key, i64 delta                      -> kOk i64 sum |
+//   kError str why kDelete     str key                                 -> kOk u8 existed kCheck      u32 n, n
+//   x str key                      -> kOk u8 all_exist kNumKeys                                            ->
+//   kOk i64 count kWait       u32 n, n x str key, i64 timeout_ms      -> kOk | kTimeout                (waits
+//   for all)
 
 #include <cstdint>
 #include <cstring>
@@ -28,7 +37,7 @@
 namespace lockstep::comm::detail {
 
 constexpr uint32_t kStoreMagic = 0x4c4b5354;  // "LKST"
-constexpr uint32_t kStoreVersion = 1;
+constexpr uint32_t kStoreVersion = 2;         // 2: the job secret's challenge
 constexpr size_t kFrameHeaderBytes = 4;
 /// The largest first frame (kHello) a server reads from a connection it does not know yet.
 constexpr uint32_t kMaxHelloBytes = 4096;
@@ -43,9 +52,20 @@ enum class Op : uint8_t {
   kCheck = 7,
   kNumKeys = 8,
   kWait = 9,
+  kProof = 10,
 };
 
-enum class Status : uint8_t { kOk = 0, kTimeout = 1, kRefused = 2, kError = 3 };
+enum class Status : uint8_t { kOk = 0, kTimeout = 1, kRefused = 2, kError = 3, kChallenge = 4, kDenied = 5 };
+
+/// Bytes of each side's nonce in the job-secret challenge.
+constexpr size_t kNonceBytes = 32;
+
+/// What each side's proof signs (tcp_store_protocol.h's header says who sends which).
+inline std::string proof_message(const char* who, const std::string& first_nonce,
+                                 const std::string& second_nonce, const std::string& run_id,
+                                 int32_t world_size) {
+  return std::string(who) + '\0' + first_nonce + second_nonce + run_id + '\0' + std::to_string(world_size);
+}
 
 /// Appends fields to a frame; `finish()` fills in the length prefix.
 class FrameWriter {

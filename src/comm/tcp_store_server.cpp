@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "job_proof.h"
 #include "tcp_store_protocol.h"
 
 namespace lockstep::comm {
@@ -67,6 +68,9 @@ struct StoreConnection {
   std::string peer;
   Clock::time_point accepted;
   bool greeted = false;
+  std::string challenge;  // the nonce sent in kChallenge, while the client's kProof is awaited
+  std::string run_id;     // and what its kHello said, for the record of a refusal
+  int32_t rank = 0;
   bool closing = false;  // close once `out` is flushed
   bool dead = false;     // close now
   std::string in;        // bytes received, not yet parsed
@@ -341,6 +345,10 @@ class TcpStoreServerLoop {
     if (!r.u8(op_byte)) return drop(c, "sent an empty frame");
     const auto op = static_cast<Op>(op_byte);
     if (!c.greeted) {
+      if (!c.challenge.empty()) {
+        if (op != Op::kProof) return drop(c, "sent op " + std::to_string(op_byte) + " instead of its proof");
+        return proof(c, r);
+      }
       if (op != Op::kHello) return drop(c, "sent op " + std::to_string(op_byte) + " before its handshake");
       return hello(c, r);
     }
@@ -443,6 +451,8 @@ class TcpStoreServerLoop {
       }
       case Op::kHello:
         return drop(c, "sent a second handshake");
+      case Op::kProof:
+        return drop(c, "sent a proof outside its handshake");
     }
     drop(c, "sent unknown op " + std::to_string(op_byte));
   }
@@ -456,38 +466,78 @@ class TcpStoreServerLoop {
       return drop(c, "sent a malformed handshake");
     }
     if (version == kStoreVersion && run_id == options_.run_id() && world_size == options_.world_size()) {
-      c.greeted = true;
-      return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).u32(kStoreVersion));
+      if (options_.secret().empty()) {
+        c.greeted = true;
+        return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).u32(kStoreVersion));
+      }
+      c.challenge = random_bytes(kNonceBytes);
+      c.run_id = run_id;
+      c.rank = rank;
+      return reply(
+          c, FrameWriter().u8(static_cast<uint8_t>(Status::kChallenge)).u32(kStoreVersion).str(c.challenge));
     }
-    c.closing = true;  // after the answer below is sent
     std::ostringstream who;
     who << "run id '" << printable(run_id) << "' (this job: '" << printable(options_.run_id())
         << "'), world size " << world_size << " (this job: " << options_.world_size() << "), rank " << rank;
     if (version != kStoreVersion) {
       who << ", protocol version " << version << " (this job: " << kStoreVersion << ")";
     }
-    // Reported and recorded before the answer, so that whoever sees the answer also finds the record.
-    const int64_t n = ++refused_total_;
-    if (n > kMaxRefusedLines) note_refused_quietly();
-    if (n <= kMaxRefusedLines) {
-      std::cerr << "lockstep: rendezvous store refused a client from " << c.peer << ": " << who.str()
-                << ". Another job is pointed at this job's port " << port_
-                << "; this job goes on (give each job its own master_port)."
-                << (n == kMaxRefusedLines ? " Further refusals are only counted." : "") << std::endl;
-    }
-    if (!options_.refused_key().empty()) {
-      const std::string count = std::to_string(n);
-      data_[options_.refused_key()] = std::vector<uint8_t>(count.begin(), count.end());
-      const std::string record =
-          "run id '" + printable(run_id) + "', rank " + std::to_string(rank) + ", from " + c.peer;
-      data_[options_.refused_key() + "/" + count] = std::vector<uint8_t>(record.begin(), record.end());
-      wake_waiters();
-    }
+    refuse(c, who.str(),
+           "Another job is pointed at this job's port " + std::to_string(port_) +
+               "; this job goes on (give each job its own master_port).",
+           "run id '" + printable(run_id) + "', rank " + std::to_string(rank) + ", from " + c.peer);
     reply(c, FrameWriter()
                  .u8(static_cast<uint8_t>(Status::kRefused))
                  .u32(kStoreVersion)
                  .str(options_.run_id())
                  .i32(options_.world_size()));
+  }
+
+  // The client's answer to kChallenge: the right proof makes it one of the job's clients, and the server
+  // proves the secret in return; any other is refused like a stranger (no secret in any message).
+  void proof(StoreConnection& c, FrameReader& r) {
+    std::string client_nonce, proof;
+    if (!r.str(client_nonce) || !r.str(proof) || !r.done()) return drop(c, "sent a malformed proof");
+    const std::string expected =
+        digest_bytes(hmac_sha256(options_.secret(), proof_message("lockstep client", c.challenge, "",
+                                                                  c.run_id, options_.world_size())));
+    if (client_nonce.size() == kNonceBytes && equal_in_constant_time(proof, expected)) {
+      const std::string server_nonce = std::move(c.challenge);
+      c.challenge.clear();
+      c.greeted = true;
+      const std::string answer = digest_bytes(hmac_sha256(
+          options_.secret(),
+          proof_message("lockstep server", client_nonce, server_nonce, c.run_id, options_.world_size())));
+      return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).u32(kStoreVersion).str(answer));
+    }
+    refuse(c,
+           "run id '" + printable(c.run_id) + "', rank " + std::to_string(c.rank) +
+               (proof.empty() ? ", which has no job secret" : ", whose proof of the job secret is wrong"),
+           "It knows the run id but not this job's secret (LOCKSTEP_JOB_SECRET); this job goes on.",
+           "run id '" + printable(c.run_id) + "', rank " + std::to_string(c.rank) + ", from " + c.peer +
+               ", without this job's secret");
+    reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kDenied)).u32(kStoreVersion));
+  }
+
+  // Closes `c` after the answer its caller sends, and reports and records the refusal: one stderr line for
+  // each of the first kMaxRefusedLines, and `record` under the refused_key. Both come before the answer, so
+  // that whoever sees the answer also finds the record.
+  void refuse(StoreConnection& c, const std::string& who, const std::string& consequence,
+              const std::string& record) {
+    c.closing = true;
+    const int64_t n = ++refused_total_;
+    if (n > kMaxRefusedLines) note_refused_quietly();
+    if (n <= kMaxRefusedLines) {
+      std::cerr << "lockstep: rendezvous store refused a client from " << c.peer << ": " << who << ". "
+                << consequence << (n == kMaxRefusedLines ? " Further refusals are only counted." : "")
+                << std::endl;
+    }
+    if (!options_.refused_key().empty()) {
+      const std::string count = std::to_string(n);
+      data_[options_.refused_key()] = std::vector<uint8_t>(count.begin(), count.end());
+      data_[options_.refused_key() + "/" + count] = std::vector<uint8_t>(record.begin(), record.end());
+      wake_waiters();
+    }
   }
 
   // At most 64 characters of `s`, with anything unprintable as '?', for messages.

@@ -191,7 +191,10 @@ ElasticRendezvous::ElasticRendezvous(const LaunchConfig& config, Say say)
       // Every interface, as torchrun's store: the endpoint's name may resolve here to another of this
       // host's addresses (127.0.1.1 for the host name on Debian) than the one the other nodes reach.
       server_ = std::make_unique<comm::TcpStoreServer>(
-          comm::TcpStoreServerOptions(config_.run_id, config_.max_nodes).host("").port(port));
+          comm::TcpStoreServerOptions(config_.run_id, config_.max_nodes)
+              .host("")
+              .port(port)
+              .secret(config_.job_secret));
       port = server_->port();
     } catch (const comm::StoreBindError& e) {
       // In use: another launcher on this host serves it (several nodes on one machine). Unless told to
@@ -207,13 +210,16 @@ ElasticRendezvous::ElasticRendezvous(const LaunchConfig& config, Say say)
         comm::TcpStoreOptions(endpoint.host, port, config_.run_id, config_.max_nodes, 0)
             .connect_timeout(conf.join_timeout)
             .timeout(conf.read_timeout)
-            .server_name("the node that hosts the rendezvous"));
+            .server_name("the node that hosts the rendezvous")
+            .secret(config_.job_secret));
   } catch (const comm::StoreRefusedError& e) {
     throw LaunchError("the rendezvous at " + endpoint.host + ":" + std::to_string(port) +
                       " belongs to another job: rdzv_id '" + e.their_run_id() + "' with nnodes max " +
                       std::to_string(e.their_world_size()) + ", while this node has rdzv_id '" +
                       config_.run_id + "' and nnodes max " + std::to_string(config_.max_nodes) +
                       ": give every node of a job the same rdzv_id and nnodes");
+  } catch (const comm::StoreAuthError& e) {
+    throw LaunchError(std::string("the rendezvous at rdzv_endpoint: ") + e.what());
   } catch (const comm::StoreError& e) {
     throw LaunchError("cannot reach the rendezvous at rdzv_endpoint=" + endpoint.host + ":" +
                       std::to_string(port) + ": " + e.what());

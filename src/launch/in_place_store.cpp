@@ -14,22 +14,24 @@ namespace lockstep::launch::detail {
 namespace {
 
 std::unique_ptr<comm::StoreClient> connect(const std::string& host, int port, const std::string& run_id,
-                                           int world_size, const std::string& server) {
+                                           int world_size, const std::string& secret,
+                                           const std::string& server) {
   return std::make_unique<comm::StoreClient>(comm::TcpStoreOptions(host, port, run_id, world_size, 0)
                                                  .connect_timeout(std::chrono::seconds(10))
                                                  .timeout(std::chrono::seconds(10))
-                                                 .server_name(server));
+                                                 .server_name(server)
+                                                 .secret(secret));
 }
 
 }  // namespace
 
 InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std::string& host, int port,
-                           std::chrono::milliseconds heartbeat_timeout)
+                           std::chrono::milliseconds heartbeat_timeout, const std::string& secret)
     : run_id_(run_id), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
   const std::string where = host + ":" + std::to_string(port);
   try {
     server_ = std::make_unique<comm::TcpStoreServer>(
-        comm::TcpStoreServerOptions(run_id, world_size).host(host).port(port));
+        comm::TcpStoreServerOptions(run_id, world_size).host(host).port(port).secret(secret));
   } catch (const comm::StoreBindError& e) {
     // In use here, or an address of another host: the job's store may be there.
     if (port == 0 || (e.error_code() != EADDRINUSE && e.error_code() != EADDRNOTAVAIL))
@@ -40,11 +42,12 @@ InPlaceStore::InPlaceStore(const std::string& run_id, int world_size, const std:
   try {
     if (server_) {
       endpoint_ = host + ":" + std::to_string(server_->port());
-      client_ = connect(host, server_->port(), run_id, world_size, "this launcher");
+      client_ = connect(host, server_->port(), run_id, world_size, secret, "this launcher");
       thread_ = std::thread([this] { watch_joined(); });
     } else {
       endpoint_ = where;
-      client_ = connect(host, port, run_id, world_size, "the launcher that serves the job (" + where + ")");
+      client_ =
+          connect(host, port, run_id, world_size, secret, "the launcher that serves the job (" + where + ")");
       if (client_->add(key(lockstep::detail::kGenerationKey), 0) < 0) throw LaunchError("unreachable");
     }
   } catch (const std::exception& e) {

@@ -30,8 +30,10 @@ class InPlaceStore {
   /// Listens on `host`:`port` (port 0: one the kernel picks). When `port` is given and in use, or `host`
   /// is not this machine's, connects to the store there as a joining launcher (joining()). Throws
   /// LaunchError when it can do neither.
+  /// `secret`: the job secret its server asks for and its client proves (comm/job_secret.h); "": none.
   InPlaceStore(const std::string& run_id, int world_size, const std::string& host = "127.0.0.1", int port = 0,
-               std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5));
+               std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5),
+               const std::string& secret = "");
   ~InPlaceStore();
   InPlaceStore(const InPlaceStore&) = delete;
   InPlaceStore& operator=(const InPlaceStore&) = delete;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/job_secret.h"
 #include "lockstep/launch/detail/host.h"
 #include "lockstep/launch/launch_error.h"
 
@@ -230,9 +231,11 @@ bool resolve_master(const LaunchOptions& options, LaunchConfig& config) {
     check(!options.master_addr() && !options.master_port(),
           "master_addr and master_port belong to the static rendezvous; under rdzv_backend=c10d the node "
           "that becomes node 0 of a round picks them (pass the meeting point as rdzv_endpoint)");
-    config.rdzv_endpoint = parse_endpoint(options.rdzv_endpoint().value_or("localhost:29400"));
+    const std::string endpoint = options.rdzv_endpoint().value_or("localhost:29400");
+    config.rdzv_endpoint = parse_endpoint(endpoint);
+    // (The message is built before the check: it must not read an endpoint that was not given.)
     check(config.rdzv_endpoint.port != 0 || config.max_nodes == 1,
-          "rdzv_endpoint='" + *options.rdzv_endpoint() +
+          "rdzv_endpoint='" + endpoint +
               "' has port 0 (any free port), which only a single-node job can use: give the port every node "
               "will meet at");
     config.rdzv_conf = options.rdzv_conf();
@@ -260,6 +263,39 @@ bool resolve_master(const LaunchOptions& options, LaunchConfig& config) {
   config.master_addr = options.master_addr().value_or("127.0.0.1");
   config.master_port = options.master_port().value_or(29500);
   return false;
+}
+
+// The job secret: given (a file, the environment), made here for a job whose processes are all this
+// launcher's, or waived on purpose. A job others may join without one is refused, saying how to give one.
+void resolve_secret(const LaunchOptions& options, LaunchConfig& config, bool on_its_own) {
+  try {
+    if (options.job_secret()) {
+      check(options.job_secret()->size() >= comm::kMinJobSecretBytes,
+            "job_secret has " + std::to_string(options.job_secret()->size()) + " bytes; use at least " +
+                std::to_string(comm::kMinJobSecretBytes) + " random ones");
+      config.job_secret = *options.job_secret();
+    } else if (options.job_secret_file()) {
+      config.job_secret = comm::read_job_secret_file(*options.job_secret_file());
+    } else {
+      config.job_secret = comm::job_secret_from_environment();
+    }
+  } catch (const std::invalid_argument& e) {
+    throw LaunchError(e.what());
+  }
+  config.no_job_secret = options.no_job_secret() || comm::job_secret_waived_by_environment();
+  if (!config.job_secret.empty()) return;
+  const bool others_may_join = config.max_nodes > 1 || config.nnodes > 1 || (config.in_place && !on_its_own);
+  if (!others_may_join) {
+    if (!config.no_job_secret) config.job_secret = comm::make_job_secret();
+    return;
+  }
+  check(
+      config.no_job_secret,
+      "this job " +
+          (config.in_place && config.max_nodes == 1
+               ? std::string("serves a store other launchers may join (--recovery in-place at a named port)")
+               : "spans nodes (nnodes=" + range_text(options.nnodes()) + ")") +
+          " and has no job secret: " + comm::job_secret_advice());
 }
 
 // What is shown and kept of the workers' output, the signals handled, the GPUs each worker sees.
@@ -309,6 +345,7 @@ LaunchConfig resolve(const LaunchOptions& options) {
     // where torchrun makes a random one too.
     config.run_id = on_its_own ? detail::random_run_id() : "none";
   }
+  resolve_secret(options, config, on_its_own);
   resolve_output(options, config);
   config.omp_num_threads = std::max(1, detail::online_cpu_count() / config.nproc_per_node);
   return config;

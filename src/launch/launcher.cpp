@@ -831,9 +831,9 @@ LaunchResult Launcher::run() {
 
 LaunchResult Launcher::run_in_place(detail::SignalRelay& relay, const std::string& job_log_dir) {
   // A named master is served (or, served already, joined); else a port only this launch knows.
-  detail::InPlaceStore store(config_.run_id, config_.world_size(),
-                             config_.master_named ? config_.master_addr : "127.0.0.1",
-                             config_.master_named ? config_.master_port : 0, config_.heartbeat_timeout);
+  detail::InPlaceStore store(
+      config_.run_id, config_.world_size(), config_.master_named ? config_.master_addr : "127.0.0.1",
+      config_.master_named ? config_.master_port : 0, config_.heartbeat_timeout, config_.job_secret);
   if (store.joining()) {
     const int first = store.reserve_ids(config_.nproc_per_node);
     say(streams_, "in place: " + store.endpoint() + " serves a running job: its " +

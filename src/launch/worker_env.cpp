@@ -3,8 +3,10 @@
 #include <unistd.h>  // environ (glibc declares it with _GNU_SOURCE, which g++ defines)
 
 #include <string>
+
 #include <utility>
 #include <vector>
+#include "lockstep/comm/job_secret.h"
 
 namespace lockstep::launch {
 namespace {
@@ -39,6 +41,9 @@ EnvEntries worker_environment(const LaunchConfig& config, const NodeWorld& world
       // process groups report their progress through it (comm/progress.h).
       {lockstep::detail::kHeartbeatFdVariable, std::to_string(lockstep::detail::kHeartbeatFd)},
   };
+  // The job's secret reaches the workers in the variable, whichever way the launcher got it.
+  if (!config.job_secret.empty()) vars.emplace_back(comm::kJobSecretVariable, config.job_secret);
+  if (config.no_job_secret) vars.emplace_back(comm::kNoJobSecretVariable, "1");
   if (config.collective_timeout_given) {
     vars.emplace_back("LOCKSTEP_TIMEOUT", std::to_string(config.collective_timeout.count() / 1000.0));
   }

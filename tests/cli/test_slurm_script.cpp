@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,35 @@ TEST(SlurmScript, TorchrunStyleRunsOneLauncherPerNode) {
                "srun --kill-on-bad-exit=0 --wait=60 --ntasks-per-node=1 lockstep run --nproc-per-node 2 -- "
                "lockstep fit --data synthetic --ckpt-dir ck --resume auto\n"))
       << s;
+}
+
+// Every style makes a job secret before its step (srun passes the environment on), a new one per run: the
+// line, run by bash, gives 64 hex digits, twice different.
+TEST(SlurmScript, EveryStyleMakesAJobSecretForItsTasks) {
+  for (const SlurmStyle style : {SlurmStyle::kTorchrun, SlurmStyle::kDdp, SlurmStyle::kLightning}) {
+    const std::string s = slurm_script(two_by_two(style));
+    const auto line = s.find("\nexport LOCKSTEP_JOB_SECRET=");
+    ASSERT_NE(line, std::string::npos) << s;
+    EXPECT_LT(line, s.find("\nsrun ")) << s;
+    const std::string command = s.substr(line + 1, s.find('\n', line + 1) - line - 1);
+    char path[] = "/tmp/lockstep_slurm_secret_XXXXXX";
+    const int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    std::ofstream(path) << command << "\necho \"$LOCKSTEP_JOB_SECRET\"\n";
+    const auto run = [&] {
+      std::string out;
+      FILE* p = ::popen((std::string("bash ") + path).c_str(), "r");
+      char buf[256];
+      while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+      if (p != nullptr) ::pclose(p);
+      return out;
+    };
+    const std::string first = run();
+    EXPECT_TRUE(std::regex_match(first, std::regex("[0-9a-f]{64}\n"))) << command << " gave " << first;
+    EXPECT_NE(first, run());
+    std::remove(path);
+  }
 }
 
 TEST(SlurmScript, DdpStyleRunsOneTaskPerRank) {

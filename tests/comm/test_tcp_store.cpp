@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../src/comm/tcp_store_protocol.h"
 #include "../support/wait_until.h"
 #include "lockstep/comm/network.h"
 #include "lockstep/comm/rendezvous.h"
@@ -95,8 +96,8 @@ std::string field(const std::string& s) {
 }
 // A complete, valid handshake frame for run id `run_id`, world size 2.
 std::string hello_frame(const std::string& run_id) {
-  const std::string payload =
-      std::string(1, '\x01') + be32(0x4c4b5354) + be32(1) + field(run_id) + be32(2) + be32(1);
+  const std::string payload = std::string(1, '\x01') + be32(0x4c4b5354) + be32(detail::kStoreVersion) +
+                              field(run_id) + be32(2) + be32(1);
   return be32(static_cast<uint32_t>(payload.size())) + payload;
 }
 
@@ -423,6 +424,26 @@ TEST(TcpStore, ClientOfAnotherJobIsRefusedOnBothSides) {
   EXPECT_NE(text(store->get("lockstep/refused/1")).find("run id 'job-b', rank 1"), std::string::npos);
 }
 
+// A job that spans nodes is refused before it listens, unless it has a secret or opts out; the ranks of
+// one job with the same secret meet over the challenge (MultiNodeRendezvousListensWhereMasterAddrSays).
+TEST(TcpStore, AMultiNodeJobNeedsASecretOrTheOptOut) {
+  const auto two_nodes = [] {
+    return ProcessGroupOptions(0, 2).num_nodes(2).job_secret("").no_job_secret(false);
+  };
+  std::string msg;
+  try {
+    two_nodes().validate();
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("this job spans 2 nodes and has no job secret"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("export LOCKSTEP_JOB_SECRET="), std::string::npos) << msg;
+  EXPECT_NE(msg.find("LOCKSTEP_NO_JOB_SECRET=1"), std::string::npos) << msg;
+  EXPECT_NO_THROW(two_nodes().no_job_secret(true).validate());
+  EXPECT_NO_THROW(two_nodes().job_secret("a-secret-of-enough-bytes").validate());
+  EXPECT_NO_THROW(ProcessGroupOptions(0, 2).num_nodes(1).job_secret("").validate());
+}
+
 TEST(TcpStore, ConnectTimeoutNamesTheAddress) {
   int port = 0;
   {
@@ -482,6 +503,7 @@ TEST(TcpStore, MultiNodeRendezvousListensWhereMasterAddrSays) {
                                          .master_port(port)
                                          .run_id("multi")
                                          .num_nodes(2)
+                                         .job_secret("the-multi-node-secret-0123")
                                          .rendezvous_timeout(120s));
       lockstep::testing::wait_until([&] { return rank1_done.load(); }, 120s);
     } catch (const std::exception& e) {
@@ -496,6 +518,7 @@ TEST(TcpStore, MultiNodeRendezvousListensWhereMasterAddrSays) {
                    .master_port(port)
                    .run_id("multi")
                    .num_nodes(2)
+                   .job_secret("the-multi-node-secret-0123")
                    .rendezvous_timeout(120s));
   } catch (const std::exception& e) {
     ADD_FAILURE() << "rank 1 did not join rank 0's store: " << e.what();

@@ -15,6 +15,7 @@
 #                keep-alive timeout the other nodes drop it, naming it, and finish with 2 nodes.
 # Exit status 77 (ctest: skipped) with the reason where the machine cannot create namespaces.
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 case_name=$1 lockstep=$(realpath "$2") python=$3
 here=$(cd "$(dirname "$0")" && pwd)
 hosts="$here/../../scripts/netns-hosts.sh"

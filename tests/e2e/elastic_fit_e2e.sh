@@ -13,6 +13,7 @@
 #   elastic_fit_e2e.sh CASE LOCKSTEP PYTHON      CASE: kill_rank0 | kill_rank2 | kill_rank2_global | join | join_global
 #   ELASTIC_FIT_FLAGS: more flags for every run (scripts/gpu-check.sh: "--accelerator gpu --data-dir DIR")
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 case_name=$1 lockstep=$2 python=$3
 here=$(dirname "$0")
 work=$(mktemp -d)

@@ -14,6 +14,7 @@
 #                           stays open, its beats stop, and host 0's launcher waits out the heartbeat timeout
 # Exit status 77 (ctest: skipped) with the reason where the machine cannot create namespaces.
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 case_name=$1 lockstep=$(realpath "$2") worker=$(realpath "$3")
 here=$(cd "$(dirname "$0")" && pwd)
 hosts="$here/../../scripts/netns-hosts.sh"

@@ -26,6 +26,7 @@
 #         join_then_serving_term  as join_then_serving_lost, then SIGTERM to the serving launcher while the
 #                         joined ranks train: it stops serving at once and says so (exit 143)
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 case_name=$1 lockstep=$2 worker=$3 reference=${4:-$3}
 work=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT

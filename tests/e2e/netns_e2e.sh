@@ -13,6 +13,7 @@
 # Exit status 77 (ctest: skipped) with the reason where the machine cannot create namespaces (not root,
 # no CAP_NET_ADMIN).
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 case_name=$1 lockstep=$(realpath "$2") python=$3
 here=$(cd "$(dirname "$0")" && pwd)
 hosts="$here/../../scripts/netns-hosts.sh"

@@ -35,6 +35,8 @@
 #   env_two_hosts (torch 2.x) the same on 2 hosts with line 000 (--nnodes=2, c10d, no --node_rank).
 #
 # Setup that is not part of any line:
+# - LOCKSTEP_JOB_SECRET, the same on both hosts: a job that spans nodes needs one (issue 42; torchrun ignores
+#   it). The one-node lines need nothing: lockstep run makes the secret of a job that stays on its node.
 # - PYTHON_EXEC=PYTHON for both launchers (torchrun's own variable: the interpreter of a .py; lockstep run
 #   honours it too), so that both run the scripts under the python3 whose torch this build uses.
 # - The emulated hosts share this machine's hostname, so each resolves it to its own address (a hosts file
@@ -52,6 +54,7 @@
 #
 # Exit status 77 (ctest: skipped) with a lockstep-skip line only where network namespaces cannot be made.
 set -uo pipefail
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-hosts-0123
 case_name=${1:?usage: seed_lines_e2e.sh CASE LOCKSTEP PYTHON DDP_NATIVE}
 lockstep=$(realpath "$2") python=$3 ddp_native=$(realpath "$4")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -254,6 +257,8 @@ absent = {
 extra = {
     "LOCKSTEP_HEARTBEAT_FD": "the worker's heartbeat pipe to its launcher (a hung worker is found and the job "
                              "stopped: --collective-timeout)",
+    "LOCKSTEP_JOB_SECRET": "lockstep run makes the job secret of a job on one node and gives it to its workers "
+                           "(on two hosts both launchers pass on the same given one)",
     "PYTHONUNBUFFERED": "lockstep run sets it (unless set) so that a Python worker's lines reach the launcher's "
                         "pipe at once, also from Python subprocesses of a C++ worker (--help)",
 }
@@ -293,7 +298,7 @@ PY
 # seed 000's line on two hosts: the same on both, meeting at host 0 (10.231.0.1), no --node_rank; its
 # exports as on the first node of the Slurm job (what $(hostname) names there).
 line_000_hosts=(--nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint=10.231.0.1:29400)
-env_000_hosts=(MASTER_ADDR=10.231.0.1 MASTER_PORT=29400)
+env_000_hosts=(MASTER_ADDR=10.231.0.1 MASTER_PORT=29400 LOCKSTEP_JOB_SECRET="$LOCKSTEP_JOB_SECRET")
 # seed 002's multi-node line (static), node ranks 0 and 1.
 line_002_hosts=(--nproc_per_node=4 --nnodes=2 --node_rank=__NODE_RANK__ --master_addr=10.231.0.1 --master_port=12355)
 # The environment of the env_* cases: the same minimal one for both launchers.

@@ -3,7 +3,9 @@
 # sender throws a few hundred random byte strings and 20 half-open connections at the job's store port,
 # and a `lockstep` process of another job (another run id) tries to join through that port. The job must
 # finish with the same metrics as an undisturbed run; the stranger must be refused, with a clear message
-# on its side and one line on the job's side.
+# on its side and one line on the job's side. Two more processes know the job's run id and world size but
+# not its secret (issue 42): one has none, one has another; both must be refused the same way, and no output
+# of anyone may show the job's secret.
 # Usage: stranger_e2e.sh LOCKSTEP PYTHON3
 set -u
 lockstep=$1 python=$2
@@ -29,8 +31,9 @@ print(*[s.getsockname()[1] for s in socks])')
 # Long enough (a few seconds) for the sender to finish while the job still trains.
 fit_args=(fit --data synthetic --synthetic-size 16384 --batch-size 16 --model mlp --max-epochs 3
           --limit-train-batches 400 --limit-val-batches 4 --progress off)
-job() {  # job PORT RUN_ID METRICS: the 2-rank job under a launcher with a known store port
-  "$lockstep" run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$1" --rdzv-id "$2" -- \
+secret=the-attacked-jobs-secret-$RANDOM$RANDOM
+job() {  # job PORT RUN_ID METRICS: the 2-rank job under a launcher with a known store port and secret
+  LOCKSTEP_JOB_SECRET=$secret "$lockstep" run --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$1" --rdzv-id "$2" -- \
     "$lockstep" "${fit_args[@]}" --metrics-file "$3"
 }
 
@@ -85,10 +88,20 @@ PY
 "$python" "$work/sender.py" "$port_job" >"$work/sender.out" 2>&1 &
 sender_pid=$!
 pids+=("$sender_pid")
-expect_failure 1 "belongs to run id 'attacked-job'" -- \
+stranger() {  # stranger RUN_ID [FLAG]: rank 1 of a 2-node job pointed at the job's port
   "$lockstep" run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$port_job" \
-  --rdzv-id other-job -- "$lockstep" fit --data synthetic --synthetic-size 64 --max-epochs 1
+    --rdzv-id "$1" ${2:-} -- "$lockstep" fit --data synthetic --synthetic-size 64 --max-epochs 1
+}
+unset LOCKSTEP_JOB_SECRET LOCKSTEP_JOB_SECRET_FILE
+expect_failure 1 "belongs to run id 'attacked-job'" -- stranger other-job --no-job-secret
 grep -Fq "this process has run id 'other-job'" "$work/err" || fail "the stranger's error lacks its own run id"
+cat "$work/err" >"$work/strangers.err"
+expect_failure 1 "only to processes that know the job's secret, and this process has none" -- \
+  stranger attacked-job --no-job-secret
+cat "$work/err" >>"$work/strangers.err"
+LOCKSTEP_JOB_SECRET=a-guess-at-the-secret-0123 expect_failure 1 "is not the one the store's job has" -- \
+  stranger attacked-job
+cat "$work/err" >>"$work/strangers.err"
 wait "$sender_pid" || { cat "$work/sender.out"; fail "the sender failed"; }
 cat "$work/sender.out"
 grep -q "sender: [0-9]* garbage strings and 20 half-open" "$work/sender.out" || fail "the sender did not finish"
@@ -103,6 +116,11 @@ cat "$work/job.out"
 grep -Fq "lockstep: rendezvous store refused a client from 127.0.0.1:" "$work/job.out" ||
   fail "the job did not report the refused stranger"
 grep -Fq "run id 'other-job' (this job: 'attacked-job')" "$work/job.out" || fail "the report lacks the run ids"
+grep -Fq "rank 1, which has no job secret" "$work/job.out" || fail "the job did not report the client without a secret"
+grep -Fq "rank 1, whose proof of the job secret is wrong" "$work/job.out" ||
+  fail "the job did not report the client with a wrong secret"
+! grep -Fq "$secret" "$work/job.out" "$work/strangers.err" || fail "the job's secret is in an output"
+! grep -Fq "a-guess-at-the-secret" "$work/job.out" "$work/strangers.err" || fail "the guessed secret is in an output"
 lines=$(grep -c "invalid connection(s)" "$work/job.out")
 [ "$lines" -ge 1 ] || fail "no summary line for the garbage"
 [ "$lines" -le 5 ] || fail "$lines summary lines for one burst of garbage: not rate-limited"

@@ -2,6 +2,7 @@
 # Two `lockstep run` launchers on this host act as two nodes (--nnodes 2 --node-rank 0|1) sharing one
 # master address and port; their 4 workers must form one job (ranks 0-3, world size 4).
 set -u
+export LOCKSTEP_JOB_SECRET=e2e-secret-of-the-emulated-nodes-0123  # a job that spans nodes needs one (issue 42)
 lockstep=$1
 worker=$2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])')

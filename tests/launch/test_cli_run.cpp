@@ -1,5 +1,6 @@
 // End-to-end: the built `lockstep run` ($LOCKSTEP_BIN) with real worker processes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +69,12 @@ class LockstepRun : public ::testing::Test {
     argv.push_back("run");
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
+  }
+
+  /// The same for one node of a job that spans nodes: every node has the same job secret, as a user gives
+  /// it (lockstep run refuses such a job without one).
+  std::vector<std::string> node_cmd(std::vector<std::string> args) const {
+    return cmd(std::move(args), {"LOCKSTEP_JOB_SECRET=the-nodes-shared-secret-0123456789"});
   }
 
   std::string bin_;
@@ -256,10 +263,10 @@ TEST_F(LockstepRun, TwoNodesOnLoopbackGiveRanksZeroToThree) {
   const std::string script =
       "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE "
       "$MASTER_ADDR:$MASTER_PORT $TORCHELASTIC_RUN_ID";
-  Subprocess node0(cmd({"--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
-                        "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
-  Subprocess node1(cmd({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
-                        "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
+  Subprocess node0(node_cmd({"--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                             "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
+  Subprocess node1(node_cmd({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                             "127.0.0.1", "--master-port", "29631", "--", "sh", "-c", script}));
   ASSERT_EQ(node0.wait(kTimeout), 0) << node0.err();
   ASSERT_EQ(node1.wait(kTimeout), 0) << node1.err();
   EXPECT_EQ(line_set(node0.out()), (std::multiset<std::string>{"[rank 0] 0 0 4 2 0 2 127.0.0.1:29631 none",
@@ -270,9 +277,10 @@ TEST_F(LockstepRun, TwoNodesOnLoopbackGiveRanksZeroToThree) {
 
 TEST_F(LockstepRun, UnderscoreSpellingsWork) {
   TempDir dir;
-  Subprocess p(cmd({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.2",
-                    "--master_port=29999", "--max_restarts=0", "--log_dir=" + (dir / "l"), "--rdzv_id=abc",
-                    "sh", "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
+  Subprocess p(
+      node_cmd({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.2",
+                "--master_port=29999", "--max_restarts=0", "--log_dir=" + (dir / "l"), "--rdzv_id=abc", "sh",
+                "-c", "echo $RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   EXPECT_EQ(line_set(p.out()), (std::multiset<std::string>{"[rank 2] 2 4 127.0.0.2 29999 abc",
                                                            "[rank 3] 3 4 127.0.0.2 29999 abc"}));
@@ -301,7 +309,7 @@ TEST_F(LockstepRun, DefaultsAreTorchrunsDefaults) {
   const int port = std::stoi(m[1]);
   EXPECT_TRUE(port >= 1 && port <= 65535) << port;
   Subprocess node(
-      cmd({"--nnodes", "2", "--node-rank", "1", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT"}));
+      node_cmd({"--nnodes", "2", "--node-rank", "1", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT"}));
   ASSERT_EQ(node.wait(kTimeout), 0) << node.err();
   EXPECT_EQ(node.out(), "[rank 1] 127.0.0.1 29500\n");
 }
@@ -365,8 +373,8 @@ constexpr const char* kNoRdzvIdWarning =
     "another job started the same way could join this one — pass --rdzv-id <job id> on every node";
 
 TEST_F(LockstepRun, MultiNodeJobWithoutRdzvIdWarnsOnce) {
-  Subprocess p(cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                    "29633", "sh", "-c", "echo $TORCHELASTIC_RUN_ID"}));
+  Subprocess p(node_cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+                         "29633", "sh", "-c", "echo $TORCHELASTIC_RUN_ID"}));
   ASSERT_EQ(p.wait(kTimeout), 0) << p.err();
   EXPECT_EQ(p.out(), "[rank 1] none\n");
   const auto lines = lines_of(p.err());
@@ -374,13 +382,77 @@ TEST_F(LockstepRun, MultiNodeJobWithoutRdzvIdWarnsOnce) {
 }
 
 TEST_F(LockstepRun, NoRdzvIdWarningWithAnIdOrOnOneNode) {
-  Subprocess with_id(
-      cmd({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--rdzv-id", "job7", "true"}));
+  Subprocess with_id(node_cmd(
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--rdzv-id", "job7", "true"}));
   ASSERT_EQ(with_id.wait(kTimeout), 0) << with_id.err();
   EXPECT_EQ(with_id.err().find("warning"), std::string::npos) << with_id.err();
   Subprocess one_node(cmd({"true"}));
   ASSERT_EQ(one_node.wait(kTimeout), 0) << one_node.err();
   EXPECT_EQ(one_node.err().find("warning"), std::string::npos) << one_node.err();
+}
+
+// The job secret: a job on one node gets a new one for its workers (another each run); a job that spans
+// nodes without one is refused before any worker starts, saying how to give one, and runs with
+// --no-job-secret; a given secret reaches the workers, a secret file others can read is refused.
+TEST_F(LockstepRun, AJobOnOneNodeGetsANewSecretForItsWorkers) {
+  const std::string script = "echo ${#LOCKSTEP_JOB_SECRET} $LOCKSTEP_JOB_SECRET";
+  Subprocess a(cmd({"--nproc-per-node", "2", "sh", "-c", script}, {"-u", "LOCKSTEP_JOB_SECRET"}));
+  Subprocess b(cmd({"sh", "-c", script}, {"-u", "LOCKSTEP_JOB_SECRET"}));
+  ASSERT_EQ(a.wait(kTimeout), 0) << a.err();
+  ASSERT_EQ(b.wait(kTimeout), 0) << b.err();
+  const auto lines = lines_of(a.out());
+  ASSERT_EQ(lines.size(), 2u) << a.out();
+  EXPECT_EQ(lines[0].substr(lines[0].find(']') + 1), lines[1].substr(lines[1].find(']') + 1)) << a.out();
+  EXPECT_TRUE(std::regex_match(lines[0], std::regex(R"(\[rank \d\] 64 [0-9a-f]{64})"))) << a.out();
+  const auto other = lines_of(b.out());
+  ASSERT_EQ(other.size(), 1u) << b.out();
+  EXPECT_EQ(other[0].size(), lines[0].size()) << b.out();
+  EXPECT_NE(other[0].substr(other[0].size() - 64), lines[0].substr(lines[0].size() - 64))
+      << "the same secret twice";
+}
+
+TEST_F(LockstepRun, AJobThatSpansNodesNeedsASecretOrTheOptOut) {
+  TempDir dir;
+  const std::vector<std::string> two_nodes = {"--nnodes",      "2",        "--node-rank", "1",
+                                              "--master-addr", "127.0.0.1"};
+  auto args = two_nodes;
+  args.insert(args.end(), {"sh", "-c", "touch " + (dir / "started")});
+  Subprocess refused(cmd(args, {"-u", "LOCKSTEP_JOB_SECRET", "-u", "LOCKSTEP_JOB_SECRET_FILE"}));
+  EXPECT_EQ(refused.wait(kTimeout), 2) << refused.err();
+  EXPECT_NE(refused.err().find("this job spans nodes (--nnodes=2) and has no job secret"), std::string::npos)
+      << refused.err();
+  EXPECT_NE(refused.err().find("--no-job-secret"), std::string::npos) << refused.err();
+  EXPECT_FALSE(std::filesystem::exists(dir / "started")) << "a worker started";
+
+  args = two_nodes;
+  args.insert(args.end(),
+              {"--no-job-secret", "sh", "-c", "echo [$LOCKSTEP_JOB_SECRET] $LOCKSTEP_NO_JOB_SECRET"});
+  Subprocess waived(cmd(args, {"-u", "LOCKSTEP_JOB_SECRET"}));
+  ASSERT_EQ(waived.wait(kTimeout), 0) << waived.err();
+  EXPECT_EQ(waived.out(), "[rank 1] [] 1\n");
+
+  args = two_nodes;
+  args.insert(args.end(), {"sh", "-c", "echo $LOCKSTEP_JOB_SECRET"});
+  Subprocess given(node_cmd(args));
+  ASSERT_EQ(given.wait(kTimeout), 0) << given.err();
+  EXPECT_EQ(given.out(), "[rank 1] the-nodes-shared-secret-0123456789\n");
+}
+
+TEST_F(LockstepRun, ASecretFileMustBePrivate) {
+  TempDir dir;
+  const std::string path = dir / "secret";
+  std::ofstream(path) << "from-a-file-0123456789abcdef\n";
+  ::chmod(path.c_str(), 0644);
+  Subprocess open(cmd({"--job-secret-file", path, "true"}));
+  EXPECT_EQ(open.wait(kTimeout), 2) << open.err();
+  EXPECT_NE(open.err().find("mode 0644 lets others read or change it: chmod 600"), std::string::npos)
+      << open.err();
+  EXPECT_EQ(open.err().find("from-a-file"), std::string::npos)
+      << "the secret is in the message: " << open.err();
+  ::chmod(path.c_str(), 0600);
+  Subprocess ok(cmd({"--job-secret-file", path, "sh", "-c", "echo $LOCKSTEP_JOB_SECRET"}));
+  ASSERT_EQ(ok.wait(kTimeout), 0) << ok.err();
+  EXPECT_EQ(ok.out(), "[rank 0] from-a-file-0123456789abcdef\n");
 }
 
 TEST_F(LockstepRun, HelpListsPythonUnbufferedInTheWorkerEnvironment) {
@@ -564,9 +636,9 @@ TEST_F(LockstepRun, C10dNodesMeetAndRestartTogether) {
       "restart $TORCHELASTIC_RESTART_COUNT; "
       "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 2 ]; then exit 3; fi; exec sleep 600; fi";
   const auto node = [&](const std::string& nproc) {
-    return cmd({"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "loop", "--max-restarts", "1",
-                "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
+    return node_cmd({"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     "127.0.0.1:" + std::to_string(port), "--rdzv-id", "loop", "--max-restarts", "1",
+                     "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
   };
   Subprocess first(node("2"));
   ASSERT_TRUE(wait_until([&] { return first.err().find("joined round 0") != std::string::npos; }, 20000ms))
@@ -593,9 +665,10 @@ TEST_F(LockstepRun, C10dNodesMeetAndRestartTogether) {
 TEST_F(LockstepRun, C10dNodesStopTogetherWhenTheRestartsAreUsedUp) {
   const int port = detail::find_free_port();
   const auto node = [&] {
-    return cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "used-up", "--rdzv-conf",
-                "last_call_timeout=1", "--", "sh", "-c", "if [ $RANK = 1 ]; then exit 7; fi; sleep 600"});
+    return node_cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     "127.0.0.1:" + std::to_string(port), "--rdzv-id", "used-up", "--rdzv-conf",
+                     "last_call_timeout=1", "--", "sh", "-c",
+                     "if [ $RANK = 1 ]; then exit 7; fi; sleep 600"});
   };
   Subprocess a(node()), b(node());
   EXPECT_EQ(a.wait(60s), 7) << a.err();
@@ -613,9 +686,9 @@ TEST_F(LockstepRun, C10dFailureAfterTheOthersFinishedIsReported) {
   const int port = detail::find_free_port();
   const std::string done = dir / "done";
   const auto node = [&](const std::string& script) {
-    return cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                "127.0.0.1:" + std::to_string(port), "--rdzv-id", "late-fail", "--max-restarts", "2",
-                "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
+    return node_cmd({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     "127.0.0.1:" + std::to_string(port), "--rdzv-id", "late-fail", "--max-restarts", "2",
+                     "--rdzv-conf", "last_call_timeout=1", "--", "sh", "-c", script});
   };
   Subprocess host(node("exit 0"));
   ASSERT_TRUE(wait_until([&] { return host.err().find("joined round 0") != std::string::npos; }, 20000ms));

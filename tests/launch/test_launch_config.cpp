@@ -4,16 +4,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lockstep/launch/launch_error.h"
 
 namespace lockstep::launch {
 namespace {
 
+// Options for `true`, with a job secret, as a job that spans nodes needs (JobSecret below tests without).
 LaunchOptions opts() {
-  return LaunchOptions({"true"});
+  return LaunchOptions({"true"}).job_secret("a-secret-for-the-tests-0123456789");
 }
 
 int cores() {
@@ -22,6 +26,71 @@ int cores() {
 
 bool is_hex16(const std::string& s) {
   return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// Unsets the job secret's variables for one test (a developer's shell may have them).
+class JobSecret : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"LOCKSTEP_JOB_SECRET", "LOCKSTEP_JOB_SECRET_FILE", "LOCKSTEP_NO_JOB_SECRET"}) {
+      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  static std::string error_of(const LaunchOptions& options) {
+    try {
+      resolve(options);
+    } catch (const LaunchError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+TEST_F(JobSecret, AJobThatStaysOnItsNodeGetsANewOne) {
+  const LaunchOptions alone({"true"});
+  const std::string first = resolve(alone).job_secret;
+  EXPECT_EQ(first.size(), 64u);
+  EXPECT_NE(first, resolve(alone).job_secret);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).master_port(29555)).job_secret.size(), 64u);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).in_place(true)).job_secret.size(), 64u);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d)).job_secret.size(), 64u);
+}
+
+TEST_F(JobSecret, AJobOthersMayJoinNeedsOneOrTheOptOut) {
+  EXPECT_NE(error_of(LaunchOptions({"true"}).nnodes(2)).find("spans nodes (nnodes=2) and has no job secret"),
+            std::string::npos);
+  EXPECT_NE(error_of(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2}))
+                .find("spans nodes (nnodes=1:2)"),
+            std::string::npos);
+  const std::string joinable = error_of(LaunchOptions({"true"}).in_place(true).master_port(29555));
+  EXPECT_NE(joinable.find("serves a store other launchers may join"), std::string::npos) << joinable;
+  EXPECT_NE(joinable.find("LOCKSTEP_JOB_SECRET="), std::string::npos) << joinable;
+  EXPECT_NE(joinable.find("--no-job-secret"), std::string::npos) << joinable;
+
+  const LaunchConfig waived = resolve(LaunchOptions({"true"}).nnodes(2).no_job_secret(true));
+  EXPECT_TRUE(waived.no_job_secret);
+  EXPECT_EQ(waived.job_secret, "");
+  ::setenv("LOCKSTEP_NO_JOB_SECRET", "1", 1);
+  EXPECT_TRUE(resolve(LaunchOptions({"true"}).nnodes(2)).no_job_secret);
+}
+
+TEST_F(JobSecret, AGivenOneIsUsedAndAWeakOneRefused) {
+  ::setenv("LOCKSTEP_JOB_SECRET", "from-the-environment-0123", 1);
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).nnodes(2)).job_secret, "from-the-environment-0123");
+  EXPECT_EQ(resolve(LaunchOptions({"true"})).job_secret, "from-the-environment-0123");
+  EXPECT_EQ(resolve(LaunchOptions({"true"}).job_secret("given-in-the-options-0123")).job_secret,
+            "given-in-the-options-0123");
+  const std::string weak = error_of(LaunchOptions({"true"}).job_secret("short"));
+  EXPECT_NE(weak.find("job_secret has 5 bytes; use at least 16"), std::string::npos) << weak;
+  EXPECT_EQ(weak.find("short"), std::string::npos) << weak;
+  EXPECT_NE(error_of(LaunchOptions({"true"}).job_secret_file("/nonexistent/secret"))
+                .find("cannot open the job secret file '/nonexistent/secret'"),
+            std::string::npos);
 }
 
 TEST(Resolve, DefaultsAreTorchrunsDefaults) {

@@ -13,6 +13,11 @@
 namespace lockstep::launch {
 namespace {
 
+// Options for `true` with a job secret, as a job that spans nodes needs (test_launch_config: JobSecret).
+LaunchOptions secret_opts() {
+  return LaunchOptions({"true"}).job_secret("a-secret-for-the-tests-0123456789");
+}
+
 using namespace std::chrono_literals;
 
 // The LaunchError `f` throws, or "" when it throws none.
@@ -126,7 +131,7 @@ TEST(SignalValues, NamesWithOrWithoutSig) {
 }
 
 TEST(ResolveRendezvous, C10dTakesTheEndpointAndKeepsNodeRankAsAWish) {
-  const LaunchConfig c = resolve(LaunchOptions({"true"})
+  const LaunchConfig c = resolve(secret_opts()
                                      .rdzv_backend(RdzvBackend::kC10d)
                                      .nnodes({2, 3})
                                      .rdzv_endpoint("node0")
@@ -138,53 +143,50 @@ TEST(ResolveRendezvous, C10dTakesTheEndpointAndKeepsNodeRankAsAWish) {
   EXPECT_EQ(c.rdzv_endpoint.port, 29400);
   EXPECT_EQ(c.asked_node_rank, 2);
   EXPECT_EQ(c.run_id, "j");
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d)).rdzv_endpoint.host,
-            "localhost");
+  EXPECT_EQ(resolve(secret_opts().rdzv_backend(RdzvBackend::kC10d)).rdzv_endpoint.host, "localhost");
   // torchrun's default id: every node must agree on it without being told.
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2})).run_id, "none");
+  EXPECT_EQ(resolve(secret_opts().rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2})).run_id, "none");
   // A one-node c10d job too, as torchrun (seed 000's line: --nnodes=1 --rdzv_backend=c10d, no --rdzv_id).
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d)).run_id, "none");
+  EXPECT_EQ(resolve(secret_opts().rdzv_backend(RdzvBackend::kC10d)).run_id, "none");
 }
 
 // Random where torchrun makes one (standalone, one node on a port of the launcher's choosing); "none"
 // where nodes must agree without being told, as torchrun.
 TEST(ResolveRendezvous, RunIdsAreRandomOnlyForAJobOnItsOwn) {
-  EXPECT_EQ(resolve(LaunchOptions({"true"})).run_id.size(), 16u);
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).standalone(true)).run_id.size(), 16u);
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).master_port(29555)).run_id, "none");
-  EXPECT_EQ(resolve(LaunchOptions({"true"}).nnodes(2)).run_id, "none");
+  EXPECT_EQ(resolve(secret_opts()).run_id.size(), 16u);
+  EXPECT_EQ(resolve(secret_opts().standalone(true)).run_id.size(), 16u);
+  EXPECT_EQ(resolve(secret_opts().master_port(29555)).run_id, "none");
+  EXPECT_EQ(resolve(secret_opts().nnodes(2)).run_id, "none");
 }
 
 TEST(ResolveRendezvous, StaticTakesTheMasterFromAnEndpoint) {
-  const LaunchConfig c = resolve(LaunchOptions({"true"}).nnodes(2).rdzv_endpoint("10.0.0.1:1234"));
+  const LaunchConfig c = resolve(secret_opts().nnodes(2).rdzv_endpoint("10.0.0.1:1234"));
   EXPECT_EQ(c.master_addr, "10.0.0.1");
   EXPECT_EQ(c.master_port, 1234);
   EXPECT_NE(error_of([] {
-              resolve(LaunchOptions({"true"}).nnodes(2).rdzv_endpoint("h:1").master_port(5));
+              resolve(secret_opts().nnodes(2).rdzv_endpoint("h:1").master_port(5));
             }).find("rdzv_endpoint='h:1' names the master"),
             std::string::npos);
 }
 
 TEST(ResolveRendezvous, MistakesAreNamed) {
   EXPECT_NE(error_of([] {
-              resolve(LaunchOptions({"true"}).nnodes({1, 2}));
+              resolve(secret_opts().nnodes({1, 2}));
             }).find("needs rdzv_backend=c10d"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([] {
-        resolve(LaunchOptions({"true"}).rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2}).rdzv_endpoint("h:0"));
-      }).find("port 0"),
-      std::string::npos);
   EXPECT_NE(error_of([] {
-              resolve(LaunchOptions({"true"}).standalone(true).rdzv_backend(RdzvBackend::kC10d));
+              resolve(secret_opts().rdzv_backend(RdzvBackend::kC10d).nnodes({1, 2}).rdzv_endpoint("h:0"));
+            }).find("port 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              resolve(secret_opts().standalone(true).rdzv_backend(RdzvBackend::kC10d));
             }).find("standalone"),
             std::string::npos);
   EXPECT_NE(error_of([] {
-              resolve(LaunchOptions({"true"}).worker_env({{"RANK", "3"}}));
+              resolve(secret_opts().worker_env({{"RANK", "3"}}));
             }).find("RANK is one of torchrun's variables"),
             std::string::npos);
-  EXPECT_NE(error_of([] { resolve(LaunchOptions({"true"}).role("a/b")); }).find("role='a/b'"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { resolve(secret_opts().role("a/b")); }).find("role='a/b'"), std::string::npos);
 }
 
 TEST(ResolveProgram, ScriptsModulesAndRunPathRunUnderPython) {

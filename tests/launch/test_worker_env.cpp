@@ -58,6 +58,20 @@ TEST(WorkerEnvironment, SetsTorchrunVariablesFromNodeAndLocalRank) {
   EXPECT_EQ(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1");
 }
 
+// The launcher's job secret (given or made) replaces an inherited one; a waived one says so.
+TEST(WorkerEnvironment, HandsTheJobSecretToTheWorkers) {
+  LaunchConfig c = two_nodes_of_four();
+  c.job_secret = "the-launchers-secret-0123456789";
+  auto env = as_map(static_env(c, 0, 0, {"LOCKSTEP_JOB_SECRET=an-inherited-one-0123456789"}));
+  EXPECT_EQ(env.at("LOCKSTEP_JOB_SECRET"), "the-launchers-secret-0123456789");
+  EXPECT_EQ(env.count("LOCKSTEP_NO_JOB_SECRET"), 0u);
+  c.job_secret = "";
+  c.no_job_secret = true;
+  env = as_map(static_env(c, 0, 0, {}));
+  EXPECT_EQ(env.count("LOCKSTEP_JOB_SECRET"), 0u);
+  EXPECT_EQ(env.at("LOCKSTEP_NO_JOB_SECRET"), "1");
+}
+
 TEST(WorkerEnvironment, KeepsTheUsersNcclErrorHandling) {
   const auto env = as_map(static_env(two_nodes_of_four(), /*local_rank=*/0, /*restart_count=*/0,
                                      {"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));

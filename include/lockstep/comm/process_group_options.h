@@ -40,6 +40,12 @@ class ProcessGroupOptions {
   LOCKSTEP_OPTION(ProcessGroupOptions, int, master_port)
   /// Job token: every rank must pass the same one; a process with another is refused at rendezvous.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::string, run_id)
+  /// The job's secret (job_secret.h), proved to rank 0's store in the handshake. Default: the secret in
+  /// LOCKSTEP_JOB_SECRET or LOCKSTEP_JOB_SECRET_FILE (`lockstep run` sets the first). Empty: none.
+  LOCKSTEP_OPTION(ProcessGroupOptions, std::string, job_secret)
+  /// Run a job that spans nodes (num_nodes > 1) without a job secret, on purpose. Default:
+  /// LOCKSTEP_NO_JOB_SECRET=1. Without it such a job is refused by validate(), saying how to give one.
+  LOCKSTEP_OPTION(ProcessGroupOptions, bool, no_job_secret)
   /// Default kAuto (see Backend).
   LOCKSTEP_OPTION(ProcessGroupOptions, Backend, backend)
   /// How long rendezvous may take (all ranks connected and checked in). Default: LOCKSTEP_RDZV_TIMEOUT
@@ -73,8 +79,9 @@ class ProcessGroupOptions {
   /// up with a MembershipChanged carrying it. ElasticWorld sets it to "has the world changed?". Empty: none.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::function<std::string()>, interrupt)
 
-  /// Throws std::invalid_argument naming the field and value when an option is out of range, or
-  /// naming the variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT was malformed.
+  /// Throws std::invalid_argument naming the field and value when an option is out of range, naming the
+  /// variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT / the job secret's was malformed, or saying
+  /// how to give a job secret when a job spans nodes without one (and without no_job_secret).
   void validate() const;
 
  private:
@@ -83,6 +90,8 @@ class ProcessGroupOptions {
   std::string master_addr_ = "127.0.0.1";
   int master_port_ = 29500;
   std::string run_id_ = "none";
+  std::string job_secret_;
+  bool no_job_secret_ = false;
   Backend backend_ = Backend::kAuto;
   std::chrono::milliseconds rendezvous_timeout_;
   std::chrono::milliseconds collective_timeout_;
@@ -94,7 +103,7 @@ class ProcessGroupOptions {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;
   std::function<std::string()> interrupt_;
-  std::string env_error_;  // a malformed timeout variable, reported by validate()
+  std::string env_error_;  // a malformed timeout or secret variable, reported by validate()
 };
 
 }  // namespace lockstep::comm

@@ -34,6 +34,13 @@ class StoreRefusedError : public StoreError {
   int their_world_size_;
 };
 
+/// The store and this client disagree on the job secret (job_secret.h): the server refused this client's
+/// proof, asked for a secret this client does not have, or could not prove the client's. Not retried.
+class StoreAuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 /// Where a store client connects and who it says it is. Required: host and port of the server, the job's
 /// run id and world size, and this process's rank (the server checks the first two).
 ///
@@ -61,6 +68,9 @@ class TcpStoreOptions {
   /// Who serves the store, as a broken connection's message asks after it. Default "rank 0 (which
   /// serves the store)".
   LOCKSTEP_OPTION(TcpStoreOptions, std::string, server_name)
+  /// The job's secret (job_secret.h), proved in the handshake; the server must prove it too. Empty: none
+  /// (then a server that asks for one refuses this client).
+  LOCKSTEP_OPTION(TcpStoreOptions, std::string, secret)
 
  private:
   std::string host_;
@@ -71,6 +81,7 @@ class TcpStoreOptions {
   std::chrono::milliseconds connect_timeout_{300000};
   std::chrono::milliseconds timeout_{300000};
   std::string server_name_ = "rank 0 (which serves the store)";
+  std::string secret_;
 };
 
 /*

@@ -55,6 +55,9 @@ class TcpStoreServerOptions {
   /// `<refused_key>` is incremented (to n) and `<refused_key>/<n>` describes the client, so that any
   /// client can report strangers (rendezvous uses "lockstep/refused").
   LOCKSTEP_OPTION(TcpStoreServerOptions, std::string, refused_key)
+  /// The job's secret (job_secret.h). When not empty, a client is served only once it proves it knows the
+  /// same secret, and the server proves it in return; one that cannot is refused as a stranger is.
+  LOCKSTEP_OPTION(TcpStoreServerOptions, std::string, secret)
 
  private:
   std::string run_id_;
@@ -66,6 +69,7 @@ class TcpStoreServerOptions {
   std::chrono::milliseconds hello_timeout_{10000};
   std::chrono::milliseconds report_interval_{5000};
   std::string refused_key_;
+  std::string secret_;
 };
 
 namespace detail {
@@ -83,7 +87,9 @@ class TcpStoreServerLoop;
  * or compareSet creates the keys, or until the request's own deadline, when the server answers kTimeout.
  *
  * The first frame must be a handshake carrying the job's run id and world size: a client of another job
- * is answered with this job's identity and disconnected, and stderr gets one line naming it. Invalid
+ * is answered with this job's identity and disconnected, and stderr gets one line naming it. With a job
+ * secret, a client must then prove it knows the secret (an HMAC challenge, tcp_store_protocol.h), or it
+ * is refused the same way. Invalid
  * input of any kind (bad magic, unknown op, truncated fields, a frame over the cap, a handshake that
  * never completes) closes that connection; these are summarised on stderr, one line per
  * report_interval at most. The job's clients are not affected by either.

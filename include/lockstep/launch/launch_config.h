@@ -38,12 +38,16 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string run_id = "none";
+  /// The job secret every store of the job asks for (LaunchOptions::job_secret_file); empty when the job
+  /// runs without one (`no_job_secret`).
+  std::string job_secret;
   int max_restarts = 0;
   /// LaunchOptions::in_place and heartbeat_timeout.
   bool in_place = false;
   /// The user named the master (rdzv_endpoint, master_addr/master_port). Under in_place the launcher serves
   /// the workers' store there, and a launcher that finds it served joins the running job.
   bool master_named = false;
+  bool no_job_secret = false;  ///< the job runs without a secret on purpose (LaunchOptions::no_job_secret)
   std::chrono::milliseconds heartbeat_timeout{5000};
   /// Empty: no log files, unless `output` asks for some (the launcher then makes a fresh base directory
   /// under $TMPDIR and says where).
@@ -89,7 +93,8 @@ struct LaunchConfig {
 /// period, a collective timeout that is not positive (or a malformed LOCKSTEP_TIMEOUT), `standalone`
 /// combined with nnodes > 1 or an explicit master address/port or a c10d rendezvous, an elastic range
 /// under the static rendezvous, a script to run under Python when no interpreter can be found, a role
-/// with characters outside [A-Za-z0-9_.-], or a worker_env name that torchrun's variables use.
+/// with characters outside [A-Za-z0-9_.-], a worker_env name that torchrun's variables use, or a job
+/// that spans nodes with neither a job secret nor no_job_secret (the message says how to give one).
 ///
 /// `standalone` binds a socket to find a free port (so calling this twice gives different ports).
 LaunchConfig resolve(const LaunchOptions& options);

@@ -163,6 +163,9 @@ class LaunchOptions {
   /// --virtual-local-rank: every worker sees LOCAL_RANK=0 and, as its only GPU, the one of its local
   /// rank (CUDA_VISIBLE_DEVICES narrowed to that entry of the launcher's list, or to the index).
   LOCKSTEP_LAUNCH_ARG(bool, virtual_local_rank) = false;
+  /// --no-job-secret (or LOCKSTEP_NO_JOB_SECRET=1): run a job that spans nodes without a secret, on
+  /// purpose; its workers get LOCKSTEP_NO_JOB_SECRET=1.
+  LOCKSTEP_LAUNCH_ARG(bool, no_job_secret) = false;
 
   /// --rdzv-id / --run-id: the job id (TORCHELASTIC_RUN_ID), the same on every node. Unset: random hex
   /// for a job this launcher runs on its own (standalone, or one node without a master_port), else
@@ -180,6 +183,15 @@ class LaunchOptions {
   /// job: no heartbeat at all (stopped, hung in the kernel), or no collective reached (stuck outside
   /// them). Unset: LOCKSTEP_TIMEOUT from the environment, else 1800 s (PyTorch's default).
   LOCKSTEP_LAUNCH_ARG(std::optional<std::chrono::milliseconds>, collective_timeout);
+
+  /// --job-secret-file: the job secret (comm/job_secret.h) in a file of mode 0600, instead of
+  /// LOCKSTEP_JOB_SECRET / LOCKSTEP_JOB_SECRET_FILE. The launcher's stores ask for it and its workers get
+  /// it in LOCKSTEP_JOB_SECRET. Without any: a job that stays on this node gets a new one; one that spans
+  /// nodes (nnodes > 1, c10d with more than one node, an in-place store others may join) is refused,
+  /// unless no_job_secret.
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, job_secret_file);
+  /// The job secret itself, for a program that holds it; wins over job_secret_file and the environment.
+  LOCKSTEP_LAUNCH_ARG(std::optional<std::string>, job_secret);
 
   /// How long stopped workers get between SIGTERM and SIGKILL.
   LOCKSTEP_LAUNCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(3);

@@ -1,17 +1,42 @@
 // `lockstep env`: prints who this process is, as every lockstep program will read it. Useful inside
 // `srun`, `mpirun` or `lockstep run` to check a job's wiring before training.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <stdexcept>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "gpu_report.h"
+#include "lockstep/comm/job_secret.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/launch/nproc_per_node.h"
 
 namespace lockstep::cli {
+namespace {
+
+// Whether this process has a job secret and where from, never its value.
+std::string job_secret_state() {
+  try {
+    const std::string secret = comm::job_secret_from_environment();
+    if (!secret.empty()) {
+      return std::string("given (") +
+             (std::getenv(comm::kJobSecretVariable) != nullptr &&
+                      *std::getenv(comm::kJobSecretVariable) != '\0'
+                  ? comm::kJobSecretVariable
+                  : comm::kJobSecretFileVariable) +
+             ", " + std::to_string(secret.size()) + " bytes)";
+    }
+  } catch (const std::invalid_argument& e) {
+    return std::string("unusable: ") + e.what();
+  }
+  return comm::job_secret_waived_by_environment() ? "waived (LOCKSTEP_NO_JOB_SECRET)" : "none";
+}
+
+}  // namespace
 
 int env_main(int argc, char** argv) {
   CLI::App app{
@@ -51,6 +76,7 @@ int env_main(int argc, char** argv) {
           {"master_port", e.master_port},
           {"restart_count", e.restart_count},
           {"run_id", e.run_id},
+          {"job_secret", job_secret_state()},
       };
       if (!gpu_lines.empty()) {
         nlohmann::ordered_json report = nlohmann::ordered_json::object();
@@ -72,9 +98,10 @@ int env_main(int argc, char** argv) {
       std::printf(
           "source=%s\nrank=%d\nlocal_rank=%d\nworld_size=%d\nlocal_world_size=%d\nnode_rank=%d\nnum_nodes=%"
           "d\n"
-          "master_addr=%s\nmaster_port=%d\nrestart_count=%d\nrun_id=%s\n",
+          "master_addr=%s\nmaster_port=%d\nrestart_count=%d\nrun_id=%s\njob_secret=%s\n",
           env::to_string(e.source), e.rank, e.local_rank, e.world_size, e.local_world_size, e.node_rank,
-          e.num_nodes, e.master_addr.c_str(), e.master_port, e.restart_count, e.run_id.c_str());
+          e.num_nodes, e.master_addr.c_str(), e.master_port, e.restart_count, e.run_id.c_str(),
+          job_secret_state().c_str());
       for (const std::string& line : gpu_lines) std::printf("%s\n", line.c_str());
     }
     return 0;

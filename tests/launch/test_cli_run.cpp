@@ -491,7 +491,27 @@ TEST_F(LockstepRun, EnvJsonIsValidJsonWithEscapedStrings) {
   EXPECT_EQ(j.at("num_nodes"), 1);
   EXPECT_EQ(j.at("master_port"), 29500);
   EXPECT_EQ(j.at("restart_count"), 0);
-  EXPECT_EQ(j.size(), 11u) << p.out();
+  EXPECT_EQ(j.at("job_secret"), "none");
+  EXPECT_EQ(j.size(), 12u) << p.out();
+}
+
+// `lockstep env` says whether a process has a job secret and where from, never the value: a worker of
+// lockstep run has the one its launcher made.
+TEST_F(LockstepRun, EnvSaysWhereTheJobSecretComesFromNotWhatItIs) {
+  Subprocess given({"env", "LOCKSTEP_JOB_SECRET=not-to-be-printed-0123456789", bin_, "env"});
+  ASSERT_EQ(given.wait(kTimeout), 0) << given.err();
+  EXPECT_NE(given.out().find("\njob_secret=given (LOCKSTEP_JOB_SECRET, 28 bytes)\n"), std::string::npos)
+      << given.out();
+  EXPECT_EQ(given.out().find("not-to-be-printed"), std::string::npos) << given.out();
+  Subprocess weak({"env", "LOCKSTEP_JOB_SECRET=weak", bin_, "env"});
+  ASSERT_EQ(weak.wait(kTimeout), 0) << weak.err();
+  EXPECT_NE(weak.out().find("job_secret=unusable: LOCKSTEP_JOB_SECRET holds a job secret of 4 bytes"),
+            std::string::npos)
+      << weak.out();
+  Subprocess worker(cmd({bin_, "env"}, {"-u", "LOCKSTEP_JOB_SECRET", "-u", "LOCKSTEP_JOB_SECRET_FILE"}));
+  ASSERT_EQ(worker.wait(kTimeout), 0) << worker.err();
+  EXPECT_NE(worker.out().find("[rank 0] job_secret=given (LOCKSTEP_JOB_SECRET, 64 bytes)"), std::string::npos)
+      << worker.out();
 }
 
 // A worker never outlives its launcher: SIGKILL to the launcher (which can handle nothing) kills the workers

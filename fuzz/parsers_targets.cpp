@@ -1,0 +1,219 @@
+// The LibTorch-free fuzz targets (fuzz_target.h): the rendezvous store's protocol, the environment's
+// variables (torchrun, SLURM_*, OMPI_*, TF_CONFIG), `lockstep fit`'s YAML config, `lockstep report`'s
+// metrics CSV/JSONL and hparams.yaml readers, and the workers' heartbeat lines.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../src/comm/tcp_store_protocol.h"
+#include "fit_flags.h"  // apps/lockstep
+#include "fuzz_target.h"
+#include "lockstep/comm/store_client.h"
+#include "lockstep/comm/tcp_store_server.h"
+#include "lockstep/detail/worker_contract.h"
+#include "lockstep/env/environment.h"
+#include "report_csv.h"  // apps/lockstep
+#include "report_hparams.h"
+#include "report_metrics.h"
+
+namespace lockstep::fuzz {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string text(const uint8_t* data, size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// --- store: bytes from a stranger on the store's port --------------------------------------------------
+
+constexpr const char* kRunId = "fuzz";
+constexpr const char* kSecret = "the-fuzzed-store-secret-0123456789";
+
+// One server without and one with a job secret, for the whole run, and a client of the job that checks
+// after each input that its server still answers.
+struct Stores {
+  comm::TcpStoreServer open{comm::TcpStoreServerOptions(kRunId, 2)
+                                .max_frame_bytes(1 << 16)
+                                .report_interval(std::chrono::hours(1))
+                                .hello_timeout(std::chrono::seconds(2))};
+  comm::TcpStoreServer secret{comm::TcpStoreServerOptions(kRunId, 2)
+                                  .max_frame_bytes(1 << 16)
+                                  .report_interval(std::chrono::hours(1))
+                                  .hello_timeout(std::chrono::seconds(2))
+                                  .secret(kSecret)};
+  comm::StoreClient open_client{
+      comm::TcpStoreOptions("127.0.0.1", open.port(), kRunId, 2, 0).connect_timeout(5s).timeout(5s)};
+  comm::StoreClient secret_client{comm::TcpStoreOptions("127.0.0.1", secret.port(), kRunId, 2, 0)
+                                      .connect_timeout(5s)
+                                      .timeout(5s)
+                                      .secret(kSecret)};
+};
+
+Stores& stores() {
+  static auto* s = new Stores();  // never destroyed: the servers outlive every input
+  return *s;
+}
+
+std::string hello() {
+  return comm::detail::FrameWriter()
+      .u8(static_cast<uint8_t>(comm::detail::Op::kHello))
+      .u32(comm::detail::kStoreMagic)
+      .u32(comm::detail::kStoreVersion)
+      .str(std::string(kRunId))
+      .i32(2)
+      .i32(1)
+      .finish();
+}
+
+// Sends `bytes` on a new connection to `port`, closes its sending half and reads until the server closes
+// (it must: every input ends in EOF) or 2 s pass.
+void send_and_drain(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    std::abort();  // the server stopped listening: a finding
+  }
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server may close first: its right
+    sent += static_cast<size_t>(n);
+  }
+  ::shutdown(fd, SHUT_WR);
+  char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (::recv(fd, buf, sizeof(buf), 0) <= 0) break;
+  }
+  ::close(fd);
+}
+
+// The first byte picks what comes before the input: 0 nothing (the handshake itself is fuzzed), 1 a valid
+// hello to the store without a secret (the operations are fuzzed), 2 a valid hello to the store with a
+// secret (the proof is fuzzed). The job's client must be served afterwards.
+void store(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  Stores& s = stores();
+  const int mode = data[0] % 3;
+  const std::string input = text(data + 1, size - 1);
+  send_and_drain(mode == 2 ? s.secret.port() : s.open.port(), (mode == 0 ? "" : hello()) + input);
+  comm::StoreClient& client = mode == 2 ? s.secret_client : s.open_client;
+  client.set("fuzz/alive", "yes");
+  if (client.get_text("fuzz/alive", 5s) != "yes") std::abort();
+}
+
+// --- env: a process's environment --------------------------------------------------------------------
+
+// Lines NAME=VALUE are the environment; from_env reads torchrun's, Slurm's, Open MPI's variables and
+// TF_CONFIG from it.
+void env(const uint8_t* data, size_t size) {
+  std::map<std::string, std::string> vars;
+  const std::string all = text(data, size);
+  size_t start = 0;
+  while (start <= all.size()) {
+    const size_t end = std::min(all.find('\n', start), all.size());
+    const std::string line = all.substr(start, end - start);
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+    start = end + 1;
+  }
+  const env::EnvLookup lookup = [&vars](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+  try {
+    (void)env::from_env(env::EnvOptions(), lookup);
+  } catch (const std::exception&) {
+  }
+}
+
+// --- fit_config: `lockstep fit --config FILE` ----------------------------------------------------------
+
+void fit_config(const uint8_t* data, size_t size) {
+  const std::string path = write_input_file("config.yaml", data, size);
+  std::vector<std::string> args = {"lockstep fit", "--config", path};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  train::FitConfig config;
+  try {
+    (void)cli::parse_fit_flags(static_cast<int>(argv.size()), argv.data(), config);
+  } catch (const std::exception&) {
+  }
+}
+
+// --- lockstep report's readers --------------------------------------------------------------------------
+
+void metrics_csv(const uint8_t* data, size_t size) {
+  try {
+    (void)cli::metrics_from_csv(cli::parse_csv(text(data, size), "metrics.csv"));
+  } catch (const std::exception&) {
+  }
+}
+
+void metrics_jsonl(const uint8_t* data, size_t size) {
+  try {
+    (void)cli::parse_metrics_jsonl(text(data, size), "metrics.jsonl");
+  } catch (const std::exception&) {
+  }
+}
+
+void hparams_yaml(const uint8_t* data, size_t size) {
+  try {
+    (void)cli::parse_hparams_yaml(text(data, size), "hparams.yaml");
+  } catch (const std::exception&) {
+  }
+}
+
+// --- heartbeat: a worker's lines to its launcher --------------------------------------------------------
+
+// Each line parses or is skipped; a parsed beat written again parses to the same beat.
+void heartbeat(const uint8_t* data, size_t size) {
+  const std::string all = text(data, size);
+  size_t start = 0;
+  while (start < all.size()) {
+    const size_t end = std::min(all.find('\n', start), all.size());
+    const auto beat = lockstep::detail::parse_heartbeat(all.substr(start, end - start));
+    if (beat && !beat->bye) {
+      std::string again = lockstep::detail::format_heartbeat(*beat);
+      again.pop_back();  // its newline
+      const auto reread = lockstep::detail::parse_heartbeat(again);
+      if (!reread || reread->issued != beat->issued || reread->finished != beat->finished ||
+          reread->waiting != beat->waiting) {
+        std::abort();
+      }
+    }
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+const Target kTargets[] = {
+    {"store", store},
+    {"env", env},
+    {"fit_config", fit_config},
+    {"metrics_csv", metrics_csv},
+    {"metrics_jsonl", metrics_jsonl},
+    {"hparams_yaml", hparams_yaml},
+    {"heartbeat", heartbeat},
+};
+const size_t kTargetCount = sizeof(kTargets) / sizeof(kTargets[0]);
+
+}  // namespace lockstep::fuzz

@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -84,9 +87,13 @@ void send_and_drain(int port, const std::string& bytes) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
+    std::fprintf(stderr, "fuzz store: cannot connect to the server: %s\n", std::strerror(errno));
     std::abort();  // the server stopped listening: a finding
   }
+  // Closed with a reset at the end: a connection per input must not leave TIME_WAIT behind, or the
+  // ephemeral ports run out within seconds (what the first run of this target found).
+  const linger reset{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);

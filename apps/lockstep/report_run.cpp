@@ -37,7 +37,16 @@ fs::path newest_version(const fs::path& dir) {
   return best;
 }
 
+// The largest run file read (metrics.csv and .jsonl of a very long run stay far below).
+constexpr std::uintmax_t kMaxRunFileBytes = std::uintmax_t{1} << 30;
+
 std::string read_text(const fs::path& path) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (!ec && size > kMaxRunFileBytes) {
+    throw ReportError(path.string() + " has " + std::to_string(size) +
+                      " bytes, over the limit of 1 GiB for a run's file: not a file lockstep wrote");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ReportError("cannot read " + path.string() + " (check its permissions)");
   std::ostringstream text;

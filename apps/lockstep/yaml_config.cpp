@@ -55,9 +55,17 @@ std::string YamlConfig::file_name() const {
 
 std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const {
   const std::string where = "--config " + file_name();
+  // A config is a few hundred bytes; a file over the limit is not one (and is not read into memory whole).
+  constexpr std::streamsize kMaxConfigBytes = std::streamsize{1} << 20;
+  std::string text(static_cast<size_t>(kMaxConfigBytes) + 1, '\0');
+  input.read(&text[0], kMaxConfigBytes + 1);
+  if (input.gcount() > kMaxConfigBytes) {
+    throw CLI::ConfigError(where + ": over the limit of 1 MiB for a config file (is it the right file?)");
+  }
+  text.resize(static_cast<size_t>(input.gcount()));
   YAML::Node root;
   try {
-    root = YAML::Load(input);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw CLI::ConfigError(where + ": not valid YAML: " + e.what());
   }

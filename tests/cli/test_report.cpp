@@ -231,6 +231,19 @@ TEST(ReportRun, AMissingRunDirIsNamed) {
   }
 }
 
+// A run file over 1 GiB (sparse here: nothing is written) is refused before it is read.
+TEST(ReportRun, ARunFileOverTheLimitIsRefusedUnread) {
+  TempDir dir;
+  dir.write("metrics.csv", "epoch,step\n");
+  std::filesystem::resize_file(dir.path() / "metrics.csv", (std::uintmax_t{1} << 30) + 1);
+  try {
+    (void)load_run(find_run_files(dir.path()), "run");
+    FAIL() << "a 1 GiB metrics.csv was read";
+  } catch (const ReportError& e) {
+    EXPECT_NE(std::string(e.what()).find("over the limit of 1 GiB"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ReportRun, ADirWithoutMetricsNamesWhatWasLookedFor) {
   TempDir dir;
   dir.write("notes.txt", "x");

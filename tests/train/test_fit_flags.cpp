@@ -170,6 +170,11 @@ TEST_F(ConfigFileTest, MalformedFilesFailNamingTheFile) {
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.error.find("absent.yaml"), std::string::npos) << missing.error;
 
+  const Parsed huge = parse({"--config", write("huge.yaml", "# " + std::string(1 << 20, 'x') + "\n")});
+  EXPECT_EQ(huge.status, 2);
+  EXPECT_NE(huge.error.find("huge.yaml: over the limit of 1 MiB for a config file"), std::string::npos)
+      << huge.error.substr(0, 300);
+
   const Parsed empty = parse({"--config", write("empty.yaml", "")});
   EXPECT_EQ(empty.status, -1) << empty.error;  // an empty file sets nothing
 }

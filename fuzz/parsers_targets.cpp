@@ -86,9 +86,20 @@ void send_and_drain(int port, const std::string& bytes) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // libFuzzer's timer signals interrupt a blocking connect, which then goes on in the background.
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    std::fprintf(stderr, "fuzz store: cannot connect to the server: %s\n", std::strerror(errno));
-    std::abort();  // the server stopped listening: a finding
+    int err = errno;
+    if (err == EINTR) {
+      pollfd p{fd, POLLOUT, 0};
+      while (::poll(&p, 1, 2000) < 0 && errno == EINTR) {
+      }
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err != 0) {
+      std::fprintf(stderr, "fuzz store: cannot connect to the server: %s\n", std::strerror(err));
+      std::abort();  // the server stopped listening: a finding
+    }
   }
   // Closed with a reset at the end: a connection per input must not leave TIME_WAIT behind, or the
   // ephemeral ports run out within seconds (what the first run of this target found).
@@ -97,6 +108,7 @@ void send_and_drain(int port, const std::string& bytes) {
   size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close first: its right
     sent += static_cast<size_t>(n);
   }

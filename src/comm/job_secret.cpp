@@ -27,8 +27,16 @@ void check_length(const std::string& secret, const std::string& where) {
 std::string read_job_secret_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
-    throw std::invalid_argument("cannot open the job secret file '" + path + "': " + std::strerror(errno) +
-                                (errno == ELOOP ? " (it is a symbolic link: name the file itself)" : ""));
+    const int err = errno;
+    // A value that does not look like a path may be the secret itself, given as the file: not echoed.
+    if (err == ENOENT && path.find('/') == std::string::npos && path.find('.') == std::string::npos) {
+      throw std::invalid_argument(std::string("the job secret file named in ") + kJobSecretFileVariable +
+                                  " (or --job-secret-file) does not exist; if that value is the secret "
+                                  "itself, give it in " +
+                                  kJobSecretVariable + " instead");
+    }
+    throw std::invalid_argument("cannot open the job secret file '" + path + "': " + std::strerror(err) +
+                                (err == ELOOP ? " (it is a symbolic link: name the file itself)" : ""));
   }
   struct stat st {};
   std::string error;

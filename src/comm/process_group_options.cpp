@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lockstep/comm/job_secret.h"
+#include "lockstep/comm/network.h"
 #include "lockstep/env/environment.h"
 
 namespace lockstep::comm {
@@ -64,6 +65,14 @@ ProcessGroupOptions ProcessGroupOptions::from_environment(const env::Environment
   return options;
 }
 
+bool ProcessGroupOptions::reachable_from_outside() const {
+  try {
+    return !is_loopback_address(local_address_for(master_addr_));
+  } catch (const std::exception&) {
+    return false;  // an unresolvable master: rendezvous says so, naming it
+  }
+}
+
 void ProcessGroupOptions::validate() const {
   if (!env_error_.empty()) throw std::invalid_argument(env_error_);
   if (world_size_ < 1) {
@@ -99,11 +108,12 @@ void ProcessGroupOptions::validate() const {
     throw std::invalid_argument("local_world_size must be in [0, world_size=" + std::to_string(world_size_) +
                                 "] (0: world_size / num_nodes), got " + std::to_string(local_world_size_));
   }
-  if (!store_ && num_nodes_ > 1 && job_secret_.empty() && !no_job_secret_) {
+  if (!store_ && job_secret_.empty() && !no_job_secret_ && (num_nodes_ > 1 || reachable_from_outside())) {
     throw std::invalid_argument(
-        "this job spans " + std::to_string(num_nodes_) +
-        " nodes and has no job secret, so anyone who can reach its rendezvous store at " + master_addr_ +
-        ":" + std::to_string(master_port_) + " and knows its run id '" + run_id_ +
+        (num_nodes_ > 1 ? "this job spans " + std::to_string(num_nodes_) + " nodes"
+                        : "this job's store listens on " + master_addr_ + ", which other hosts can reach,") +
+        " and has no job secret, so anyone who can reach its rendezvous store at " + master_addr_ + ":" +
+        std::to_string(master_port_) + " and knows its run id '" + run_id_ +
         "' could join it: " + job_secret_advice());
   }
   if (gloo_threads_ < 1) {

@@ -294,6 +294,10 @@ void StoreClient::connect(Clock::time_point deadline) {
       } catch (const IoError& e) {
         ::close(fd);
         last_error = e.why;
+      } catch (const std::exception& e) {  // no random bytes for the proof's nonce
+        ::close(fd);
+        ::freeaddrinfo(found);
+        throw StoreError("the handshake with the rendezvous store at " + endpoint() + " failed: " + e.what());
       }
     }
     if (found != nullptr) ::freeaddrinfo(found);

@@ -17,17 +17,20 @@
 // too. The secret itself never crosses the wire; a client without one sends an empty proof. A client
 // with a secret refuses a server that answers kOk without a challenge.
 //
+// clang-format off
 //   kHello      u32 magic, u32 version, str run_id, i32 world_size, i32 rank
 //                 -> kOk u32 version | kRefused u32 version, str run_id, i32 world_size
 //                  | kChallenge u32 version, str server_nonce
-//   kProof      str client_nonce, str proof            -> kOk u32 version, str server_proof | kDenied u32
-//   version kSet        str key, str value                     -> kOk kCompareSet str key, str expected, str
-//   desired      -> kOk str value_now kGet        str key, i64 timeout_ms (-1: forever)   -> kOk str value |
-//   kTimeout   (waits for the key) kAdd        str key, i64 delta                      -> kOk i64 sum |
-//   kError str why kDelete     str key                                 -> kOk u8 existed kCheck      u32 n, n
-//   x str key                      -> kOk u8 all_exist kNumKeys                                            ->
-//   kOk i64 count kWait       u32 n, n x str key, i64 timeout_ms      -> kOk | kTimeout                (waits
-//   for all)
+//   kProof      str client_nonce, str proof            -> kOk u32 version, str server_proof | kDenied u32 version
+//   kSet        str key, str value                     -> kOk
+//   kCompareSet str key, str expected, str desired      -> kOk str value_now
+//   kGet        str key, i64 timeout_ms (-1: forever)   -> kOk str value | kTimeout   (waits for the key)
+//   kAdd        str key, i64 delta                      -> kOk i64 sum | kError str why
+//   kDelete     str key                                 -> kOk u8 existed
+//   kCheck      u32 n, n x str key                      -> kOk u8 all_exist
+//   kNumKeys                                            -> kOk i64 count
+//   kWait       u32 n, n x str key, i64 timeout_ms      -> kOk | kTimeout                (waits for all)
+// clang-format on
 
 #include <cstdint>
 #include <cstring>

@@ -470,7 +470,11 @@ class TcpStoreServerLoop {
         c.greeted = true;
         return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).u32(kStoreVersion));
       }
-      c.challenge = random_bytes(kNonceBytes);
+      try {
+        c.challenge = random_bytes(kNonceBytes);
+      } catch (const std::exception& e) {
+        return drop(c, std::string("could not be challenged: ") + e.what());
+      }
       c.run_id = run_id;
       c.rank = rank;
       return reply(

@@ -268,6 +268,8 @@ bool resolve_master(const LaunchOptions& options, LaunchConfig& config) {
 // The job secret: given (a file, the environment), made here for a job whose processes are all this
 // launcher's, or waived on purpose. A job others may join without one is refused, saying how to give one.
 void resolve_secret(const LaunchOptions& options, LaunchConfig& config, bool on_its_own) {
+  check(!(options.no_job_secret() && (options.job_secret() || options.job_secret_file())),
+        "no_job_secret and a job secret (job_secret_file) were both given: drop one of them");
   try {
     if (options.job_secret()) {
       check(options.job_secret()->size() >= comm::kMinJobSecretBytes,

@@ -149,6 +149,9 @@ TEST_F(SecretFile, RefusesFilesOthersCanReadShortSecretsAndLinks) {
   ASSERT_EQ(::symlink(write("target", "0123456789abcdef0123", 0600).c_str(), link.c_str()), 0);
   msg = error_of([&] { read_job_secret_file(link); });
   EXPECT_NE(msg.find("symbolic link"), std::string::npos) << msg;
+  msg = error_of([&] { read_job_secret_file("AbCdEfGh0123456789xyz"); });  // the secret given as the file
+  EXPECT_NE(msg.find("if that value is the secret itself"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("AbCdEfGh0123456789xyz"), std::string::npos) << msg;
   msg = error_of([&] { read_job_secret_file(dir_ + "/missing"); });
   EXPECT_NE(msg.find("cannot open the job secret file"), std::string::npos) << msg;
   const std::string big = write("big", std::string(kMaxJobSecretBytes + 1, 'x'), 0600);

@@ -442,6 +442,20 @@ TEST(TcpStore, AMultiNodeJobNeedsASecretOrTheOptOut) {
   EXPECT_NO_THROW(two_nodes().no_job_secret(true).validate());
   EXPECT_NO_THROW(two_nodes().job_secret("a-secret-of-enough-bytes").validate());
   EXPECT_NO_THROW(ProcessGroupOptions(0, 2).num_nodes(1).job_secret("").validate());
+  // One node whose store would listen on an address other hosts reach (the env:// minimum on two hosts
+  // without a node count looks like that) needs one too.
+  const std::string lan = first_non_loopback_address();
+  if (!lan.empty()) {
+    std::string one;
+    try {
+      ProcessGroupOptions(0, 2).master_addr(lan).job_secret("").no_job_secret(false).validate();
+    } catch (const std::invalid_argument& e) {
+      one = e.what();
+    }
+    EXPECT_NE(one.find("this job's store listens on " + lan + ", which other hosts can reach"),
+              std::string::npos)
+        << one;
+  }
 }
 
 TEST(TcpStore, ConnectTimeoutNamesTheAddress) {

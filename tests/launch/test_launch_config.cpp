@@ -85,6 +85,9 @@ TEST_F(JobSecret, AGivenOneIsUsedAndAWeakOneRefused) {
   EXPECT_EQ(resolve(LaunchOptions({"true"})).job_secret, "from-the-environment-0123");
   EXPECT_EQ(resolve(LaunchOptions({"true"}).job_secret("given-in-the-options-0123")).job_secret,
             "given-in-the-options-0123");
+  EXPECT_NE(error_of(LaunchOptions({"true"}).job_secret_file("/x/secret").no_job_secret(true))
+                .find("no_job_secret and a job secret"),
+            std::string::npos);
   const std::string weak = error_of(LaunchOptions({"true"}).job_secret("short"));
   EXPECT_NE(weak.find("job_secret has 5 bytes; use at least 16"), std::string::npos) << weak;
   EXPECT_EQ(weak.find("short"), std::string::npos) << weak;

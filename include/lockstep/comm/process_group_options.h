@@ -43,7 +43,8 @@ class ProcessGroupOptions {
   /// The job's secret (job_secret.h), proved to rank 0's store in the handshake. Default: the secret in
   /// LOCKSTEP_JOB_SECRET or LOCKSTEP_JOB_SECRET_FILE (`lockstep run` sets the first). Empty: none.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::string, job_secret)
-  /// Run a job that spans nodes (num_nodes > 1) without a job secret, on purpose. Default:
+  /// Run without a job secret, on purpose, a job that spans nodes (num_nodes > 1) or whose master_addr is
+  /// not a loopback address here (its store is reachable from other hosts). Default:
   /// LOCKSTEP_NO_JOB_SECRET=1. Without it such a job is refused by validate(), saying how to give one.
   LOCKSTEP_OPTION(ProcessGroupOptions, bool, no_job_secret)
   /// Default kAuto (see Backend).
@@ -85,6 +86,9 @@ class ProcessGroupOptions {
   void validate() const;
 
  private:
+  // Rank 0's store would listen on an address other hosts can reach (store_listen_host in rendezvous.cpp).
+  bool reachable_from_outside() const;
+
   int rank_;
   int world_size_;
   std::string master_addr_ = "127.0.0.1";

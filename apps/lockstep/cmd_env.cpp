@@ -23,12 +23,11 @@ std::string job_secret_state() {
   try {
     const std::string secret = comm::job_secret_from_environment();
     if (!secret.empty()) {
+      const char* value = std::getenv(comm::kJobSecretVariable);
+      const bool from_variable = value != nullptr && *value != '\0';
       return std::string("given (") +
-             (std::getenv(comm::kJobSecretVariable) != nullptr &&
-                      *std::getenv(comm::kJobSecretVariable) != '\0'
-                  ? comm::kJobSecretVariable
-                  : comm::kJobSecretFileVariable) +
-             ", " + std::to_string(secret.size()) + " bytes)";
+             (from_variable ? comm::kJobSecretVariable : comm::kJobSecretFileVariable) + ", " +
+             std::to_string(secret.size()) + " bytes)";
     }
   } catch (const std::invalid_argument& e) {
     return std::string("unusable: ") + e.what();

@@ -77,7 +77,7 @@ run_one() {
 
 test_dir() {
   case $1 in
-    test_comm | test_tcp_store) echo comm ;;
+    test_comm | test_tcp_store | test_job_secret) echo comm ;;
     test_data) echo data ;;
     test_ddp) echo ddp ;;
     test_shard) echo shard ;;

@@ -115,10 +115,6 @@ std::string recv_frame(int fd, const std::optional<Clock::time_point>& deadline)
   return payload;
 }
 
-}  // namespace
-
-namespace {
-
 // Reads the version that starts every handshake answer, after its status.
 uint8_t answer_status(FrameReader& r) {
   uint8_t status = 0;
@@ -137,11 +133,8 @@ void prove_secret(int fd, FrameReader& challenge, const TcpStoreOptions& o, cons
     throw IoError{"the server's challenge is malformed"};
   }
   const std::string client_nonce = o.secret().empty() ? "" : detail::random_bytes(detail::kNonceBytes);
-  const std::string proof = o.secret().empty()
-                                ? ""
-                                : detail::digest_bytes(detail::hmac_sha256(
-                                      o.secret(), detail::proof_message("lockstep client", server_nonce, "",
-                                                                        o.run_id(), o.world_size())));
+  const std::string proof =
+      o.secret().empty() ? "" : detail::client_proof(o.secret(), server_nonce, o.run_id(), o.world_size());
   send_all(fd, FrameWriter().u8(static_cast<uint8_t>(Op::kProof)).str(client_nonce).str(proof).finish(),
            deadline);
   if (o.secret().empty()) {
@@ -164,9 +157,8 @@ void prove_secret(int fd, FrameReader& challenge, const TcpStoreOptions& o, cons
   if (status != static_cast<uint8_t>(Status::kOk) || !r.str(server_proof)) {
     throw IoError{"the server's answer to the proof is malformed"};
   }
-  const std::string expected = detail::digest_bytes(detail::hmac_sha256(
-      o.secret(),
-      detail::proof_message("lockstep server", client_nonce, server_nonce, o.run_id(), o.world_size())));
+  const std::string expected =
+      detail::server_proof(o.secret(), client_nonce, server_nonce, o.run_id(), o.world_size());
   if (!detail::equal_in_constant_time(server_proof, expected)) {
     throw StoreAuthError(
         "the rendezvous store at " + endpoint +

@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "job_proof.h"
+
 namespace lockstep::comm::detail {
 
 constexpr uint32_t kStoreMagic = 0x4c4b5354;  // "LKST"
@@ -63,11 +65,18 @@ enum class Status : uint8_t { kOk = 0, kTimeout = 1, kRefused = 2, kError = 3, k
 /// Bytes of each side's nonce in the job-secret challenge.
 constexpr size_t kNonceBytes = 32;
 
-/// What each side's proof signs (tcp_store_protocol.h's header says who sends which).
-inline std::string proof_message(const char* who, const std::string& first_nonce,
-                                 const std::string& second_nonce, const std::string& run_id,
-                                 int32_t world_size) {
-  return std::string(who) + '\0' + first_nonce + second_nonce + run_id + '\0' + std::to_string(world_size);
+/// The client's proof, over the server's nonce, and the server's, over both (the header above says who
+/// sends which): each side computes both, one to send and one to check, so the labels live here only.
+inline std::string client_proof(const std::string& secret, const std::string& server_nonce,
+                                const std::string& run_id, int32_t world_size) {
+  return digest_bytes(hmac_sha256(secret, std::string("lockstep client") + '\0' + server_nonce + run_id +
+                                              '\0' + std::to_string(world_size)));
+}
+inline std::string server_proof(const std::string& secret, const std::string& client_nonce,
+                                const std::string& server_nonce, const std::string& run_id,
+                                int32_t world_size) {
+  return digest_bytes(hmac_sha256(secret, std::string("lockstep server") + '\0' + client_nonce +
+                                              server_nonce + run_id + '\0' + std::to_string(world_size)));
 }
 
 /// Appends fields to a frame; `finish()` fills in the length prefix.

@@ -503,15 +503,13 @@ class TcpStoreServerLoop {
     std::string client_nonce, proof;
     if (!r.str(client_nonce) || !r.str(proof) || !r.done()) return drop(c, "sent a malformed proof");
     const std::string expected =
-        digest_bytes(hmac_sha256(options_.secret(), proof_message("lockstep client", c.challenge, "",
-                                                                  c.run_id, options_.world_size())));
+        client_proof(options_.secret(), c.challenge, c.run_id, options_.world_size());
     if (client_nonce.size() == kNonceBytes && equal_in_constant_time(proof, expected)) {
       const std::string server_nonce = std::move(c.challenge);
       c.challenge.clear();
       c.greeted = true;
-      const std::string answer = digest_bytes(hmac_sha256(
-          options_.secret(),
-          proof_message("lockstep server", client_nonce, server_nonce, c.run_id, options_.world_size())));
+      const std::string answer =
+          server_proof(options_.secret(), client_nonce, server_nonce, c.run_id, options_.world_size());
       return reply(c, FrameWriter().u8(static_cast<uint8_t>(Status::kOk)).u32(kStoreVersion).str(answer));
     }
     refuse(c,

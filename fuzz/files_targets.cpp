@@ -3,7 +3,6 @@
 // from the store.
 #include <torch/torch.h>
 
-#include <exception>
 #include <string>
 
 #include "../src/comm/progress.h"
@@ -18,17 +17,13 @@ namespace lockstep::fuzz {
 namespace {
 
 void safetensors(const uint8_t* data, size_t size) {
-  try {
-    (void)train::load_safetensors(write_input_file("model.safetensors", data, size));
-  } catch (const std::exception&) {
-  }
+  const std::string path = write_input_file("model.safetensors", data, size);
+  expect_named_error({path}, [&] { (void)train::load_safetensors(path); });
 }
 
 void checksum(const uint8_t* data, size_t size) {
-  try {
-    (void)train::read_checksummed_file(write_input_file("file.ckpt", data, size), "fuzzed file", "fix it");
-  } catch (const std::exception&) {
-  }
+  const std::string path = write_input_file("file.ckpt", data, size);
+  expect_named_error({path}, [&] { (void)train::read_checksummed_file(path, "fuzzed file", "fix it"); });
 }
 
 // A checkpoint for a Linear(4, 2) and SGD: the checksum, the archive (LibTorch's zip reader) and
@@ -36,10 +31,8 @@ void checksum(const uint8_t* data, size_t size) {
 void checkpoint(const uint8_t* data, size_t size) {
   torch::nn::Linear model(4, 2);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-  try {
-    (void)train::load_checkpoint(write_input_file("last.ckpt", data, size), "fuzz-linear", *model, optimizer);
-  } catch (const std::exception&) {
-  }
+  const std::string path = write_input_file("last.ckpt", data, size);
+  expect_named_error({path}, [&] { (void)train::load_checkpoint(path, "fuzz-linear", *model, optimizer); });
 }
 
 // The first two bytes say where the images file ends and the labels file begins.
@@ -48,25 +41,18 @@ void idx(const uint8_t* data, size_t size) {
   const size_t split = std::min<size_t>(size - 2, size_t{data[0]} | (size_t{data[1]} << 8));
   const std::string images = write_input_file("images-idx3-ubyte", data + 2, split);
   const std::string labels = write_input_file("labels-idx1-ubyte", data + 2 + split, size - 2 - split);
-  try {
-    (void)data::IdxDataset(images, labels);
-  } catch (const std::exception&) {
-  }
+  expect_named_error({images, labels}, [&] { (void)data::IdxDataset(images, labels); });
 }
 
 void cifar10(const uint8_t* data, size_t size) {
   const std::string file = write_input_file("test_batch.bin", data, size);
-  try {
-    (void)data::Cifar10Dataset::from_dir(file.substr(0, file.rfind('/')), data::Split::kTest);
-  } catch (const std::exception&) {
-  }
+  const std::string dir = file.substr(0, file.rfind('/'));
+  expect_named_error({dir}, [&] { (void)data::Cifar10Dataset::from_dir(dir, data::Split::kTest); });
 }
 
 void progress(const uint8_t* data, size_t size) {
-  try {
-    (void)comm::detail::ProgressRecord::parse(std::string(reinterpret_cast<const char*>(data), size));
-  } catch (const std::exception&) {
-  }
+  const std::string record(reinterpret_cast<const char*>(data), size);
+  expect_named_error({"progress record"}, [&] { (void)comm::detail::ProgressRecord::parse(record); });
 }
 
 }  // namespace

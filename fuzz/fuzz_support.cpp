@@ -26,4 +26,9 @@ std::string write_input_file(const std::string& name, const uint8_t* data, size_
   return path;
 }
 
+void unnamed_error(const std::string& sources, const std::string& what) {
+  std::fprintf(stderr, "fuzz: an error that names none of %s: %s\n", sources.c_str(), what.c_str());
+  std::abort();
+}
+
 }  // namespace lockstep::fuzz

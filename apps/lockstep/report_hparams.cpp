@@ -12,11 +12,14 @@
 namespace lockstep::cli {
 namespace {
 
-void flatten(const YAML::Node& node, const std::string& key, Hparams& out) {
+void flatten(const YAML::Node& node, const std::string& key, const std::string& source, Hparams& out) {
   if (node.IsMap()) {
     for (const auto& item : node) {
-      flatten(item.second,
-              key.empty() ? item.first.as<std::string>() : key + "." + item.first.as<std::string>(), out);
+      if (!item.first.IsScalar()) {  // `[a, b]: 1`, `? : 2`: yaml-cpp would not convert them to text
+        throw std::runtime_error(source + ": line " + std::to_string(item.first.Mark().line + 1) +
+                                 ": a key that is not a name (a list, a mapping or nothing)");
+      }
+      flatten(item.second, key.empty() ? item.first.Scalar() : key + "." + item.first.Scalar(), source, out);
     }
   } else if (node.IsSequence()) {
     const std::string text = lockstep::detail::join(node, ", ", [](const YAML::Node& item) {
@@ -43,7 +46,7 @@ Hparams parse_hparams_yaml(const std::string& text, const std::string& source) {
   if (root.IsNull()) return out;
   if (!root.IsMap())
     throw std::runtime_error(source + ": expected `key: value` lines, found another YAML value");
-  flatten(root, "", out);
+  flatten(root, "", source, out);
   return out;
 }
 

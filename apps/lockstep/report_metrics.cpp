@@ -75,7 +75,7 @@ MetricLog parse_metrics_jsonl(const std::string& text, const std::string& source
     nlohmann::ordered_json object;
     try {
       object = nlohmann::ordered_json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       throw std::runtime_error(source + ":" + std::to_string(number) + ": not JSON (" + e.what() + ")");
     }
     if (!object.is_object()) {

@@ -33,6 +33,13 @@ std::string line_of(const YAML::Node& node) {
   return node.Mark().is_null() ? std::string() : " (line " + std::to_string(node.Mark().line + 1) + ")";
 }
 
+// What a node that is not a single value is, for errors.
+std::string kind_of(const YAML::Node& node) {
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "empty";
+}
+
 }  // namespace
 
 std::string closest_key(const std::string& key, const std::vector<std::string>& accepted) {
@@ -84,7 +91,11 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
   applied_keys_.clear();
   std::vector<CLI::ConfigItem> items;
   for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) {  // `[a, b]: 1`, `{a: 1}: 2`, `? : 3`: yaml-cpp would not convert them
+      throw CLI::ConfigError(where + ": a key" + line_of(entry.first) + " is " + kind_of(entry.first) +
+                             "; the keys are the flag names of 'lockstep fit --help' without '--'");
+    }
+    const std::string key = entry.first.Scalar();
     const std::string name = key.rfind("--", 0) == 0 ? key.substr(2) : key;
     const CLI::Option* option = nullptr;
     for (const CLI::Option* candidate : app_.get_options(is_configurable)) {
@@ -100,8 +111,8 @@ std::vector<CLI::ConfigItem> YamlConfig::from_config(std::istream& input) const 
     const YAML::Node& value = entry.second;
     if (value.IsNull()) continue;  // unset: the flag's default
     if (!value.IsScalar()) {
-      throw CLI::ConfigError(where + ": key '" + key + "'" + line_of(value) +
-                             " needs a single value, got a " + (value.IsSequence() ? "list" : "mapping"));
+      throw CLI::ConfigError(where + ": key '" + key + "'" + line_of(value) + " needs a single value, got " +
+                             kind_of(value));
     }
     CLI::ConfigItem item;
     item.name = name;

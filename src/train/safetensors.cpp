@@ -232,7 +232,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
           }
           return true;
         });
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
   if (!duplicate.empty()) fail(path, "the header names tensor '" + duplicate + "' twice");

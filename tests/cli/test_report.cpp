@@ -124,6 +124,17 @@ TEST(ReportMetrics, JsonlThatIsNotAnObjectNamesTheLine) {
   }
 }
 
+// A number past a double's range is nlohmann's out_of_range, not a parse_error (fuzz/regressions/
+// metrics_jsonl has the fuzzer's input): the same error naming the line.
+TEST(ReportMetrics, JsonlNumberOutOfRangeNamesTheLine) {
+  try {
+    parse_metrics_jsonl("{\"step\":1}\n{\"step\":2,\"loss\":1e999}\n", "m.jsonl");
+    FAIL() << "1e999 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.jsonl:2: not JSON"), std::string::npos) << e.what();
+  }
+}
+
 // What the loggers write (log::write_hparams_yaml) the report reads back as written.
 TEST(ReportHparams, TheLoggersFileReadsBackAsWritten) {
   const Hparams hparams{{"model", "mlp"},     {"lr", "0.001"},         {"ranks", "1,2"},
@@ -146,6 +157,21 @@ TEST(ReportHparams, NestedMapsAreFlattened) {
   const Hparams h = parse_hparams_yaml("model: cnn\noptim:\n  name: adam\n  betas: [0.9, 0.999]\n", "h.yaml");
   EXPECT_EQ(h, (Hparams{{"model", "cnn"}, {"optim.name", "adam"}, {"optim.betas", "[0.9, 0.999]"}}));
   EXPECT_THROW(parse_hparams_yaml("- a\n- b\n", "h.yaml"), std::runtime_error);
+}
+
+// Keys that are not names (fuzz/regressions/hparams_yaml has the fuzzer's inputs) fail naming the file
+// and the line, not with yaml-cpp's "bad conversion".
+TEST(ReportHparams, AKeyThatIsNotANameNamesTheLine) {
+  for (const char* text : {"model: cnn\n[a, b]: 1\n", "model: cnn\n{a: 1}: 2\n", "model: cnn\n? \n: 3\n",
+                           "optim:\n  name: adam\n  [x]: 1\n"}) {
+    try {
+      parse_hparams_yaml(text, "h.yaml");
+      FAIL() << "accepted: " << text;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("h.yaml: line"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("a key that is not a name"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ReportHtml, EscapesEveryMarkupCharacter) {

@@ -58,6 +58,23 @@ TEST(WorkerContract, WhatIsNotAHeartbeatIsSkipped) {
   }
 }
 
+// What strtoull would take but a worker never writes (fuzz/regressions/heartbeat has the fuzzer's inputs):
+// a sign, a blank before the digits, a hex prefix, a leading zero, a count past 64 bits.
+TEST(WorkerContract, ACountIsDigitsThatFit64Bits) {
+  for (const char* text : {"-12 0 0 -", "+3 1 1 op", "1 -2 0 -", "\t1 2 0 -", "0x1f 2 0 -", "00 1 0 -",
+                           "18446744073709551616 0 0 -", "1 99999999999999999999 1 op", " 1 2 0 -"}) {
+    EXPECT_FALSE(parse_heartbeat(text).has_value()) << "'" << text << "'";
+  }
+}
+
+TEST(WorkerContract, TheLargestCountIsRead) {
+  const auto beat = parse_heartbeat("18446744073709551615 7 1 op");
+  ASSERT_TRUE(beat.has_value());
+  EXPECT_EQ(beat->issued, 18446744073709551615ull);
+  EXPECT_EQ(beat->finished, 7u);
+  EXPECT_FALSE(parse_heartbeat("18446744073709551615 07 1 op").has_value());  // not what a worker writes
+}
+
 TEST(WorkerContract, TheLaunchersWorkersFindThePipeWhereCommLooks) {
   launch::LaunchConfig config;
   const auto env = launch::worker_environment(config, config.static_world(), 0, {});

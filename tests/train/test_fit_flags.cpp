@@ -162,6 +162,20 @@ TEST_F(ConfigFileTest, MalformedFilesFailNamingTheFile) {
   EXPECT_NE(nested.error.find("key 'model' (line 2) needs a single value, got a mapping"), std::string::npos)
       << nested.error;
 
+  // A key that is a list or a mapping (fuzz/regressions/fit_config has the fuzzer's inputs): named as such,
+  // not yaml-cpp's "bad conversion".
+  const Parsed list_key = parse({"--config", write("list-key.yaml", "max-epochs: 2\n[model, data]: mlp\n")});
+  EXPECT_EQ(list_key.status, 2);
+  EXPECT_NE(list_key.error.find("list-key.yaml: a key (line 2) is a list"), std::string::npos)
+      << list_key.error;
+  const Parsed map_key = parse({"--config", write("map-key.yaml", "{model: mlp}: 1\n")});
+  EXPECT_EQ(map_key.status, 2);
+  EXPECT_NE(map_key.error.find("map-key.yaml: a key (line 1) is a mapping"), std::string::npos)
+      << map_key.error;
+  const Parsed empty_key = parse({"--config", write("empty-key.yaml", "? \n: 1\n")});
+  EXPECT_EQ(empty_key.status, 2);
+  EXPECT_NE(empty_key.error.find("empty-key.yaml: a key"), std::string::npos) << empty_key.error;
+
   const Parsed broken = parse({"--config", write("broken.yaml", "model: [mlp\n")});
   EXPECT_EQ(broken.status, 2);
   EXPECT_NE(broken.error.find("broken.yaml: not valid YAML"), std::string::npos) << broken.error;

@@ -227,6 +227,9 @@ TEST(SafetensorsTest, ReaderRejectsDamagedFilesNamingTheFileAndTheProblem) {
 
   // Header JSON.
   EXPECT_CONTAINS(load_error(dir, raw_file("{\"w\": {\"dtype\": ", "")), "the header is not valid JSON");
+  // A number past a double's range (nlohmann's out_of_range; fuzz/regressions/safetensors).
+  EXPECT_CONTAINS(load_error(dir, raw_file(R"({"w": {"shape": [1e999]}})", "")),
+                  "the header is not valid JSON");
   EXPECT_CONTAINS(load_error(dir, raw_file("[1, 2]  ", "")), "does not start with '{'");
   EXPECT_CONTAINS(load_error(dir, raw_file("", "")), "does not start with '{'");
   EXPECT_CONTAINS(load_error(dir, raw_file(R"({"w": 5})", "")), "tensor 'w': expected an object, got 5");

@@ -15,7 +15,7 @@
 //    preemption instead of a failure and restarts nothing; a Slurm script requeues on it.
 
 #include <cstdint>
-#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -47,6 +47,20 @@ inline std::string format_heartbeat(const Heartbeat& beat) {
   return line + "\n";
 }
 
+/// The count `text` holds, written as std::to_string writes it: decimal digits without a sign, blank,
+/// prefix or leading zero (strtoull takes all four), that fit 64 bits; std::nullopt otherwise.
+inline std::optional<std::uint64_t> parse_heartbeat_count(const std::string& text) {
+  if (text.empty() || (text[0] == '0' && text.size() > 1)) return std::nullopt;
+  std::uint64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
 /// A line without its newline; std::nullopt when it is not a heartbeat (a reader skips it).
 inline std::optional<Heartbeat> parse_heartbeat(const std::string& line) {
   Heartbeat beat;
@@ -60,11 +74,11 @@ inline std::optional<Heartbeat> parse_heartbeat(const std::string& line) {
   const char waiting = line[second + 1];
   if (waiting != '0' && waiting != '1') return std::nullopt;
   if (second + 2 < line.size() && line[second + 2] != ' ') return std::nullopt;
-  char* end = nullptr;
-  beat.issued = std::strtoull(line.c_str(), &end, 10);
-  if (end != line.c_str() + first) return std::nullopt;
-  beat.finished = std::strtoull(line.c_str() + first + 1, &end, 10);
-  if (end != line.c_str() + second) return std::nullopt;
+  const auto issued = parse_heartbeat_count(line.substr(0, first));
+  const auto finished = parse_heartbeat_count(line.substr(first + 1, second - first - 1));
+  if (!issued || !finished) return std::nullopt;
+  beat.issued = *issued;
+  beat.finished = *finished;
   beat.waiting = waiting == '1';
   const std::string op = second + 3 <= line.size() ? line.substr(second + 3) : "";
   beat.last_op = op == "-" ? "" : op;

@@ -344,6 +344,9 @@ const char* const kAccelerateTable =
     "  --tee T                          torchrun's --tee: streams also written to --log_dir's files\n"
     "  --multi_gpu, --same_network, -q/--quiet, --dynamo_backend no\n"
     "                                   accepted: each means what lockstep launch does anyway\n"
+    "  --job_secret_file PATH, --no_job_secret\n"
+    "                                   lockstep's own: the job secret, as lockstep run's flags of those\n"
+    "                                   names (made for a job on one machine; docs/reliability.md)\n"
     "Every worker also gets ACCELERATE_DYNAMO_BACKEND=NO, ACCELERATE_DYNAMO_MODE=default and\n"
     "ACCELERATE_DYNAMO_USE_FULLGRAPH, _USE_DYNAMIC, _USE_REGIONAL_COMPILATION=False, as from Accelerate.\n"
     "A program that sets its own precision, accumulation steps or cpu (Accelerator(mixed_precision=...),\n"
@@ -473,6 +476,20 @@ void add_accelerate_flags(CLI::App& app, AccelerateFlags& flags) {
   app.add_flag(af::spellings("quiet", "-q"), flags.quiet,
                "Accepted: lockstep launch prints no launcher traceback anyway")
       ->group(rendezvous);
+  // lockstep's own, as lockstep run's flags of those names (Accelerate has no job secret).
+  app.add_option(af::spellings("job_secret_file"), flags.job_secret_file,
+                 "lockstep: the job secret, in a file of mode 0600 (the\n"
+                 "same on every machine). Default: LOCKSTEP_JOB_SECRET, else\n"
+                 "LOCKSTEP_JOB_SECRET_FILE, else a new one for a job on one\n"
+                 "machine; a job that spans machines needs one (or\n"
+                 "--no_job_secret)")
+      ->type_name("PATH")
+      ->group(rendezvous);
+  app.add_flag(af::spellings("no_job_secret"), flags.no_job_secret,
+               "lockstep: run a job that spans machines without a job\n"
+               "secret: whoever reaches its store's port and knows the\n"
+               "run id can join it (also LOCKSTEP_NO_JOB_SECRET=1)")
+      ->group(rendezvous);
 
   for (const af::RefusedFlag& refused : af::kRefusedFlags) {
     if (refused.takes_value) {
@@ -539,6 +556,8 @@ AccelerateLaunch accelerate_launch(const AccelerateFlags& flags, const std::vect
     options.output(output);
   }
   if (flags.role) options.role(*flags.role);
+  if (flags.job_secret_file) options.job_secret_file(*flags.job_secret_file);
+  options.no_job_secret(flags.no_job_secret);
   launch::EnvPairs variables = af::accelerate_variables(flags, gpus);
   if (flags.num_cpu_threads_per_process) {
     const int threads = af::integer_value("--num_cpu_threads_per_process", *flags.num_cpu_threads_per_process,
@@ -563,6 +582,8 @@ const std::vector<std::pair<std::string, std::string>>& accelerate_option_flags(
       {"monitor_interval", "--monitor_interval"},
       {"log_dir", "--log_dir"},
       {"role", "--role"},
+      {"job_secret_file", "--job_secret_file"},
+      {"no_job_secret", "--no_job_secret"},
   };
   return kFlags;
 }

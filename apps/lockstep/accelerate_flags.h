@@ -26,9 +26,9 @@ namespace lockstep::cli {
 struct AccelerateFlags {
   std::optional<std::string> num_processes, num_machines, machine_rank, main_process_ip, main_process_port,
       mixed_precision, gradient_accumulation_steps, num_cpu_threads_per_process, gpu_ids, rdzv_backend,
-      rdzv_conf, max_restarts, monitor_interval, log_dir, role, tee, dynamo_backend;
+      rdzv_conf, max_restarts, monitor_interval, log_dir, role, tee, dynamo_backend, job_secret_file;
   bool cpu = false, multi_gpu = false, same_network = false, module = false, no_python = false, debug = false,
-       quiet = false;
+       quiet = false, no_job_secret = false;
 };
 
 /// Adds `accelerate launch`'s flags to `app`: the ones lockstep honours, storing into `flags`, and the

@@ -103,9 +103,10 @@ std::string job_secret_advice() {
          "or "
          "name a file of mode 0600 in " +
          kJobSecretFileVariable +
-         " (lockstep run --job-secret-file PATH); or, to run without one (anyone who can reach the store's "
+         " (lockstep run --job-secret-file PATH, lockstep launch --job_secret_file PATH); or, to run without "
+         "one (anyone who can reach the store's "
          "port and knows the run id can then join the job), set " +
-         kNoJobSecretVariable + "=1 (lockstep run --no-job-secret)";
+         kNoJobSecretVariable + "=1 (lockstep run --no-job-secret, lockstep launch --no_job_secret)";
 }
 
 }  // namespace lockstep::comm

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -209,6 +210,24 @@ TEST(AccelerateFlags, TorchrunsFlagsPassThrough) {
             2);
 }
 
+// lockstep's own flags for the job secret (Accelerate has none), as lockstep run's of those names.
+TEST(AccelerateFlags, TheJobSecretFlagsReachTheLauncher) {
+  const auto file = launch_of({"--num_machines", "2", "--machine_rank", "0", "--main_process_ip", "10.0.0.1",
+                               "--job_secret_file", "/run/secret", "t.py"});
+  EXPECT_EQ(file.options.job_secret_file(), "/run/secret");
+  EXPECT_FALSE(file.options.no_job_secret());
+  EXPECT_TRUE(launch_of({"--no-job-secret", "t.py"}).options.no_job_secret());
+  EXPECT_FALSE(launch_of({"t.py"}).options.no_job_secret());
+  // The launcher's errors name its options; lockstep launch shows these flags instead.
+  const auto& words = accelerate_option_flags();
+  for (const char* option : {"job_secret_file", "no_job_secret"}) {
+    EXPECT_NE(std::find(words.begin(), words.end(),
+                        std::make_pair(std::string(option), "--" + std::string(option))),
+              words.end())
+        << option;
+  }
+}
+
 TEST(AccelerateFlags, BadValuesAndCombinationsNameTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--mixed_precision", "FP16", "t.py"},
@@ -289,7 +308,7 @@ TEST(AccelerateFlags, TheHelpTableNamesEveryFlagLockstepLaunchHonours) {
     const std::string flag = "--" + option->get_lnames().front();
     EXPECT_NE(table.find(flag), std::string::npos) << flag << " is missing from the help's table";
   }
-  EXPECT_EQ(honoured, 24);  // every flag of accelerate launch that lockstep launch honours
+  EXPECT_EQ(honoured, 26);  // every flag of accelerate launch that lockstep launch honours
 }
 
 }  // namespace

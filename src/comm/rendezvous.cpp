@@ -179,15 +179,16 @@ void check_token(c10d::Store& store, const ProcessGroupOptions& o, Clock::time_p
   throw refusal(o, their_run, their_size);
 }
 
-// Processes of other jobs that were refused at this store (step 2 leaves their trace), as a sentence.
+// Processes of other jobs (or without the job secret) that were refused at this store (step 2 leaves their
+// trace), as a sentence.
 std::string refused_strangers(c10d::Store& root) {
   try {
     const auto n = root.add(kRefusedKey, 0);
     if (n <= 0) return "";
     const std::string first = text(root.get(std::string(kRefusedKey) + "/1"));
     return " Meanwhile " + std::to_string(n) +
-           " process(es) of another job were refused at this port (first: " + first +
-           "): is a second job pointed at this MASTER_PORT?";
+           " process(es) of another job, or without this job's secret, were refused at this port (first: " +
+           first + "): is a second job pointed at this MASTER_PORT?";
   } catch (const std::exception&) {
     return "";
   }

@@ -31,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 
 // How many refused clients get a line of their own; later ones are counted in the summary line.
 constexpr int64_t kMaxRefusedLines = 10;
+// Refused clients described under the refused_key (the count goes on): a stranger that connects again and
+// again must not grow the job's store without bound.
+constexpr int64_t kMaxRefusedRecords = 100;
 // Bytes read from one connection per loop turn, so one fast sender cannot starve the others.
 constexpr size_t kReadChunk = size_t{64} * 1024;
 constexpr size_t kMaxReadPerTurn = 1 << 20;
@@ -522,8 +525,8 @@ class TcpStoreServerLoop {
   }
 
   // Closes `c` after the answer its caller sends, and reports and records the refusal: one stderr line for
-  // each of the first kMaxRefusedLines, and `record` under the refused_key. Both come before the answer, so
-  // that whoever sees the answer also finds the record.
+  // each of the first kMaxRefusedLines, the count and, for the first kMaxRefusedRecords, `record` under the
+  // refused_key. Both come before the answer, so that whoever sees the answer also finds the record.
   void refuse(StoreConnection& c, const std::string& who, const std::string& consequence,
               const std::string& record) {
     c.closing = true;
@@ -537,7 +540,8 @@ class TcpStoreServerLoop {
     if (!options_.refused_key().empty()) {
       const std::string count = std::to_string(n);
       data_[options_.refused_key()] = std::vector<uint8_t>(count.begin(), count.end());
-      data_[options_.refused_key() + "/" + count] = std::vector<uint8_t>(record.begin(), record.end());
+      if (n <= kMaxRefusedRecords)
+        data_[options_.refused_key() + "/" + count] = std::vector<uint8_t>(record.begin(), record.end());
       wake_waiters();
     }
   }
@@ -658,7 +662,9 @@ class TcpStoreServerLoop {
          << " invalid connection(s) (garbage, half-open or oversized; " << invalid_total_.load() << " in all";
     if (!last_invalid_.empty()) line << "; the last: " << last_invalid_;
     line << ")";
-    if (refused_pending_ > 0) line << " and refused " << refused_pending_ << " more client(s) of another job";
+    if (refused_pending_ > 0)
+      line << " and refused " << refused_pending_
+           << " more client(s) of another job or without the job secret";
     line << "; the job goes on. Is something else sending to this port?";
     std::cerr << line.str() << std::endl;
     invalid_pending_ = 0;

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -259,6 +260,80 @@ TEST(JobSecretHandshake, AClientWithASecretDoesNotTrustAServerWithout) {
   EXPECT_EQ(msg.find(kSecret), std::string::npos) << msg;
   auto plain = client(*server, "", 0);  // a job without a secret still works
   plain->set("k", "v");
+}
+
+// A raw client of `server` (run id "job", rank 1) that sends its hello, reads the challenge, then sends
+// what `after(nonce)` makes of the server's nonce; returns every byte the server sent after the challenge,
+// until it closed the connection (a 10 s bound on each read: a hang fails the test, it does not block it).
+std::string answer_to(const TcpStoreServer& server,
+                      const std::function<std::string(const std::string&)>& after) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const timeval bound{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const auto send_all = [fd](const std::string& bytes) {
+    EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  };
+  send_all(detail::FrameWriter()
+               .u8(static_cast<uint8_t>(detail::Op::kHello))
+               .u32(detail::kStoreMagic)
+               .u32(detail::kStoreVersion)
+               .str(std::string("job"))
+               .i32(2)
+               .i32(1)
+               .finish());
+  // The challenge: length, status, version, then the nonce as a string (its length, its bytes).
+  const size_t challenge_bytes = detail::kFrameHeaderBytes + 1 + 4 + 4 + detail::kNonceBytes;
+  std::string challenge;
+  char buf[4096];
+  while (challenge.size() < challenge_bytes) {
+    const ssize_t n = ::recv(fd, buf, challenge_bytes - challenge.size(), 0);
+    if (n <= 0) break;
+    challenge.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(challenge.size(), challenge_bytes);
+  EXPECT_EQ(challenge[detail::kFrameHeaderBytes], static_cast<char>(detail::Status::kChallenge));
+  send_all(after(challenge.substr(challenge_bytes - detail::kNonceBytes)));
+  std::string rest;
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) rest.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(n, 0) << "the server did not close the connection";
+  ::close(fd);
+  return rest;
+}
+
+// What a client sends instead of a proper proof: an operation is dropped unanswered (as garbage is), a
+// right proof over a client nonce of the wrong length is refused; the job's own client is served on.
+TEST(JobSecretHandshake, AnOperationOrAShortNonceInsteadOfTheProofGetsNothing) {
+  auto server = serve(kSecret);
+  auto job = client(*server, kSecret, 0);
+  ::testing::internal::CaptureStderr();
+  const std::string op = answer_to(*server, [](const std::string&) {
+    return detail::FrameWriter()
+        .u8(static_cast<uint8_t>(detail::Op::kSet))
+        .str(std::string("stolen"))
+        .str(std::string("value"))
+        .finish();
+  });
+  const std::string short_nonce = answer_to(*server, [](const std::string& nonce) {
+    return detail::FrameWriter()
+        .u8(static_cast<uint8_t>(detail::Op::kProof))
+        .str(std::string(detail::kNonceBytes - 1, 'c'))
+        .str(detail::client_proof(kSecret, nonce, "job", 2))
+        .finish();
+  });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(op, "");  // no reply at all
+  EXPECT_FALSE(job->check({"stolen"}));
+  ASSERT_EQ(short_nonce.size(), detail::kFrameHeaderBytes + 1 + 4);
+  EXPECT_EQ(short_nonce[detail::kFrameHeaderBytes], static_cast<char>(detail::Status::kDenied));
+  EXPECT_EQ(server->refused_clients(), 1);
+  job->set("still", "here");
+  EXPECT_EQ(job->get_text("still", 5s), "here");
 }
 
 // A process posing as the job's store: it challenges, takes any proof, and answers kOk with a proof of

@@ -424,6 +424,21 @@ TEST(TcpStore, ClientOfAnotherJobIsRefusedOnBothSides) {
   EXPECT_NE(text(store->get("lockstep/refused/1")).find("run id 'job-b', rank 1"), std::string::npos);
 }
 
+// A stranger that comes back and back is counted, but only the first 100 are described in the store, so
+// that it cannot grow the job's store without bound.
+TEST(TcpStore, RefusedClientsAreCountedAndTheFirstHundredDescribed) {
+  auto server = std::make_unique<TcpStoreServer>(
+      TcpStoreServerOptions("job-a", 2).port(0).refused_key("lockstep/refused"));
+  auto store = connect(*server, "job-a", 2, 0);
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 102; ++i) EXPECT_THROW(connect(*server, "job-b", 2, 1), StoreRefusedError);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(store->add("lockstep/refused", 0), 102);
+  EXPECT_TRUE(store->check({"lockstep/refused/100"}));
+  EXPECT_FALSE(store->check({"lockstep/refused/101"}));
+  EXPECT_FALSE(store->check({"lockstep/refused/102"}));
+}
+
 // A job that spans nodes is refused before it listens, unless it has a secret or opts out; the ranks of
 // one job with the same secret meet over the challenge (MultiNodeRendezvousListensWhereMasterAddrSays).
 TEST(TcpStore, AMultiNodeJobNeedsASecretOrTheOptOut) {

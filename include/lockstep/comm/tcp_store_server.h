@@ -52,8 +52,8 @@ class TcpStoreServerOptions {
   /// stderr at most this long after the first one not yet reported.
   LOCKSTEP_OPTION(TcpStoreServerOptions, std::chrono::milliseconds, report_interval)
   /// When not empty, each refused client is also recorded in the store itself: the counter
-  /// `<refused_key>` is incremented (to n) and `<refused_key>/<n>` describes the client, so that any
-  /// client can report strangers (rendezvous uses "lockstep/refused").
+  /// `<refused_key>` is incremented (to n) and, for the first 100, `<refused_key>/<n>` describes the
+  /// client, so that any client can report strangers (rendezvous uses "lockstep/refused").
   LOCKSTEP_OPTION(TcpStoreServerOptions, std::string, refused_key)
   /// The job's secret (job_secret.h). When not empty, a client is served only once it proves it knows the
   /// same secret, and the server proves it in return; one that cannot is refused as a stranger is.

@@ -74,6 +74,7 @@
 #include "lockstep/data/transforms.h"
 
 #include "lockstep/models/classifier.h"
+#include "lockstep/models/gpt.h"
 #include "lockstep/models/mlp.h"
 #include "lockstep/models/models.h"
 #include "lockstep/models/resnet18.h"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../comm/thread_group.h"
+#include "lockstep/models/gpt.h"
 #include "lockstep/models/mlp.h"
 #include "lockstep/models/resnet18.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
@@ -304,6 +305,65 @@ TEST(Fsdp, ResNet18TrainsInUnitsOfItsStages) {
     }
     pg.shutdown();
   }));
+}
+
+// The GPT's head is tied to the token embedding: forward runs stage 0 again after ln_f (models/gpt.h), so
+// FSDP gathers unit 0 a second time for the head, and the embedding's gradient sums both uses. 2 and 3 ranks
+// on their share of the sequences end where one process on all of them does (float64, dropout 0), and no
+// more than two units are whole at once (measured: 2 with a unit per stage).
+TEST(Fsdp, GptWithItsTiedHeadMatchesOneProcess) {
+  const auto make = [] {
+    const auto generator = lockstep::testing::lock_default_generator(11);
+    models::Gpt gpt(models::GptOptions().vocab_size(32).context(8).layers(2).heads(2).embedding(16));
+    gpt->to(torch::kDouble);
+    return gpt;
+  };
+  const auto loss_of = [](models::Gpt& gpt, const torch::Tensor& tokens) {
+    const auto logits = gpt->forward(tokens.narrow(1, 0, 7));
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, 32}),
+                                                tokens.narrow(1, 1, 7).reshape({-1}));
+  };
+  torch::manual_seed(12);
+  const auto tokens = torch::randint(32, {6, 8});  // 6 sequences: 3, 2 or 1 per rank
+  constexpr int kGptSteps = 3;
+  std::vector<torch::Tensor> want;
+  {
+    auto gpt = make();
+    torch::optim::SGD sgd(gpt->parameters(), torch::optim::SGDOptions(0.5));
+    for (int step = 0; step < kGptSteps; ++step) {
+      sgd.zero_grad();
+      loss_of(gpt, tokens).backward();
+      sgd.step();
+    }
+    for (const auto& p : gpt->parameters()) want.push_back(p.detach().clone());
+  }
+  // One unit (the size policy, for so small a model), or each stage its own: embeddings, 2 blocks, ln_f.
+  for (const auto& starts : {std::vector<size_t>{}, std::vector<size_t>{0, 1, 2, 3}})
+    for (const int world : {2, 3}) {
+      auto store = c10::make_intrusive<c10d::HashStore>();
+      expect_all_ok(run_ranks(world, [&](int rank) {
+        auto pg = comm::init_process_group(
+            lockstep::testing::thread_group_options(rank, world, store, "fsdp-gpt-" + std::to_string(world)));
+        auto gpt = make();
+        FullyShardedDataParallel fsdp(gpt.ptr(), pg, FsdpOptions().unit_starts(starts));
+        auto sgd = fsdp.make_optimizer(
+            std::make_shared<torch::optim::SGD>(gpt->parameters(), torch::optim::SGDOptions(0.5)));
+        const int64_t share = 6 / world;
+        for (int step = 0; step < kGptSteps; ++step) {
+          loss_of(gpt, tokens.narrow(0, share * rank, share)).backward();
+          sgd->step();
+        }
+        EXPECT_EQ(fsdp.units().size(), starts.empty() ? 1u : 4u);
+        EXPECT_LE(fsdp.peak_gathered_units(), 2u);  // the head's second gather of unit 0 included
+        fsdp.gather_all();
+        const auto got = gpt->parameters();
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-12)
+              << "world " << world << ", rank " << rank << ", parameter " << i;
+        }
+        pg.shutdown();
+      }));
+    }
 }
 
 TEST(Fsdp, RefusesWhatItCannotShard) {

@@ -112,11 +112,11 @@ TORCH_MODULE(GptBlock);
  * Staged (models/staged.h), in layers + 2 stages: 0 the embeddings (wte, wpe), 1 … layers the blocks,
  * layers + 1 ln_f. The tied head is a second run of stage 0, after ln_f: forward runs the stages
  * 0, 1, …, layers + 1, 0, each reading only its own stage's parameters. A runner must allow a stage to run
- * twice. FSDP's does (from reading fully_sharded_data_parallel.cpp; GPT not yet run under it): the second
- * run of stage 0 repeats its start-of-forward work (buffer sync, hook refresh, every unit released: the last
- * unit is gathered again when backward starts), and stage 0's unit is whole from the head's backward until
- * wte's gradient is complete, after the embedding's backward. A pipeline would keep the head with the
- * embedding, or a copy of wte on its last stage with the gradients summed (as Megatron does).
+ * twice. FSDP's does: the second run of stage 0 repeats its start-of-forward work (buffer sync, hook
+ * refresh, every unit released: the last unit is gathered again when backward starts), and the ranks end
+ * where one process does with at most two units whole at once (Fsdp.GptWithItsTiedHeadMatchesOneProcess). A
+ * pipeline would keep the head with the embedding, or a copy of wte on its last stage with the gradients
+ * summed (as Megatron does).
  *
  * Example:
  *   torch::manual_seed(0);

@@ -77,6 +77,7 @@
 #include "lockstep/models/gpt.h"
 #include "lockstep/models/mlp.h"
 #include "lockstep/models/models.h"
+#include "lockstep/models/parallel_linear.h"
 #include "lockstep/models/resnet18.h"
 #include "lockstep/models/small_cnn.h"
 #include "lockstep/models/staged.h"

@@ -20,6 +20,9 @@ namespace lockstep::env {
 namespace {
 
 constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+// The bytes of all expanded names: 2^20 hosts of 16 characters. Without it, 2^20 names with every
+// character of a long literal appended to each took seconds (the env fuzz target's timeout).
+constexpr std::size_t kMaxNameBytes = std::size_t{1} << 24;
 
 class HostlistParser {
  public:
@@ -59,16 +62,28 @@ class HostlistParser {
            c == '.' || c == '_';
   }
 
+  // Counts `more` bytes of expanded names against kMaxNameBytes (all items of the list together).
+  void add_name_bytes(std::size_t more) {
+    if (more > kMaxNameBytes - name_bytes_) fail("its host names come to more than 16 MiB");
+    name_bytes_ += more;
+  }
+
   // Expands value_[begin, end), which has balanced, non-nested brackets, onto `hosts`.
-  void expand_item(std::size_t begin, std::size_t end, std::vector<std::string>& hosts) const {
+  void expand_item(std::size_t begin, std::size_t end, std::vector<std::string>& hosts) {
     if (begin == end) fail("empty host name at position " + std::to_string(begin));
     std::vector<std::string> names{""};
+    std::size_t bytes = 0;  // of `names`, counted in name_bytes_
     std::size_t i = begin;
     while (i < end) {
       if (value_[i] == '[') {
         const std::size_t close = value_.find(']', i);
         const std::vector<std::string> numbers = expand_group(i + 1, close);
         if (names.size() * numbers.size() > kMaxEntries) fail("it names more than 2^20 hosts");
+        std::size_t number_bytes = 0;
+        for (const auto& number : numbers) number_bytes += number.size();
+        // Each name is repeated once per number, and each number appended once per name.
+        add_name_bytes(bytes * (numbers.size() - 1) + names.size() * number_bytes);
+        bytes = bytes * numbers.size() + names.size() * number_bytes;
         std::vector<std::string> product;
         product.reserve(names.size() * numbers.size());
         for (const auto& name : names) {
@@ -81,6 +96,8 @@ class HostlistParser {
           fail("character '" + std::string(1, value_[i]) + "' at position " + std::to_string(i) +
                " cannot be part of a host name");
         }
+        add_name_bytes(names.size());
+        bytes += names.size();
         for (auto& name : names) name += value_[i];
         ++i;
       }
@@ -126,6 +143,7 @@ class HostlistParser {
 
   const std::string& value_;
   const std::string& variable_;
+  std::size_t name_bytes_ = 0;
 };
 
 [[noreturn]] void bad_tasks_per_node(const std::string& variable, const std::string& value,

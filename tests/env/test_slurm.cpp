@@ -104,7 +104,10 @@ INSTANTIATE_TEST_SUITE_P(
                     BadNodelistCase{"TrailingComma", "a,", "empty host name"},
                     BadNodelistCase{"Space", "gpu 01", "character ' '"},
                     BadNodelistCase{"HugeRange", "n[0-2000000]", "more than 2^20"},
-                    BadNodelistCase{"HugeProduct", "a[0-1023]b[0-1024]", "more than 2^20"}),
+                    BadNodelistCase{"HugeProduct", "a[0-1023]b[0-1024]", "more than 2^20"},
+                    // 2^20 names of ~24 bytes (fuzz/regressions/env: such a list took seconds to expand).
+                    BadNodelistCase{"HugeNames", "a[0-1023]b[0-1023]" + std::string(16, 'x'),
+                                    "more than 16 MiB"}),
     [](const testing::TestParamInfo<BadNodelistCase>& info) { return info.param.name; });
 
 TEST(ExpandNodelist, ErrorNamesTheGivenVariable) {

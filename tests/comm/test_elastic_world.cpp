@@ -334,6 +334,9 @@ TEST(ElasticWorld, ARankDeclaredLostCannotRejoin) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const auto outcomes = run_ranks(2, [&](int rank) {
     ElasticWorld elastic(options(rank, 2, store));
+    // Both ranks formed generation 0 before the announcement: announced earlier, rank 0's constructor
+    // would start at generation 1 already without rank 1 and wait for a second change (seen under ASan).
+    EXPECT_EQ(sum_of_ones(elastic.group()), 2.0);
     if (rank == 1) announce_lost(*store, 1, "silent for 5 s (test)");
     if (rank == 0) {
       elastic.reform();

@@ -5,7 +5,7 @@
 namespace lockstep::comm::detail {
 
 c10::intrusive_ptr<NativeBackend> make_mpi(const c10::intrusive_ptr<c10d::Store>&,
-                                           const ProcessGroupOptions& options) {
+                                           const ProcessGroupOptions& options, const std::vector<int>&) {
   throw CommError(
       options.rank(), "init_process_group",
       "backend 'mpi' needs lockstep built with MPI, and CMake found no MPI when this lockstep was "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
@@ -65,6 +66,14 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
                            c10::intrusive_ptr<c10d::Store> root_store,
                            c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options,
                            c10::intrusive_ptr<NativeBackend> host)
+    : ProcessGroup(std::move(native), std::move(root_store), std::move(job_store), std::move(options),
+                   std::move(host), "", {}, nullptr) {}
+
+ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
+                           c10::intrusive_ptr<c10d::Store> root_store,
+                           c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options,
+                           c10::intrusive_ptr<NativeBackend> host, std::string name,
+                           std::vector<int> world_ranks, std::shared_ptr<detail::ProcessActivity> activity)
     : native_(std::move(native)),
       backend_(detail::backend_of(native_)),
       host_(std::move(host)),
@@ -75,10 +84,14 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native,
       size_(options_.world_size()),
       native_average_(averages_itself(backend_)),
       host_average_(averages_itself(host_)),
-      shut_down_(false) {
+      shut_down_(false),
+      name_(std::move(name)),
+      world_ranks_(std::move(world_ranks)) {
   if (native_) {
+    // Only the world writes the launcher's heartbeat; a subgroup's collectives reach it through `activity`.
+    const int heartbeat_fd = activity ? -1 : detail::Progress::heartbeat_fd_from_env();
     progress_ = std::make_shared<detail::Progress>(job_store_, rank_, size_, options_.progress_interval(),
-                                                   detail::Progress::heartbeat_fd_from_env());
+                                                   heartbeat_fd, std::move(activity), world_ranks_);
     // The shm backend checks signatures and names missing ranks itself, inside the collective (and the
     // hierarchical one is shm inside each node): only the others wait in slices to read the records.
     diagnose_ = size_ > 1 && options_.backend() != Backend::kShm && options_.backend() != Backend::kHier;
@@ -105,6 +118,9 @@ ProcessGroup& ProcessGroup::operator=(ProcessGroup&& other) noexcept {
     shut_down_ = other.shut_down_;
     progress_ = std::move(other.progress_);
     diagnose_ = other.diagnose_;
+    name_ = std::move(other.name_);
+    world_ranks_ = std::move(other.world_ranks_);
+    splits_ = other.splits_;
     other.shut_down_ = true;
   }
   return *this;
@@ -153,6 +169,7 @@ void ProcessGroup::check_open(const char* op) const {
 
 std::string ProcessGroup::describe(const char* op, const std::vector<at::Tensor>& tensors) {
   std::ostringstream out;
+  if (!name_.empty()) out << name_ << " ";
   out << op << " #" << ++sequence_ << " (";
   for (size_t i = 0; i < tensors.size() && i < 3; ++i) {
     out << (i ? ", " : "") << tensors[i].scalar_type() << "[" << tensors[i].numel() << "]";
@@ -175,7 +192,7 @@ Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string de
   // CUDA graph captures it (it runs only when the graph is replayed, and its event is the graph's).
   if (on_stream && progress_ && !detail::capturing_cuda_graph())
     progress_->watch(sequence_, description, native, options_.collective_timeout());
-  Work work(std::move(native), std::move(description), rank_, options_.collective_timeout(),
+  Work work(std::move(native), std::move(description), world_rank(), options_.collective_timeout(),
             std::move(finish));
   work.track(progress_, sequence_, diagnose_);
   if (options_.interrupt()) work.interrupt_with(options_.interrupt());
@@ -203,6 +220,13 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   }
   return tracked(to.backend->allreduce(tensors, opts), std::move(description), std::move(finish),
                  to.on_stream);
+}
+
+std::vector<int> ProcessGroup::world_ranks() const {
+  if (!world_ranks_.empty()) return world_ranks_;
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+  return ranks;
 }
 
 bool ProcessGroup::can_reduce(at::ScalarType dtype) const {
@@ -404,7 +428,7 @@ void ProcessGroup::shutdown() {
     } catch (const std::exception& e) {
       job_store_.reset();
       root_store_.reset();
-      throw CommError(rank_, "shutdown",
+      throw CommError(world_rank(), "shutdown",
                       std::string("not every rank checked out of the job's store: ") + e.what());
     }
   }
@@ -415,18 +439,19 @@ void ProcessGroup::shutdown() {
 namespace {
 
 c10::intrusive_ptr<NativeBackend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                               const ProcessGroupOptions& resolved) {
+                                               const ProcessGroupOptions& resolved,
+                                               const std::vector<int>& world_ranks = {}) {
   switch (resolved.backend()) {
     case Backend::kGloo:
       return detail::make_gloo(store, resolved);
     case Backend::kShm:
-      return detail::make_shm(store, resolved);
+      return detail::make_shm(store, resolved, world_ranks);
     case Backend::kHier:
-      return detail::make_hier(store, resolved);
+      return detail::make_hier(store, resolved, world_ranks);
     case Backend::kNccl:
       return detail::make_nccl(store, resolved);
     case Backend::kMpi:
-      return detail::make_mpi(store, resolved);
+      return detail::make_mpi(store, resolved, world_ranks);
     case Backend::kAuto:
       break;
   }
@@ -444,6 +469,46 @@ c10::intrusive_ptr<NativeBackend> make_host_backend(const c10::intrusive_ptr<c10
 }
 
 }  // namespace
+
+ProcessGroup ProcessGroup::split(int color, const std::string& name) {
+  check_open("split");
+  // Every rank learns every color first, so that a bad one fails on all ranks alike instead of leaving
+  // the others waiting in a collective.
+  const at::Tensor colors = all_gather_stacked(at::full({1}, color, at::kLong)).reshape({-1});
+  std::vector<int> members;  // this group's ranks that share this rank's color
+  int sub_rank = -1;
+  std::string negative;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t theirs = colors[r].item<int64_t>();
+    if (theirs < 0)
+      negative += (negative.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(theirs) + ")";
+    if (theirs != color) continue;
+    if (r == rank_) sub_rank = static_cast<int>(members.size());
+    members.push_back(r);
+  }
+  if (!negative.empty()) {
+    throw std::invalid_argument("ProcessGroup::split: a color must be >= 0, but ranks " + negative +
+                                " gave a negative one: give every rank the color of the group it joins");
+  }
+  if (name.empty()) {
+    throw std::invalid_argument(
+        "ProcessGroup::split: give the subgroup a name (\"tp\", \"dp\"): errors name its collectives by it");
+  }
+  std::vector<int> world(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    world[i] = world_ranks_.empty() ? members[i] : world_ranks_[static_cast<size_t>(members[i])];
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "split" + std::to_string(++splits_) + "/" + std::to_string(color), job_store_);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", store);
+  const ProcessGroupOptions sub = detail::subgroup_options(options_, members, sub_rank);
+  c10::intrusive_ptr<NativeBackend> native = make_backend(pg_store, sub, world);
+  c10::intrusive_ptr<NativeBackend> host;
+  if (sub.backend() == Backend::kNccl) host = make_host_backend(store, sub);
+  TORCH_INTERNAL_ASSERT(progress_, "an open group has progress records");
+  return ProcessGroup(detail::as_process_group(native, pg_store, host), root_store_, store, sub, host, name,
+                      std::move(world), progress_->activity());
+}
 
 ProcessGroup init_process_group(const ProcessGroupOptions& options) {
   RendezvousResult rdzv = rendezvous(options);

@@ -117,12 +117,15 @@ ProgressRecord ProgressRecord::parse(const std::string& text) {
 }
 
 Progress::Progress(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
-                   std::chrono::milliseconds interval, int heartbeat_fd)
+                   std::chrono::milliseconds interval, int heartbeat_fd,
+                   std::shared_ptr<ProcessActivity> activity, std::vector<int> world_ranks)
     : store_(std::move(store)),
       rank_(rank),
       world_size_(world_size),
       interval_(interval),
-      heartbeat_fd_(heartbeat_fd) {
+      heartbeat_fd_(heartbeat_fd),
+      activity_(activity ? std::move(activity) : std::make_shared<ProcessActivity>()),
+      world_ranks_(std::move(world_ranks)) {
   mine_.unix_ms = unix_ms_now();
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
@@ -168,17 +171,27 @@ void Progress::issued(std::uint64_t sequence, const std::string& description) {
   mine_.issued = sequence;
   mine_.recent.emplace_back(sequence, description);
   while (mine_.recent.size() > kRecent) mine_.recent.pop_front();
+  std::lock_guard<std::mutex> process(activity_->mutex);
+  ++activity_->issued;
+  activity_->last_op = description;
 }
 
 void Progress::wait_started() {
   std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> process(activity_->mutex);
+  if (!mine_.waiting) ++activity_->waiting;
   mine_.waiting = true;
 }
 
 void Progress::wait_ended(std::uint64_t sequence, bool succeeded) {
   std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> process(activity_->mutex);
+  if (mine_.waiting) --activity_->waiting;
   mine_.waiting = false;
-  if (succeeded && sequence > mine_.finished) mine_.finished = sequence;
+  if (succeeded && sequence > mine_.finished) {
+    activity_->finished += sequence - mine_.finished;
+    mine_.finished = sequence;
+  }
 }
 
 ProgressRecord Progress::snapshot() const {
@@ -225,7 +238,7 @@ void Progress::check_watched() {
     report = report_;
   }
   const std::string sentence =
-      "lockstep: rank " + std::to_string(rank_) + ": " + late.description +
+      "lockstep: " + rank_name(rank_) + ": " + late.description +
       " has not finished on the GPU within the collective timeout (collective_timeout, "
       "LOCKSTEP_TIMEOUT)." +
       explain_missing(late.sequence);
@@ -255,10 +268,13 @@ void Progress::publish() {
   }
   if (heartbeat_fd_ >= 0) {
     lockstep::detail::Heartbeat beat;
-    beat.issued = record.issued;
-    beat.finished = record.finished;
-    beat.waiting = record.waiting;
-    if (!record.recent.empty()) beat.last_op = record.recent.back().second;
+    {
+      std::lock_guard<std::mutex> process(activity_->mutex);
+      beat.issued = activity_->issued;
+      beat.finished = activity_->finished;
+      beat.waiting = activity_->waiting > 0;
+      beat.last_op = activity_->last_op;
+    }
     const std::string line = format_heartbeat(beat);
     // Non-blocking: a launcher that reads slowly loses a beat (EAGAIN), never stalls this thread.
     if (::write(heartbeat_fd_, line.data(), line.size()) < 0 && errno == EPIPE) heartbeat_fd_ = -1;
@@ -285,6 +301,11 @@ void Progress::stop() {
     (void)!::write(heartbeat_fd_, line.data(), line.size());
     heartbeat_fd_ = -1;
   }
+}
+
+std::string Progress::rank_name(int rank) const {
+  const bool mapped = rank >= 0 && static_cast<std::size_t>(rank) < world_ranks_.size();
+  return "rank " + std::to_string(mapped ? world_ranks_[static_cast<std::size_t>(rank)] : rank);
 }
 
 bool Progress::read_record(int rank, ProgressRecord& out, std::string& problem) {
@@ -316,8 +337,8 @@ std::string Progress::find_mismatch() {
     for (const auto& [sequence, description] : mine.recent) {
       const std::string other = theirs.description_of(sequence);
       if (other.empty() || other == description) continue;
-      return "the ranks called different collectives: rank " + std::to_string(rank_) + " called " +
-             description + " but rank " + std::to_string(r) + " called " + other +
+      return "the ranks called different collectives: " + rank_name(rank_) + " called " + description +
+             " but " + rank_name(r) + " called " + other +
              ". Every rank must issue the same collectives in the same order: check for a model that differs "
              "between ranks, or a branch (an extra all-reduce, a skipped step, a log call) taken on some "
              "ranks "
@@ -341,7 +362,7 @@ std::string Progress::explain_missing(std::uint64_t sequence) {
         store_lost = true;
         break;
       }
-      missing.push_back("rank " + std::to_string(r) + " (" + problem + ": it never reached a collective)");
+      missing.push_back(rank_name(r) + " (" + problem + ": it never reached a collective)");
       continue;
     }
     if (theirs.issued >= sequence) continue;
@@ -359,7 +380,7 @@ std::string Progress::explain_missing(std::uint64_t sequence) {
             : std::string(
                   "its record is fresh: the process is alive but busy outside "
                   "collectives (data loading? user code? a branch only it takes?)");
-    missing.push_back("rank " + std::to_string(r) + " (" + last + "; " + state + ")");
+    missing.push_back(rank_name(r) + " (" + last + "; " + state + ")");
   }
   if (store_lost) {
     return " The other ranks' progress records cannot be read: the store (served by rank 0) is gone, so rank "

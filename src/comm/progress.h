@@ -37,6 +37,8 @@
 #include <utility>
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -59,11 +61,25 @@ struct ProgressRecord {
   static ProgressRecord parse(const std::string& text);
 };
 
+/// What the launcher's heartbeat reports: the collectives of every group of the process (the world and its
+/// subgroups, ProcessGroup::split), so that a rank busy in a subgroup is not taken for one stuck outside
+/// collectives. Shared by a group's Progress and its subgroups'; only the world's writes the heartbeat.
+struct ProcessActivity {
+  std::mutex mutex;
+  std::uint64_t issued = 0;    // collectives issued, all groups
+  std::uint64_t finished = 0;  // collectives whose wait returned, all groups
+  int waiting = 0;             // groups blocked in a wait now
+  std::string last_op;         // the last collective issued, any group
+};
+
 class Progress {
  public:
-  /// `store`: the job's namespace (may be null: then only heartbeats). `heartbeat_fd` < 0: none.
+  /// `store`: the group's namespace (may be null: then only heartbeats). `heartbeat_fd` < 0: none.
+  /// `activity`: the process's, shared with the parent group (null: a new one, for the world).
+  /// `world_ranks`: the world rank of each of the group's ranks, for messages (empty: the same numbers).
   Progress(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
-           std::chrono::milliseconds interval, int heartbeat_fd);
+           std::chrono::milliseconds interval, int heartbeat_fd,
+           std::shared_ptr<ProcessActivity> activity = nullptr, std::vector<int> world_ranks = {});
   /// Stops the thread (without the "bye" of stop()).
   ~Progress();
   Progress(const Progress&) = delete;
@@ -85,6 +101,7 @@ class Progress {
   bool abandoned() const { return abandoned_; }
 
   std::chrono::milliseconds interval() const { return interval_; }
+  const std::shared_ptr<ProcessActivity>& activity() const { return activity_; }
   int rank() const { return rank_; }
 
   /// Writes this rank's record now (not waiting for the thread).
@@ -117,6 +134,8 @@ class Progress {
   };
   ProgressRecord snapshot() const;
   std::string key_of(int rank) const { return "progress/" + std::to_string(rank); }
+  /// "rank N" with N the world rank of the group's rank `rank`.
+  std::string rank_name(int rank) const;
   bool read_record(int rank, ProgressRecord& out, std::string& problem);
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -133,6 +152,8 @@ class Progress {
   ProgressRecord mine_;
   std::deque<Watched> watched_;  // oldest first; guarded by mutex_
   std::function<void(const std::string&)> report_;
+  std::shared_ptr<ProcessActivity> activity_;
+  const std::vector<int> world_ranks_;
   std::thread thread_;
 };
 

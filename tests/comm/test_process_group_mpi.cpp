@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <regex>
 #include <string>
 #include <thread>
@@ -19,6 +20,8 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <numeric>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "../support/wait_until.h"
@@ -260,6 +263,38 @@ TEST(ProcessGroupMpiTest, AllgatherAndAllgatherBaseCollectEveryRanksInput) {
             << what(type, n) << " base, from " << r;
       }
     }
+  }
+}
+
+// ProcessGroup::split's subgroups: the world ranks of one parity get a communicator of their own
+// (MPI_Comm_create_group, called by the members only), which reduces among them, beside the world's.
+TEST(ProcessGroupMpiTest, ASubgroupOfSomeWorldRanksReducesAmongThemOnly) {
+  auto world = make_group();
+  std::vector<int> members;
+  for (int r = 0; r < world_size(); ++r) {
+    if (r % 2 == world_rank() % 2) members.push_back(r);
+  }
+  const double expected = std::accumulate(members.begin(), members.end(), 0.0);
+  auto sub = c10::make_intrusive<ProcessGroupMpi>(
+      world_rank() / 2, static_cast<int>(members.size()),
+      MpiOptions().timeout(std::chrono::seconds(60)).world_ranks(members));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<at::Tensor> mine{at::full({5}, static_cast<double>(world_rank()), at::kDouble)};
+    sub->allreduce(mine)->wait();
+    EXPECT_TRUE(at::equal(mine[0], at::full({5}, expected, at::kDouble))) << "round " << round;
+    std::vector<at::Tensor> all{at::ones({2})};
+    world->allreduce(all)->wait();
+    EXPECT_TRUE(at::equal(all[0], at::full({2}, static_cast<float>(world_size()))));
+  }
+  // A group rank that stands for another process's world rank is refused before any MPI call.
+  try {
+    ProcessGroupMpi(0, 1, MpiOptions().world_ranks({world_rank() == 0 ? 1 : 0}));
+    ADD_FAILURE() << "a subgroup of another process's rank was made";
+  } catch (const std::exception& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("mpi subgroup: this process is MPI rank " + std::to_string(world_rank())),
+        std::string::npos)
+        << e.what();
   }
 }
 

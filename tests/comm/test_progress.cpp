@@ -1,7 +1,9 @@
 // Progress records (src/comm/progress.h): how a failed or hung collective names the ranks that were not
 // there, and how ranks that called different collectives are told so. Records are read from a real
 // in-memory store; the collectives run on real Gloo groups with ranks as threads.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <ATen/ops/ones.h>
@@ -16,6 +18,7 @@
 #include "../../src/comm/progress.h"
 #include "../support/wait_until.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/detail/worker_contract.h"
 #include "thread_group.h"
 
 namespace lockstep::comm {
@@ -138,6 +141,60 @@ TEST(Progress, PublishesThisRanksRecordPeriodically) {
   const ProgressRecord after = ProgressRecord::parse(std::string(last.begin(), last.end()));
   EXPECT_EQ(after.finished, 1u);
   EXPECT_FALSE(after.waiting);
+}
+
+// The last heartbeat line written to the pipe `fd` (non-blocking), without its newline.
+std::string last_heartbeat(int fd) {
+  std::string all;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) all.append(buffer, static_cast<size_t>(n));
+  if (all.empty()) return "";
+  all.pop_back();  // the last newline
+  const auto start = all.rfind('\n');
+  return start == std::string::npos ? all : all.substr(start + 1);
+}
+
+// A subgroup's Progress shares the world's activity: the world's heartbeat counts the subgroup's
+// collectives (a rank busy in its tensor-parallel group is not stuck), and the subgroup names ranks by
+// their world rank.
+TEST(Progress, TheWorldsHeartbeatCountsASubgroupsCollectivesAndItNamesWorldRanks) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto sub_store = c10::make_intrusive<c10d::HashStore>();
+  {
+    Progress world(store, /*rank=*/5, /*world_size=*/8, 1h, fds[1]);
+    Progress sub(sub_store, /*rank=*/0, /*world_size=*/2, 1h, /*heartbeat_fd=*/-1, world.activity(), {5, 7});
+    world.issued(1, "all_reduce #1 (Float[1])");
+    world.wait_ended(1, true);
+    sub.issued(1, "tp all_reduce #1 (Float[8])");
+    sub.wait_started();
+    world.publish_now();
+    auto beat = lockstep::detail::parse_heartbeat(last_heartbeat(fds[0]));
+    ASSERT_TRUE(beat.has_value());
+    EXPECT_EQ(beat->issued, 2u);
+    EXPECT_EQ(beat->finished, 1u);
+    EXPECT_TRUE(beat->waiting);
+    EXPECT_EQ(beat->last_op, "tp all_reduce #1 (Float[8])");
+    sub.wait_ended(1, true);
+    world.publish_now();
+    beat = lockstep::detail::parse_heartbeat(last_heartbeat(fds[0]));
+    ASSERT_TRUE(beat.has_value());
+    EXPECT_EQ(beat->finished, 2u);
+    EXPECT_FALSE(beat->waiting);
+    sub.issued(2, "tp all_reduce #2 (Float[8])");
+    const std::string why = sub.explain_missing(2);
+    EXPECT_NE(why.find("Not at collective #2: rank 7 (no progress record"), std::string::npos) << why;
+    sub.stop();  // a subgroup's end says no "bye" for the process
+    world.publish_now();
+    beat = lockstep::detail::parse_heartbeat(last_heartbeat(fds[0]));
+    ASSERT_TRUE(beat.has_value());
+    EXPECT_FALSE(beat->bye);
+    EXPECT_EQ(beat->issued, 3u);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 // A collective whose wait does not block the host (NCCL on CUDA tensors), as the progress thread sees it.

@@ -20,7 +20,8 @@ namespace lockstep::comm {
 
 namespace detail {
 class Progress;
-}
+struct ProcessActivity;
+}  // namespace detail
 
 /// Reductions. kAvg is a sum divided by the world size (Gloo has no native average).
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
@@ -58,6 +59,22 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// This process's rank in the world the group was split from (rank() for the world itself).
+  int world_rank() const { return world_ranks_.empty() ? rank_ : world_ranks_[static_cast<size_t>(rank_)]; }
+  /// The world rank of each of the group's ranks, in group rank order.
+  std::vector<int> world_ranks() const;
+  /// "" for the world; the name given to split() for a subgroup.
+  const std::string& name() const { return name_; }
+
+  /// A collective of this group (every rank calls it, in the same order as its other collectives): the
+  /// ranks that pass the same `color` (>= 0) form a new group, ranked in this group's order, as
+  /// MPI_Comm_split does. Every rank gets the one subgroup it is in. The subgroup has its own backend of
+  /// this group's kind, set up through this group's store, and works beside it: their collectives do not
+  /// meet, but a rank may wait on only one group at a time (issue each group's collectives in the same
+  /// order on its ranks). With hier, a subgroup inside one node is shm, one with a rank per node is Gloo.
+  /// `name` ("tp", "dp": the same on the group's ranks) prefixes its collectives' descriptions in errors,
+  /// where ranks are named by their world rank. Shut subgroups down before the world.
+  ProcessGroup split(int color, const std::string& name);
   Backend backend() const { return options_.backend(); }
   const ProcessGroupOptions& options() const { return options_; }
 
@@ -132,6 +149,11 @@ class ProcessGroup {
     bool on_stream;
   };
   Route route(const std::vector<at::Tensor>& tensors) const;
+  /// A subgroup of split(): `activity` is the parent's (the heartbeat counts every group's collectives).
+  ProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> native, c10::intrusive_ptr<c10d::Store> root_store,
+               c10::intrusive_ptr<c10d::Store> job_store, ProcessGroupOptions options,
+               c10::intrusive_ptr<NativeBackend> host, std::string name, std::vector<int> world_ranks,
+               std::shared_ptr<detail::ProcessActivity> activity);
   /// An all-gather of empty inputs, `description`d: a barrier.
   Work empty_gather(std::string description);
   std::string describe(const char* op, const std::vector<at::Tensor>& tensors);
@@ -155,6 +177,9 @@ class ProcessGroup {
   bool host_average_ = false;    // the same for host_
   bool shut_down_ = true;
   std::shared_ptr<detail::Progress> progress_;  // records of this rank's collectives (progress.h)
+  std::string name_;                            // a subgroup's (split); "" for the world
+  std::vector<int> world_ranks_;                // a subgroup's members' world ranks; empty for the world
+  int splits_ = 0;         // subgroups made from this group: each gets its own store prefix
   bool diagnose_ = false;  // waits check the other ranks' records (the shm backend checks itself)
 };
 

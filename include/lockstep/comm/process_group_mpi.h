@@ -29,15 +29,21 @@ class MpiOptions {
   /// of the group wait behind it and time out too), and while it is inside MPI the process skips
   /// MPI_Finalize at exit (which would wait for the missing rank forever).
   LOCKSTEP_OPTION(MpiOptions, std::chrono::milliseconds, timeout)
+  /// The MPI_COMM_WORLD ranks of the group's members, in group rank order: a subgroup
+  /// (ProcessGroup::split), whose communicator only its members create (MPI_Comm_create_group). Empty (the
+  /// default): every rank of MPI_COMM_WORLD, in its order.
+  LOCKSTEP_OPTION(MpiOptions, std::vector<int>, world_ranks)
 
   /// Throws std::invalid_argument naming the field and value when an option is out of range.
   void validate() const;
 
  private:
   std::chrono::milliseconds timeout_{std::chrono::minutes(30)};
+  std::vector<int> world_ranks_;
 };
 
-/// A c10d backend (NativeBackend: c10d_compat.h) over MPI's MPI_COMM_WORLD (a duplicate of it per group), for
+/// A c10d backend (NativeBackend: c10d_compat.h) over MPI's MPI_COMM_WORLD (a duplicate of it per group; a
+/// communicator of the members for a subgroup: MpiOptions::world_ranks), for
 /// processes started by `mpirun -np N` (Open MPI; as root also `--allow-run-as-root`). lockstep's own:
 /// Debian's LibTorch is built without c10d's ProcessGroupMPI.
 ///

@@ -45,6 +45,9 @@ class ShmOptions {
   /// collective runs on the group's worker thread and overlaps with the caller. Default: true unless
   /// LOCKSTEP_SHM_ASYNC=1.
   LOCKSTEP_OPTION(ShmOptions, bool, inline_when_idle)
+  /// The world rank each of the group's ranks stands for, in group rank order, for messages (a subgroup:
+  /// ProcessGroup::split; a node's group under hier). Empty (the default): the group's own numbers.
+  LOCKSTEP_OPTION(ShmOptions, std::vector<int>, world_ranks)
 
   ShmOptions();
 
@@ -56,6 +59,7 @@ class ShmOptions {
   std::chrono::milliseconds timeout_{std::chrono::minutes(30)};
   std::size_t slot_bytes_ = 4u << 20;
   bool inline_when_idle_ = true;
+  std::vector<int> world_ranks_;
 };
 
 /// A c10d backend (NativeBackend: c10d_compat.h) for ranks on one host: collectives move through a POSIX

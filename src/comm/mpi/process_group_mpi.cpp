@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -196,8 +197,11 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   options_.validate();
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mpi: rank ", rank, " is not in [0, ", size, ")");
   // Refused before MPI starts: a process no launcher started would become a world of its own.
+  const std::vector<int>& members = options_.world_ranks();
+  TORCH_CHECK(members.empty() || static_cast<int>(members.size()) == size, "mpi: ", members.size(),
+              " world ranks given for a group of ", size);
   const int launched = detail::mpi_launcher_world_size();
-  if (size > 1 && (launched < 0 || (launched > 0 && launched != size))) {
+  if (members.empty() && size > 1 && (launched < 0 || (launched > 0 && launched != size))) {
     throw std::runtime_error(
         needs_mpirun(rank, size,
                      launched < 0 ? "was not started by an MPI launcher"
@@ -217,9 +221,16 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
     mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &mpi_size), "MPI_Comm_size");
   }
-  if (mpi_rank != rank || mpi_size != size) {
+  if (members.empty() && (mpi_rank != rank || mpi_size != size)) {
     throw std::runtime_error(needs_mpirun(
         rank, size, "is rank " + std::to_string(mpi_rank) + " of " + std::to_string(mpi_size) + " for MPI"));
+  }
+  if (!members.empty() &&
+      (members[rank] != mpi_rank || *std::max_element(members.begin(), members.end()) >= mpi_size)) {
+    throw std::runtime_error("mpi subgroup: this process is MPI rank " + std::to_string(mpi_rank) + " of " +
+                             std::to_string(mpi_size) + ", not the world rank " +
+                             std::to_string(members[rank]) + " the group's rank " + std::to_string(rank) +
+                             " stands for");
   }
   // Group creation is a collective: every rank dups MPI_COMM_WORLD, in the same order. The dup runs on the
   // group's worker thread, so that a rank which never creates its group (it exited, or is stuck before
@@ -227,10 +238,23 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   // collective becomes an exception naming it instead of aborting the whole job.
   init();
   executor_ = std::make_shared<detail::SerialExecutor>("mpi");
-  executor_->start([state = state_, timeout = options_.timeout()] {
+  executor_->start([state = state_, timeout = options_.timeout(), members] {
     try {
       MpiCallScope scope("rank " + std::to_string(state->rank) + ": MPI_Comm_dup", timeout);
-      mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state->comm), "MPI_Comm_dup");
+      if (members.empty()) {
+        mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &state->comm), "MPI_Comm_dup");
+      } else {
+        // Only the members call it (MPI_Comm_split would need every rank of the world).
+        MPI_Group world = MPI_GROUP_NULL;
+        MPI_Group group = MPI_GROUP_NULL;
+        mpi_check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+        mpi_check(MPI_Group_incl(world, static_cast<int>(members.size()), members.data(), &group),
+                  "MPI_Group_incl");
+        mpi_check(MPI_Comm_create_group(MPI_COMM_WORLD, group, /*tag=*/0, &state->comm),
+                  "MPI_Comm_create_group");
+        MPI_Group_free(&group);
+        MPI_Group_free(&world);
+      }
       mpi_check(MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     } catch (const std::exception&) {
       std::lock_guard<std::mutex> lock(state->mutex);
@@ -251,8 +275,9 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   executor_->stop(std::chrono::milliseconds(0));
   if (created) std::rethrow_exception(state_->create_error);
   throw std::runtime_error(
-      "rank " + std::to_string(rank) +
-      ": mpi process group creation (MPI_Comm_dup of MPI_COMM_WORLD) did "
+      "rank " + std::to_string(rank) + ": mpi process group creation (" +
+      std::string(members.empty() ? "MPI_Comm_dup of MPI_COMM_WORLD" : "MPI_Comm_create_group") +
+      ") did "
       "not complete within " +
       std::to_string(options_.timeout().count()) +
       " ms: a rank has not created its group (it exited, is stuck before init_process_group, or creates "

@@ -367,6 +367,7 @@ ProcessGroupShm::ProcessGroupShm(const c10::intrusive_ptr<c10d::Store>& store, i
     channel_ = std::make_unique<ShmChannel>(detail::ShmSegment::open(segment_name_, bytes), rank, size,
                                             options_.slot_bytes(), /*initialise=*/false);
   }
+  channel_->name_ranks(options_.world_ranks());
   if (store->add("shm/attached", 1) == size) store->set("shm/all_attached", std::vector<uint8_t>{'1'});
   if (rank == 0) {
     store->wait({"shm/all_attached"});

@@ -150,7 +150,7 @@ void ShmChannel::throw_if_failed() const {
   const std::string text =
       block_->failure_ready.load(std::memory_order_acquire) ? block_->failure : "(no detail)";
   if (failed == rank_) throw std::runtime_error(text);
-  throw std::runtime_error("rank " + std::to_string(failed) + " failed, so this group is unusable: " + text);
+  throw std::runtime_error(rank_name(failed) + " failed, so this group is unusable: " + text);
 }
 
 void ShmChannel::fail(const std::string& message) {
@@ -158,10 +158,15 @@ void ShmChannel::fail(const std::string& message) {
   throw std::runtime_error(message);
 }
 
+std::string ShmChannel::rank_name(int r) const {
+  const bool mapped = r >= 0 && static_cast<std::size_t>(r) < world_ranks_.size();
+  return "rank " + std::to_string(mapped ? world_ranks_[static_cast<std::size_t>(r)] : r);
+}
+
 std::string ShmChannel::missing_ranks(std::uint64_t target) const {
   std::string list;
   for (int r = 0; r < world_; ++r) {
-    if (control(r).arrivals.load() < target) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (control(r).arrivals.load() < target) list += (list.empty() ? "" : ", ") + rank_name(r).substr(5);
   }
   return list;
 }
@@ -172,8 +177,7 @@ std::string ShmChannel::dead_ranks(std::uint64_t target) const {
     const std::int32_t pid = control(r).pid.load();
     if (r == rank_ || pid <= 0 || control(r).arrivals.load() >= target) continue;
     if (::kill(pid, 0) != 0 && errno == ESRCH) {
-      list +=
-          (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
+      list += (list.empty() ? "" : ", ") + (rank_name(r) + " (pid " + std::to_string(pid) + ")");
     }
   }
   return list;
@@ -218,13 +222,12 @@ void ShmChannel::wait_for_generation(std::uint32_t seen, std::uint64_t target, c
     const auto now = Clock::now();
     const std::string dead = dead_ranks(target);
     if (!dead.empty()) {
-      fail("rank " + std::to_string(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) + ": " +
-           dead +
+      fail(rank_name(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) + ": " + dead +
            " exited while this rank waited for it (it died or was killed inside or before this collective)");
     }
     if (now >= ctx.deadline) {
-      fail("rank " + std::to_string(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) +
-           " timed out after " + seconds_text(ctx.timeout) + " waiting for rank(s) " + missing_ranks(target) +
+      fail(rank_name(rank_) + ": shm " + ctx.op + " #" + std::to_string(ctx.sequence) + " timed out after " +
+           seconds_text(ctx.timeout) + " waiting for rank(s) " + missing_ranks(target) +
            " (alive, but not at this collective: stuck, or on a different code path). Collective timeout: "
            "LOCKSTEP_TIMEOUT / collective_timeout.");
     }
@@ -241,8 +244,8 @@ void ShmChannel::check_signatures(const ShmOpContext& ctx) {
     if (theirs.sequence != mine.sequence || theirs.op != mine.op || theirs.dtype != mine.dtype ||
         theirs.numel != mine.numel || theirs.detail != mine.detail || theirs.chunks != mine.chunks ||
         theirs.shared_offset != mine.shared_offset) {
-      fail("collective mismatch: rank " + std::to_string(rank_) + " called " + describe(mine) + " but rank " +
-           std::to_string(r) + " called " + describe(theirs) +
+      fail("collective mismatch: " + rank_name(rank_) + " called " + describe(mine) + " but " + rank_name(r) +
+           " called " + describe(theirs) +
            ". Every rank must call the same collectives, with the same sizes, in the same order.");
     }
   }

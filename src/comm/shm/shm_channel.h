@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shm_segment.h"
 
@@ -72,6 +73,8 @@ class ShmChannel {
   std::size_t slot_bytes() const { return slot_bytes_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
+  /// Messages name rank r as world_ranks[r] (ShmOptions::world_ranks); empty: as r.
+  void name_ranks(std::vector<int> world_ranks) { world_ranks_ = std::move(world_ranks); }
   ShmSegment& segment() { return segment_; }
 
   /// Publishes this rank's signature of the collective about to start.
@@ -105,6 +108,9 @@ class ShmChannel {
   char* buffers_ = nullptr;
   int rank_ = 0;
   int world_ = 1;
+  std::vector<int> world_ranks_;  // for messages (name_ranks)
+  /// "rank N", N the world rank of the group's rank r.
+  std::string rank_name(int r) const;
   std::size_t slot_bytes_ = 0;
   std::uint64_t step_ = 0;      // steps taken (selects the buffer)
   std::uint64_t arrivals_ = 0;  // barriers entered by this rank

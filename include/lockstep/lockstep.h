@@ -32,6 +32,7 @@
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/c10d_compat.h"
 #include "lockstep/comm/comm_error.h"
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/job_secret.h"
 #include "lockstep/comm/network.h"
@@ -81,6 +82,8 @@
 #include "lockstep/models/resnet18.h"
 #include "lockstep/models/small_cnn.h"
 #include "lockstep/models/staged.h"
+#include "lockstep/models/tensor_parallel_gpt.h"
+#include "lockstep/models/vocab_parallel.h"
 
 #include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"

@@ -9,6 +9,8 @@
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/init.h>
 
+#include "attention.h"
+
 namespace lockstep::models {
 
 namespace F = torch::nn::functional;
@@ -31,11 +33,35 @@ torch::nn::Dropout make_dropout(const GptOptions& o) {
   return torch::nn::Dropout(torch::nn::DropoutOptions(o.dropout()));
 }
 
-torch::nn::LayerNorm make_layer_norm(const GptOptions& o) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.embedding()}));  // eps 1e-5, as GPT-2
+}  // namespace
+
+namespace detail {
+
+at::Tensor causal_attention(const at::Tensor& qkv, int64_t heads, torch::nn::Dropout* dropout) {
+  const int64_t batch = qkv.size(0), length = qkv.size(1), width = qkv.size(2) / 3;
+  const int64_t head_width = width / heads;
+  const auto split_heads = [&](const at::Tensor& t) {  // [B, T, W] → [B, heads, T, W / heads]
+    return t.reshape({batch, length, heads, head_width}).transpose(1, 2);
+  };
+  const auto parts = qkv.split(width, /*dim=*/2);
+  const at::Tensor q = split_heads(parts[0]), k = split_heads(parts[1]), v = split_heads(parts[2]);
+  at::Tensor scores =
+      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_width)));
+  // Position i attends to j <= i: the entries above the diagonal are the future. Built per call (T² bools,
+  // small beside the scores) rather than kept as a buffer, which LibTorch would save and FSDP broadcast.
+  const at::Tensor future =
+      torch::ones({length, length}, qkv.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  at::Tensor weights = torch::softmax(scores, /*dim=*/-1);
+  if (dropout != nullptr) weights = (*dropout)->forward(weights);
+  return torch::matmul(weights, v).transpose(1, 2).contiguous().view({batch, length, width});
 }
 
-}  // namespace
+torch::nn::LayerNorm gpt_layer_norm(const GptOptions& options) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.embedding()}));  // eps 1e-5, as GPT-2
+}
+
+}  // namespace detail
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options) : heads_(options.heads()) {
   check_options(options);
@@ -47,22 +73,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options) : he
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
-  const int64_t batch = x.size(0), length = x.size(1), width = x.size(2);
-  const int64_t head_width = width / heads_;
-  const auto split_heads = [&](const at::Tensor& t) {  // [B, T, C] → [B, heads, T, C / heads]
-    return t.view({batch, length, heads_, head_width}).transpose(1, 2);
-  };
-  const auto qkv = c_attn_->forward(x).split(width, /*dim=*/2);
-  const at::Tensor q = split_heads(qkv[0]), k = split_heads(qkv[1]), v = split_heads(qkv[2]);
-  at::Tensor scores =
-      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_width)));
-  // Position i attends to j <= i: the entries above the diagonal are the future. Built per call (T² bools,
-  // small beside the scores) rather than kept as a buffer, which LibTorch would save and FSDP broadcast.
-  const at::Tensor future =
-      torch::ones({length, length}, x.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  const at::Tensor weights = attn_dropout_->forward(torch::softmax(scores, /*dim=*/-1));
-  const at::Tensor y = torch::matmul(weights, v).transpose(1, 2).contiguous().view({batch, length, width});
+  const at::Tensor y = detail::causal_attention(c_attn_->forward(x), heads_, &attn_dropout_);
   return resid_dropout_->forward(c_proj_->forward(y));
 }
 
@@ -79,9 +90,9 @@ at::Tensor GptMlpImpl::forward(const at::Tensor& x) {
 }
 
 GptBlockImpl::GptBlockImpl(const GptOptions& options) {
-  ln_1_ = register_module("ln_1", make_layer_norm(options));
+  ln_1_ = register_module("ln_1", detail::gpt_layer_norm(options));
   attn_ = register_module("attn", CausalSelfAttention(options));
-  ln_2_ = register_module("ln_2", make_layer_norm(options));
+  ln_2_ = register_module("ln_2", detail::gpt_layer_norm(options));
   mlp_ = register_module("mlp", GptMlp(options));
 }
 
@@ -101,7 +112,7 @@ GptImpl::GptImpl(GptOptions options) : options_(std::move(options)) {
     block_list_.emplace_back(options_);
     blocks_->push_back(block_list_.back());
   }
-  ln_f_ = register_module("ln_f", make_layer_norm(options_));
+  ln_f_ = register_module("ln_f", detail::gpt_layer_norm(options_));
 
   // GPT-2's initialisation (nanoGPT's _init_weights): the residual projections scaled by 1/√(2·layers),
   // as each block adds two of them to the residual stream. (Walked by hand: named_modules() needs

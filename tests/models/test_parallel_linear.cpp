@@ -1,8 +1,8 @@
 // Megatron's tensor-parallel linear layers over T ranks as threads (c10d::HashStore + Gloo), against one
 // process's torch::nn::Linear: the region functions' collectives, a Column → GELU → Row MLP in float64
 // (outputs and every gradient slice within 1e-12), gathered and scattered single layers, initialisation
-// independent of T, and the divisibility errors. Worlds 1, 2, 3, 4, 8: every split size here (24) is
-// divisible by each of them.
+// independent of T, data × tensor parallel steps on a DeviceMesh, and the divisibility errors. Worlds 1, 2,
+// 3, 4, 8: every split size here (24) is divisible by each of them.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -15,14 +15,18 @@
 #include <vector>
 
 #include "../comm/thread_group.h"
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/models/parallel_linear.h"
+#include "mesh_shape.h"
 
 namespace lockstep::models {
 namespace {
 
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::lock_default_generator;
+using lockstep::testing::mesh_shape_name;
+using lockstep::testing::MeshShape;
 using lockstep::testing::run_ranks;
 using lockstep::testing::thread_group_options;
 
@@ -216,6 +220,84 @@ TEST_P(ParallelLinearWorld, InitialisationFromASeedDoesNotDependOnTheGroupSize) 
 INSTANTIATE_TEST_SUITE_P(Worlds, ParallelLinearWorld, ::testing::Values(1, 2, 3, 4, 8));
 
 // Sizes that the group's size does not divide: the error names both numbers (a world of 4; 10 % 4 != 0).
+// Data × tensor parallel on a DeviceMesh: each data-parallel rank takes its rows of the global batch, the
+// tensor-parallel group splits the MLP, and gradients are summed over the data-parallel group. Three SGD
+// steps end on the parameters one process reaches on the whole batch (float64, 1e-12), on every rank.
+class ParallelLinearMesh : public ::testing::TestWithParam<MeshShape> {};
+
+TEST_P(ParallelLinearMesh, DataTimesTensorParallelStepsEqualOneProcessOnTheGlobalBatch) {
+  const auto [world, tp] = GetParam();
+  const int dp = world / tp;
+  const int64_t global = kBatch * dp;
+  constexpr int kSteps = 3;
+  constexpr double kLr = 0.1;
+  auto fc1 = reference_linear(kIn, kHidden, 21);
+  auto fc2 = reference_linear(kHidden, kOut, 22);
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> targets;
+  {
+    auto lock = lock_default_generator(23);
+    for (int step = 0; step < kSteps; ++step) {
+      inputs.push_back(at::randn({global, kIn}, at::kDouble));
+      targets.push_back(at::randn({global, kOut}, at::kDouble));
+    }
+  }
+  // The loss of a batch's rows: the squared error summed, over the global batch size (a mean over it).
+  const auto loss_of = [&](const at::Tensor& y, const at::Tensor& target) {
+    return (y - target).pow(2).sum() / static_cast<double>(global);
+  };
+  const auto sgd = [&](const std::vector<at::Tensor>& parameters) {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& p : parameters) {
+      p.sub_(p.grad() * kLr);
+      p.mutable_grad().zero_();
+    }
+  };
+  const std::vector<at::Tensor> reference = {fc1->weight, fc1->bias, fc2->weight, fc2->bias};
+  const at::Tensor w1 = fc1->weight.detach().clone(), b1 = fc1->bias.detach().clone();
+  const at::Tensor w2 = fc2->weight.detach().clone(), b2 = fc2->bias.detach().clone();
+  for (int step = 0; step < kSteps; ++step) {
+    loss_of(fc2(at::gelu(fc1(inputs[step]))), targets[step]).backward();
+    sgd(reference);
+  }
+
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = comm::init_process_group(thread_group_options(rank, world, store, "tp-mesh"));
+    comm::DeviceMesh mesh(group, tp);
+    ColumnParallelLinear column(ColumnParallelLinearOptions(kIn, kHidden).gather_output(false), mesh.tp());
+    RowParallelLinear row(RowParallelLinearOptions(kHidden, kOut).input_is_parallel(true), mesh.tp());
+    column->to(at::kDouble);
+    row->to(at::kDouble);
+    column->load_full(w1, b1);
+    row->load_full(w2, b2);
+    const std::vector<at::Tensor> mine = {column->weight, column->bias, row->weight, row->bias};
+    for (int step = 0; step < kSteps; ++step) {
+      const at::Tensor x = inputs[step].narrow(0, mesh.dp_rank() * kBatch, kBatch);
+      const at::Tensor target = targets[step].narrow(0, mesh.dp_rank() * kBatch, kBatch);
+      loss_of(row(at::gelu(column(x))), target).backward();
+      for (const at::Tensor& p : mine) {
+        at::Tensor grad = p.mutable_grad();
+        mesh.dp().all_reduce(grad, comm::ReduceOp::kSum).wait();
+      }
+      sgd(mine);
+    }
+    const int64_t slice = kHidden / tp;
+    const int64_t at_slice = mesh.tp_rank() * slice;
+    EXPECT_LT(max_abs_diff(column->weight, fc1->weight.narrow(0, at_slice, slice)), kTolerance) << rank;
+    EXPECT_LT(max_abs_diff(column->bias, fc1->bias.narrow(0, at_slice, slice)), kTolerance) << rank;
+    EXPECT_LT(max_abs_diff(row->weight, fc2->weight.narrow(1, at_slice, slice)), kTolerance) << rank;
+    EXPECT_LT(max_abs_diff(row->bias, fc2->bias), kTolerance) << rank;
+    mesh.shutdown();
+    group.shutdown();
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ParallelLinearMesh,
+                         ::testing::Values(MeshShape{2, 2}, MeshShape{2, 1}, MeshShape{4, 2}, MeshShape{8, 2},
+                                           MeshShape{8, 4}),
+                         mesh_shape_name);
+
 TEST(ParallelLinear, SizesNotDivisibleByTheGroupSizeAreRefusedNamingBoth) {
   constexpr int kWorld = 4;
   auto store = c10::make_intrusive<c10d::HashStore>();

@@ -1,0 +1,119 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "lockstep/models/gpt.h"
+#include "lockstep/models/parallel_linear.h"
+#include "lockstep/models/vocab_parallel.h"
+
+namespace lockstep::comm {
+class ProcessGroup;
+}
+
+namespace lockstep::models {
+
+/// CausalSelfAttention split by heads over a tensor-parallel group of T ranks (Megatron's split): rank r
+/// computes heads [r·H/T, (r+1)·H/T). `c_attn` is a ColumnParallelLinear whose local rows are this rank's
+/// queries, keys and values, in that order; `c_proj` a RowParallelLinear over the concatenated local
+/// heads. One all-reduce in forward (c_proj's) and one in backward (c_attn's input).
+class ParallelCausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  ParallelCausalSelfAttentionImpl(const GptOptions& options, comm::ProcessGroup& group);
+  /// `x`: [B, T, width], the same on every rank → [B, T, width], the same on every rank.
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  int64_t local_heads_;
+  ColumnParallelLinear c_attn_{nullptr};
+  RowParallelLinear c_proj_{nullptr};
+};
+TORCH_MODULE(ParallelCausalSelfAttention);
+
+/// GptMlp split as Megatron splits an MLP: `c_fc` column-parallel (each rank 4·width/T hidden units),
+/// GELU, `c_proj` row-parallel. One all-reduce in forward, one in backward.
+class ParallelGptMlpImpl : public torch::nn::Module {
+ public:
+  ParallelGptMlpImpl(const GptOptions& options, comm::ProcessGroup& group);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  ColumnParallelLinear c_fc_{nullptr};
+  RowParallelLinear c_proj_{nullptr};
+};
+TORCH_MODULE(ParallelGptMlp);
+
+/// A GptBlock of ParallelCausalSelfAttention and ParallelGptMlp; the LayerNorms replicated (their inputs
+/// and gradients are the same on every rank, so they stay equal).
+class ParallelGptBlockImpl : public torch::nn::Module {
+ public:
+  ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group);
+  at::Tensor forward(at::Tensor x);
+
+ private:
+  torch::nn::LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
+  ParallelCausalSelfAttention attn_{nullptr};
+  ParallelGptMlp mlp_{nullptr};
+};
+TORCH_MODULE(ParallelGptBlock);
+
+/// models::Gpt split over a tensor-parallel group of T ranks: the token embedding and the head tied to it
+/// by vocabulary (VocabParallelEmbedding, vocab_parallel_cross_entropy), each block by heads and MLP
+/// columns (ParallelGptBlock); the position embedding, LayerNorms and the row-parallel biases replicated.
+/// Each rank holds about 1/T of the blocks' weights, and of their gradients and optimizer state.
+///
+/// Built from a full Gpt, whose parameters it slices (in their dtype, on their device): every rank builds
+/// the same Gpt (the same seed) and keeps its part, so a tensor-parallel run starts exactly where one process
+/// starts, whatever T. The parameter names are the full model's (wte.weight, blocks.<i>.attn.c_attn.weight,
+/// ...), each holding this rank's slice (full_slice says which).
+///
+/// Requires heads and vocab_size divisible by T, and dropout 0: the per-rank dropout streams (different
+/// across a group's heads, equal on its replicated activations) are not built yet.
+///
+/// Example:
+///   torch::manual_seed(0);                                   // the same on every rank
+///   Gpt full(GptOptions::tiny());
+///   TensorParallelGpt model(*full, mesh.tp());              // then drop `full`
+///   at::Tensor loss = model->loss(tokens.slice(1, 0, -1), tokens.slice(1, 1));
+///   loss.backward();                                         // collectives on mesh.tp()
+class TensorParallelGptImpl : public torch::nn::Module {
+ public:
+  /// Throws c10::Error naming the values when heads or vocab_size is not divisible by the group's size, or
+  /// dropout is not 0.
+  TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group);
+
+  /// `tokens`: int64 ids [B, T] as Gpt::forward → this rank's logits [B, T, vocab_size/T] (vocabulary
+  /// columns [rank·V/T, (rank+1)·V/T)).
+  at::Tensor forward(const at::Tensor& tokens);
+  /// The mean cross-entropy of predicting `targets` ([B, T] ids) from `tokens`, the same on every rank
+  /// (vocab_parallel_cross_entropy: the full logits are never formed).
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+  /// This rank's part of the full model's parameter `name` (a Gpt parameter name), given the full tensor:
+  /// what load_full copies into the parameter of that name.
+  at::Tensor full_slice(const std::string& name, const at::Tensor& full) const;
+  /// Copies this rank's slices of `full`'s parameters into this model's. Not a collective.
+  void load_full(GptImpl& full);
+
+  const GptOptions& options() const { return options_; }
+
+ private:
+  GptOptions options_;
+  comm::ProcessGroup& group_;
+  VocabParallelEmbedding wte_{nullptr};
+  torch::nn::Embedding wpe_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
+  std::vector<ParallelGptBlock> block_list_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+TORCH_MODULE(TensorParallelGpt);
+
+}  // namespace lockstep::models

@@ -1,0 +1,144 @@
+#include "lockstep/models/tensor_parallel_gpt.h"
+
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/linear.h>
+
+#include "attention.h"
+#include "lockstep/comm/process_group.h"
+
+namespace lockstep::models {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The rows of a fused [3·C, ...] query-key-value tensor reordered rank-major, [q_0 k_0 v_0 | q_1 k_1 v_1 |
+// ...] with q_r rank r's C/T query rows: rank r's c_attn rows are then one contiguous block.
+at::Tensor rank_major_qkv(const at::Tensor& fused, int64_t ranks) {
+  std::vector<int64_t> shape{3, ranks, fused.size(0) / (3 * ranks)};
+  for (int64_t d = 1; d < fused.dim(); ++d) shape.push_back(fused.size(d));
+  return fused.reshape(shape).transpose(0, 1).reshape(fused.sizes());
+}
+
+}  // namespace
+
+ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(const GptOptions& options,
+                                                                 comm::ProcessGroup& group) {
+  TORCH_CHECK(options.heads() % group.size() == 0, "ParallelCausalSelfAttention: GptOptions::heads ",
+              options.heads(), " is not divisible by the tensor-parallel group's size ", group.size(),
+              ": choose T dividing the number of heads");
+  local_heads_ = options.heads() / group.size();
+  const int64_t width = options.embedding();
+  c_attn_ = register_module(
+      "c_attn",
+      ColumnParallelLinear(ColumnParallelLinearOptions(width, 3 * width).gather_output(false), group));
+  c_proj_ = register_module(
+      "c_proj", RowParallelLinear(RowParallelLinearOptions(width, width).input_is_parallel(true), group));
+}
+
+at::Tensor ParallelCausalSelfAttentionImpl::forward(const at::Tensor& x) {
+  // c_attn's local rows are this rank's heads' queries, keys and values (rank_major_qkv).
+  return c_proj_->forward(detail::causal_attention(c_attn_->forward(x), local_heads_));
+}
+
+ParallelGptMlpImpl::ParallelGptMlpImpl(const GptOptions& options, comm::ProcessGroup& group) {
+  const int64_t width = options.embedding();
+  c_fc_ = register_module(
+      "c_fc",
+      ColumnParallelLinear(ColumnParallelLinearOptions(width, 4 * width).gather_output(false), group));
+  c_proj_ = register_module(
+      "c_proj", RowParallelLinear(RowParallelLinearOptions(4 * width, width).input_is_parallel(true), group));
+}
+
+at::Tensor ParallelGptMlpImpl::forward(const at::Tensor& x) {
+  return c_proj_->forward(F::gelu(c_fc_->forward(x), F::GELUFuncOptions().approximate("tanh")));
+}
+
+ParallelGptBlockImpl::ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group) {
+  ln_1_ = register_module("ln_1", detail::gpt_layer_norm(options));
+  attn_ = register_module("attn", ParallelCausalSelfAttention(options, group));
+  ln_2_ = register_module("ln_2", detail::gpt_layer_norm(options));
+  mlp_ = register_module("mlp", ParallelGptMlp(options, group));
+}
+
+at::Tensor ParallelGptBlockImpl::forward(at::Tensor x) {
+  x = x + attn_->forward(ln_1_->forward(x));
+  return x + mlp_->forward(ln_2_->forward(x));
+}
+
+TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group)
+    : options_(full.options()), group_(group) {
+  TORCH_CHECK(options_.dropout() == 0.0, "TensorParallelGpt: GptOptions::dropout is ", options_.dropout(),
+              " but must be 0: per-rank dropout streams are not built yet");
+  wte_ = register_module("wte", VocabParallelEmbedding(options_.vocab_size(), options_.embedding(), group));
+  wpe_ = register_module("wpe", torch::nn::Embedding(options_.context(), options_.embedding()));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options_.layers(); ++i) {
+    block_list_.emplace_back(options_, group);
+    blocks_->push_back(block_list_.back());
+  }
+  ln_f_ = register_module("ln_f", detail::gpt_layer_norm(options_));
+  const at::Tensor like = full.parameters().front();  // the full model's dtype and device
+  to(like.device(), like.scalar_type());
+  load_full(full);
+}
+
+at::Tensor TensorParallelGptImpl::full_slice(const std::string& name, const at::Tensor& full) const {
+  const int64_t ranks = group_.size();
+  const int64_t rank = group_.rank();
+  const auto rows = [&](const at::Tensor& t) {
+    return t.narrow(0, rank * (t.size(0) / ranks), t.size(0) / ranks);
+  };
+  if (name == "wte.weight" || ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
+    return rows(full);
+  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias"))
+    return rows(rank_major_qkv(full, ranks));
+  if (ends_with(name, ".c_proj.weight"))
+    return full.narrow(1, rank * (full.size(1) / ranks), full.size(1) / ranks);
+  return full;  // wpe, the LayerNorms, the row-parallel biases: replicated
+}
+
+void TensorParallelGptImpl::load_full(GptImpl& full) {
+  const auto sources = full.named_parameters();
+  at::NoGradGuard no_grad;
+  for (auto& parameter : named_parameters()) {
+    const at::Tensor* source = sources.find(parameter.key());
+    TORCH_CHECK(source != nullptr, "TensorParallelGpt::load_full: the full model has no parameter ",
+                parameter.key());
+    const at::Tensor slice = full_slice(parameter.key(), *source);
+    TORCH_CHECK(slice.sizes() == parameter.value().sizes(), "TensorParallelGpt::load_full: ", parameter.key(),
+                " is ", parameter.value().sizes(), " here but its slice of the full model is ",
+                slice.sizes());
+    parameter.value().copy_(slice);
+  }
+}
+
+at::Tensor TensorParallelGptImpl::forward(const at::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= options_.context(),
+              "TensorParallelGpt::forward: expected token ids [B, T] with 1 <= T <= ", options_.context(),
+              ", got ", tokens.sizes());
+  const at::Tensor ids = tokens.to(at::kLong);
+  const at::Tensor positions = at::arange(ids.size(1), ids.options());
+  at::Tensor x = wte_->forward(ids) + wpe_->forward(positions);
+  for (auto& block : block_list_) x = block->forward(x);
+  x = ln_f_->forward(x);
+  // The tied head: this rank's vocabulary columns of x·wteᵀ; x's gradient summed over the ranks.
+  return F::linear(copy_to_tensor_parallel_region(x, group_), wte_->weight);
+}
+
+at::Tensor TensorParallelGptImpl::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor logits = forward(tokens);
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                      targets.reshape({-1}).to(at::kLong), group_)
+      .mean();
+}
+
+}  // namespace lockstep::models

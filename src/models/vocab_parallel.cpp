@@ -1,0 +1,64 @@
+#include "lockstep/models/vocab_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/embedding.h>
+#include <torch/nn/init.h>
+
+#include "lockstep/comm/process_group.h"
+#include "lockstep/models/parallel_linear.h"
+
+namespace lockstep::models {
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab_size, int64_t width,
+                                                       comm::ProcessGroup& group)
+    : group_(group), vocab_size_(vocab_size), first_row_(0) {
+  TORCH_CHECK(vocab_size > 0 && width > 0, "VocabParallelEmbedding: vocab_size (", vocab_size,
+              ") and width (", width, ") must be > 0");
+  TORCH_CHECK(vocab_size % group.size() == 0, "VocabParallelEmbedding: vocab_size ", vocab_size,
+              " is not divisible by the tensor-parallel group's size ", group.size(),
+              ": pad the vocabulary to a multiple of it (GPT-2's 50257 to 50304)");
+  const int64_t rows = vocab_size / group.size();
+  first_row_ = group.rank() * rows;
+  at::Tensor full = at::empty({vocab_size, width});
+  torch::nn::init::normal_(full);
+  weight = register_parameter("weight", full.narrow(0, first_row_, rows).clone());
+}
+
+at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
+  const int64_t rows = weight.size(0);
+  at::Tensor local = ids - first_row_;
+  const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(rows));
+  local = local.masked_fill(elsewhere, 0);
+  const at::Tensor mine =
+      torch::nn::functional::embedding(local, weight).masked_fill(elsewhere.unsqueeze(-1), 0);
+  return reduce_from_tensor_parallel_region(mine, group_);
+}
+
+void VocabParallelEmbeddingImpl::load_full(const at::Tensor& full) {
+  TORCH_CHECK(full.dim() == 2 && full.size(0) == vocab_size_ && full.size(1) == weight.size(1),
+              "VocabParallelEmbedding::load_full: expected a [", vocab_size_, ", ", weight.size(1),
+              "] table, got ", full.sizes());
+  at::NoGradGuard no_grad;
+  weight.copy_(full.narrow(0, first_row_, weight.size(0)));
+}
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                                        comm::ProcessGroup& group) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "vocab_parallel_cross_entropy: expected logits [N, V/T] and targets [N], got ", logits.sizes(),
+              " and ", targets.sizes());
+  const int64_t columns = logits.size(1);
+  const int64_t first = group.rank() * columns;
+  // Shifted by the row maxima over all ranks (a constant for autograd), so that exp cannot overflow.
+  at::Tensor maxima = std::get<0>(logits.detach().max(/*dim=*/1, /*keepdim=*/true)).contiguous();
+  group.all_reduce(maxima, comm::ReduceOp::kMax).wait();
+  const at::Tensor shifted = logits - maxima;
+  const at::Tensor sum_exp = reduce_from_tensor_parallel_region(shifted.exp().sum(/*dim=*/1), group);
+  at::Tensor local = targets - first;
+  const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(columns));
+  local = local.masked_fill(elsewhere, 0);
+  const at::Tensor picked = shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(elsewhere, 0);
+  return sum_exp.log() - reduce_from_tensor_parallel_region(picked, group);
+}
+
+}  // namespace lockstep::models

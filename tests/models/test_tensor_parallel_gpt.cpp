@@ -1,0 +1,220 @@
+// The vocabulary split (VocabParallelEmbedding, vocab_parallel_cross_entropy) and the tensor-parallel GPT
+// over ranks as threads, against one process: float64 outputs and gradients within 1e-12, and training
+// steps of T = 1, 2, 4 and of 2 data × 2 tensor parallel ending on one process's parameters.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../comm/thread_group.h"
+#include "lockstep/comm/device_mesh.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/models/gpt.h"
+#include "lockstep/models/tensor_parallel_gpt.h"
+#include "lockstep/models/vocab_parallel.h"
+#include "mesh_shape.h"
+
+namespace lockstep::models {
+namespace {
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::lock_default_generator;
+using lockstep::testing::mesh_shape_name;
+using lockstep::testing::MeshShape;
+using lockstep::testing::run_ranks;
+using lockstep::testing::thread_group_options;
+
+constexpr double kTpTolerance = 1e-12;
+constexpr int64_t kVocab = 24;  // divisible by 1, 2, 3, 4 and 8
+
+double largest_difference(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return a.numel() == 0 ? 0.0 : (a - b).abs().max().item<double>();
+}
+
+// Runs `body(rank, group)` on `world` ranks as threads, each with a Gloo group over one store.
+void on_ranks(int world, const std::string& run_id,
+              const std::function<void(int, comm::ProcessGroup&)>& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = comm::init_process_group(thread_group_options(rank, world, store, run_id));
+    body(rank, group);
+    group.shutdown();
+  }));
+}
+
+class VocabParallelWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(VocabParallelWorld, EmbeddingEqualsTheFullOneInOutputAndEveryRowsGradient) {
+  const int world = GetParam();
+  torch::nn::Embedding full(kVocab, 5);
+  full->to(at::kDouble);
+  const at::Tensor ids = at::randint(kVocab, {3, 7}, at::kLong);
+  const at::Tensor weights = at::randn({3, 7, 5}, at::kDouble);
+  const at::Tensor expected = full(ids);
+  (expected * weights).sum().backward();
+  on_ranks(world, "vocab-embedding", [&](int rank, comm::ProcessGroup& group) {
+    VocabParallelEmbedding wte(kVocab, 5, group);
+    wte->to(at::kDouble);
+    wte->load_full(full->weight.detach());
+    const at::Tensor out = wte(ids);
+    (out * weights).sum().backward();
+    const int64_t rows = kVocab / world;
+    EXPECT_EQ(wte->first_row(), rank * rows);
+    EXPECT_LT(largest_difference(out, expected), kTpTolerance) << "rank " << rank;
+    EXPECT_LT(largest_difference(wte->weight.grad(), full->weight.grad().narrow(0, rank * rows, rows)),
+              kTpTolerance)
+        << "rank " << rank;
+  });
+}
+
+TEST_P(VocabParallelWorld, CrossEntropyEqualsTheFullOneInEveryLossAndTheLogitsGradient) {
+  const int world = GetParam();
+  // Large logits too: the shift by the row maxima keeps exp finite.
+  const at::Tensor logits = (at::randn({6, kVocab}, at::kDouble) * 40.0).requires_grad_();
+  const at::Tensor targets = at::tensor({0, 23, 5, 12, 17, 9}, at::kLong);
+  const at::Tensor expected = torch::nn::functional::cross_entropy(
+      logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const at::Tensor row_weights = at::randn({6}, at::kDouble);
+  (expected * row_weights).sum().backward();
+  on_ranks(world, "vocab-ce", [&](int rank, comm::ProcessGroup& group) {
+    const int64_t columns = kVocab / world;
+    const at::Tensor mine = logits.detach().narrow(1, rank * columns, columns).clone().requires_grad_();
+    const at::Tensor losses = vocab_parallel_cross_entropy(mine, targets, group);
+    (losses * row_weights).sum().backward();
+    EXPECT_LT(largest_difference(losses, expected), kTpTolerance) << "rank " << rank;
+    EXPECT_LT(largest_difference(mine.grad(), logits.grad().narrow(1, rank * columns, columns)), kTpTolerance)
+        << "rank " << rank;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, VocabParallelWorld, ::testing::Values(1, 2, 3, 4, 8));
+
+GptOptions tp_test_options() {
+  return GptOptions::tiny().vocab_size(kVocab).context(8).heads(4).embedding(16).layers(2);
+}
+
+// A float64 Gpt made from `seed` (under the tests' generator lock).
+Gpt seeded_gpt(uint64_t seed) {
+  auto lock = lock_default_generator(seed);
+  Gpt model(tp_test_options());
+  model->to(at::kDouble);
+  return model;
+}
+
+class TensorParallelGptShape : public ::testing::TestWithParam<MeshShape> {};
+
+// Three SGD steps: every data-parallel rank takes its rows of the global batch, gradients are averaged
+// over mesh.dp(); the losses (averaged over dp) and every parameter slice end where one process's do.
+TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
+  const auto [world, tp] = GetParam();
+  const int dp = world / tp;
+  constexpr int kSteps = 3;
+  constexpr double kLr = 0.5;
+  constexpr int64_t kRows = 2;  // per data-parallel rank
+  const int64_t length = tp_test_options().context();
+  Gpt start = seeded_gpt(31);
+  Gpt reference = seeded_gpt(31);
+  std::vector<at::Tensor> batches;
+  {
+    auto lock = lock_default_generator(32);
+    for (int step = 0; step < kSteps; ++step)
+      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
+  }
+  const auto sgd = [&](torch::nn::Module& model) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : model.parameters()) {
+      p.sub_(p.grad() * kLr);
+      p.mutable_grad().zero_();
+    }
+  };
+  std::vector<double> reference_losses;
+  for (const at::Tensor& batch : batches) {
+    const at::Tensor logits = reference(batch.slice(1, 0, length));
+    const at::Tensor loss =
+        torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), batch.slice(1, 1).reshape({-1}));
+    loss.backward();
+    reference_losses.push_back(loss.item<double>());
+    sgd(*reference);
+  }
+  const auto reference_parameters = reference->named_parameters();
+
+  on_ranks(world, "tp-gpt", [&](int rank, comm::ProcessGroup& group) {
+    comm::DeviceMesh mesh(group, tp);
+    TensorParallelGpt model(*start, mesh.tp());
+    for (int step = 0; step < kSteps; ++step) {
+      const at::Tensor rows = batches[static_cast<size_t>(step)].narrow(0, mesh.dp_rank() * kRows, kRows);
+      at::Tensor loss = model->loss(rows.slice(1, 0, length), rows.slice(1, 1));
+      loss.backward();
+      for (at::Tensor& p : model->parameters()) {
+        at::Tensor grad = p.mutable_grad();
+        mesh.dp().all_reduce(grad, comm::ReduceOp::kAvg).wait();
+      }
+      at::Tensor mean_loss = loss.detach().clone();
+      mesh.dp().all_reduce(mean_loss, comm::ReduceOp::kAvg).wait();
+      EXPECT_NEAR(mean_loss.item<double>(), reference_losses[static_cast<size_t>(step)], kTpTolerance)
+          << "rank " << rank << " step " << step;
+      sgd(*model);
+    }
+    for (const auto& parameter : model->named_parameters()) {
+      const at::Tensor expected = model->full_slice(parameter.key(), reference_parameters[parameter.key()]);
+      EXPECT_LT(largest_difference(parameter.value(), expected), kTpTolerance)
+          << parameter.key() << " on rank " << rank;
+    }
+    mesh.shutdown();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelGptShape,
+                         ::testing::Values(MeshShape{1, 1}, MeshShape{2, 2}, MeshShape{4, 4}, MeshShape{4, 2},
+                                           MeshShape{2, 1}),
+                         mesh_shape_name);
+
+// Each rank holds 1/T of every block's matrices and of its column-parallel biases; the LayerNorms and the
+// row-parallel biases (6·C per block) are replicated.
+TEST(TensorParallelGpt, EachRankHoldsItsShareOfTheBlocks) {
+  Gpt start = seeded_gpt(33);
+  const int64_t c = tp_test_options().embedding();
+  const auto block_numel = [](torch::nn::Module& model) {
+    int64_t n = 0;
+    for (const auto& p : model.named_parameters()) {
+      if (p.key().rfind("blocks.", 0) == 0) n += p.value().numel();
+    }
+    return n;
+  };
+  EXPECT_EQ(block_numel(*start), 2 * (12 * c * c + 13 * c));
+  for (int tp : {2, 4}) {
+    on_ranks(tp, "tp-share", [&](int, comm::ProcessGroup& group) {
+      TensorParallelGpt model(*start, group);
+      EXPECT_EQ(block_numel(*model), 2 * ((12 * c * c + 7 * c) / tp + 6 * c)) << "T=" << tp;
+    });
+  }
+}
+
+TEST(TensorParallelGpt, SplitsItCannotMakeAreRefusedNamingTheSizes) {
+  const auto refused = [](GptOptions options, int tp, const std::string& expected) {
+    Gpt full(options);
+    on_ranks(tp, "tp-refused", [&](int, comm::ProcessGroup& group) {
+      try {
+        TensorParallelGpt model(*full, group);
+        ADD_FAILURE() << "made a tensor-parallel Gpt that should be refused: " << expected;
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      }
+    });
+  };
+  refused(tp_test_options().heads(2), 4,
+          "GptOptions::heads 2 is not divisible by the tensor-parallel group's size 4");
+  refused(tp_test_options().vocab_size(250), 4,
+          "vocab_size 250 is not divisible by the tensor-parallel group's size 4");
+  refused(tp_test_options().dropout(0.1), 2, "GptOptions::dropout is 0.1 but must be 0");
+}
+
+}  // namespace
+}  // namespace lockstep::models

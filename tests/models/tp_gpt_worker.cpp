@@ -1,0 +1,129 @@
+// One rank of a tensor-parallel GPT training run, for the comparison with PyTorch's
+// torch.distributed.tensor.parallel (tests/e2e/tp_python_parity.sh, tests/e2e/tp_gpt_python.py).
+//
+//   lockstep run --nproc-per-node N --standalone -- tp_gpt_worker --out DIR [--steps S] [--tensor-parallel T]
+//
+// Every rank builds the same float64 models::Gpt (seed 1234) and the same token batches (seed 5678, rows
+// that count up by one); rank 0
+// writes both to DIR/init.safetensors (the model under its parameter names, the batches as "tokens"
+// [S, rows, length + 1], the shape and the learning rate as metadata). Then S steps of plain SGD on a
+// data × tensor parallel mesh (models::TensorParallelGpt on mesh.tp(), each data-parallel rank its rows,
+// gradients averaged over mesh.dp()); rank 0 writes each step's loss (averaged over mesh.dp()) to
+// DIR/cpp_losses.txt, one per line.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "lockstep/comm/device_mesh.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/env/environment.h"
+#include "lockstep/models/gpt.h"
+#include "lockstep/models/tensor_parallel_gpt.h"
+#include "lockstep/train/safetensors.h"
+
+namespace {
+
+using namespace lockstep;
+
+constexpr int64_t kRows = 4;  // per data-parallel rank
+constexpr double kLr = 1.0;
+
+models::GptOptions peer_options() {
+  return models::GptOptions::tiny().vocab_size(256).context(16).layers(2).heads(4).embedding(64);
+}
+
+int run(const std::string& out, int steps, int tensor_parallel) {
+  std::filesystem::create_directories(out);
+  auto world = comm::init_process_group(comm::ProcessGroupOptions::from_environment(env::from_env()));
+  comm::DeviceMesh mesh(world, tensor_parallel);
+  const models::GptOptions options = peer_options();
+  torch::manual_seed(1234);
+  models::Gpt full(options);
+  full->to(at::kDouble);
+  // Learnable batches, so that the losses fall and the comparison sees training: each row counts up by
+  // one (mod the vocabulary) from a random start.
+  torch::manual_seed(5678);
+  const at::Tensor starts =
+      at::randint(options.vocab_size(), {steps, kRows * mesh.data_parallel(), 1}, at::kLong);
+  const at::Tensor tokens =
+      (starts + at::arange(options.context() + 1, at::kLong)).remainder(options.vocab_size());
+  if (world.rank() == 0) {
+    std::vector<train::NamedTensor> tensors = train::module_tensors(*full);
+    tensors.emplace_back("tokens", tokens);
+    train::save_safetensors(out + "/init.safetensors", tensors,
+                            {{"vocab_size", std::to_string(options.vocab_size())},
+                             {"context", std::to_string(options.context())},
+                             {"layers", std::to_string(options.layers())},
+                             {"heads", std::to_string(options.heads())},
+                             {"embedding", std::to_string(options.embedding())},
+                             {"lr", std::to_string(kLr)}});
+  }
+  models::TensorParallelGpt model(*full, mesh.tp());
+  full = nullptr;
+  std::ofstream losses;
+  if (world.rank() == 0) {
+    losses.open(out + "/cpp_losses.txt");
+    if (!losses) throw std::runtime_error("cannot write " + out + "/cpp_losses.txt");
+  }
+  for (int step = 0; step < steps; ++step) {
+    const at::Tensor rows = tokens[step].narrow(0, mesh.dp_rank() * kRows, kRows);
+    at::Tensor loss = model->loss(rows.slice(1, 0, options.context()), rows.slice(1, 1));
+    loss.backward();
+    at::Tensor mean_loss = loss.detach().clone();
+    mesh.dp().all_reduce(mean_loss, comm::ReduceOp::kAvg).wait();
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : model->parameters()) {
+      at::Tensor grad = p.mutable_grad();
+      mesh.dp().all_reduce(grad, comm::ReduceOp::kAvg).wait();
+      p.sub_(grad * kLr);
+      grad.zero_();
+    }
+    if (world.rank() == 0) losses << std::setprecision(17) << mean_loss.item<double>() << "\n";
+  }
+  std::cout << "rank " << world.rank() << "/" << world.size() << " tp_gpt_worker ok (tp "
+            << mesh.tensor_parallel() << ", dp " << mesh.data_parallel() << ", " << steps << " steps)"
+            << std::endl;
+  mesh.shutdown();
+  world.shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out;
+  int steps = 20;
+  int tensor_parallel = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--out") {
+      out = argv[i + 1];
+    } else if (flag == "--steps") {
+      steps = std::atoi(argv[i + 1]);
+    } else if (flag == "--tensor-parallel") {
+      tensor_parallel = std::atoi(argv[i + 1]);
+    } else {
+      std::cerr << "tp_gpt_worker: unknown flag " << flag << "\n";
+      return 2;
+    }
+  }
+  if (out.empty() || steps < 1 || tensor_parallel < 1) {
+    std::cerr << "usage: tp_gpt_worker --out DIR [--steps S >= 1] [--tensor-parallel T >= 1]\n";
+    return 2;
+  }
+  try {
+    return run(out, steps, tensor_parallel);
+  } catch (const std::exception& e) {
+    std::cerr << "tp_gpt_worker: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -20,12 +20,28 @@ bool ends_with(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The rows of a fused [3·C, ...] query-key-value tensor reordered rank-major, [q_0 k_0 v_0 | q_1 k_1 v_1 |
-// ...] with q_r rank r's C/T query rows: rank r's c_attn rows are then one contiguous block.
-at::Tensor rank_major_qkv(const at::Tensor& fused, int64_t ranks) {
-  std::vector<int64_t> shape{3, ranks, fused.size(0) / (3 * ranks)};
-  for (int64_t d = 1; d < fused.dim(); ++d) shape.push_back(fused.size(d));
-  return fused.reshape(shape).transpose(0, 1).reshape(fused.sizes());
+// A [a·b·n, ...] tensor viewed as [a, b, n, ...] with the first two dimensions swapped, back to its shape.
+// regroup(fused, 3, T) turns a fused [q | k | v] (each T blocks of C/T rows, one per rank) rank-major,
+// [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], so that rank r's c_attn rows are one block; regroup(.., T, 3) undoes it.
+at::Tensor regroup(const at::Tensor& t, int64_t a, int64_t b) {
+  std::vector<int64_t> shape{a, b, t.size(0) / (a * b)};
+  for (int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
+  return t.reshape(shape).transpose(0, 1).reshape(t.sizes());
+}
+
+// How the full model's parameter `name` is split over the group: along `dim` (-1: replicated), its rows
+// first made rank-major when they are c_attn's q | k | v.
+struct Split {
+  int64_t dim;
+  bool qkv;
+};
+
+Split split_of(const std::string& name) {
+  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias")) return {0, true};
+  if (name == "wte.weight" || ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
+    return {0, false};                                       // the vocabulary; the MLP's hidden units
+  if (ends_with(name, ".c_proj.weight")) return {1, false};  // row-parallel: by input columns
+  return {-1, false};                                        // wpe, the LayerNorms, the row-parallel biases
 }
 
 }  // namespace
@@ -45,7 +61,7 @@ ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(const GptOption
 }
 
 at::Tensor ParallelCausalSelfAttentionImpl::forward(const at::Tensor& x) {
-  // c_attn's local rows are this rank's heads' queries, keys and values (rank_major_qkv).
+  // c_attn's local rows are this rank's heads' queries, keys and values (regroup).
   return c_proj_->forward(detail::causal_attention(c_attn_->forward(x), local_heads_));
 }
 
@@ -92,18 +108,11 @@ TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& 
 }
 
 at::Tensor TensorParallelGptImpl::full_slice(const std::string& name, const at::Tensor& full) const {
-  const int64_t ranks = group_.size();
-  const int64_t rank = group_.rank();
-  const auto rows = [&](const at::Tensor& t) {
-    return t.narrow(0, rank * (t.size(0) / ranks), t.size(0) / ranks);
-  };
-  if (name == "wte.weight" || ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
-    return rows(full);
-  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias"))
-    return rows(rank_major_qkv(full, ranks));
-  if (ends_with(name, ".c_proj.weight"))
-    return full.narrow(1, rank * (full.size(1) / ranks), full.size(1) / ranks);
-  return full;  // wpe, the LayerNorms, the row-parallel biases: replicated
+  const Split split = split_of(name);
+  if (split.dim < 0) return full;
+  const at::Tensor ordered = split.qkv ? regroup(full, 3, group_.size()) : full;
+  const int64_t n = ordered.size(split.dim) / group_.size();
+  return ordered.narrow(split.dim, group_.rank() * n, n);
 }
 
 void TensorParallelGptImpl::load_full(GptImpl& full) {
@@ -119,6 +128,22 @@ void TensorParallelGptImpl::load_full(GptImpl& full) {
                 slice.sizes());
     parameter.value().copy_(slice);
   }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> TensorParallelGptImpl::full_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  at::NoGradGuard no_grad;
+  for (const auto& parameter : named_parameters()) {
+    const Split split = split_of(parameter.key());
+    const at::Tensor& local = parameter.value();
+    if (split.dim < 0) {
+      out.emplace_back(parameter.key(), local.clone());
+      continue;
+    }
+    const at::Tensor whole = at::cat(group_.all_gather_stacked(local.contiguous()).unbind(0), split.dim);
+    out.emplace_back(parameter.key(), split.qkv ? regroup(whole, group_.size(), 3) : whole);
+  }
+  return out;
 }
 
 at::Tensor TensorParallelGptImpl::forward(const at::Tensor& tokens) {

@@ -7,8 +7,10 @@ Reads DIR/init.safetensors (written by tests/models/tp_gpt_worker.cpp: the float
 under its parameter names, the token batches "tokens" [steps, rows, length + 1], the shape and lr as
 metadata), trains the same GPT-2 shape on N CPU processes (Gloo) with torch.distributed.tensor.parallel,
 tensor parallel only (mesh of N), plain SGD, one batch a step, and writes each step's loss to
-DIR/python_losses.txt. Then compares with DIR/cpp_losses.txt: every step within TOL (default 1e-9: both
-run in float64; the two sides add the ranks' partial sums in different orders, nothing more).
+DIR/python_losses.txt and its trained parameters (gathered whole) to DIR/python_final.npz. Then compares
+with DIR/cpp_losses.txt and DIR/cpp_final.safetensors: every step's loss and every final parameter within
+TOL (default 1e-9: both run in float64; the two sides add the ranks' partial sums in different orders,
+nothing more).
 
 The Python model is written here from nanoGPT's description, not from lockstep's code: pre-LayerNorm
 blocks, GELU (tanh), causal attention, the head tied to the token embedding. Queries, keys and values are
@@ -74,6 +76,7 @@ class Block(nn.Module):
 
 class Gpt(nn.Module):
     def __init__(self, vocab, context, layers, heads, width):
+        """The head is not tied here: tie it (lm_head.weight = wte.weight) after any parallelize_module."""
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
@@ -104,11 +107,26 @@ def load(model, arrays, width):
     model.load_state_dict(state, strict=True)
 
 
+def tensor_parallel_plan(layers):
+    """parallelize_module's plan for Gpt (see the module's docstring)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {
+        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+    }
+    for i in range(layers):
+        for name in ("attn.q", "attn.k", "attn.v", "mlp.c_fc"):
+            plan[f"blocks.{i}.{name}"] = ColwiseParallel()
+        for name in ("attn.c_proj", "mlp.c_proj"):
+            plan[f"blocks.{i}.{name}"] = RowwiseParallel()
+    return plan
+
+
 def rank_main(rank, ranks, port, directory):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, loss_parallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
     dist.init_process_group("gloo", rank=rank, world_size=ranks, init_method=f"tcp://127.0.0.1:{port}")
     arrays, _, metadata = read_safetensors(os.path.join(directory, "init.safetensors"))
@@ -116,17 +134,7 @@ def rank_main(rank, ranks, port, directory):
     lr = float(metadata["lr"])
     model = Gpt(size["vocab_size"], size["context"], size["layers"], size["heads"], size["embedding"]).double()
     load(model, arrays, size["embedding"])
-    mesh = init_device_mesh("cpu", (ranks,))
-    plan = {
-        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
-    }
-    for i in range(size["layers"]):
-        for name in ("attn.q", "attn.k", "attn.v", "mlp.c_fc"):
-            plan[f"blocks.{i}.{name}"] = ColwiseParallel()
-        for name in ("attn.c_proj", "mlp.c_proj"):
-            plan[f"blocks.{i}.{name}"] = RowwiseParallel()
-    parallelize_module(model, mesh, plan)
+    parallelize_module(model, init_device_mesh("cpu", (ranks,)), tensor_parallel_plan(size["layers"]))
     model.lm_head.weight = model.wte.weight  # tied again: both are the vocabulary-split [V, C] table
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     tokens = torch.from_numpy(np.array(arrays["tokens"]))
@@ -140,9 +148,19 @@ def rank_main(rank, ranks, port, directory):
         optimizer.step()
         value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
         losses.append(value.item())
+    # The trained parameters whole, under the file's names (q, k, v fused into c_attn again).
+    whole = {}
+    for name, value in model.state_dict().items():
+        whole[name] = value.full_tensor() if hasattr(value, "full_tensor") else value
+    for name in [n for n in whole if ".attn.q." in n]:
+        prefix, kind = name.split(".attn.q.")
+        parts = [whole.pop(f"{prefix}.attn.{p}.{kind}") for p in "qkv"]
+        whole[f"{prefix}.attn.c_attn.{kind}"] = torch.cat(parts, 0)
+    whole.pop("lm_head.weight")  # the tied wte.weight
     if rank == 0:
         with open(os.path.join(directory, "python_losses.txt"), "w") as f:
             f.write("".join(f"{x!r}\n" for x in losses))
+        np.savez(os.path.join(directory, "python_final.npz"), **{k: v.detach().numpy() for k, v in whole.items()})
     dist.destroy_process_group()
 
 
@@ -175,7 +193,15 @@ def main():
         sys.exit(f"FAIL: the loss did not fall ({cpp[0]} -> {cpp[-1]}): the comparison would show nothing")
     if worst > args.tolerance:
         sys.exit(f"FAIL: the losses differ by up to {worst:.3g} (tolerance {args.tolerance:g})")
-    print(f"tp_python_parity: ok, {len(cpp)} steps, largest difference {worst:.3g}")
+    cpp_final, _, _ = read_safetensors(os.path.join(args.directory, "cpp_final.safetensors"))
+    python_final = np.load(os.path.join(args.directory, "python_final.npz"))
+    if sorted(cpp_final) != sorted(python_final.files):
+        sys.exit(f"FAIL: the final parameters differ in names: {sorted(cpp_final)} vs {sorted(python_final.files)}")
+    weights = max(float(np.abs(cpp_final[n] - python_final[n]).max()) for n in cpp_final)
+    if weights > args.tolerance:
+        sys.exit(f"FAIL: the final parameters differ by up to {weights:.3g} (tolerance {args.tolerance:g})")
+    print(f"tp_python_parity: ok, {len(cpp)} steps, largest loss difference {worst:.3g}, "
+          f"largest final parameter difference {weights:.3g} over {len(cpp_final)} tensors")
 
 
 if __name__ == "__main__":

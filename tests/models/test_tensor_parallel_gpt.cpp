@@ -111,7 +111,8 @@ Gpt seeded_gpt(uint64_t seed) {
 class TensorParallelGptShape : public ::testing::TestWithParam<MeshShape> {};
 
 // Three SGD steps: every data-parallel rank takes its rows of the global batch, gradients are averaged
-// over mesh.dp(); the losses (averaged over dp) and every parameter slice end where one process's do.
+// over mesh.dp(); the losses (averaged over dp), every parameter slice and the parameters gathered whole
+// (full_parameters) end where one process's do.
 TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
   const auto [world, tp] = GetParam();
   const int dp = world / tp;
@@ -166,6 +167,14 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
       const at::Tensor expected = model->full_slice(parameter.key(), reference_parameters[parameter.key()]);
       EXPECT_LT(largest_difference(parameter.value(), expected), kTpTolerance)
           << parameter.key() << " on rank " << rank;
+    }
+    // Gathered whole again: one process's parameters, names and order.
+    const auto whole = model->full_parameters();
+    ASSERT_EQ(whole.size(), reference_parameters.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(whole[i].first, reference_parameters.keys()[i]);
+      EXPECT_LT(largest_difference(whole[i].second, reference_parameters[whole[i].first]), kTpTolerance)
+          << whole[i].first << " gathered on rank " << rank;
     }
     mesh.shutdown();
   });

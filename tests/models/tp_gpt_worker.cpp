@@ -9,7 +9,8 @@
 // [S, rows, length + 1], the shape and the learning rate as metadata). Then S steps of plain SGD on a
 // data × tensor parallel mesh (models::TensorParallelGpt on mesh.tp(), each data-parallel rank its rows,
 // gradients averaged over mesh.dp()); rank 0 writes each step's loss (averaged over mesh.dp()) to
-// DIR/cpp_losses.txt, one per line.
+// DIR/cpp_losses.txt, one per line, and the trained parameters gathered whole (full_parameters) to
+// DIR/cpp_final.safetensors.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +89,11 @@ int run(const std::string& out, int steps, int tensor_parallel) {
       grad.zero_();
     }
     if (world.rank() == 0) losses << std::setprecision(17) << mean_loss.item<double>() << "\n";
+  }
+  const auto whole = model->full_parameters();  // a collective of each tensor-parallel group
+  if (world.rank() == 0) {
+    std::vector<train::NamedTensor> tensors(whole.begin(), whole.end());
+    train::save_safetensors(out + "/cpp_final.safetensors", tensors);
   }
   std::cout << "rank " << world.rank() << "/" << world.size() << " tp_gpt_worker ok (tp "
             << mesh.tensor_parallel() << ", dp " << mesh.data_parallel() << ", " << steps << " steps)"

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -102,6 +103,10 @@ class TensorParallelGptImpl : public torch::nn::Module {
   at::Tensor full_slice(const std::string& name, const at::Tensor& full) const;
   /// Copies this rank's slices of `full`'s parameters into this model's. Not a collective.
   void load_full(GptImpl& full);
+  /// The inverse of full_slice: the whole parameters, under the full model's names and in its order (what
+  /// Gpt::named_parameters gives), on every rank. A collective of the group (an all-gather per split
+  /// parameter): for a checkpoint of one file (save_safetensors) or a comparison with one process.
+  std::vector<std::pair<std::string, at::Tensor>> full_parameters();
 
   const GptOptions& options() const { return options_; }
 

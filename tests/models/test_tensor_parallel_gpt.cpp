@@ -1,23 +1,28 @@
 // The vocabulary split (VocabParallelEmbedding, vocab_parallel_cross_entropy) and the tensor-parallel GPT
 // over ranks as threads, against one process: float64 outputs and gradients within 1e-12, and training
-// steps of T = 1, 2, 4 and of 2 data × 2 tensor parallel ending on one process's parameters.
+// steps of T = 1, 2, 4 and of 2 data × 2 tensor parallel ending on one process's parameters, also under
+// lockstep's DDP and ZeRO-1 on the data-parallel dimension.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/embedding.h>
+#include <torch/optim/adam.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "../comm/thread_group.h"
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
+#include "lockstep/ddp/distributed_data_parallel.h"
 #include "lockstep/models/gpt.h"
 #include "lockstep/models/tensor_parallel_gpt.h"
 #include "lockstep/models/vocab_parallel.h"
+#include "lockstep/shard/zero_optimizer.h"
 #include "mesh_shape.h"
 
 namespace lockstep::models {
@@ -183,6 +188,67 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelGptShape,
                          ::testing::Values(MeshShape{1, 1}, MeshShape{2, 2}, MeshShape{4, 4}, MeshShape{4, 2},
                                            MeshShape{2, 1}),
+                         mesh_shape_name);
+
+// The data-parallel strategies on the mesh's data-parallel dimension: lockstep's DDP over mesh.dp() (its
+// gradient all-reduce, averaged) with Adam, and with ZeRO-1 (ZeroOptimizer over mesh.dp(): each dp rank
+// steps its chunk of every tensor-parallel slice). Three steps end on one process's Adam on the global batch.
+class TensorParallelGptUnderDataParallel : public ::testing::TestWithParam<MeshShape> {};
+
+TEST_P(TensorParallelGptUnderDataParallel, DdpAndZero1OnTheDataParallelGroupEqualOneProcessAdam) {
+  const auto [world, tp] = GetParam();
+  const int dp = world / tp;
+  constexpr int kSteps = 3;
+  constexpr int64_t kRows = 2;
+  const int64_t length = tp_test_options().context();
+  const auto adam_options = torch::optim::AdamOptions(1e-2);
+  Gpt start = seeded_gpt(41);
+  Gpt reference = seeded_gpt(41);
+  std::vector<at::Tensor> batches;
+  {
+    auto lock = lock_default_generator(42);
+    for (int step = 0; step < kSteps; ++step)
+      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
+  }
+  torch::optim::Adam reference_adam(reference->parameters(), adam_options);
+  for (const at::Tensor& batch : batches) {
+    reference_adam.zero_grad();
+    torch::nn::functional::cross_entropy(reference(batch.slice(1, 0, length)).reshape({-1, kVocab}),
+                                         batch.slice(1, 1).reshape({-1}))
+        .backward();
+    reference_adam.step();
+  }
+  const auto reference_parameters = reference->named_parameters();
+
+  for (const bool zero1 : {false, true}) {
+    SCOPED_TRACE(zero1 ? "zero1" : "ddp");
+    on_ranks(world, zero1 ? "tp-zero1" : "tp-ddp", [&](int rank, comm::ProcessGroup& group) {
+      comm::DeviceMesh mesh(group, tp);
+      TensorParallelGpt model(*start, mesh.tp());
+      ddp::DistributedDataParallel<TensorParallelGpt> wrapped(model, mesh.dp());
+      auto adam = std::make_shared<torch::optim::Adam>(model->parameters(), adam_options);
+      std::unique_ptr<shard::ZeroOptimizer> sharded;
+      if (zero1) sharded = std::make_unique<shard::ZeroOptimizer>(adam, mesh.dp());
+      torch::optim::Optimizer& optimizer = zero1 ? static_cast<torch::optim::Optimizer&>(*sharded) : *adam;
+      for (int step = 0; step < kSteps; ++step) {
+        const at::Tensor rows = batches[static_cast<size_t>(step)].narrow(0, mesh.dp_rank() * kRows, kRows);
+        optimizer.zero_grad();
+        wrapped.before_forward();
+        model->loss(rows.slice(1, 0, length), rows.slice(1, 1)).backward();
+        optimizer.step();
+      }
+      const auto whole = model->full_parameters();
+      for (const auto& [name, value] : whole) {
+        EXPECT_LT(largest_difference(value, reference_parameters[name]), kTpTolerance)
+            << name << " on rank " << rank;
+      }
+      mesh.shutdown();
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelGptUnderDataParallel,
+                         ::testing::Values(MeshShape{2, 1}, MeshShape{2, 2}, MeshShape{4, 2}),
                          mesh_shape_name);
 
 // Each rank holds 1/T of every block's matrices and of its column-parallel biases; the LayerNorms and the

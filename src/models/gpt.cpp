@@ -37,7 +37,8 @@ torch::nn::Dropout make_dropout(const GptOptions& o) {
 
 namespace detail {
 
-at::Tensor causal_attention(const at::Tensor& qkv, int64_t heads, torch::nn::Dropout* dropout) {
+at::Tensor causal_attention(const at::Tensor& qkv, int64_t heads,
+                            const std::function<at::Tensor(const at::Tensor&)>& dropout) {
   const int64_t batch = qkv.size(0), length = qkv.size(1), width = qkv.size(2) / 3;
   const int64_t head_width = width / heads;
   const auto split_heads = [&](const at::Tensor& t) {  // [B, T, W] → [B, heads, T, W / heads]
@@ -53,7 +54,7 @@ at::Tensor causal_attention(const at::Tensor& qkv, int64_t heads, torch::nn::Dro
       torch::ones({length, length}, qkv.options().dtype(torch::kBool)).triu(/*diagonal=*/1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   at::Tensor weights = torch::softmax(scores, /*dim=*/-1);
-  if (dropout != nullptr) weights = (*dropout)->forward(weights);
+  if (dropout) weights = dropout(weights);
   return torch::matmul(weights, v).transpose(1, 2).contiguous().view({batch, length, width});
 }
 
@@ -73,7 +74,9 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& options) : he
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
-  const at::Tensor y = detail::causal_attention(c_attn_->forward(x), heads_, &attn_dropout_);
+  const at::Tensor y = detail::causal_attention(c_attn_->forward(x), heads_, [&](const at::Tensor& weights) {
+    return attn_dropout_->forward(weights);
+  });
   return resid_dropout_->forward(c_proj_->forward(y));
 }
 

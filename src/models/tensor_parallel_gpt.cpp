@@ -3,6 +3,7 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/linear.h>
 
@@ -46,8 +47,39 @@ Split split_of(const std::string& name) {
 
 }  // namespace
 
+TensorParallelDropout::TensorParallelDropout(double p, uint64_t seed, int64_t tp_rank)
+    : p_(p),
+      replicated_(at::make_generator<at::CPUGeneratorImpl>(seed)),
+      split_(at::make_generator<at::CPUGeneratorImpl>(seed + 2718 + static_cast<uint64_t>(tp_rank))) {
+  TORCH_CHECK(p >= 0.0 && p < 1.0, "TensorParallelDropout: p must be in [0, 1), got ", p);
+}
+
+at::Tensor TensorParallelDropout::mask(const at::Tensor& like, at::Generator& stream) const {
+  at::Tensor keep = at::empty(like.sizes(), at::TensorOptions().dtype(like.scalar_type()));
+  keep.bernoulli_(1.0 - p_, stream);
+  return keep.div_(1.0 - p_).to(like.device());
+}
+
+at::Tensor TensorParallelDropout::replicated_mask(const at::Tensor& like) {
+  return mask(like, replicated_);
+}
+
+at::Tensor TensorParallelDropout::split_mask(const at::Tensor& like) {
+  return mask(like, split_);
+}
+
+at::Tensor TensorParallelDropout::replicated(const at::Tensor& x, bool training) {
+  return training && p_ > 0.0 ? x * replicated_mask(x) : x;
+}
+
+at::Tensor TensorParallelDropout::split(const at::Tensor& x, bool training) {
+  return training && p_ > 0.0 ? x * split_mask(x) : x;
+}
+
 ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(const GptOptions& options,
-                                                                 comm::ProcessGroup& group) {
+                                                                 comm::ProcessGroup& group,
+                                                                 TensorParallelDropout* dropout)
+    : dropout_(dropout) {
   TORCH_CHECK(options.heads() % group.size() == 0, "ParallelCausalSelfAttention: GptOptions::heads ",
               options.heads(), " is not divisible by the tensor-parallel group's size ", group.size(),
               ": choose T dividing the number of heads");
@@ -62,7 +94,10 @@ ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(const GptOption
 
 at::Tensor ParallelCausalSelfAttentionImpl::forward(const at::Tensor& x) {
   // c_attn's local rows are this rank's heads' queries, keys and values (regroup).
-  return c_proj_->forward(detail::causal_attention(c_attn_->forward(x), local_heads_));
+  const auto drop = [&](const at::Tensor& weights) {
+    return dropout_ ? dropout_->split(weights, is_training()) : weights;
+  };
+  return c_proj_->forward(detail::causal_attention(c_attn_->forward(x), local_heads_, drop));
 }
 
 ParallelGptMlpImpl::ParallelGptMlpImpl(const GptOptions& options, comm::ProcessGroup& group) {
@@ -78,27 +113,33 @@ at::Tensor ParallelGptMlpImpl::forward(const at::Tensor& x) {
   return c_proj_->forward(F::gelu(c_fc_->forward(x), F::GELUFuncOptions().approximate("tanh")));
 }
 
-ParallelGptBlockImpl::ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group) {
+ParallelGptBlockImpl::ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group,
+                                           TensorParallelDropout* dropout)
+    : dropout_(dropout) {
   ln_1_ = register_module("ln_1", detail::gpt_layer_norm(options));
-  attn_ = register_module("attn", ParallelCausalSelfAttention(options, group));
+  attn_ = register_module("attn", ParallelCausalSelfAttention(options, group, dropout));
   ln_2_ = register_module("ln_2", detail::gpt_layer_norm(options));
   mlp_ = register_module("mlp", ParallelGptMlp(options, group));
 }
 
 at::Tensor ParallelGptBlockImpl::forward(at::Tensor x) {
-  x = x + attn_->forward(ln_1_->forward(x));
-  return x + mlp_->forward(ln_2_->forward(x));
+  // The residual branches' dropout: on whole activations, the same mask on every rank of the group.
+  const auto drop = [&](const at::Tensor& branch) {
+    return dropout_ ? dropout_->replicated(branch, is_training()) : branch;
+  };
+  x = x + drop(attn_->forward(ln_1_->forward(x)));
+  return x + drop(mlp_->forward(ln_2_->forward(x)));
 }
 
-TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group)
+TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group, uint64_t dropout_seed)
     : options_(full.options()), group_(group) {
-  TORCH_CHECK(options_.dropout() == 0.0, "TensorParallelGpt: GptOptions::dropout is ", options_.dropout(),
-              " but must be 0: per-rank dropout streams are not built yet");
+  if (options_.dropout() > 0.0)
+    dropout_ = std::make_unique<TensorParallelDropout>(options_.dropout(), dropout_seed, group.rank());
   wte_ = register_module("wte", VocabParallelEmbedding(options_.vocab_size(), options_.embedding(), group));
   wpe_ = register_module("wpe", torch::nn::Embedding(options_.context(), options_.embedding()));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < options_.layers(); ++i) {
-    block_list_.emplace_back(options_, group);
+    block_list_.emplace_back(options_, group, dropout_.get());
     blocks_->push_back(block_list_.back());
   }
   ln_f_ = register_module("ln_f", detail::gpt_layer_norm(options_));
@@ -153,6 +194,7 @@ at::Tensor TensorParallelGptImpl::forward(const at::Tensor& tokens) {
   const at::Tensor ids = tokens.to(at::kLong);
   const at::Tensor positions = at::arange(ids.size(1), ids.options());
   at::Tensor x = wte_->forward(ids) + wpe_->forward(positions);
+  if (dropout_) x = dropout_->replicated(x, is_training());
   for (auto& block : block_list_) x = block->forward(x);
   x = ln_f_->forward(x);
   // The tied head: this rank's vocabulary columns of x·wteᵀ; x's gradient summed over the ranks.

@@ -1,15 +1,21 @@
 // The vocabulary split (VocabParallelEmbedding, vocab_parallel_cross_entropy) and the tensor-parallel GPT
 // over ranks as threads, against one process: float64 outputs and gradients within 1e-12, and training
 // steps of T = 1, 2, 4 and of 2 data × 2 tensor parallel ending on one process's parameters, also under
-// lockstep's DDP and ZeRO-1 on the data-parallel dimension.
+// lockstep's DDP and ZeRO-1 on the data-parallel dimension, and with dropout on against one process that
+// draws the ranks' masks.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/embedding.h>
+#include <torch/nn/functional/linear.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/normalization.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/optim/adam.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +30,7 @@
 #include "lockstep/models/vocab_parallel.h"
 #include "lockstep/shard/zero_optimizer.h"
 #include "mesh_shape.h"
+#include "tp_sgd_step.h"
 
 namespace lockstep::models {
 namespace {
@@ -34,6 +41,7 @@ using lockstep::testing::mesh_shape_name;
 using lockstep::testing::MeshShape;
 using lockstep::testing::run_ranks;
 using lockstep::testing::thread_group_options;
+using lockstep::testing::tp_sgd_step;
 
 constexpr double kTpTolerance = 1e-12;
 constexpr int64_t kVocab = 24;  // divisible by 1, 2, 3, 4 and 8
@@ -106,9 +114,9 @@ GptOptions tp_test_options() {
 }
 
 // A float64 Gpt made from `seed` (under the tests' generator lock).
-Gpt seeded_gpt(uint64_t seed) {
+Gpt seeded_gpt(uint64_t seed, const GptOptions& options = tp_test_options()) {
   auto lock = lock_default_generator(seed);
-  Gpt model(tp_test_options());
+  Gpt model(options);
   model->to(at::kDouble);
   return model;
 }
@@ -156,17 +164,9 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
     TensorParallelGpt model(*start, mesh.tp());
     for (int step = 0; step < kSteps; ++step) {
       const at::Tensor rows = batches[static_cast<size_t>(step)].narrow(0, mesh.dp_rank() * kRows, kRows);
-      at::Tensor loss = model->loss(rows.slice(1, 0, length), rows.slice(1, 1));
-      loss.backward();
-      for (at::Tensor& p : model->parameters()) {
-        at::Tensor grad = p.mutable_grad();
-        mesh.dp().all_reduce(grad, comm::ReduceOp::kAvg).wait();
-      }
-      at::Tensor mean_loss = loss.detach().clone();
-      mesh.dp().all_reduce(mean_loss, comm::ReduceOp::kAvg).wait();
-      EXPECT_NEAR(mean_loss.item<double>(), reference_losses[static_cast<size_t>(step)], kTpTolerance)
+      EXPECT_NEAR(tp_sgd_step(model, mesh, rows, kLr), reference_losses[static_cast<size_t>(step)],
+                  kTpTolerance)
           << "rank " << rank << " step " << step;
-      sgd(*model);
     }
     for (const auto& parameter : model->named_parameters()) {
       const at::Tensor expected = model->full_slice(parameter.key(), reference_parameters[parameter.key()]);
@@ -251,6 +251,128 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelGptUnderDataParallel,
                          ::testing::Values(MeshShape{2, 1}, MeshShape{2, 2}, MeshShape{4, 2}),
                          mesh_shape_name);
 
+// One process's Gpt loss written out with explicit dropout masks: those the ranks of a tensor-parallel group
+// draw (streams[t] as rank t does), the same for each of the `dp` data-parallel blocks of rows (every
+// data-parallel rank draws the same). Written from Gpt's definition (gpt.h), in the order the ranks draw.
+at::Tensor loss_with_the_ranks_masks(GptImpl& model, const at::Tensor& batch,
+                                     std::vector<TensorParallelDropout>& streams, int dp) {
+  namespace F = torch::nn::functional;
+  const auto p = model.named_parameters();
+  const int64_t length = batch.size(1) - 1, rows = batch.size(0) / dp, width = model.options().embedding();
+  const int64_t heads = model.options().heads(), tp = static_cast<int64_t>(streams.size());
+  const at::Tensor ids = batch.slice(1, 0, length);
+  const auto tile = [&](const at::Tensor& mask) { return at::cat(std::vector<at::Tensor>(dp, mask), 0); };
+  const auto replicated = [&](const at::Tensor& x) {
+    return x * tile(streams[0].replicated_mask(x.narrow(0, 0, rows)));
+  };
+  const auto layer_norm = [&](const at::Tensor& x, const std::string& name) {
+    return F::layer_norm(
+        x, F::LayerNormFuncOptions({width}).weight(p[name + ".weight"]).bias(p[name + ".bias"]));
+  };
+  const auto linear = [&](const at::Tensor& x, const std::string& name) {
+    return F::linear(x, p[name + ".weight"], p[name + ".bias"]);
+  };
+  at::Tensor x =
+      replicated(F::embedding(ids, p["wte.weight"]) + F::embedding(at::arange(length), p["wpe.weight"]));
+  for (int64_t layer = 0; layer < model.options().layers(); ++layer) {
+    const std::string block = "blocks." + std::to_string(layer);
+    const auto qkv = linear(layer_norm(x, block + ".ln_1"), block + ".attn.c_attn").split(width, 2);
+    const auto by_head = [&](const at::Tensor& t) {
+      return t.reshape({batch.size(0), length, heads, width / heads}).transpose(1, 2);
+    };
+    at::Tensor scores =
+        at::matmul(by_head(qkv[0]), by_head(qkv[1]).transpose(-2, -1)) / std::sqrt(width / heads);
+    scores = scores.masked_fill(at::ones({length, length}, at::kBool).triu(1), -INFINITY);
+    at::Tensor weights = at::softmax(scores, -1);
+    std::vector<at::Tensor> head_masks;  // rank t's heads: [t·H/T, (t+1)·H/T)
+    for (int64_t t = 0; t < tp; ++t)
+      head_masks.push_back(streams[static_cast<size_t>(t)].split_mask(
+          weights.narrow(0, 0, rows).narrow(1, t * heads / tp, heads / tp)));
+    weights = weights * tile(at::cat(head_masks, 1));
+    const at::Tensor y =
+        at::matmul(weights, by_head(qkv[2])).transpose(1, 2).reshape({batch.size(0), length, width});
+    x = x + replicated(linear(y, block + ".attn.c_proj"));
+    const at::Tensor hidden = F::gelu(linear(layer_norm(x, block + ".ln_2"), block + ".mlp.c_fc"),
+                                      F::GELUFuncOptions().approximate("tanh"));
+    x = x + replicated(linear(hidden, block + ".mlp.c_proj"));
+  }
+  const at::Tensor logits = F::linear(layer_norm(x, "ln_f"), p["wte.weight"]);
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch.slice(1, 1).reshape({-1}));
+}
+
+// Dropout 0.2 on: the replicated activations dropped alike on a group's ranks, each rank's heads with masks
+// of their own. Three SGD steps end where one process drawing the same masks ends (1e-12).
+class TensorParallelGptDropout : public ::testing::TestWithParam<MeshShape> {};
+
+TEST_P(TensorParallelGptDropout, TrainingStepsEqualOneProcessDrawingTheRanksMasks) {
+  const auto [world, tp] = GetParam();
+  const int dp = world / tp;
+  constexpr int kSteps = 3;
+  constexpr double kLr = 0.5;
+  constexpr uint64_t kDropoutSeed = 77;
+  constexpr int64_t kRows = 2;
+  const GptOptions options = tp_test_options().dropout(0.2);
+  const int64_t length = options.context();
+  Gpt start = seeded_gpt(51, options);
+  Gpt reference = seeded_gpt(51, options);
+  std::vector<at::Tensor> batches;
+  {
+    auto lock = lock_default_generator(52);
+    for (int step = 0; step < kSteps; ++step)
+      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
+  }
+  std::vector<TensorParallelDropout> streams;
+  for (int t = 0; t < tp; ++t) streams.emplace_back(options.dropout(), kDropoutSeed, t);
+  std::vector<double> reference_losses;
+  for (const at::Tensor& batch : batches) {
+    const at::Tensor loss = loss_with_the_ranks_masks(*reference, batch, streams, dp);
+    loss.backward();
+    reference_losses.push_back(loss.item<double>());
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : reference->parameters()) {
+      p.sub_(p.grad() * kLr);
+      p.mutable_grad().zero_();
+    }
+  }
+  const auto reference_parameters = reference->named_parameters();
+
+  on_ranks(world, "tp-dropout", [&](int rank, comm::ProcessGroup& group) {
+    comm::DeviceMesh mesh(group, tp);
+    TensorParallelGpt model(*start, mesh.tp(), kDropoutSeed);
+    for (int step = 0; step < kSteps; ++step) {
+      const at::Tensor rows = batches[static_cast<size_t>(step)].narrow(0, mesh.dp_rank() * kRows, kRows);
+      EXPECT_NEAR(tp_sgd_step(model, mesh, rows, kLr), reference_losses[static_cast<size_t>(step)],
+                  kTpTolerance)
+          << "rank " << rank << " step " << step;
+    }
+    for (const auto& [name, value] : model->full_parameters()) {
+      EXPECT_LT(largest_difference(value, reference_parameters[name]), kTpTolerance)
+          << name << " on rank " << rank;
+    }
+    mesh.shutdown();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelGptDropout,
+                         ::testing::Values(MeshShape{1, 1}, MeshShape{2, 2}, MeshShape{4, 4},
+                                           MeshShape{4, 2}),
+                         mesh_shape_name);
+
+// In eval() no mask is drawn: the output is the same as with dropout 0.
+TEST(TensorParallelGpt, EvalDrawsNoDropout) {
+  Gpt with = seeded_gpt(61, tp_test_options().dropout(0.3));
+  Gpt without = seeded_gpt(61, tp_test_options());
+  const at::Tensor tokens = at::randint(kVocab, {2, 8}, at::kLong);
+  on_ranks(2, "tp-eval", [&](int, comm::ProcessGroup& group) {
+    TensorParallelGpt a(*with, group, 5);
+    TensorParallelGpt b(*without, group);
+    a->eval();
+    EXPECT_LT(largest_difference(a->forward(tokens), b->forward(tokens)), kTpTolerance);
+    a->train();
+    EXPECT_GT(largest_difference(a->forward(tokens), b->forward(tokens)), 1e-3);
+  });
+}
+
 // Each rank holds 1/T of every block's matrices and of its column-parallel biases; the LayerNorms and the
 // row-parallel biases (6·C per block) are replicated.
 TEST(TensorParallelGpt, EachRankHoldsItsShareOfTheBlocks) {
@@ -288,7 +410,6 @@ TEST(TensorParallelGpt, SplitsItCannotMakeAreRefusedNamingTheSizes) {
           "GptOptions::heads 2 is not divisible by the tensor-parallel group's size 4");
   refused(tp_test_options().vocab_size(250), 4,
           "vocab_size 250 is not divisible by the tensor-parallel group's size 4");
-  refused(tp_test_options().dropout(0.1), 2, "GptOptions::dropout is 0.1 but must be 0");
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "lockstep/models/gpt.h"
 #include "lockstep/models/tensor_parallel_gpt.h"
 #include "lockstep/train/safetensors.h"
+#include "tp_sgd_step.h"
 
 namespace {
 
@@ -77,18 +78,8 @@ int run(const std::string& out, int steps, int tensor_parallel) {
   }
   for (int step = 0; step < steps; ++step) {
     const at::Tensor rows = tokens[step].narrow(0, mesh.dp_rank() * kRows, kRows);
-    at::Tensor loss = model->loss(rows.slice(1, 0, options.context()), rows.slice(1, 1));
-    loss.backward();
-    at::Tensor mean_loss = loss.detach().clone();
-    mesh.dp().all_reduce(mean_loss, comm::ReduceOp::kAvg).wait();
-    at::NoGradGuard no_grad;
-    for (at::Tensor& p : model->parameters()) {
-      at::Tensor grad = p.mutable_grad();
-      mesh.dp().all_reduce(grad, comm::ReduceOp::kAvg).wait();
-      p.sub_(grad * kLr);
-      grad.zero_();
-    }
-    if (world.rank() == 0) losses << std::setprecision(17) << mean_loss.item<double>() << "\n";
+    const double mean_loss = testing::tp_sgd_step(model, mesh, rows, kLr);
+    if (world.rank() == 0) losses << std::setprecision(17) << mean_loss << "\n";
   }
   const auto whole = model->full_parameters();  // a collective of each tensor-parallel group
   if (world.rank() == 0) {

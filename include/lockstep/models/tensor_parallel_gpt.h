@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -22,18 +24,50 @@ class ProcessGroup;
 
 namespace lockstep::models {
 
+/// Dropout under tensor parallelism, as Megatron-LM draws it, from two CPU generators:
+/// - activations every rank of the group holds whole (after the embeddings, on each residual branch) are
+///   dropped with one stream seeded `seed` on every rank, so the group's copies stay equal;
+/// - the attention weights of a rank's own heads with a stream of its own, seeded seed + 2718 + its rank
+///   in the group (other heads, other masks: one process would draw independent masks for them too).
+/// Both streams are the same on every data-parallel rank, as one seed for every rank makes them in
+/// Lightning (seed_everything) and Megatron. A mask is Bernoulli(1 − p) / (1 − p), drawn on the CPU in the
+/// activations' dtype and moved to their device.
+class TensorParallelDropout {
+ public:
+  /// Throws c10::Error naming p when it is outside [0, 1).
+  TensorParallelDropout(double p, uint64_t seed, int64_t tp_rank);
+
+  /// The next mask of the replicated stream, or of this rank's split stream, shaped and typed as `like`.
+  at::Tensor replicated_mask(const at::Tensor& like);
+  at::Tensor split_mask(const at::Tensor& like);
+  /// `x` times the next mask of that stream when `training` and p > 0; `x` otherwise (no draw).
+  at::Tensor replicated(const at::Tensor& x, bool training);
+  at::Tensor split(const at::Tensor& x, bool training);
+  double p() const { return p_; }
+
+ private:
+  at::Tensor mask(const at::Tensor& like, at::Generator& stream) const;
+
+  double p_;
+  at::Generator replicated_;
+  at::Generator split_;
+};
+
 /// CausalSelfAttention split by heads over a tensor-parallel group of T ranks (Megatron's split): rank r
 /// computes heads [r·H/T, (r+1)·H/T). `c_attn` is a ColumnParallelLinear whose local rows are this rank's
 /// queries, keys and values, in that order; `c_proj` a RowParallelLinear over the concatenated local
 /// heads. One all-reduce in forward (c_proj's) and one in backward (c_attn's input).
 class ParallelCausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  ParallelCausalSelfAttentionImpl(const GptOptions& options, comm::ProcessGroup& group);
+  /// `dropout` (may be null: none) outlives the module.
+  ParallelCausalSelfAttentionImpl(const GptOptions& options, comm::ProcessGroup& group,
+                                  TensorParallelDropout* dropout = nullptr);
   /// `x`: [B, T, width], the same on every rank → [B, T, width], the same on every rank.
   at::Tensor forward(const at::Tensor& x);
 
  private:
   int64_t local_heads_;
+  TensorParallelDropout* dropout_;
   ColumnParallelLinear c_attn_{nullptr};
   RowParallelLinear c_proj_{nullptr};
 };
@@ -56,10 +90,13 @@ TORCH_MODULE(ParallelGptMlp);
 /// and gradients are the same on every rank, so they stay equal).
 class ParallelGptBlockImpl : public torch::nn::Module {
  public:
-  ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group);
+  /// `dropout` (may be null: none) outlives the module.
+  ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group,
+                       TensorParallelDropout* dropout = nullptr);
   at::Tensor forward(at::Tensor x);
 
  private:
+  TensorParallelDropout* dropout_;
   torch::nn::LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
   ParallelCausalSelfAttention attn_{nullptr};
   ParallelGptMlp mlp_{nullptr};
@@ -76,8 +113,8 @@ TORCH_MODULE(ParallelGptBlock);
 /// starts, whatever T. The parameter names are the full model's (wte.weight, blocks.<i>.attn.c_attn.weight,
 /// ...), each holding this rank's slice (full_slice says which).
 ///
-/// Requires heads and vocab_size divisible by T, and dropout 0: the per-rank dropout streams (different
-/// across a group's heads, equal on its replicated activations) are not built yet.
+/// Requires heads and vocab_size divisible by T. Dropout (GptOptions::dropout, in train() only) is drawn as
+/// TensorParallelDropout describes, from `dropout_seed`: the same on every rank.
 ///
 /// Example:
 ///   torch::manual_seed(0);                                   // the same on every rank
@@ -87,9 +124,8 @@ TORCH_MODULE(ParallelGptBlock);
 ///   loss.backward();                                         // collectives on mesh.tp()
 class TensorParallelGptImpl : public torch::nn::Module {
  public:
-  /// Throws c10::Error naming the values when heads or vocab_size is not divisible by the group's size, or
-  /// dropout is not 0.
-  TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group);
+  /// Throws c10::Error naming the values when heads or vocab_size is not divisible by the group's size.
+  TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group, uint64_t dropout_seed = 0);
 
   /// `tokens`: int64 ids [B, T] as Gpt::forward → this rank's logits [B, T, vocab_size/T] (vocabulary
   /// columns [rank·V/T, (rank+1)·V/T)).
@@ -113,6 +149,7 @@ class TensorParallelGptImpl : public torch::nn::Module {
  private:
   GptOptions options_;
   comm::ProcessGroup& group_;
+  std::unique_ptr<TensorParallelDropout> dropout_;  // null when GptOptions::dropout is 0
   VocabParallelEmbedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};

@@ -36,6 +36,7 @@
 #include "example_flags.h"
 #include "lockstep/data/iterable_dataset.h"
 #include "lockstep/train/trainer.h"
+#include "text_corpus.h"
 
 namespace {
 
@@ -59,61 +60,12 @@ struct lockstep::data::BatchTraits<TokenBatch> {
 
 namespace {
 
-/// The corpus: the package's text files (the ones without an extension), sorted, read as one byte string.
-class Corpus {
- public:
-  explicit Corpus(const std::string& dir) {
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_regular_file() && !entry.is_symlink() && name.find('.') == std::string::npos)
-        files_.push_back({entry.path().string(), static_cast<int64_t>(entry.file_size())});
-    }
-    if (error || files_.empty()) {
-      throw std::runtime_error("no text files in '" + dir +
-                               "': install the corpus with `apt-get install fortunes`" +
-                               " or name another directory with --data-dir");
-    }
-    std::sort(files_.begin(), files_.end(), [](const File& a, const File& b) { return a.path < b.path; });
-    for (const File& f : files_) size_ += f.size;
-  }
-  int64_t size() const { return size_; }
-
-  /// Reads bytes [offset, offset + count) of the concatenated files into `out`.
-  void read(int64_t offset, int64_t count, uint8_t* out) const {
-    int64_t start = 0;
-    for (const File& f : files_) {
-      if (count == 0) return;
-      if (offset < start + f.size) {
-        const int64_t in_file = offset - start;
-        const int64_t take = std::min(count, f.size - in_file);
-        std::ifstream in(f.path, std::ios::binary);
-        in.seekg(in_file);
-        if (!in.read(reinterpret_cast<char*>(out), take)) throw std::runtime_error("cannot read " + f.path);
-        out += take;
-        offset += take;
-        count -= take;
-      }
-      start += f.size;
-    }
-    if (count != 0) throw std::out_of_range("read past the end of the corpus");
-  }
-
- private:
-  struct File {
-    std::string path;
-    int64_t size;
-  };
-  std::vector<File> files_;
-  int64_t size_ = 0;
-};
-
 /// Windows [first, first + count) of the corpus: window w is bytes [w * seq, w * seq + seq + 1), so every
 /// byte after the first is predicted once. Read in order; the length is not declared (size() stays
 /// unknown), so the Trainer learns where an epoch ends by reading one batch ahead, as for a socket.
 class TextWindows : public data::IterableDataset<at::Tensor> {
  public:
-  TextWindows(std::shared_ptr<const Corpus> corpus, int64_t seq, int64_t first, int64_t count)
+  TextWindows(std::shared_ptr<const examples::Corpus> corpus, int64_t seq, int64_t first, int64_t count)
       : corpus_(std::move(corpus)), seq_(seq), first_(first), count_(count) {}
 
   std::unique_ptr<data::SampleStream<at::Tensor>> open(int64_t /*epoch*/) const override {
@@ -140,7 +92,7 @@ class TextWindows : public data::IterableDataset<at::Tensor> {
     const TextWindows& d;
     int64_t w = 0;
   };
-  std::shared_ptr<const Corpus> corpus_;
+  std::shared_ptr<const examples::Corpus> corpus_;
   int64_t seq_, first_, count_;
 };
 
@@ -187,7 +139,7 @@ class TextData : public train::BasicDataModule<TokenBatch> {
  public:
   TextData(std::string dir, int64_t seq, int64_t batch) : dir_(std::move(dir)), seq_(seq), batch_(batch) {}
   void setup() override {
-    corpus_ = std::make_shared<Corpus>(dir_);
+    corpus_ = std::make_shared<examples::Corpus>(dir_);
     const int64_t windows = (corpus_->size() - 1) / seq_;
     train_windows_ = windows * 9 / 10;  // the first 90% trains, the rest validates
     val_windows_ = windows - train_windows_;
@@ -201,26 +153,16 @@ class TextData : public train::BasicDataModule<TokenBatch> {
         std::make_shared<TextWindows>(corpus_, seq_, train_windows_, val_windows_),
         data::LoaderOptions(batch_).num_workers(1), collate_windows);
   }
-  /// Perplexity per byte of the validation text when each byte is predicted from its frequency in the
-  /// training text (add-one smoothing): the trivial baseline.
+  /// The trivial baseline's perplexity per byte (examples/text_corpus.h).
   double unigram_perplexity() const {
-    std::vector<double> counts(256, 1.0);
-    std::vector<uint8_t> bytes(static_cast<size_t>(train_windows_ * seq_ + 1));
-    corpus_->read(0, static_cast<int64_t>(bytes.size()), bytes.data());
-    for (uint8_t b : bytes) counts[b] += 1.0;
-    double total = 0;
-    for (double c : counts) total += c;
-    std::vector<uint8_t> val(static_cast<size_t>(val_windows_ * seq_));
-    corpus_->read(train_windows_ * seq_ + 1, static_cast<int64_t>(val.size()), val.data());
-    double nll = 0;
-    for (uint8_t b : val) nll -= std::log(counts[b] / total);
-    return std::exp(nll / static_cast<double>(val.size()));
+    return examples::unigram_perplexity(*corpus_, train_windows_ * seq_ + 1, train_windows_ * seq_ + 1,
+                                        val_windows_ * seq_);
   }
 
  private:
   std::string dir_;
   int64_t seq_, batch_;
-  std::shared_ptr<const Corpus> corpus_;
+  std::shared_ptr<const examples::Corpus> corpus_;
   int64_t train_windows_ = 0, val_windows_ = 0;
 };
 

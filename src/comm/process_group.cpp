@@ -472,9 +472,10 @@ c10::intrusive_ptr<NativeBackend> make_host_backend(const c10::intrusive_ptr<c10
 
 ProcessGroup ProcessGroup::split(int color, const std::string& name) {
   check_open("split");
-  // Every rank learns every color first, so that a bad one fails on all ranks alike instead of leaving
-  // the others waiting in a collective.
+  // Every rank learns every color and name first, so that a bad one fails on all ranks alike instead of
+  // leaving the others waiting in a collective.
   const at::Tensor colors = all_gather_stacked(at::full({1}, color, at::kLong)).reshape({-1});
+  const std::vector<std::string> names = all_gather_strings(name);
   std::vector<int> members;  // this group's ranks that share this rank's color
   int sub_rank = -1;
   std::string negative;
@@ -490,9 +491,18 @@ ProcessGroup ProcessGroup::split(int color, const std::string& name) {
     throw std::invalid_argument("ProcessGroup::split: a color must be >= 0, but ranks " + negative +
                                 " gave a negative one: give every rank the color of the group it joins");
   }
-  if (name.empty()) {
-    throw std::invalid_argument(
-        "ProcessGroup::split: give the subgroup a name (\"tp\", \"dp\"): errors name its collectives by it");
+  for (int r = 0; r < size_; ++r) {
+    const std::string& theirs = names[static_cast<size_t>(r)];
+    if (theirs.empty()) {
+      throw std::invalid_argument("ProcessGroup::split: rank " + std::to_string(r) +
+                                  " gave no name: give the subgroup a name (\"tp\", \"dp\"), the same on "
+                                  "every rank: errors name its collectives by it");
+    }
+    if (theirs != names[0]) {
+      throw std::invalid_argument("ProcessGroup::split: rank 0 named the subgroup '" + names[0] +
+                                  "' but rank " + std::to_string(r) + " '" + theirs +
+                                  "': every rank must split alike");
+    }
   }
   std::vector<int> world(members.size());
   for (size_t i = 0; i < members.size(); ++i) {

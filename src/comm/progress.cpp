@@ -73,8 +73,9 @@ std::terminate_handler previous_terminate = nullptr;
       std::this_thread::sleep_for(progress->interval() + std::chrono::milliseconds(200));
       std::string why = progress->find_mismatch();
       if (why.empty()) why = "a peer may have called a different collective, or sent corrupt data.";
-      std::fprintf(stderr, "lockstep: rank %d: the collective backend failed inside a collective (%s): %s\n",
-                   progress->rank(), what.substr(0, what.find('\n')).c_str(), why.c_str());
+      std::fprintf(stderr, "lockstep: %s: the collective backend failed inside a collective (%s): %s\n",
+                   progress->rank_name(progress->rank()).c_str(), what.substr(0, what.find('\n')).c_str(),
+                   why.c_str());
       std::fflush(stderr);
     }
   }

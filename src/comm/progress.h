@@ -101,6 +101,8 @@ class Progress {
   bool abandoned() const { return abandoned_; }
 
   std::chrono::milliseconds interval() const { return interval_; }
+  /// "rank N" with N the world rank of the group's rank `rank`.
+  std::string rank_name(int rank) const;
   const std::shared_ptr<ProcessActivity>& activity() const { return activity_; }
   int rank() const { return rank_; }
 
@@ -134,8 +136,7 @@ class Progress {
   };
   ProgressRecord snapshot() const;
   std::string key_of(int rank) const { return "progress/" + std::to_string(rank); }
-  /// "rank N" with N the world rank of the group's rank `rank`.
-  std::string rank_name(int rank) const;
+
   bool read_record(int rank, ProgressRecord& out, std::string& problem);
 
   c10::intrusive_ptr<c10d::Store> store_;

@@ -76,10 +76,9 @@ at::Tensor TensorParallelDropout::split(const at::Tensor& x, bool training) {
   return training && p_ > 0.0 ? x * split_mask(x) : x;
 }
 
-ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(const GptOptions& options,
-                                                                 comm::ProcessGroup& group,
-                                                                 TensorParallelDropout* dropout)
-    : dropout_(dropout) {
+ParallelCausalSelfAttentionImpl::ParallelCausalSelfAttentionImpl(
+    const GptOptions& options, comm::ProcessGroup& group, std::shared_ptr<TensorParallelDropout> dropout)
+    : dropout_(std::move(dropout)) {
   TORCH_CHECK(options.heads() % group.size() == 0, "ParallelCausalSelfAttention: GptOptions::heads ",
               options.heads(), " is not divisible by the tensor-parallel group's size ", group.size(),
               ": choose T dividing the number of heads");
@@ -114,7 +113,7 @@ at::Tensor ParallelGptMlpImpl::forward(const at::Tensor& x) {
 }
 
 ParallelGptBlockImpl::ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group,
-                                           TensorParallelDropout* dropout)
+                                           std::shared_ptr<TensorParallelDropout> dropout)
     : dropout_(dropout) {
   ln_1_ = register_module("ln_1", detail::gpt_layer_norm(options));
   attn_ = register_module("attn", ParallelCausalSelfAttention(options, group, dropout));
@@ -134,12 +133,12 @@ at::Tensor ParallelGptBlockImpl::forward(at::Tensor x) {
 TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group, uint64_t dropout_seed)
     : options_(full.options()), group_(group) {
   if (options_.dropout() > 0.0)
-    dropout_ = std::make_unique<TensorParallelDropout>(options_.dropout(), dropout_seed, group.rank());
+    dropout_ = std::make_shared<TensorParallelDropout>(options_.dropout(), dropout_seed, group.rank());
   wte_ = register_module("wte", VocabParallelEmbedding(options_.vocab_size(), options_.embedding(), group));
   wpe_ = register_module("wpe", torch::nn::Embedding(options_.context(), options_.embedding()));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < options_.layers(); ++i) {
-    block_list_.emplace_back(options_, group, dropout_.get());
+    block_list_.emplace_back(options_, group, dropout_);
     blocks_->push_back(block_list_.back());
   }
   ln_f_ = register_module("ln_f", detail::gpt_layer_norm(options_));

@@ -49,6 +49,13 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
               " and ", targets.sizes());
   const int64_t columns = logits.size(1);
   const int64_t first = group.rank() * columns;
+  // Checked before any collective: the targets are the same on every rank, so every rank throws alike.
+  if (targets.numel() > 0) {
+    const int64_t low = targets.min().item<int64_t>(), high = targets.max().item<int64_t>();
+    TORCH_CHECK(low >= 0 && high < columns * group.size(), "vocab_parallel_cross_entropy: a target (",
+                low < 0 ? low : high, ") is outside the vocabulary [0, ", columns * group.size(),
+                "): every position must have a target (there is no ignore_index)");
+  }
   // Shifted by the row maxima over all ranks (a constant for autograd), so that exp cannot overflow.
   at::Tensor maxima = std::get<0>(logits.detach().max(/*dim=*/1, /*keepdim=*/true)).contiguous();
   group.all_reduce(maxima, comm::ReduceOp::kMax).wait();

@@ -128,7 +128,7 @@ TEST(Split, HierSubgroupsGetTheBackendThatFitsTheirNodes) {
   }));
 }
 
-TEST(Split, ANegativeColorOrNoNameFailsOnEveryRankNamingIt) {
+TEST(Split, ANegativeColorOrAMissingOrDifferentNameFailsOnEveryRankNamingIt) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto outcomes = run_ranks(3, [&](int rank) {
     auto pg = init_process_group(split_options(rank, 3, store));
@@ -140,10 +140,20 @@ TEST(Split, ANegativeColorOrNoNameFailsOnEveryRankNamingIt) {
           << e.what();
     }
     try {
-      (void)pg.split(0, "");
+      (void)pg.split(0, rank == 2 ? "" : "tp");  // one rank without a name: every rank fails, none waits
       ADD_FAILURE() << "a subgroup without a name was accepted";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("give the subgroup a name"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 2 gave no name: give the subgroup a name"),
+                std::string::npos)
+          << e.what();
+    }
+    try {
+      (void)pg.split(0, rank == 1 ? "dp" : "tp");
+      ADD_FAILURE() << "subgroups named differently were accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0 named the subgroup 'tp' but rank 1 'dp'"),
+                std::string::npos)
+          << e.what();
     }
     pg.shutdown();
   });

@@ -109,6 +109,24 @@ TEST_P(VocabParallelWorld, CrossEntropyEqualsTheFullOneInEveryLossAndTheLogitsGr
 
 INSTANTIATE_TEST_SUITE_P(Worlds, VocabParallelWorld, ::testing::Values(1, 2, 3, 4, 8));
 
+// PyTorch's ignore_index (-100) or an id past the vocabulary: refused on every rank before any collective.
+TEST(VocabParallel, ATargetOutsideTheVocabularyIsRefusedOnEveryRank) {
+  on_ranks(2, "vocab-range", [&](int, comm::ProcessGroup& group) {
+    const at::Tensor logits = at::randn({3, kVocab / 2}, at::kDouble);
+    for (const int64_t bad : {int64_t{-100}, kVocab}) {
+      try {
+        vocab_parallel_cross_entropy(logits, at::tensor({int64_t{1}, bad, int64_t{2}}), group);
+        ADD_FAILURE() << "target " << bad << " was accepted";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("a target (" + std::to_string(bad) +
+                                             ") is outside the vocabulary [0, 24)"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
 GptOptions tp_test_options() {
   return GptOptions::tiny().vocab_size(kVocab).context(8).heads(4).embedding(16).layers(2);
 }

@@ -59,15 +59,15 @@ class TensorParallelDropout {
 /// heads. One all-reduce in forward (c_proj's) and one in backward (c_attn's input).
 class ParallelCausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  /// `dropout` (may be null: none) outlives the module.
+  /// `dropout` may be null (none).
   ParallelCausalSelfAttentionImpl(const GptOptions& options, comm::ProcessGroup& group,
-                                  TensorParallelDropout* dropout = nullptr);
+                                  std::shared_ptr<TensorParallelDropout> dropout = nullptr);
   /// `x`: [B, T, width], the same on every rank → [B, T, width], the same on every rank.
   at::Tensor forward(const at::Tensor& x);
 
  private:
   int64_t local_heads_;
-  TensorParallelDropout* dropout_;
+  std::shared_ptr<TensorParallelDropout> dropout_;
   ColumnParallelLinear c_attn_{nullptr};
   RowParallelLinear c_proj_{nullptr};
 };
@@ -90,13 +90,13 @@ TORCH_MODULE(ParallelGptMlp);
 /// and gradients are the same on every rank, so they stay equal).
 class ParallelGptBlockImpl : public torch::nn::Module {
  public:
-  /// `dropout` (may be null: none) outlives the module.
+  /// `dropout` may be null (none); the model's blocks share one.
   ParallelGptBlockImpl(const GptOptions& options, comm::ProcessGroup& group,
-                       TensorParallelDropout* dropout = nullptr);
+                       std::shared_ptr<TensorParallelDropout> dropout = nullptr);
   at::Tensor forward(at::Tensor x);
 
  private:
-  TensorParallelDropout* dropout_;
+  std::shared_ptr<TensorParallelDropout> dropout_;
   torch::nn::LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
   ParallelCausalSelfAttention attn_{nullptr};
   ParallelGptMlp mlp_{nullptr};
@@ -149,7 +149,7 @@ class TensorParallelGptImpl : public torch::nn::Module {
  private:
   GptOptions options_;
   comm::ProcessGroup& group_;
-  std::unique_ptr<TensorParallelDropout> dropout_;  // null when GptOptions::dropout is 0
+  std::shared_ptr<TensorParallelDropout> dropout_;  // null when GptOptions::dropout is 0
   VocabParallelEmbedding wte_{nullptr};
   torch::nn::Embedding wpe_{nullptr};
   torch::nn::ModuleList blocks_{nullptr};

@@ -14,14 +14,15 @@ namespace lockstep::models {
 
 // The vocabulary split over a tensor-parallel group of T ranks (Megatron-LM's VocabParallelEmbedding and
 // vocab-parallel cross-entropy): rank r holds the rows [r·V/T, (r+1)·V/T) of the token embedding, and of
-// the logits of a head tied to it, so that no rank ever holds the whole [V, width] table or the [N, V]
-// logits. Built from the region functions of parallel_linear.h; every call is a collective on the group.
+// the logits of a head tied to it, so that no rank trains with the whole [V, width] table or forms the
+// [N, V] logits. Built from the region functions of parallel_linear.h; every call is a collective on the
+// group.
 
 /// An Embedding(vocab_size, width) whose rows are split over `group`. Forward looks up the ids that fall
 /// in this rank's rows (zeros for the others) and all-reduces (reduce_from_tensor_parallel_region), so
 /// every rank gets the full [..., width] embedding; backward leaves each rank the gradient of its rows.
-/// Initialisation does not depend on T: the full table is drawn N(0, 1) as torch::nn::Embedding draws it,
-/// and this rank keeps its rows. `group` must outlive the layer.
+/// Initialisation does not depend on T: the full table is drawn N(0, 1) as torch::nn::Embedding draws it
+/// (held for the constructor's duration), and this rank keeps its rows. `group` must outlive the layer.
 ///
 /// Example:
 ///   VocabParallelEmbedding wte(/*vocab_size=*/50304, /*width=*/768, tp_group);
@@ -53,7 +54,8 @@ TORCH_MODULE(VocabParallelEmbedding);
 
 /// Cross-entropy of logits split by vocabulary: `logits` is this rank's [N, V/T] slice (columns
 /// [rank·V/T, (rank+1)·V/T) of the full [N, V]), `targets` the [N] int64 ids in [0, V), the same on every
-/// rank. Returns the N losses, −log softmax(full logits)[target], the same on every rank, as
+/// rank (all in range: there is no ignore_index; c10::Error names one outside). Returns the N losses,
+/// −log softmax(full logits)[target], the same on every rank, as
 /// torch::nn::functional::cross_entropy with reduction none would on the full logits. Three all-reduces
 /// of N values (the row maxima, the sums of exponentials, the target logits): never the [N, V] logits.
 /// The gradient reaching each rank's slice is its part of softmax − one-hot.

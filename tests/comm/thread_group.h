@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <torch/utils.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -45,6 +47,18 @@ inline void expect_all_ok(const std::vector<RankOutcome>& outcomes) {
   for (size_t r = 0; r < outcomes.size(); ++r) {
     EXPECT_TRUE(outcomes[r].ok) << "rank " << r << ": " << outcomes[r].error;
   }
+}
+
+/// Runs `body(rank, group)` on `world` ranks as threads, each with its own group (thread_group_options,
+/// the default backend) over one in-memory store, shut down after `body`; expects every rank to finish.
+inline void run_group_ranks(int world, const std::string& run_id,
+                            const std::function<void(int, comm::ProcessGroup&)>& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group = comm::init_process_group(thread_group_options(rank, world, store, run_id));
+    body(rank, group);
+    group.shutdown();
+  }));
 }
 
 }  // namespace lockstep::testing

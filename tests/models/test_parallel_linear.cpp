@@ -18,16 +18,16 @@
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/models/parallel_linear.h"
-#include "mesh_shape.h"
+#include "parallel_testing.h"
 
 namespace lockstep::models {
 namespace {
 
-using lockstep::testing::expect_all_ok;
 using lockstep::testing::lock_default_generator;
+using lockstep::testing::max_abs_diff;
 using lockstep::testing::mesh_shape_name;
 using lockstep::testing::MeshShape;
-using lockstep::testing::run_ranks;
+using lockstep::testing::run_group_ranks;
 using lockstep::testing::thread_group_options;
 
 constexpr int64_t kIn = 6;
@@ -40,20 +40,9 @@ class ParallelLinearWorld : public ::testing::TestWithParam<int> {
  protected:
   // Runs `body(rank, group)` on each of GetParam() ranks, each with its own Gloo group over one store.
   void run(const std::string& run_id, const std::function<void(int, comm::ProcessGroup&)>& body) {
-    const int world = GetParam();
-    auto store = c10::make_intrusive<c10d::HashStore>();
-    expect_all_ok(run_ranks(world, [&](int rank) {
-      auto group = comm::init_process_group(thread_group_options(rank, world, store, run_id));
-      body(rank, group);
-      group.shutdown();
-    }));
+    run_group_ranks(GetParam(), run_id, body);
   }
 };
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a - b).abs().max().item<double>();
-}
 
 // A full Linear in float64 made after manual_seed(seed), under the test's generator lock.
 torch::nn::Linear reference_linear(int64_t in, int64_t out, uint64_t seed) {
@@ -261,9 +250,7 @@ TEST_P(ParallelLinearMesh, DataTimesTensorParallelStepsEqualOneProcessOnTheGloba
     sgd(reference);
   }
 
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  expect_all_ok(run_ranks(world, [&](int rank) {
-    auto group = comm::init_process_group(thread_group_options(rank, world, store, "tp-mesh"));
+  run_group_ranks(world, "tp-mesh", [&](int rank, comm::ProcessGroup& group) {
     comm::DeviceMesh mesh(group, tp);
     ColumnParallelLinear column(ColumnParallelLinearOptions(kIn, kHidden).gather_output(false), mesh.tp());
     RowParallelLinear row(RowParallelLinearOptions(kHidden, kOut).input_is_parallel(true), mesh.tp());
@@ -289,8 +276,7 @@ TEST_P(ParallelLinearMesh, DataTimesTensorParallelStepsEqualOneProcessOnTheGloba
     EXPECT_LT(max_abs_diff(row->weight, fc2->weight.narrow(1, at_slice, slice)), kTolerance) << rank;
     EXPECT_LT(max_abs_diff(row->bias, fc2->bias), kTolerance) << rank;
     mesh.shutdown();
-    group.shutdown();
-  }));
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ParallelLinearMesh,
@@ -299,10 +285,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ParallelLinearMesh,
                          mesh_shape_name);
 
 TEST(ParallelLinear, SizesNotDivisibleByTheGroupSizeAreRefusedNamingBoth) {
-  constexpr int kWorld = 4;
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  expect_all_ok(run_ranks(kWorld, [&](int rank) {
-    auto group = comm::init_process_group(thread_group_options(rank, kWorld, store, "tp-errors"));
+  run_group_ranks(4, "tp-errors", [&](int, comm::ProcessGroup& group) {
     try {
       ColumnParallelLinear column(ColumnParallelLinearOptions(kIn, 10), group);
       ADD_FAILURE() << "ColumnParallelLinear accepted out_features 10 over 4 ranks";
@@ -330,8 +313,7 @@ TEST(ParallelLinear, SizesNotDivisibleByTheGroupSizeAreRefusedNamingBoth) {
                 std::string::npos)
           << e.what();
     }
-    group.shutdown();
-  }));
+  });
 }
 
 TEST(ParallelLinear, WrongInputWidthAndFullWeightShapeAreRefusedNamingTheSizes) {

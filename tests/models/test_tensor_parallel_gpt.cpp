@@ -13,7 +13,6 @@
 #include <torch/nn/functional/normalization.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/optim/adam.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -29,38 +28,21 @@
 #include "lockstep/models/tensor_parallel_gpt.h"
 #include "lockstep/models/vocab_parallel.h"
 #include "lockstep/shard/zero_optimizer.h"
-#include "mesh_shape.h"
+#include "parallel_testing.h"
 #include "tp_sgd_step.h"
 
 namespace lockstep::models {
 namespace {
 
-using lockstep::testing::expect_all_ok;
 using lockstep::testing::lock_default_generator;
+using lockstep::testing::max_abs_diff;
 using lockstep::testing::mesh_shape_name;
 using lockstep::testing::MeshShape;
-using lockstep::testing::run_ranks;
-using lockstep::testing::thread_group_options;
+using lockstep::testing::run_group_ranks;
 using lockstep::testing::tp_sgd_step;
 
 constexpr double kTpTolerance = 1e-12;
 constexpr int64_t kVocab = 24;  // divisible by 1, 2, 3, 4 and 8
-
-double largest_difference(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return a.numel() == 0 ? 0.0 : (a - b).abs().max().item<double>();
-}
-
-// Runs `body(rank, group)` on `world` ranks as threads, each with a Gloo group over one store.
-void on_ranks(int world, const std::string& run_id,
-              const std::function<void(int, comm::ProcessGroup&)>& body) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  expect_all_ok(run_ranks(world, [&](int rank) {
-    auto group = comm::init_process_group(thread_group_options(rank, world, store, run_id));
-    body(rank, group);
-    group.shutdown();
-  }));
-}
 
 class VocabParallelWorld : public ::testing::TestWithParam<int> {};
 
@@ -72,7 +54,7 @@ TEST_P(VocabParallelWorld, EmbeddingEqualsTheFullOneInOutputAndEveryRowsGradient
   const at::Tensor weights = at::randn({3, 7, 5}, at::kDouble);
   const at::Tensor expected = full(ids);
   (expected * weights).sum().backward();
-  on_ranks(world, "vocab-embedding", [&](int rank, comm::ProcessGroup& group) {
+  run_group_ranks(world, "vocab-embedding", [&](int rank, comm::ProcessGroup& group) {
     VocabParallelEmbedding wte(kVocab, 5, group);
     wte->to(at::kDouble);
     wte->load_full(full->weight.detach());
@@ -80,8 +62,8 @@ TEST_P(VocabParallelWorld, EmbeddingEqualsTheFullOneInOutputAndEveryRowsGradient
     (out * weights).sum().backward();
     const int64_t rows = kVocab / world;
     EXPECT_EQ(wte->first_row(), rank * rows);
-    EXPECT_LT(largest_difference(out, expected), kTpTolerance) << "rank " << rank;
-    EXPECT_LT(largest_difference(wte->weight.grad(), full->weight.grad().narrow(0, rank * rows, rows)),
+    EXPECT_LT(max_abs_diff(out, expected), kTpTolerance) << "rank " << rank;
+    EXPECT_LT(max_abs_diff(wte->weight.grad(), full->weight.grad().narrow(0, rank * rows, rows)),
               kTpTolerance)
         << "rank " << rank;
   });
@@ -96,13 +78,13 @@ TEST_P(VocabParallelWorld, CrossEntropyEqualsTheFullOneInEveryLossAndTheLogitsGr
       logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
   const at::Tensor row_weights = at::randn({6}, at::kDouble);
   (expected * row_weights).sum().backward();
-  on_ranks(world, "vocab-ce", [&](int rank, comm::ProcessGroup& group) {
+  run_group_ranks(world, "vocab-ce", [&](int rank, comm::ProcessGroup& group) {
     const int64_t columns = kVocab / world;
     const at::Tensor mine = logits.detach().narrow(1, rank * columns, columns).clone().requires_grad_();
     const at::Tensor losses = vocab_parallel_cross_entropy(mine, targets, group);
     (losses * row_weights).sum().backward();
-    EXPECT_LT(largest_difference(losses, expected), kTpTolerance) << "rank " << rank;
-    EXPECT_LT(largest_difference(mine.grad(), logits.grad().narrow(1, rank * columns, columns)), kTpTolerance)
+    EXPECT_LT(max_abs_diff(losses, expected), kTpTolerance) << "rank " << rank;
+    EXPECT_LT(max_abs_diff(mine.grad(), logits.grad().narrow(1, rank * columns, columns)), kTpTolerance)
         << "rank " << rank;
   });
 }
@@ -111,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, VocabParallelWorld, ::testing::Values(1, 2, 3, 
 
 // PyTorch's ignore_index (-100) or an id past the vocabulary: refused on every rank before any collective.
 TEST(VocabParallel, ATargetOutsideTheVocabularyIsRefusedOnEveryRank) {
-  on_ranks(2, "vocab-range", [&](int, comm::ProcessGroup& group) {
+  run_group_ranks(2, "vocab-range", [&](int, comm::ProcessGroup& group) {
     const at::Tensor logits = at::randn({3, kVocab / 2}, at::kDouble);
     for (const int64_t bad : {int64_t{-100}, kVocab}) {
       try {
@@ -139,6 +121,15 @@ Gpt seeded_gpt(uint64_t seed, const GptOptions& options = tp_test_options()) {
   return model;
 }
 
+// `steps` global batches of `rows` token sequences of `length` + 1 ids, drawn from `seed` (under the lock).
+std::vector<at::Tensor> seeded_batches(uint64_t seed, int steps, int64_t rows, int64_t length) {
+  auto lock = lock_default_generator(seed);
+  std::vector<at::Tensor> batches;
+  for (int step = 0; step < steps; ++step)
+    batches.push_back(at::randint(kVocab, {rows, length + 1}, at::kLong));
+  return batches;
+}
+
 class TensorParallelGptShape : public ::testing::TestWithParam<MeshShape> {};
 
 // Three SGD steps: every data-parallel rank takes its rows of the global batch, gradients are averaged
@@ -153,12 +144,7 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
   const int64_t length = tp_test_options().context();
   Gpt start = seeded_gpt(31);
   Gpt reference = seeded_gpt(31);
-  std::vector<at::Tensor> batches;
-  {
-    auto lock = lock_default_generator(32);
-    for (int step = 0; step < kSteps; ++step)
-      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
-  }
+  const std::vector<at::Tensor> batches = seeded_batches(32, kSteps, kRows * dp, length);
   const auto sgd = [&](torch::nn::Module& model) {
     at::NoGradGuard no_grad;
     for (at::Tensor& p : model.parameters()) {
@@ -177,7 +163,7 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
   }
   const auto reference_parameters = reference->named_parameters();
 
-  on_ranks(world, "tp-gpt", [&](int rank, comm::ProcessGroup& group) {
+  run_group_ranks(world, "tp-gpt", [&](int rank, comm::ProcessGroup& group) {
     comm::DeviceMesh mesh(group, tp);
     TensorParallelGpt model(*start, mesh.tp());
     for (int step = 0; step < kSteps; ++step) {
@@ -188,7 +174,7 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
     }
     for (const auto& parameter : model->named_parameters()) {
       const at::Tensor expected = model->full_slice(parameter.key(), reference_parameters[parameter.key()]);
-      EXPECT_LT(largest_difference(parameter.value(), expected), kTpTolerance)
+      EXPECT_LT(max_abs_diff(parameter.value(), expected), kTpTolerance)
           << parameter.key() << " on rank " << rank;
     }
     // Gathered whole again: one process's parameters, names and order.
@@ -196,7 +182,7 @@ TEST_P(TensorParallelGptShape, TrainingStepsEqualOneProcessOnTheGlobalBatch) {
     ASSERT_EQ(whole.size(), reference_parameters.size());
     for (size_t i = 0; i < whole.size(); ++i) {
       ASSERT_EQ(whole[i].first, reference_parameters.keys()[i]);
-      EXPECT_LT(largest_difference(whole[i].second, reference_parameters[whole[i].first]), kTpTolerance)
+      EXPECT_LT(max_abs_diff(whole[i].second, reference_parameters[whole[i].first]), kTpTolerance)
           << whole[i].first << " gathered on rank " << rank;
     }
     mesh.shutdown();
@@ -222,12 +208,7 @@ TEST_P(TensorParallelGptUnderDataParallel, DdpAndZero1OnTheDataParallelGroupEqua
   const auto adam_options = torch::optim::AdamOptions(1e-2);
   Gpt start = seeded_gpt(41);
   Gpt reference = seeded_gpt(41);
-  std::vector<at::Tensor> batches;
-  {
-    auto lock = lock_default_generator(42);
-    for (int step = 0; step < kSteps; ++step)
-      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
-  }
+  const std::vector<at::Tensor> batches = seeded_batches(42, kSteps, kRows * dp, length);
   torch::optim::Adam reference_adam(reference->parameters(), adam_options);
   for (const at::Tensor& batch : batches) {
     reference_adam.zero_grad();
@@ -240,7 +221,7 @@ TEST_P(TensorParallelGptUnderDataParallel, DdpAndZero1OnTheDataParallelGroupEqua
 
   for (const bool zero1 : {false, true}) {
     SCOPED_TRACE(zero1 ? "zero1" : "ddp");
-    on_ranks(world, zero1 ? "tp-zero1" : "tp-ddp", [&](int rank, comm::ProcessGroup& group) {
+    run_group_ranks(world, zero1 ? "tp-zero1" : "tp-ddp", [&](int rank, comm::ProcessGroup& group) {
       comm::DeviceMesh mesh(group, tp);
       TensorParallelGpt model(*start, mesh.tp());
       ddp::DistributedDataParallel<TensorParallelGpt> wrapped(model, mesh.dp());
@@ -257,7 +238,7 @@ TEST_P(TensorParallelGptUnderDataParallel, DdpAndZero1OnTheDataParallelGroupEqua
       }
       const auto whole = model->full_parameters();
       for (const auto& [name, value] : whole) {
-        EXPECT_LT(largest_difference(value, reference_parameters[name]), kTpTolerance)
+        EXPECT_LT(max_abs_diff(value, reference_parameters[name]), kTpTolerance)
             << name << " on rank " << rank;
       }
       mesh.shutdown();
@@ -333,12 +314,7 @@ TEST_P(TensorParallelGptDropout, TrainingStepsEqualOneProcessDrawingTheRanksMask
   const int64_t length = options.context();
   Gpt start = seeded_gpt(51, options);
   Gpt reference = seeded_gpt(51, options);
-  std::vector<at::Tensor> batches;
-  {
-    auto lock = lock_default_generator(52);
-    for (int step = 0; step < kSteps; ++step)
-      batches.push_back(at::randint(kVocab, {kRows * dp, length + 1}, at::kLong));
-  }
+  const std::vector<at::Tensor> batches = seeded_batches(52, kSteps, kRows * dp, length);
   std::vector<TensorParallelDropout> streams;
   for (int t = 0; t < tp; ++t) streams.emplace_back(options.dropout(), kDropoutSeed, t);
   std::vector<double> reference_losses;
@@ -354,7 +330,7 @@ TEST_P(TensorParallelGptDropout, TrainingStepsEqualOneProcessDrawingTheRanksMask
   }
   const auto reference_parameters = reference->named_parameters();
 
-  on_ranks(world, "tp-dropout", [&](int rank, comm::ProcessGroup& group) {
+  run_group_ranks(world, "tp-dropout", [&](int rank, comm::ProcessGroup& group) {
     comm::DeviceMesh mesh(group, tp);
     TensorParallelGpt model(*start, mesh.tp(), kDropoutSeed);
     for (int step = 0; step < kSteps; ++step) {
@@ -364,8 +340,7 @@ TEST_P(TensorParallelGptDropout, TrainingStepsEqualOneProcessDrawingTheRanksMask
           << "rank " << rank << " step " << step;
     }
     for (const auto& [name, value] : model->full_parameters()) {
-      EXPECT_LT(largest_difference(value, reference_parameters[name]), kTpTolerance)
-          << name << " on rank " << rank;
+      EXPECT_LT(max_abs_diff(value, reference_parameters[name]), kTpTolerance) << name << " on rank " << rank;
     }
     mesh.shutdown();
   });
@@ -381,13 +356,13 @@ TEST(TensorParallelGpt, EvalDrawsNoDropout) {
   Gpt with = seeded_gpt(61, tp_test_options().dropout(0.3));
   Gpt without = seeded_gpt(61, tp_test_options());
   const at::Tensor tokens = at::randint(kVocab, {2, 8}, at::kLong);
-  on_ranks(2, "tp-eval", [&](int, comm::ProcessGroup& group) {
+  run_group_ranks(2, "tp-eval", [&](int, comm::ProcessGroup& group) {
     TensorParallelGpt a(*with, group, 5);
     TensorParallelGpt b(*without, group);
     a->eval();
-    EXPECT_LT(largest_difference(a->forward(tokens), b->forward(tokens)), kTpTolerance);
+    EXPECT_LT(max_abs_diff(a->forward(tokens), b->forward(tokens)), kTpTolerance);
     a->train();
-    EXPECT_GT(largest_difference(a->forward(tokens), b->forward(tokens)), 1e-3);
+    EXPECT_GT(max_abs_diff(a->forward(tokens), b->forward(tokens)), 1e-3);
   });
 }
 
@@ -405,7 +380,7 @@ TEST(TensorParallelGpt, EachRankHoldsItsShareOfTheBlocks) {
   };
   EXPECT_EQ(block_numel(*start), 2 * (12 * c * c + 13 * c));
   for (int tp : {2, 4}) {
-    on_ranks(tp, "tp-share", [&](int, comm::ProcessGroup& group) {
+    run_group_ranks(tp, "tp-share", [&](int, comm::ProcessGroup& group) {
       TensorParallelGpt model(*start, group);
       EXPECT_EQ(block_numel(*model), 2 * ((12 * c * c + 7 * c) / tp + 6 * c)) << "T=" << tp;
     });
@@ -415,7 +390,7 @@ TEST(TensorParallelGpt, EachRankHoldsItsShareOfTheBlocks) {
 TEST(TensorParallelGpt, SplitsItCannotMakeAreRefusedNamingTheSizes) {
   const auto refused = [](GptOptions options, int tp, const std::string& expected) {
     Gpt full(options);
-    on_ranks(tp, "tp-refused", [&](int, comm::ProcessGroup& group) {
+    run_group_ranks(tp, "tp-refused", [&](int, comm::ProcessGroup& group) {
       try {
         TensorParallelGpt model(*full, group);
         ADD_FAILURE() << "made a tensor-parallel Gpt that should be refused: " << expected;

@@ -3,8 +3,9 @@
 // A text corpus of files read as one byte string, and the trivial baseline a language model must beat: the
 // examples' language models (char_lm.cpp, tp_gpt.cpp) train on the `fortunes` package's text with them.
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -12,24 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/data/text_dataset.h"
+
 namespace examples {
 
-/// The corpus: the package's text files (the ones without an extension), sorted, read as one byte string.
+/// The corpus: the package's text files (lockstep::data::text_files: the ones without an extension, sorted),
+/// read as one byte string, a piece at a time (the examples stream it; `lockstep fit` reads it whole).
 class Corpus {
  public:
+  /// Throws lockstep::data::DataError naming `dir` and the fix when it holds no text file.
   explicit Corpus(const std::string& dir) {
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_regular_file() && !entry.is_symlink() && name.find('.') == std::string::npos)
-        files_.push_back({entry.path().string(), static_cast<int64_t>(entry.file_size())});
-    }
-    if (error || files_.empty()) {
-      throw std::runtime_error("no text files in '" + dir +
-                               "': install the corpus with `apt-get install fortunes`" +
-                               " or name another directory with --data-dir");
-    }
-    std::sort(files_.begin(), files_.end(), [](const File& a, const File& b) { return a.path < b.path; });
+    for (const std::string& path : lockstep::data::text_files(dir))
+      files_.push_back({path, static_cast<int64_t>(std::filesystem::file_size(path))});
     for (const File& f : files_) size_ += f.size;
   }
   int64_t size() const { return size_; }
@@ -64,20 +59,14 @@ class Corpus {
 };
 
 /// Perplexity per byte of the corpus's bytes [val_begin, val_begin + val_bytes) when each byte is predicted
-/// from its frequency in bytes [0, train_bytes) (add-one smoothing): the trivial baseline.
+/// from its frequency in bytes [0, train_bytes): lockstep::data::unigram_perplexity, the trivial baseline.
 inline double unigram_perplexity(const Corpus& corpus, int64_t train_bytes, int64_t val_begin,
                                  int64_t val_bytes) {
-  std::vector<double> counts(256, 1.0);
-  std::vector<uint8_t> bytes(static_cast<size_t>(train_bytes));
-  corpus.read(0, train_bytes, bytes.data());
-  for (uint8_t b : bytes) counts[b] += 1.0;
-  double total = 0;
-  for (double c : counts) total += c;
-  std::vector<uint8_t> val(static_cast<size_t>(val_bytes));
-  corpus.read(val_begin, val_bytes, val.data());
-  double nll = 0;
-  for (uint8_t b : val) nll -= std::log(counts[b] / total);
-  return std::exp(nll / static_cast<double>(val.size()));
+  at::Tensor train = at::empty({train_bytes}, at::kByte);
+  at::Tensor val = at::empty({val_bytes}, at::kByte);
+  corpus.read(0, train_bytes, train.data_ptr<uint8_t>());
+  corpus.read(val_begin, val_bytes, val.data_ptr<uint8_t>());
+  return lockstep::data::unigram_perplexity(train, val);
 }
 
 }  // namespace examples

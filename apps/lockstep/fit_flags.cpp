@@ -21,7 +21,8 @@ namespace lockstep::cli {
 namespace {
 
 constexpr const char* kFitDescription =
-    "Train a ready model with data-parallel ranks (Lightning's flag names).\n"
+    "Train a ready model with data-parallel ranks (Lightning's flag names): an image classifier,\n"
+    "or a GPT language model on text (--model gpt --data text).\n"
     "Without a surrounding launcher, starts --devices local ranks itself (default 1). Under\n"
     "`lockstep run`, torchrun, srun or mpirun it is one rank of that job (--devices, when given,\n"
     "must then match the ranks per node).\n"
@@ -34,6 +35,7 @@ constexpr const char* kFitFooter =
     "  lockstep fit --devices 2 --model cnn --max-epochs 15 --metrics-file cnn.jsonl\n"
     "  lockstep fit --model resnet18 --data cifar10 --data-dir ~/cifar-10-batches-bin\n"
     "  lockstep fit --model resnet18 --data synthetic --synthetic-shape 3,32,32 --batch-size 32\n"
+    "  lockstep fit --devices 2 --model gpt --data text --strategy fsdp --precision bf16-mixed\n"
     "  lockstep run --nproc-per-node 2 --standalone -- lockstep fit --model mlp\n"
     "  srun --ntasks-per-node 2 lockstep fit --model mlp\n"
     "  lockstep fit --model cnn --print-config > cnn.yaml; lockstep fit --config cnn.yaml --devices 2\n"
@@ -58,6 +60,9 @@ std::map<std::string, std::string> config_notes(const train::FitConfig& config) 
   if (!config.trainer.num_nodes()) notes["num-nodes"] = "default: the surrounding launcher's";
   if (config.data_dir.empty() && !config.resolved_data_dir().empty()) {
     notes["data-dir"] = "default: " + config.resolved_data_dir();
+  }
+  if (config.text_file.empty() && !config.resolved_text_file().empty()) {
+    notes["text-file"] = "default: " + config.resolved_text_file();
   }
   if (!config.synthetic_shape && config.data == "synthetic") {
     notes["synthetic-shape"] = "default: " + config.resolved_synthetic_shape().to_string();
@@ -324,6 +329,11 @@ void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
                  "Directory of the dataset's files. Default for fashion-mnist:\n"
                  "/usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist)")
       ->type_name("DIR");
+  app.add_option("--text-file,--text_file", config.text_file,
+                 "Text of --data text (--model gpt): a file, or a directory whose files without an\n"
+                 "extension are read in name order, as bytes. Default: /usr/share/games/fortunes\n"
+                 "(apt-get install fortunes)")
+      ->type_name("PATH");
   app.add_option("--synthetic-size", config.synthetic_size, "Training images of --data synthetic")
       ->capture_default_str();
   app.add_option("--synthetic-shape", text.synthetic_shape,
@@ -362,7 +372,8 @@ void add_fit_flags(CLI::App& app, train::FitConfig& config, FitFlagText& text) {
       ->capture_default_str();
   app.add_option("--warmup-epochs", config.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       ->capture_default_str();
-  app.add_option("--dropout", config.dropout, "Dropout probability of mlp and cnn. Default: the model's, 0.2")
+  app.add_option("--dropout", config.dropout,
+                 "Dropout probability of mlp, cnn and gpt. Default: the model's, 0.2 (gpt: 0)")
       ->type_name("P");
   app.add_option(
          "--mlp-hidden,--mlp_hidden", text.mlp_hidden,

@@ -17,7 +17,7 @@ constexpr const char* kUsage =
     "  launch start N local workers as `accelerate launch` does (Accelerate's flags): torchrun's\n"
     "         environment and ACCELERATE_MIXED_PRECISION, ... for Python and C++ Accelerate programs\n"
     "  fit    train a ready model (mlp, cnn, resnet18) on Fashion-MNIST, MNIST, CIFAR-10 or\n"
-    "         synthetic data with N data-parallel ranks (Lightning's flags)\n"
+    "         synthetic data, or a GPT on text, with N data-parallel ranks (Lightning's flags)\n"
     "  env    print who this process is (rank, world size, master) as lockstep reads it\n"
     "  bench  benchmarks against a baseline measured in the same run: allreduce (lockstep's\n"
     "         process group vs raw c10d Gloo), scaling (lockstep fit at 1, 2, ... ranks),\n"

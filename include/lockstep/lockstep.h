@@ -71,6 +71,7 @@
 #include "lockstep/data/shard_loader.h"
 #include "lockstep/data/synthetic_dataset.h"
 #include "lockstep/data/tensor_dataset.h"
+#include "lockstep/data/text_dataset.h"
 #include "lockstep/data/torch_data.h"
 #include "lockstep/data/transforms.h"
 

@@ -1,9 +1,10 @@
-// `lockstep fit` on the Trainer: a ready classifier as a TrainModule, `--data` as a DataModule. See
-// include/lockstep/train/fit.h.
+// `lockstep fit` on the Trainer: a ready model (a classifier, or gpt on text) as a TrainModule, `--data` as a
+// DataModule. See include/lockstep/train/fit.h.
 #include "lockstep/train/fit.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -15,7 +16,9 @@
 
 #include "fit_data.h"
 #include "lockstep/data/loader.h"
+#include "lockstep/data/text_dataset.h"
 #include "lockstep/models/classifier.h"
+#include "lockstep/models/gpt.h"
 #include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
@@ -27,7 +30,8 @@ namespace lockstep::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Model = std::shared_ptr<models::ClassifierImpl>;
+using Model = std::shared_ptr<torch::nn::Module>;
+using Forward = std::function<at::Tensor(const at::Tensor&)>;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -107,13 +111,19 @@ std::string describe_run(const FitConfig& config, int world) {
   return text + describe_lr(config, config.global_batch_size(world));
 }
 
-// `lockstep fit`'s model as a TrainModule: a ready classifier, cross-entropy, the flags' optimizer and
-// schedule. Its parameters are the classifier's own, under the same names (checkpoints and final.pt
-// hold "fc1.weight", not "model.fc1.weight").
+// `lockstep fit`'s model as a TrainModule: a ready model, cross-entropy, the flags' optimizer and schedule.
+// A classifier's logits [B, classes] meet labels [B]; gpt's [B, T, 256] meet the next bytes [B, T], every
+// position a sample of the loss (flattened to [B·T, 256] and [B·T]); val_acc is the share of the labels,
+// or of the next bytes, predicted. Its parameters are the model's own, under the same names (checkpoints
+// and final.pt hold "fc1.weight", not "model.fc1.weight").
 class FitModule : public TrainModule {
  public:
-  FitModule(const FitConfig& config, Model model, std::function<void(const TrainingPlan&)> banner)
-      : config_(config), model_(std::move(model)), banner_(std::move(banner)) {
+  FitModule(const FitConfig& config, Model model, Forward model_forward,
+            std::function<void(const TrainingPlan&)> banner)
+      : config_(config),
+        model_(std::move(model)),
+        model_forward_(std::move(model_forward)),
+        banner_(std::move(banner)) {
     // A model not built in stages (cnn, resnet18) is one stage for fsdp: one unit, the whole model.
     if (dynamic_cast<models::Staged*>(model_.get()) == nullptr)
       single_stage_ = std::make_unique<models::SingleStage>(model_);
@@ -126,16 +136,15 @@ class FitModule : public TrainModule {
   }
 
   at::Tensor training_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
-    at::Tensor loss = torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
+    at::Tensor loss = loss_of(forward(batch.data), batch.target);
     log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
     return loss;
   }
 
   void validation_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
     const at::Tensor logits = forward(batch.data);
-    log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target),
-        LogOptions().sync_dist(true).prog_bar(true));
-    log("val_acc", logits.argmax(1).eq(batch.target).to(torch::kDouble).mean(),
+    log("val_loss", loss_of(logits, batch.target), LogOptions().sync_dist(true).prog_bar(true));
+    log("val_acc", logits.argmax(-1).eq(batch.target).to(torch::kDouble).mean(),
         LogOptions().sync_dist(true).prog_bar(true));
   }
 
@@ -166,26 +175,30 @@ class FitModule : public TrainModule {
     if (single_stage_) return single_stage_.get();
     return dynamic_cast<models::Staged*>(model_.get());
   }
-  const Model& model() const { return model_; }
 
  private:
+  static at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& target) {
+    return torch::nn::functional::cross_entropy(logits.flatten(0, -2), target.flatten());
+  }
   at::Tensor forward(const at::Tensor& x) {
-    if (!single_stage_) return model_->forward(x);
-    return single_stage_->forward(x, [this](at::Tensor in) { return model_->forward(in); });
+    if (!single_stage_) return model_forward_(x);
+    return single_stage_->forward(x, [this](at::Tensor in) { return model_forward_(in); });
   }
 
   const FitConfig& config_;
   Model model_;
+  Forward model_forward_;
   std::unique_ptr<models::SingleStage> single_stage_;
   std::function<void(const TrainingPlan&)> banner_;
   bool configured_ = false;
 };
 
-// `--data`, loaded before the Trainer starts (a bad --data-dir fails before any rank waits on another).
+// `--data` of images, loaded before the Trainer starts (a bad --data-dir fails before any rank waits on
+// another).
 class FitDataModule : public DataModule {
  public:
-  FitDataModule(const FitConfig& config, int64_t workers)
-      : config_(config), data_(detail::load_fit_data(config)), workers_(workers) {}
+  FitDataModule(const FitConfig& config, const detail::FitData& data, int64_t workers)
+      : config_(config), data_(data), workers_(workers) {}
 
   std::shared_ptr<const data::TensorDataset> train_dataset() override { return data_.train; }
   std::shared_ptr<const data::TensorDataset> val_dataset() override { return data_.test; }
@@ -196,14 +209,83 @@ class FitDataModule : public DataModule {
     return loader_options(config_, data_.transform, /*augment=*/false, workers_);
   }
   bool data_on_device() override { return config_.data_on_device; }
-  const detail::FitData& data() const { return data_; }
-  int64_t workers() const { return workers_; }
 
  private:
   const FitConfig& config_;
   detail::FitData data_;
   int64_t workers_;
 };
+
+// `--data text`: windows of bytes, shuffled and sharded by the DistributedSampler as images are.
+class FitTextModule : public BasicDataModule<data::Batch> {
+ public:
+  FitTextModule(const FitConfig& config, data::TextSplits splits, int64_t workers)
+      : config_(config), splits_(std::move(splits)), workers_(workers) {}
+
+  data::DataSource<data::Batch> train_data() override { return {splits_.train, options()}; }
+  std::optional<data::DataSource<data::Batch>> val_data() override {
+    return data::DataSource<data::Batch>(splits_.val, options());
+  }
+
+ private:
+  data::LoaderOptions options() const { return loader_options(config_, {}, /*augment=*/false, workers_); }
+
+  const FitConfig& config_;
+  data::TextSplits splits_;
+  int64_t workers_;
+};
+
+// What fit() trains, whatever --model and --data: built before the first collective, so that everything
+// that can fail on bad input fails there.
+struct FitJob {
+  std::unique_ptr<BasicDataModule<data::Batch>> data;
+  Model model;
+  Forward forward;
+  std::string data_line;  // for the banner: "Fashion-MNIST (60000 train / 10000 test images)"
+  std::optional<double> baseline_perplexity;  // text: the unigram model's, per byte
+};
+
+std::string count_line(const std::string& name, int64_t train, int64_t val, const std::string& what) {
+  return name + " (" + std::to_string(train) + " train / " + std::to_string(val) + " " + what + ")";
+}
+
+// The model is built after torch::manual_seed(seed): the same initial weights everywhere, whatever the
+// world (DDP broadcasts rank 0's anyway).
+FitJob image_job(const FitConfig& config, int64_t workers) {
+  const detail::FitData loaded = detail::load_fit_data(config);
+  const models::InputShape shape{loaded.train->channels(), loaded.train->height(), loaded.train->width(),
+                                 /*num_classes=*/10};
+  FitJob job;
+  job.data = std::make_unique<FitDataModule>(config, loaded, workers);
+  job.data_line = count_line(loaded.name, loaded.train->size(), loaded.test->size(), "test images");
+  torch::manual_seed(config.trainer.seed());
+  std::shared_ptr<models::ClassifierImpl> model =
+      models::make_model(config.model, shape, config.dropout, config.mlp_hidden);
+  job.forward = [raw = model.get()](const at::Tensor& x) { return raw->forward(x); };
+  job.model = std::move(model);
+  return job;
+}
+
+FitJob text_job(const FitConfig& config, int64_t workers) {
+  const models::GptOptions options = models::GptOptions::tiny().dropout(config.dropout.value_or(0.0));
+  const std::string path = config.resolved_text_file();
+  const at::Tensor text = data::read_text(path);
+  data::TextSplits splits = data::split_text(text, options.context(), /*val_fraction=*/0.1, path);
+  FitJob job;
+  const at::Tensor val_targets = splits.val->bytes().slice(0, 1);  // the bytes the model predicts
+  job.baseline_perplexity = data::unigram_perplexity(splits.train->bytes(), val_targets);
+  char what[64];
+  std::snprintf(what, sizeof what, "val windows of %lld bytes",
+                static_cast<long long>(options.context() + 1));
+  job.data_line = count_line("text " + path + ", " + std::to_string(text.numel()) + " bytes",
+                             splits.train->size(), splits.val->size(), what);
+  job.data = std::make_unique<FitTextModule>(config, std::move(splits), workers);
+  torch::manual_seed(config.trainer.seed());
+  auto model = std::make_shared<models::GptImpl>(options);
+  job.forward = [raw = model.get()](const at::Tensor& tokens) { return raw->forward(tokens); };
+  job.model = std::move(model);
+  return job;
+}
 
 // --save-top-k and --early-stopping-patience as Lightning's callbacks, ranking by --monitor.
 std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitConfig& config) {
@@ -247,35 +329,28 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   config.validate();
   const auto started = Clock::now();
   const int threads = threads_per_rank(config.trainer.threads(), environment);
-  // Everything that can fail on bad input fails here, before the first collective.
-  FitDataModule data(config, loader_workers(config, environment, threads));
-  const detail::FitData& loaded = data.data();
-  const models::InputShape shape{loaded.train->channels(), loaded.train->height(), loaded.train->width(),
-                                 /*num_classes=*/10};
-  torch::manual_seed(
-      config.trainer.seed());  // the same initial weights everywhere (DDP broadcasts rank 0's anyway)
-  Model model = models::make_model(config.model, shape, config.dropout, config.mlp_hidden);
+  const int64_t workers = loader_workers(config, environment, threads);
+  FitJob job = config.data == "text" ? text_job(config, workers) : image_job(config, workers);
+  const int64_t parameters = models::count_parameters(*job.model);
   auto banner = [&](const TrainingPlan& plan) {
     std::fprintf(output.out,
-                 "lockstep fit: %s (%lld parameters) on %s (%lld train / %lld test images), %d rank(s) x "
-                 "batch %lld, %s, %s precision, %lld epoch(s), %d thread(s)/rank, %s, on %s\n",
-                 config.model.c_str(), static_cast<long long>(models::count_parameters(*model)),
-                 loaded.name.c_str(), static_cast<long long>(loaded.train->size()),
-                 static_cast<long long>(loaded.test->size()), plan.world_size,
-                 static_cast<long long>(config.batch_size),
+                 "lockstep fit: %s (%lld parameters) on %s, %d rank(s) x batch %lld, %s, %s precision, %lld "
+                 "epoch(s), %d thread(s)/rank, %s, on %s\n",
+                 config.model.c_str(), static_cast<long long>(parameters), job.data_line.c_str(),
+                 plan.world_size, static_cast<long long>(config.batch_size),
                  describe_lr(config, plan.global_batch_size()).c_str(), to_string(config.trainer.precision()),
                  static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
                  config.data_on_device ? ("data kept on " + plan.device).c_str()
-                                       : (std::to_string(data.workers()) + " loader thread(s)/rank").c_str(),
+                                       : (std::to_string(workers) + " loader thread(s)/rank").c_str(),
                  plan.device.c_str());
     std::fflush(output.out);
   };
-  auto module = std::make_shared<FitModule>(config, model, banner);
+  auto module = std::make_shared<FitModule>(config, job.model, job.forward, banner);
 
   TrainerOptions options = trainer_options(config, environment, output, threads);
   for (const auto& callback : callbacks) options.callback(callback);
   Trainer trainer(options);
-  const TrainerResult trained = trainer.fit(module, data);
+  const TrainerResult trained = trainer.fit(module, *job.data);
 
   FitResult result;
   result.epochs = trained.epochs;
@@ -290,9 +365,18 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
                    seconds_since(started));
     } else {
       const EpochMetrics& last = result.epochs.back();
-      std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n",
-                   last.val_acc, static_cast<long long>(last.val_samples), last.world_size,
-                   seconds_since(started));
+      if (job.baseline_perplexity) {  // per byte: exp of the mean loss over every predicted byte
+        std::fprintf(
+            output.out,
+            "final val_loss %.4f perplexity %.3f (unigram baseline %.3f), next-byte val_acc %.4f over "
+            "%lld windows (%d rank(s), %.1f s)\n",
+            last.val_loss, std::exp(last.val_loss), *job.baseline_perplexity, last.val_acc,
+            static_cast<long long>(last.val_samples), last.world_size, seconds_since(started));
+      } else {
+        std::fprintf(output.out, "final val_acc %.4f over %lld test images (%d rank(s), %.1f s)\n",
+                     last.val_acc, static_cast<long long>(last.val_samples), last.world_size,
+                     seconds_since(started));
+      }
     }
     if (!result.weights_path.empty()) std::fprintf(output.out, "weights: %s\n", result.weights_path.c_str());
     if (!result.safetensors_path.empty()) {

@@ -106,6 +106,29 @@ void check_mlp_hidden(const FitConfig& config) {
   }
 }
 
+// A language model reads text and only text; an image classifier, images.
+void check_text_options(const FitConfig& config) {
+  const bool text_data = config.data == "text";
+  if ((config.model == "gpt") != text_data) {
+    throw std::invalid_argument(
+        text_data ? "data 'text' trains a language model, not model '" + config.model + "': use model 'gpt'"
+                  : "model 'gpt' is a language model and trains on data 'text', not '" + config.data +
+                        "': use data 'text' (text_file names the text; default: the fortunes package's)");
+  }
+  if (!config.text_file.empty() && !text_data) {
+    throw std::invalid_argument("text_file applies to data 'text' only, got data '" + config.data +
+                                "': leave it unset, or use data 'text'");
+  }
+  if (!text_data) return;
+  if (!config.data_dir.empty()) {
+    throw std::invalid_argument("data_dir does not apply to data 'text': name the text with text_file");
+  }
+  if (config.data_on_device || config.augment.value_or(false)) {
+    throw std::invalid_argument(std::string(config.data_on_device ? "data_on_device" : "augment") +
+                                " applies to images, not to data 'text': leave it off");
+  }
+}
+
 void check_data_options(const FitConfig& config) {
   if (config.data_on_device && config.resolved_augment()) {
     throw std::invalid_argument(
@@ -143,6 +166,7 @@ void check_data_options(const FitConfig& config) {
       throw std::invalid_argument("data_dir is meaningless with data 'synthetic' (leave it empty)");
     }
   }
+  check_text_options(config);
   if ((config.data == "mnist" || config.data == "cifar10") && config.data_dir.empty()) {
     throw std::invalid_argument("data '" + config.data + "' needs data_dir, the directory holding its files");
   }
@@ -262,6 +286,11 @@ std::string FitConfig::resolved_data_dir() const {
   if (!data_dir.empty()) return data_dir;
   if (data == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
   return "";
+}
+
+std::string FitConfig::resolved_text_file() const {
+  if (!text_file.empty()) return text_file;
+  return data == "text" ? "/usr/share/games/fortunes" : "";
 }
 
 double FitConfig::resolved_lr() const {

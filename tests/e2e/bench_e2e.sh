@@ -155,7 +155,7 @@ bad_flags)
   expect_failure 2 "--bogus" -- "$lockstep" bench allreduce --bogus 1
   expect_failure 2 "--ranks '1,x' is not a list of rank counts" -- "$lockstep" bench scaling --ranks 1,x
   expect_failure 2 "--ranks '1,1' names 1 twice" -- "$lockstep" bench scaling --ranks 1,1
-  expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18)" -- \
+  expect_failure 2 "--model 'nope' is not known (expected one of: mlp, cnn, resnet18, gpt)" -- \
     "$lockstep" bench scaling --model nope
   expect_failure 2 "--epochs must be >= 1, got 0" -- "$lockstep" bench scaling --epochs 0
   expect_failure 2 "'--devices=4' after -- is set by this command" -- "$lockstep" bench scaling -- --devices=4

@@ -582,3 +582,38 @@ TEST(InFlagWords, FitOptionFlagsComeFromTheFlagsThemselves) {
 }
 
 }  // namespace
+
+TEST(TextFlagsTest, GptTrainsOnTextAndTextFileReachesTheConfig) {
+  const Parsed ok = parse({"--model", "gpt", "--data", "text", "--text-file", "/tmp/book.txt"});
+  ASSERT_EQ(ok.status, -1) << ok.error;
+  EXPECT_EQ(ok.config.text_file, "/tmp/book.txt");
+  EXPECT_EQ(ok.config.resolved_text_file(), "/tmp/book.txt");
+  const Parsed fortunes = parse({"--model", "gpt", "--data", "text"});
+  ASSERT_EQ(fortunes.status, -1) << fortunes.error;
+  EXPECT_EQ(fortunes.config.resolved_text_file(), "/usr/share/games/fortunes");
+  EXPECT_EQ(parse({}).config.resolved_text_file(), "");  // images: no text
+}
+
+TEST(TextFlagsTest, ModelAndDataMustMatchAndImageFlagsAreRefused) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--model", "gpt"},
+            "--model 'gpt' is a language model and trains on --data 'text', not 'fashion-mnist'"},
+           {{"--data", "text"},
+            "--data 'text' trains a language model, not --model 'mlp': use --model 'gpt'"},
+           {{"--text-file", "a.txt"}, "--text-file applies to --data 'text' only"},
+           {{"--model", "gpt", "--data", "text", "--data-dir", "d"},
+            "--data-dir does not apply to --data 'text'"},
+           {{"--model", "gpt", "--data", "text", "--augment", "on"}, "--augment applies to images"},
+           {{"--model", "gpt", "--data", "text", "--data-on-device"}, "--data-on-device applies to images"},
+           {{"--model", "gpt", "--data", "text", "--mlp-hidden", "8"},
+            "leave it unset, or use --model 'mlp'"},
+       }) {
+    const Parsed bad = parse(c.flags);
+    EXPECT_EQ(bad.status, 2) << c.flags[0];
+    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
+  }
+}

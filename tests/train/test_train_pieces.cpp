@@ -107,11 +107,11 @@ TEST(FitConfigTest, DefaultsAreValidAndResolve) {
 TEST(FitConfigTest, BadValuesNameTheOptionTheValueAndTheChoices) {
   FitConfig config;
   config.model = "vgg";
-  EXPECT_EQ(error_of(config), "model 'vgg' is not known (expected one of: mlp, cnn, resnet18)");
+  EXPECT_EQ(error_of(config), "model 'vgg' is not known (expected one of: mlp, cnn, resnet18, gpt)");
   config = FitConfig();
   config.data = "imagenet";
   EXPECT_EQ(error_of(config),
-            "data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic)");
+            "data 'imagenet' is not known (expected one of: fashion-mnist, mnist, cifar10, synthetic, text)");
   config = FitConfig();
   config.batch_size = 0;
   EXPECT_EQ(error_of(config), "batch_size must be >= 1, got 0");

@@ -15,9 +15,10 @@ namespace lockstep::data {
 
 /// One mini-batch of the image datasets (ImageDataset, and the Loader built from a TensorDataset).
 struct Batch {
-  /// float32 [B, C, H, W], transformed (normalised, and augmented when asked).
+  /// Images: float32 [B, C, H, W], transformed (normalised, and augmented when asked). Text
+  /// (TextWindows): int64 token ids [B, T].
   at::Tensor data;
-  /// int64 [B], the class labels.
+  /// Images: int64 [B], the class labels. Text: int64 [B, T], each position's next token.
   at::Tensor target;
 };
 

@@ -40,12 +40,13 @@ struct ImageShape {
 
 /// The datasets FitConfig::data names (`lockstep fit --data`).
 inline const std::vector<std::string>& fit_data_names() {
-  static const std::vector<std::string> names{"fashion-mnist", "mnist", "cifar10", "synthetic"};
+  static const std::vector<std::string> names{"fashion-mnist", "mnist", "cifar10", "synthetic", "text"};
   return names;
 }
-/// The models FitConfig::model names (lockstep::models::make_model builds them).
+/// The models FitConfig::model names: the image classifiers lockstep::models::make_model builds, and "gpt"
+/// (models::Gpt, GptOptions::tiny(), on data "text" only).
 inline const std::vector<std::string>& fit_model_names() {
-  static const std::vector<std::string> names{"mlp", "cnn", "resnet18"};
+  static const std::vector<std::string> names{"mlp", "cnn", "resnet18", "gpt"};
   return names;
 }
 
@@ -62,10 +63,14 @@ struct FitConfig {
   TrainerOptions trainer;
 
   // What to train.
-  std::string model = "mlp";           ///< mlp | cnn | resnet18
-  std::string data = "fashion-mnist";  ///< fashion-mnist | mnist | cifar10 | synthetic
+  std::string model = "mlp";           ///< mlp | cnn | resnet18 (images) | gpt (text)
+  std::string data = "fashion-mnist";  ///< fashion-mnist | mnist | cifar10 | synthetic | text
   std::string data_dir;                ///< default: /usr/share/datasets/fashion-mnist for fashion-mnist
-  int64_t synthetic_size = 8192;       ///< training images of data synthetic (test: a quarter)
+  /// data text: a text file, or a directory whose files without an extension are read in name order;
+  /// default /usr/share/games/fortunes (Debian's `fortunes` package). Read as bytes (vocabulary 256), cut
+  /// into windows of the model's context (64) + 1; the first 90% of them train, the rest validate.
+  std::string text_file;
+  int64_t synthetic_size = 8192;  ///< training images of data synthetic (test: a quarter)
   /// Image shape of data synthetic (unset: 1,28,28, Fashion-MNIST's; 3,32,32 is CIFAR-10's). Setting it
   /// with any other data is an error: real datasets have their own shape.
   std::optional<ImageShape> synthetic_shape;
@@ -73,7 +78,7 @@ struct FitConfig {
   /// Keep the dataset on the training device, normalised once, batched there (DataModule::data_on_device);
   /// not with augmentation.
   bool data_on_device = false;
-  std::optional<double> dropout;  ///< the model's dropout probability; unset: the model's own (0.2)
+  std::optional<double> dropout;  ///< the model's dropout probability; unset: the model's own (0.2; gpt 0)
   /// The mlp's hidden widths (`--mlp-hidden 4096,4096,4096`: about 37M parameters on Fashion-MNIST, for
   /// memory work); unset: 256, 128.
   std::optional<std::vector<int64_t>> mlp_hidden;
@@ -124,8 +129,10 @@ struct FitConfig {
   /// options through TrainerOptions::validate, then what `lockstep fit` asks more of them: a CPU backend
   /// and precision, at least one epoch).
   void validate() const;
-  /// The data directory after defaults (empty for synthetic).
+  /// The data directory after defaults (empty for synthetic and text).
   std::string resolved_data_dir() const;
+  /// text_file after defaults (/usr/share/games/fortunes for data text, empty for the others).
+  std::string resolved_text_file() const;
   /// The learning rate after defaults, before lr_scaling.
   double resolved_lr() const;
   /// Samples per optimizer step over all ranks: batch_size x world_size x accumulate_grad_batches.

@@ -2,15 +2,15 @@
 // torch.distributed.tensor.parallel (tests/e2e/tp_python_parity.sh, tests/e2e/tp_gpt_python.py).
 //
 //   lockstep run --nproc-per-node N --standalone -- tp_gpt_worker --out DIR [--steps S] [--tensor-parallel T]
+//                                                                 [--dtype float64|float32]
 //
-// Every rank builds the same float64 models::Gpt (seed 1234) and the same token batches (seed 5678, rows
-// that count up by one); rank 0
-// writes both to DIR/init.safetensors (the model under its parameter names, the batches as "tokens"
-// [S, rows, length + 1], the shape and the learning rate as metadata). Then S steps of plain SGD on a
-// data × tensor parallel mesh (models::TensorParallelGpt on mesh.tp(), each data-parallel rank its rows,
-// gradients averaged over mesh.dp()); rank 0 writes each step's loss (averaged over mesh.dp()) to
-// DIR/cpp_losses.txt, one per line, and the trained parameters gathered whole (full_parameters) to
-// DIR/cpp_final.safetensors.
+// Every rank builds the same models::Gpt (float64 unless --dtype float32) (seed 1234) and the same token
+// batches (seed 5678, rows that count up by one); rank 0 writes both to DIR/init.safetensors (the model under
+// its parameter names, the batches as "tokens" [S, rows, length + 1], the shape and the learning rate as
+// metadata). Then S steps of plain SGD on a data × tensor parallel mesh (models::TensorParallelGpt on
+// mesh.tp(), each data-parallel rank its rows, gradients averaged over mesh.dp()); rank 0 writes each step's
+// loss (averaged over mesh.dp()) to DIR/cpp_losses.txt, one per line, and the trained parameters gathered
+// whole (full_parameters) to DIR/cpp_final.safetensors.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,14 +43,14 @@ models::GptOptions peer_options() {
   return models::GptOptions::tiny().vocab_size(256).context(16).layers(2).heads(4).embedding(64);
 }
 
-int run(const std::string& out, int steps, int tensor_parallel) {
+int run(const std::string& out, int steps, int tensor_parallel, at::ScalarType dtype) {
   std::filesystem::create_directories(out);
   auto world = comm::init_process_group(comm::ProcessGroupOptions::from_environment(env::from_env()));
   comm::DeviceMesh mesh(world, tensor_parallel);
   const models::GptOptions options = peer_options();
   torch::manual_seed(1234);
   models::Gpt full(options);
-  full->to(at::kDouble);
+  full->to(dtype);
   // Learnable batches, so that the losses fall and the comparison sees training: each row counts up by
   // one (mod the vocabulary) from a random start.
   torch::manual_seed(5678);
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   std::string out;
   int steps = 20;
   int tensor_parallel = 2;
+  at::ScalarType dtype = at::kDouble;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--out") {
@@ -108,17 +109,21 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[i + 1]);
     } else if (flag == "--tensor-parallel") {
       tensor_parallel = std::atoi(argv[i + 1]);
+    } else if (flag == "--dtype" &&
+               (std::string(argv[i + 1]) == "float64" || std::string(argv[i + 1]) == "float32")) {
+      dtype = std::string(argv[i + 1]) == "float32" ? at::kFloat : at::kDouble;
     } else {
-      std::cerr << "tp_gpt_worker: unknown flag " << flag << "\n";
+      std::cerr << "tp_gpt_worker: unknown flag or value " << flag << " " << argv[i + 1] << "\n";
       return 2;
     }
   }
   if (out.empty() || steps < 1 || tensor_parallel < 1) {
-    std::cerr << "usage: tp_gpt_worker --out DIR [--steps S >= 1] [--tensor-parallel T >= 1]\n";
+    std::cerr << "usage: tp_gpt_worker --out DIR [--steps S >= 1] [--tensor-parallel T >= 1] "
+                 "[--dtype float64|float32]\n";
     return 2;
   }
   try {
-    return run(out, steps, tensor_parallel);
+    return run(out, steps, tensor_parallel, dtype);
   } catch (const std::exception& e) {
     std::cerr << "tp_gpt_worker: " << e.what() << "\n";
     return 1;

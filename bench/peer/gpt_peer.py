@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch's side of bench/tp_gpt.sh: the same GPT training as bench/tp_gpt_bench.cpp, in Python.
+"""PyTorch's side of bench/tp_gpt.sh and bench/gpt_fit.sh: the same GPT training as bench/tp_gpt_bench.cpp
+(and, --size tiny, as `lockstep fit --model gpt`), in Python.
 
-  gpt_peer.py --mode ddp|tp [--ranks N] [--size bench|small] [--batch B] [--steps S] [--warmup W]
+  gpt_peer.py --mode ddp|tp [--ranks N] [--size tiny|bench|small] [--batch B] [--steps S] [--warmup W]
 
 ddp: torch.nn.parallel.DistributedDataParallel; tp: torch.distributed.tensor.parallel over all N ranks
 (tests/e2e/tp_gpt_python.py's model and plan). N CPU processes over Gloo, float32, Adam (lr 3e-4), one
@@ -22,7 +23,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "e2e"))
 from tp_gpt_python import Gpt, free_port, tensor_parallel_plan  # noqa: E402
 
-SIZES = {"bench": dict(vocab=256, context=128, layers=4, heads=8, width=256),
+SIZES = {"tiny": dict(vocab=256, context=64, layers=2, heads=2, width=64),  # GptOptions::tiny(), lockstep fit's
+         "bench": dict(vocab=256, context=128, layers=4, heads=8, width=256),
          "small": dict(vocab=50304, context=1024, layers=12, heads=12, width=768)}
 
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `lockstep fit --model gpt --data text` (the whole Trainer: loader, sampler, logging, DDP) against PyTorch's
+# DDP on the same GPT (GptOptions::tiny(): 2 layers, 2 heads, width 64, context 64, vocabulary 256),
+# 2 ranks x batch 32, one thread each, Adam, float32 (docs/benchmarks.md, "GPT under lockstep fit").
+# ROUNDS rounds of the two runs alternating; tokens/s of the whole job, medians. lockstep's figure is its
+# epoch's samples/s x 64 (the training part of the epoch, data loading included, slowest rank); the peer
+# (bench/peer/gpt_peer.py --size tiny) draws its tokens in the loop and times STEPS steps after 2 of warmup.
+#
+#   bash bench/gpt_fit.sh BUILD_DIR [ROUNDS=3] [PYTHON=python3 with torch 2.x] [STEPS=200]
+set -euo pipefail
+build=${1:?usage: gpt_fit.sh BUILD_DIR [ROUNDS] [PYTHON] [STEPS]}
+rounds=${2:-3}
+python=${3:-python3}
+steps=${4:-200}
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+for round in $(seq "$rounds"); do
+  "$build/lockstep" fit --model gpt --data text --devices 2 --threads 1 --batch-size 32 --max-epochs 1 \
+    --limit-train-batches "$steps" --limit-val-batches 1 --progress off --metrics-file "$tmp/m-$round.jsonl" >/dev/null
+  "$python" -c 'import json, sys; print(round(json.loads(open(sys.argv[1]).readline())["samples_per_s"] * 64))' \
+    "$tmp/m-$round.jsonl" >"$tmp/fit-$round"
+  "$python" "$here/peer/gpt_peer.py" --mode ddp --size tiny --batch 32 --steps "$steps" |
+    grep -o 'tokens_per_s=[0-9.]*' | cut -d= -f2 >"$tmp/py-$round"
+  echo "round $round: lockstep fit $(cat "$tmp/fit-$round") tokens/s, PyTorch DDP $(cat "$tmp/py-$round") tokens/s"
+done
+fit=$(cat "$tmp"/fit-* | median) py=$(cat "$tmp"/py-* | median)
+awk -v a="$fit" -v b="$py" -v r="$rounds" 'BEGIN {
+  printf "tokens/s, medians of %d rounds (2 ranks x 32 x 64 tokens): lockstep fit %.0f, PyTorch DDP %.0f: %.3fx\n", r, a, b, a / b }'

@@ -100,11 +100,11 @@ const std::set<std::string>& owned_fit_flags() {
 }
 
 // The training split's size, from the first line `lockstep fit` prints ("... (60000 train / 10000 test
-// images) ..."); 0 when absent.
+// images) ...", or for text "(36234 train / 4026 val windows of 65 bytes)"); 0 when absent.
 long long training_split_size(const std::string& stdout_path) {
   std::ifstream in(stdout_path);
   std::string line;
-  static const std::regex pattern(R"(\((\d+) train / \d+ test images\))");
+  static const std::regex pattern(R"(\((\d+) train / \d+ (?:test images\)|val windows ))");
   std::smatch match;
   while (std::getline(in, line)) {
     if (std::regex_search(line, match, pattern)) return std::stoll(match[1].str());

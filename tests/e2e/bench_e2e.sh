@@ -138,6 +138,11 @@ scaling)
       if (e[2] - 50 * s[2] > 1.01 || 50 * s[2] - e[2] > 1.01) { print "efficiency " e[2] "% != speedup / 2"; exit 1 }
     }' || fail "inconsistent table"
   grep -Fq 'scaled to the whole training split (60000 samples)' "$work/out" || fail "no note on the scaling"
+  # A GPT on text: the split's size read from the banner's windows.
+  for i in $(seq 400); do echo "every rank sums the same tensor"; done >"$work/book.txt"
+  run_ok "$lockstep" bench scaling --model gpt --data text --ranks 1 --epochs 1 -- --limit-train-batches 5 \
+    --limit-val-batches 1 --text-file "$work/book.txt"
+  grep -Eq '^\| 1 \| [0-9]+\.[0-9]{2} s \| 1\.00x \| 100% \|$' "$work/out" || fail "no row for gpt on text"
   ;;
 bad_flags)
   expect_failure 2 "--iters must be >= 1, got 0" -- "$lockstep" bench allreduce --iters 0

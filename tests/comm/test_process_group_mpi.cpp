@@ -329,6 +329,35 @@ TEST(ProcessGroupMpiTest, ReduceScatterGivesEachRankItsReducedPiece) {
 // An order of events, no clock: the last rank comes only once every other rank is about to wait in the
 // barrier, and says so (a file named after the ranks' common parent, mpirun's daemon) before it enters. A
 // rank that leaves the barrier before the file exists left before the last rank arrived.
+// Two groups over the same ranks whose ranks enter their collectives in opposite orders, as a mesh's
+// data-parallel group (DDP's buckets, from its own thread) and tensor-parallel group can: even ranks x
+// then y, odd ranks y then x. Each rank's first collective needs a peer's, and that peer's first is the
+// other group's. A worker that held MPI for the whole of its collective would keep the other group's
+// worker out, and the two groups would wait on each other until the timeout (20 s: a hang fails here).
+TEST(ProcessGroupMpiTest, TwoGroupsEnteredInOppositeOrdersBothComplete) {
+  const auto options = MpiOptions().timeout(std::chrono::seconds(20));
+  auto x = c10::make_intrusive<ProcessGroupMpi>(world_rank(), world_size(), options);
+  auto y = c10::make_intrusive<ProcessGroupMpi>(world_rank(), world_size(), options);
+  const bool even = world_rank() % 2 == 0;
+  ProcessGroupMpi& first = even ? *x : *y;
+  ProcessGroupMpi& second = even ? *y : *x;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<at::Tensor> on_x{at::full({1000}, 1.0)};
+    std::vector<at::Tensor> on_y{at::full({1000}, 2.0)};
+    auto started = first.allreduce(even ? on_x : on_y);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the first is inside MPI by now
+    auto next = second.allreduce(even ? on_y : on_x);
+    started->wait();
+    next->wait();
+    EXPECT_TRUE(at::equal(on_x[0], at::full({1000}, 1.0 * world_size()))) << "round " << round;
+    EXPECT_TRUE(at::equal(on_y[0], at::full({1000}, 2.0 * world_size()))) << "round " << round;
+    auto fence = first.barrier();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    second.barrier()->wait();
+    fence->wait();
+  }
+}
+
 TEST(ProcessGroupMpiTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   auto pg = make_group();
   pg->barrier()->wait();  // line up

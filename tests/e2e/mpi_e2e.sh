@@ -1,16 +1,17 @@
 #!/bin/bash
 # End-to-end checks of ranks started by Open MPI's mpirun (docs/mpi.md).
-# Usage: mpi_e2e.sh CASE LOCKSTEP PYTHON3 [COMM_OPS_WORKER]
+# Usage: mpi_e2e.sh CASE LOCKSTEP PYTHON3 [COMM_OPS_WORKER] [TP_GPT_WORKER]
 #   fit_default    `mpirun -np 2 lockstep fit` with no rendezvous flags (default backend, MASTER_ADDR/PORT
 #                  defaults) trains to exactly the metrics of `lockstep fit --devices 2 --backend gloo`
 #   fit_mpi        the same with --backend mpi (lockstep's ProcessGroupMpi)
 #   mpi_not_mpirun `--backend mpi` under `lockstep run` fails on every rank, and `lockstep fit --devices 2
 #                  --backend mpi` before starting any, saying to use mpirun
+#   tp_mesh        a 2 x 2 DeviceMesh over MPI subgroups (tp_gpt_worker) against 2 data-parallel ranks
 #   all_ops_2, all_ops_3, all_ops_2_large  comm_ops_worker under mpirun with the mpi backend: every
 #                  collective, op, dtype and size checked against its own expectation and against a Gloo group
 # Exit 77 (skipped) only when mpirun is not installed.
 set -u
-case_name=$1 lockstep=$2 python=$3 ops_worker=${4:-}
+case_name=$1 lockstep=$2 python=$3 ops_worker=${4:-} tp_worker=${5:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "mpi_e2e[$case_name]: $*" >&2; exit 1; }
@@ -102,6 +103,24 @@ all_ops_2 | all_ops_3 | all_ops_2_large)
   for ((r = 0; r < n; r++)); do
     grep -Eq "^rank $r/$n all_ops ok \(backend mpi, " "$work/out" || fail "rank $r did not report all_ops ok"
   done
+  ;;
+tp_mesh)
+  # ProcessGroup::split and comm::DeviceMesh over MPI: a tensor-parallel GPT on 2 data x 2 tensor-parallel
+  # ranks, its subgroups MPI communicators, gives the losses of 2 plain data-parallel ranks (float64, the
+  # partial sums added in other orders only: within 1e-12), as over shm (tp_gpt_mesh.sh).
+  [ -x "$tp_worker" ] || fail "tp_gpt_worker not given or not executable: '$tp_worker'"
+  for shape in "4 2 mesh" "2 1 flat"; do
+    read -r n t name <<<"$shape"
+    "${mpirun[@]}" -np "$n" -x TP_GPT_WORKER_BACKEND=mpi -x LOCKSTEP_TIMEOUT=60 -x MASTER_ADDR=127.0.0.1 \
+      -x MASTER_PORT="$(free_port)" "$tp_worker" --out "$work/$name" --steps 5 --tensor-parallel "$t" \
+      >"$work/$name.out" 2>&1 || { cat "$work/$name.out"; fail "tp_gpt_worker on $n ranks failed"; }
+    cat "$work/$name.out"
+    grep -q "tp_gpt_worker ok (tp $t, dp 2, 5 steps) over mpi" "$work/$name.out" || fail "$name: no ok line over mpi"
+  done
+  paste "$work/mesh/cpp_losses.txt" "$work/flat/cpp_losses.txt" |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; print "step " NR - 1 ": 2 x 2 " $1 "  2 x 1 " $2 "  difference " d;
+           if (d > 1e-12) bad = 1; n++ } END { exit bad || n != 5 }' ||
+    fail "over MPI the 2 x 2 mesh's losses differ from the 2 data-parallel ranks' (above)"
   ;;
 *)
   fail "unknown case"

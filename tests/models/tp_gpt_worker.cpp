@@ -3,6 +3,7 @@
 //
 //   lockstep run --nproc-per-node N --standalone -- tp_gpt_worker --out DIR [--steps S] [--tensor-parallel T]
 //                                                                 [--dtype float64|float32]
+// (or under mpirun with TP_GPT_WORKER_BACKEND=mpi: the mesh's subgroups are MPI communicators)
 //
 // Every rank builds the same models::Gpt (float64 unless --dtype float32) (seed 1234) and the same token
 // batches (seed 5678, rows that count up by one); rank 0 writes both to DIR/init.safetensors (the model under
@@ -24,6 +25,7 @@
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
+#include "lockstep/comm/backend.h"
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/env/environment.h"
@@ -45,7 +47,10 @@ models::GptOptions peer_options() {
 
 int run(const std::string& out, int steps, int tensor_parallel, at::ScalarType dtype) {
   std::filesystem::create_directories(out);
-  auto world = comm::init_process_group(comm::ProcessGroupOptions::from_environment(env::from_env()));
+  auto options_of_world = comm::ProcessGroupOptions::from_environment(env::from_env());
+  if (const char* backend = std::getenv("TP_GPT_WORKER_BACKEND"))  // mpi under mpirun (mpi_e2e.sh)
+    options_of_world.backend(comm::parse_backend(backend));
+  auto world = comm::init_process_group(options_of_world);
   comm::DeviceMesh mesh(world, tensor_parallel);
   const models::GptOptions options = peer_options();
   torch::manual_seed(1234);
@@ -87,8 +92,8 @@ int run(const std::string& out, int steps, int tensor_parallel, at::ScalarType d
     train::save_safetensors(out + "/cpp_final.safetensors", tensors);
   }
   std::cout << "rank " << world.rank() << "/" << world.size() << " tp_gpt_worker ok (tp "
-            << mesh.tensor_parallel() << ", dp " << mesh.data_parallel() << ", " << steps << " steps)"
-            << std::endl;
+            << mesh.tensor_parallel() << ", dp " << mesh.data_parallel() << ", " << steps << " steps) over "
+            << comm::to_string(world.backend()) << std::endl;
   mesh.shutdown();
   world.shutdown();
   return 0;

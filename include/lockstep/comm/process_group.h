@@ -71,11 +71,11 @@ class ProcessGroup {
   /// MPI_Comm_split does. Every rank gets the one subgroup it is in. The subgroup has its own backend of
   /// this group's kind, set up through this group's store, and works beside it: their collectives do not
   /// meet, and a rank may have collectives of several groups in flight, each group's issued in the same
-  /// order on its ranks. Not with mpi, whose groups share one lock: there finish one group's collectives
-  /// before issuing on another (docs/mpi.md). With hier, a subgroup inside one node is shm, one with a
-  /// rank per node is Gloo. `name` ("tp", "dp") must be the same on every rank (a missing or differing one
-  /// fails on every rank); it prefixes the subgroup's collectives in errors, where ranks are named by their
-  /// world rank. Shut subgroups down before the world.
+  /// order on its ranks (with mpi too: several groups poll non-blocking calls, docs/mpi.md). With hier, a
+  /// subgroup inside one node is shm, one with a rank per node is Gloo. `name` ("tp", "dp") must be the
+  /// same on every rank (a missing or differing one fails on every rank); it prefixes the subgroup's
+  /// collectives in errors, where ranks are named by their world rank. Shut subgroups down before the
+  /// world.
   ProcessGroup split(int color, const std::string& name);
   Backend backend() const { return options_.backend(); }
   const ProcessGroupOptions& options() const { return options_; }

@@ -24,6 +24,7 @@ std::timed_mutex& call_mutex() {
 // Guarded by call_mutex(); read at exit.
 bool finalized_by_us = false;
 std::atomic<int> calls_in_flight{0};
+std::atomic<int> live_groups{0};  // ProcessGroupMpi objects alive (mpi_group_opened/closed)
 
 struct HalfOps {
   MPI_Datatype half = MPI_DATATYPE_NULL;
@@ -149,6 +150,44 @@ MpiCallScope::MpiCallScope(const std::string& what, std::chrono::milliseconds ti
 
 MpiCallScope::~MpiCallScope() {
   --calls_in_flight;
+}
+
+void mpi_group_opened() {
+  ++live_groups;
+}
+void mpi_group_closed() {
+  --live_groups;
+}
+
+void mpi_call_and_wait(const char* what, const std::function<int(MPI_Request*)>& call) {
+  if (live_groups.load() <= 1) {
+    MpiCallScope scope(what);
+    mpi_check(call(nullptr), what);
+    return;
+  }
+  struct InFlight {  // from the start to the completion, not only while MPI is held
+    InFlight() { ++calls_in_flight; }
+    ~InFlight() { --calls_in_flight; }
+  } in_flight;
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    MpiCallScope scope(what);
+    mpi_check(call(&request), what);
+  }
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    {
+      MpiCallScope scope(what);
+      mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    }
+    if (done) return;
+    // Spin briefly (a small collective completes within microseconds), then poll every 20 us.
+    if (polls < 256) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
 }
 
 int mpi_launcher_world_size() {

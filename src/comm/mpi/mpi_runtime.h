@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -46,6 +47,25 @@ class MpiCallScope {
  private:
   std::unique_lock<std::timed_mutex> lock_;
 };
+
+/// Runs one collective to completion, holding MPI (an MpiCallScope) only while calling it: `call` issues
+/// the non-blocking call (MPI_Iallreduce, ...) into the request it is given and returns MPI's code; then
+/// MPI_Test polls the request, MPI released between polls. So the groups of one process progress their
+/// collectives side by side. With blocking calls, a group's worker held MPI for a whole collective, and
+/// two groups whose ranks enter their collectives in different orders (a data-parallel group's DDP
+/// buckets beside a tensor-parallel group's all-reduces) waited on each other for ever. Throws
+/// std::runtime_error naming `what` when MPI returns an error. The call counts as in flight until it
+/// completes, so that the process does not finalise MPI under it at exit.
+///
+/// `call` is given a request to start the non-blocking call into, or null to make the blocking call
+/// itself: while the process has one MPI group only, nothing can wait on it, and the blocking calls keep
+/// Open MPI's tuned algorithms (the non-blocking ones are libnbc's, and progress only while polled).
+void mpi_call_and_wait(const char* what, const std::function<int(MPI_Request*)>& call);
+
+/// The process's live ProcessGroupMpi objects, which mpi_call_and_wait counts: one more from a group's
+/// creation, one fewer at its destruction.
+void mpi_group_opened();
+void mpi_group_closed();
 
 /// Throws std::runtime_error "<what>: <MPI's text for code>" unless code is MPI_SUCCESS.
 void mpi_check(int code, const std::string& what);

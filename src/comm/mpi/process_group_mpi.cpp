@@ -20,8 +20,9 @@
 #include "mpi_runtime.h"
 
 // Each group owns a duplicate of MPI_COMM_WORLD (so its messages never meet another group's) and one
-// worker thread that runs its collectives in issue order with MPI's blocking calls (Open MPI's tuned
-// algorithms; the non-blocking ones progress only while polled). MPI cannot cancel a collective, so the
+// worker thread that runs its collectives in issue order, through mpi_call_and_wait: MPI's blocking calls
+// while the process has one group, non-blocking ones polled when it has several (so that the groups'
+// workers do not wait on each other; mpi_runtime.h says why). MPI cannot cancel a collective, so the
 // timeout bounds the caller's wait, not the call: a collective whose peer never arrives keeps the worker
 // inside MPI, the group then stays behind at destruction, and MPI_Finalize is skipped at exit
 // (mpi_runtime.cpp).
@@ -94,6 +95,7 @@ class MpiWork final : public QueuedWork {
 namespace {
 
 using detail::Contiguous;
+using detail::mpi_call_and_wait;
 using detail::mpi_check;
 using detail::MpiCallScope;
 
@@ -268,7 +270,10 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
   });
   std::unique_lock<std::mutex> lock(state_->mutex);
   const bool created = state_->cv.wait_for(lock, options_.timeout(), [&] { return state_->created; });
-  if (created && !state_->create_error) return;
+  if (created && !state_->create_error) {
+    detail::mpi_group_opened();
+    return;
+  }
   // The executor's thread leaves when (if ever) the dup returns; nothing may be queued on this group.
   // ~ProcessGroup does not run for a constructor that throws, so stop it here.
   lock.unlock();
@@ -285,6 +290,7 @@ ProcessGroupMpi::ProcessGroupMpi(int rank, int size, MpiOptions options)
 }
 
 ProcessGroupMpi::~ProcessGroupMpi() {
+  detail::mpi_group_closed();
   // Queued collectives fail; a collective that never returns leaves the executor's thread behind (it
   // owns the state with us), and the communicator with it.
   if (!executor_->stop(options_.timeout())) return;
@@ -315,27 +321,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allreduce(std::vector<at::Tensor
   const MPI_Op mpi_op = detail::mpi_reduce_op(op, tensors[0].scalar_type());
   auto tensor = std::make_shared<Contiguous>(tensors[0]);
   const int size = getSize();
-  return enqueue(
-      state_, executor_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
-      [tensor, type, mpi_op, op, size](MPI_Comm comm) {
-        at::Tensor& t = tensor->work;
-        auto* data = static_cast<char*>(t.data_ptr());
-        const int64_t numel = t.numel();
-        const int64_t piece =
-            std::max<int64_t>(1, kAllreducePieceBytes / static_cast<int64_t>(t.element_size()));
-        {
-          MpiCallScope scope("MPI_Allreduce");
-          int64_t off = 0;
-          do {
-            const int count = static_cast<int>(std::min(piece, numel - off));
-            mpi_check(MPI_Allreduce(MPI_IN_PLACE, data + off * t.element_size(), count, type, mpi_op, comm),
-                      "MPI_Allreduce");
-            off += count;
-          } while (off < numel);
-        }
-        divide_if_average(t, op, size);
-        tensor->write_back();
-      });
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::ALLREDUCE, "allreduce", tensors,
+                 [tensor, type, mpi_op, op, size](MPI_Comm comm) {
+                   at::Tensor& t = tensor->work;
+                   auto* data = static_cast<char*>(t.data_ptr());
+                   const int64_t numel = t.numel();
+                   const int64_t piece =
+                       std::max<int64_t>(1, kAllreducePieceBytes / static_cast<int64_t>(t.element_size()));
+                   int64_t off = 0;
+                   do {
+                     const int count = static_cast<int>(std::min(piece, numel - off));
+                     void* at = data + off * t.element_size();
+                     mpi_call_and_wait("MPI_Allreduce", [&](MPI_Request* request) {
+                       return request ? MPI_Iallreduce(MPI_IN_PLACE, at, count, type, mpi_op, comm, request)
+                                      : MPI_Allreduce(MPI_IN_PLACE, at, count, type, mpi_op, comm);
+                     });
+                     off += count;
+                   } while (off < numel);
+                   divide_if_average(t, op, size);
+                   tensor->write_back();
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::broadcast(std::vector<at::Tensor>& tensors,
@@ -352,15 +357,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::broadcast(std::vector<at::Tensor
                    at::Tensor& t = tensor->work;
                    auto* data = static_cast<char*>(t.data_ptr());
                    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-                   {
-                     MpiCallScope scope("MPI_Bcast");
-                     int64_t off = 0;
-                     do {
-                       const int count = static_cast<int>(std::min(kMaxCount, bytes - off));
-                       mpi_check(MPI_Bcast(data + off, count, MPI_BYTE, root, comm), "MPI_Bcast");
-                       off += count;
-                     } while (off < bytes);
-                   }
+                   int64_t off = 0;
+                   do {
+                     const int count = static_cast<int>(std::min(kMaxCount, bytes - off));
+                     mpi_call_and_wait("MPI_Bcast", [&](MPI_Request* request) {
+                       return request ? MPI_Ibcast(data + off, count, MPI_BYTE, root, comm, request)
+                                      : MPI_Bcast(data + off, count, MPI_BYTE, root, comm);
+                     });
+                     off += count;
+                   } while (off < bytes);
                    tensor->write_back();
                  });
 }
@@ -382,21 +387,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::allgather(std::vector<std::vecto
   auto input = inputs[0].contiguous();
   auto outs = outputs[0];
   const int size = getSize();
-  return enqueue(
-      state_, executor_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
-      [input, outs, count, size](MPI_Comm comm) {
-        // Into one buffer (MPI needs the blocks back to back), then out into the caller's tensors.
-        at::Tensor flat = at::empty({size, input.numel()}, input.options());
-        {
-          MpiCallScope scope("MPI_Allgather");
-          mpi_check(MPI_Allgather(input.data_ptr(), count, MPI_BYTE, flat.data_ptr(), count, MPI_BYTE, comm),
-                    "MPI_Allgather");
-        }
-        for (int r = 0; r < size; ++r) {
-          at::Tensor out = outs[r];
-          out.copy_(flat[r].view(out.sizes()));  // out may be non-contiguous
-        }
-      });
+  return enqueue(state_, executor_, options_.timeout(), c10d::OpType::ALLGATHER, "allgather", outs,
+                 [input, outs, count, size](MPI_Comm comm) {
+                   // Into one buffer (MPI needs the blocks back to back), then out into the caller's tensors.
+                   at::Tensor flat = at::empty({size, input.numel()}, input.options());
+                   mpi_call_and_wait("MPI_Allgather", [&](MPI_Request* request) {
+                     return request ? MPI_Iallgather(input.data_ptr(), count, MPI_BYTE, flat.data_ptr(),
+                                                     count, MPI_BYTE, comm, request)
+                                    : MPI_Allgather(input.data_ptr(), count, MPI_BYTE, flat.data_ptr(), count,
+                                                    MPI_BYTE, comm);
+                   });
+                   for (int r = 0; r < size; ++r) {
+                     at::Tensor out = outs[r];
+                     out.copy_(flat[r].view(out.sizes()));  // out may be non-contiguous
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -413,10 +418,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_allgather_base(at::Tensor& outp
   auto out = output;
   return enqueue(state_, executor_, options_.timeout(), c10d::OpType::_ALLGATHER_BASE, "_allgather_base",
                  {output}, [in, out, count](MPI_Comm comm) {
-                   MpiCallScope scope("MPI_Allgather");
-                   mpi_check(
-                       MPI_Allgather(in.data_ptr(), count, MPI_BYTE, out.data_ptr(), count, MPI_BYTE, comm),
-                       "MPI_Allgather");
+                   mpi_call_and_wait("MPI_Allgather", [&](MPI_Request* request) {
+                     return request ? MPI_Iallgather(in.data_ptr(), count, MPI_BYTE, out.data_ptr(), count,
+                                                     MPI_BYTE, comm, request)
+                                    : MPI_Allgather(in.data_ptr(), count, MPI_BYTE, out.data_ptr(), count,
+                                                    MPI_BYTE, comm);
+                   });
                  });
 }
 
@@ -444,12 +451,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::reduce_scatter(std::vector<at::T
                    // MPI takes the blocks back to back in one buffer.
                    at::Tensor flat = at::empty({size, static_cast<int64_t>(count)}, output->work.options());
                    for (int r = 0; r < size; ++r) flat[r].copy_(ins[r].reshape({-1}));
-                   {
-                     MpiCallScope scope("MPI_Reduce_scatter_block");
-                     mpi_check(MPI_Reduce_scatter_block(flat.data_ptr(), output->work.data_ptr(), count, type,
-                                                        mpi_op, comm),
-                               "MPI_Reduce_scatter_block");
-                   }
+                   mpi_call_and_wait("MPI_Reduce_scatter_block", [&](MPI_Request* request) {
+                     void* in = flat.data_ptr();
+                     void* out = output->work.data_ptr();
+                     return request ? MPI_Ireduce_scatter_block(in, out, count, type, mpi_op, comm, request)
+                                    : MPI_Reduce_scatter_block(in, out, count, type, mpi_op, comm);
+                   });
                    divide_if_average(output->work, op, size);
                    output->write_back();
                  });
@@ -472,8 +479,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::_reduce_scatter_base(at::Tensor&
 c10::intrusive_ptr<c10d::Work> ProcessGroupMpi::barrier(const c10d::BarrierOptions& /*opts*/) {
   return enqueue(state_, executor_, options_.timeout(), c10d::OpType::BARRIER, "barrier", {},
                  [](MPI_Comm comm) {
-                   MpiCallScope scope("MPI_Barrier");
-                   mpi_check(MPI_Barrier(comm), "MPI_Barrier");
+                   mpi_call_and_wait("MPI_Barrier", [&](MPI_Request* request) {
+                     return request ? MPI_Ibarrier(comm, request) : MPI_Barrier(comm);
+                   });
                  });
 }
 

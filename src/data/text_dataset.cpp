@@ -15,8 +15,7 @@ namespace {
 
 const char* const kFix =
     ": install Debian's text corpus with `apt-get install fortunes`, or name another text file (or a "
-    "directory "
-    "of them)";
+    "directory of them)";
 
 }  // namespace
 

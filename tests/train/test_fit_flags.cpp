@@ -42,6 +42,19 @@ Parsed parse(std::vector<std::string> flags) {
   return parsed;
 }
 
+// Flags that `lockstep fit` refuses as a usage error (status 2) with a message containing `error`.
+struct Refused {
+  std::vector<std::string> flags;
+  std::string error;
+};
+void expect_refused(const std::vector<Refused>& cases) {
+  for (const Refused& c : cases) {
+    const Parsed bad = parse(c.flags);
+    EXPECT_EQ(bad.status, 2) << c.flags[0];
+    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
+  }
+}
+
 class ConfigFileTest : public testing::Test {
  protected:
   void SetUp() override {
@@ -305,23 +318,14 @@ TEST(LrScalingTest, FlagsReachTheConfigAndBadValuesNameTheFlag) {
   EXPECT_EQ(defaults.config.resolved_lr_reference_batch(), 64);
   EXPECT_EQ(defaults.config.resolved_lr_step_epochs(), 3);  // max(1, 10 / 3)
 
-  struct Case {
-    std::vector<std::string> flags;
-    std::string error;
-  };
-  for (const Case& c : std::vector<Case>{
-           {{"--lr-scaling", "cubic"},
-            "--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt)"},
-           {{"--lr-schedule", "exp"},
-            "--lr-schedule 'exp' is not known (expected one of: cosine, constant, step)"},
-           {{"--lr-reference-batch", "0"}, "--lr-reference-batch must be >= 1, got 0"},
-           {{"--lr-step-epochs", "0"}, "--lr-step-epochs must be >= 1, got 0"},
-           {{"--lr-gamma", "0"}, "--lr-gamma must be in (0, 1]"},
-       }) {
-    const Parsed bad = parse(c.flags);
-    EXPECT_EQ(bad.status, 2) << c.flags[0];
-    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
-  }
+  expect_refused({
+      {{"--lr-scaling", "cubic"}, "--lr-scaling 'cubic' is not known (expected one of: none, linear, sqrt)"},
+      {{"--lr-schedule", "exp"},
+       "--lr-schedule 'exp' is not known (expected one of: cosine, constant, step)"},
+      {{"--lr-reference-batch", "0"}, "--lr-reference-batch must be >= 1, got 0"},
+      {{"--lr-step-epochs", "0"}, "--lr-step-epochs must be >= 1, got 0"},
+      {{"--lr-gamma", "0"}, "--lr-gamma must be in (0, 1]"},
+  });
 }
 
 TEST(DdpFlagsTest, BucketCapReachesTheConfigAndBadValuesNameTheFlag) {
@@ -478,35 +482,25 @@ TEST_F(ConfigFileTest, MonitorFlagsReachTheConfigFromFlagsAndYaml) {
 }
 
 TEST(MonitorFlagsTest, BadValuesNameTheFlagTheValueAndWhatIsAccepted) {
-  struct Case {
-    std::vector<std::string> flags;
-    std::string error;
-  };
-  for (const Case& c : std::vector<Case>{
-           {{"--monitor-mode", "lowest"}, "--monitor-mode 'lowest' is not known (expected one of: min, max)"},
-           {{"--save-top-k", "-2", "--ckpt-dir", "ck"},
-            "--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got -2"},
-           {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir, where the best checkpoints are written"},
-           {{"--early-stopping-patience", "-1"}, "--early-stopping-patience must be >= 0, got -1"},
-           {{"--early-stopping-min-delta", "-0.5"},
-            "--early-stopping-min-delta must be a number >= 0, got -0.5"},
-           {{"--early-stopping-min-delta", "nan"},
-            "--early-stopping-min-delta must be a number >= 0, got nan"},
-           {{"--early-stopping-patience", "2", "--monitor", ""}, "--monitor '' names no metric"},
-           {{"--checkpoint-filename", "{epoch}"},
-            "--checkpoint-filename '{epoch}' names the --save-top-k files, "
-            "and --save-top-k is 0"},
-           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{epoch"},
-            "--checkpoint-filename '{epoch' is not a file name pattern"},
-           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "a/{epoch}"},
-            "--checkpoint-filename 'a/{epoch}' is not a file name pattern"},
-           {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{{epoch}}"},
-            "--checkpoint-filename '{{epoch}}' is not a file name pattern"},
-       }) {
-    const Parsed bad = parse(c.flags);
-    EXPECT_EQ(bad.status, 2) << c.flags[0];
-    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
-  }
+  expect_refused({
+      {{"--monitor-mode", "lowest"}, "--monitor-mode 'lowest' is not known (expected one of: min, max)"},
+      {{"--save-top-k", "-2", "--ckpt-dir", "ck"},
+       "--save-top-k must be -1 (keep all), 0 (none) or a count >= 1, got -2"},
+      {{"--save-top-k", "2"}, "--save-top-k 2 needs --ckpt-dir, where the best checkpoints are written"},
+      {{"--early-stopping-patience", "-1"}, "--early-stopping-patience must be >= 0, got -1"},
+      {{"--early-stopping-min-delta", "-0.5"}, "--early-stopping-min-delta must be a number >= 0, got -0.5"},
+      {{"--early-stopping-min-delta", "nan"}, "--early-stopping-min-delta must be a number >= 0, got nan"},
+      {{"--early-stopping-patience", "2", "--monitor", ""}, "--monitor '' names no metric"},
+      {{"--checkpoint-filename", "{epoch}"},
+       "--checkpoint-filename '{epoch}' names the --save-top-k files, "
+       "and --save-top-k is 0"},
+      {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{epoch"},
+       "--checkpoint-filename '{epoch' is not a file name pattern"},
+      {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "a/{epoch}"},
+       "--checkpoint-filename 'a/{epoch}' is not a file name pattern"},
+      {{"--save-top-k", "1", "--ckpt-dir", "ck", "--checkpoint-filename", "{{epoch}}"},
+       "--checkpoint-filename '{{epoch}}' is not a file name pattern"},
+  });
 }
 
 TEST(FitHelpTest, ListsTheMonitorFlagsWithTheirDefaults) {
@@ -595,25 +589,14 @@ TEST(TextFlagsTest, GptTrainsOnTextAndTextFileReachesTheConfig) {
 }
 
 TEST(TextFlagsTest, ModelAndDataMustMatchAndImageFlagsAreRefused) {
-  struct Case {
-    std::vector<std::string> flags;
-    std::string error;
-  };
-  for (const Case& c : std::vector<Case>{
-           {{"--model", "gpt"},
-            "--model 'gpt' is a language model and trains on --data 'text', not 'fashion-mnist'"},
-           {{"--data", "text"},
-            "--data 'text' trains a language model, not --model 'mlp': use --model 'gpt'"},
-           {{"--text-file", "a.txt"}, "--text-file applies to --data 'text' only"},
-           {{"--model", "gpt", "--data", "text", "--data-dir", "d"},
-            "--data-dir does not apply to --data 'text'"},
-           {{"--model", "gpt", "--data", "text", "--augment", "on"}, "--augment applies to images"},
-           {{"--model", "gpt", "--data", "text", "--data-on-device"}, "--data-on-device applies to images"},
-           {{"--model", "gpt", "--data", "text", "--mlp-hidden", "8"},
-            "leave it unset, or use --model 'mlp'"},
-       }) {
-    const Parsed bad = parse(c.flags);
-    EXPECT_EQ(bad.status, 2) << c.flags[0];
-    EXPECT_NE(bad.error.find(c.error), std::string::npos) << bad.error;
-  }
+  expect_refused({
+      {{"--model", "gpt"},
+       "--model 'gpt' is a language model and trains on --data 'text', not 'fashion-mnist'"},
+      {{"--data", "text"}, "--data 'text' trains a language model, not --model 'mlp': use --model 'gpt'"},
+      {{"--text-file", "a.txt"}, "--text-file applies to --data 'text' only"},
+      {{"--model", "gpt", "--data", "text", "--data-dir", "d"}, "--data-dir does not apply to --data 'text'"},
+      {{"--model", "gpt", "--data", "text", "--augment", "on"}, "--augment applies to images"},
+      {{"--model", "gpt", "--data", "text", "--data-on-device"}, "--data-on-device applies to images"},
+      {{"--model", "gpt", "--data", "text", "--mlp-hidden", "8"}, "leave it unset, or use --model 'mlp'"},
+  });
 }

@@ -123,6 +123,14 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       },
       t.strategy().name())
       ->type_name("ddp|zero1|zero2|fsdp|...");
+  add_trainer_flag<int>(
+      app, "--tensor-parallel",
+      "T > 1 splits --model gpt over T consecutive ranks (Megatron's tensor parallelism: attention\n"
+      "heads, MLP columns and the vocabulary split, each rank holding about 1/T of the blocks); the\n"
+      "ranks form world / T data-parallel groups running --strategy ddp or zero1 (--devices a multiple\n"
+      "of T). Not yet with checkpoints (--ckpt-dir, --resume) or --gradient-clip-val",
+      [&t](const int& n) { t.tensor_parallel(n); }, shown(t.tensor_parallel()))
+      ->type_name("T");
   add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"

@@ -68,4 +68,14 @@ at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tens
   return sum_exp.log() - reduce_from_tensor_parallel_region(picked, group);
 }
 
+at::Tensor vocab_parallel_argmax(const at::Tensor& logits, comm::ProcessGroup& group) {
+  TORCH_CHECK(logits.dim() == 2, "vocab_parallel_argmax: logits must be [N, V/T], got ", logits.sizes());
+  at::NoGradGuard no_grad;
+  const auto [values, ids] = logits.max(-1);  // the first of equal maxima: the lowest id of this slice
+  const at::Tensor all_values = group.all_gather_stacked(values.contiguous());  // [T, N]
+  const at::Tensor all_ids = group.all_gather_stacked((ids + group.rank() * logits.size(-1)).contiguous());
+  // Across slices too the first of equal maxima wins, and lower ranks hold lower ids.
+  return all_ids.gather(0, all_values.argmax(0).unsqueeze(0)).squeeze(0);
+}
+
 }  // namespace lockstep::models

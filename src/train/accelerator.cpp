@@ -39,7 +39,7 @@ Accelerator::Accelerator(AcceleratorOptions options)
     owned_group_ = std::make_unique<comm::ProcessGroup>(comm::init_process_group(group_options));
     group_ = owned_group_.get();
   }
-  strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
+  make_strategy();
 }
 
 Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
@@ -60,7 +60,25 @@ Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
   if (local_world_size <= 0)
     local_world_size = std::max(1, group.size() / std::max(1, group_options.num_nodes()));
   init(group.rank() % local_world_size, std::min(local_world_size, group.size()), group.backend());
-  strategy_ = Strategy::make(options_.strategy(), *group_, precision_, StrategyApi::kAccelerator);
+  make_strategy();
+}
+
+void Accelerator::make_strategy() {
+  if (options_.tensor_parallel() > 1)
+    mesh_ = std::make_unique<comm::DeviceMesh>(*group_, options_.tensor_parallel());
+  strategy_ = Strategy::make(options_.strategy(), data_group(), precision_, StrategyApi::kAccelerator);
+}
+
+void Accelerator::refuse_under_tensor_parallel(const std::string& what) const {
+  if (!mesh_) return;
+  detail::TensorParallelUse use;
+  use.tensor_parallel = mesh_->tensor_parallel();
+  use.checkpoints = what;
+  try {
+    detail::check_tensor_parallel(use);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("Accelerator: ") + e.what());
+  }
 }
 
 Accelerator::~Accelerator() = default;
@@ -132,14 +150,14 @@ PreparedOptimizer Accelerator::prepare_optimizer(std::shared_ptr<torch::optim::O
 std::shared_ptr<detail::PreparedLoaderState> Accelerator::prepare_loader_state(
     std::unique_ptr<data::detail::AnyShardLoader> loader) {
   data::ShardPlan plan;
-  plan.world = num_processes();
-  plan.rank = process_index();
+  plan.world = data_group().size();
+  plan.rank = data_group().rank();
   plan.seed = options_.seed();
   if (loader->batches(plan) == 0) {
-    throw std::invalid_argument("Accelerator::prepare_data_loader: " + loader->description() +
-                                " gives no batch per rank with batch_size " +
-                                std::to_string(loader->options().batch_size()) + " on " +
-                                std::to_string(num_processes()) + " rank(s): pass one with more samples");
+    throw std::invalid_argument(
+        "Accelerator::prepare_data_loader: " + loader->description() +
+        " gives no batch per rank with batch_size " + std::to_string(loader->options().batch_size()) +
+        " on " + std::to_string(data_group().size()) + " data-parallel rank(s): pass one with more samples");
   }
   if (device_.is_cuda()) loader->pin_memory();  // Accelerate's default for GPUs: non_blocking copies
   auto state =
@@ -226,6 +244,16 @@ void Accelerator::optimizer_zero_grad(PreparedOptimizer& optimizer) {
 }
 
 std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_type) {
+  if (mesh_) {
+    detail::TensorParallelUse use;
+    use.tensor_parallel = mesh_->tensor_parallel();
+    use.gradient_clip_val = max_norm > 0.0 ? max_norm : 1.0;
+    try {
+      detail::check_tensor_parallel(use);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("Accelerator::clip_grad_norm_: ") + e.what());
+    }
+  }
   if (!gradient_state_->sync_gradients) return std::nullopt;
   // Clip the true gradients, not the scaled ones (torch's "unscale before clipping").
   if (scaler_.enabled()) {
@@ -239,18 +267,19 @@ void Accelerator::wait_for_everyone() {
 }
 
 at::Tensor Accelerator::gather(const at::Tensor& tensor) {
-  at::Tensor stacked = group_->all_gather_stacked(tensor.contiguous());
+  at::Tensor stacked = data_group().all_gather_stacked(tensor.contiguous());
   return tensor.dim() == 0 ? stacked : stacked.flatten(0, 1);
 }
 
 at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
   at::Tensor result = tensor.clone();
-  group_->all_reduce(result, comm::ReduceOp::kSum).wait();
-  if (reduction == Reduction::kMean) result = result.div(static_cast<double>(num_processes()));
+  data_group().all_reduce(result, comm::ReduceOp::kSum).wait();
+  if (reduction == Reduction::kMean) result = result.div(static_cast<double>(data_group().size()));
   return result;
 }
 
 void Accelerator::end_training() {
+  if (mesh_) mesh_->shutdown();
   if (owned_group_) owned_group_->shutdown();
   if (elastic_) elastic_->shutdown();
 }

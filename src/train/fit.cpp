@@ -15,10 +15,13 @@
 #include <torch/utils.h>
 
 #include "fit_data.h"
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/data/loader.h"
 #include "lockstep/data/text_dataset.h"
 #include "lockstep/models/classifier.h"
 #include "lockstep/models/gpt.h"
+#include "lockstep/models/tensor_parallel_gpt.h"
+#include "lockstep/models/vocab_parallel.h"
 #include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/lr_schedule.h"
@@ -115,7 +118,9 @@ std::string describe_run(const FitConfig& config, int world) {
 // A classifier's logits [B, classes] meet labels [B]; gpt's [B, T, 256] meet the next bytes [B, T], every
 // position a sample of the loss (flattened to [B·T, 256] and [B·T]); val_acc is the share of the labels,
 // or of the next bytes, predicted. Its parameters are the model's own, under the same names (checkpoints
-// and final.pt hold "fc1.weight", not "model.fc1.weight").
+// and final.pt hold "fc1.weight", not "model.fc1.weight"). Under --tensor-parallel, configure_model()
+// puts the gpt's slices (models::TensorParallelGpt) in place of the whole model's layers, under the same
+// names, and the loss and val_acc are computed from the vocabulary-split logits.
 class FitModule : public TrainModule {
  public:
   FitModule(const FitConfig& config, Model model, Forward model_forward,
@@ -135,6 +140,17 @@ class FitModule : public TrainModule {
       register_buffer(buffer.key(), buffer.value());
   }
 
+  void configure_model() override {
+    comm::DeviceMesh* mesh = device_mesh();
+    if (mesh == nullptr) return;
+    auto* full = dynamic_cast<models::GptImpl*>(model_.get());
+    if (full == nullptr)  // FitConfig::validate refuses it first
+      throw std::logic_error("tensor parallelism splits model 'gpt' only, not '" + config_.model + "'");
+    split_ = models::TensorParallelGpt(*full, mesh->tp(), config_.trainer.seed());
+    for (const auto& child : split_->named_children()) replace_module(child.key(), child.value());
+    model_ = split_.ptr();  // the whole model is dropped
+  }
+
   at::Tensor training_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
     at::Tensor loss = loss_of(forward(batch.data), batch.target);
     log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
@@ -144,7 +160,10 @@ class FitModule : public TrainModule {
   void validation_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
     const at::Tensor logits = forward(batch.data);
     log("val_loss", loss_of(logits, batch.target), LogOptions().sync_dist(true).prog_bar(true));
-    log("val_acc", logits.argmax(-1).eq(batch.target).to(torch::kDouble).mean(),
+    const at::Tensor predicted =
+        split_ ? models::vocab_parallel_argmax(logits.flatten(0, -2), device_mesh()->tp())
+               : logits.argmax(-1).flatten();
+    log("val_acc", predicted.eq(batch.target.flatten()).to(torch::kDouble).mean(),
         LogOptions().sync_dist(true).prog_bar(true));
   }
 
@@ -164,7 +183,8 @@ class FitModule : public TrainModule {
           config_.lr_gamma);
     }
     out.lr_schedule = schedule;
-    if (p.rank == 0 && !configured_) banner_(p);  // once: an elastic run asks again for a new world
+    if (p.rank == 0 && p.tp_rank == 0 && !configured_)
+      banner_(p);  // once: an elastic run asks again for a new world
     configured_ = true;
     return out;
   }
@@ -177,10 +197,16 @@ class FitModule : public TrainModule {
   }
 
  private:
-  static at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& target) {
+  at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& target) const {
+    if (split_) {
+      return models::vocab_parallel_cross_entropy(logits.flatten(0, -2), target.flatten(),
+                                                  device_mesh()->tp())
+          .mean();
+    }
     return torch::nn::functional::cross_entropy(logits.flatten(0, -2), target.flatten());
   }
   at::Tensor forward(const at::Tensor& x) {
+    if (split_) return split_->forward(x);
     if (!single_stage_) return model_forward_(x);
     return single_stage_->forward(x, [this](at::Tensor in) { return model_forward_(in); });
   }
@@ -189,6 +215,7 @@ class FitModule : public TrainModule {
   Model model_;
   Forward model_forward_;
   std::unique_ptr<models::SingleStage> single_stage_;
+  models::TensorParallelGpt split_{nullptr};  // --tensor-parallel
   std::function<void(const TrainingPlan&)> banner_;
   bool configured_ = false;
 };
@@ -244,6 +271,13 @@ struct FitJob {
   std::string data_line;  // for the banner: "Fashion-MNIST (60000 train / 10000 test images)"
   std::optional<double> baseline_perplexity;  // text: the unigram model's, per byte
 };
+
+// "2 rank(s)", or under tensor parallelism "2 data-parallel x 2 tensor-parallel rank(s)".
+std::string ranks_line(const TrainingPlan& plan) {
+  if (plan.tensor_parallel == 1) return std::to_string(plan.world_size) + " rank(s)";
+  return std::to_string(plan.world_size) + " data-parallel x " + std::to_string(plan.tensor_parallel) +
+         " tensor-parallel rank(s)";
+}
 
 std::string count_line(const std::string& name, int64_t train, int64_t val, const std::string& what) {
   return name + " (" + std::to_string(train) + " train / " + std::to_string(val) + " " + what + ")";
@@ -334,10 +368,10 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
   const int64_t parameters = models::count_parameters(*job.model);
   auto banner = [&](const TrainingPlan& plan) {
     std::fprintf(output.out,
-                 "lockstep fit: %s (%lld parameters) on %s, %d rank(s) x batch %lld, %s, %s precision, %lld "
+                 "lockstep fit: %s (%lld parameters) on %s, %s x batch %lld, %s, %s precision, %lld "
                  "epoch(s), %d thread(s)/rank, %s, on %s\n",
                  config.model.c_str(), static_cast<long long>(parameters), job.data_line.c_str(),
-                 plan.world_size, static_cast<long long>(config.batch_size),
+                 ranks_line(plan).c_str(), static_cast<long long>(config.batch_size),
                  describe_lr(config, plan.global_batch_size()).c_str(), to_string(config.trainer.precision()),
                  static_cast<long long>(config.trainer.max_epochs()), at::get_num_threads(),
                  config.data_on_device ? ("data kept on " + plan.device).c_str()
@@ -346,6 +380,7 @@ FitResult fit(const FitConfig& config, const env::Environment& environment, cons
     std::fflush(output.out);
   };
   auto module = std::make_shared<FitModule>(config, job.model, job.forward, banner);
+  job.model.reset();  // the module holds it (under --tensor-parallel, until configure_model splits it)
 
   TrainerOptions options = trainer_options(config, environment, output, threads);
   for (const auto& callback : callbacks) options.callback(callback);

@@ -119,6 +119,17 @@ void check_text_options(const FitConfig& config) {
     throw std::invalid_argument("text_file applies to data 'text' only, got data '" + config.data +
                                 "': leave it unset, or use data 'text'");
   }
+  if (config.trainer.tensor_parallel() > 1 && config.model != "gpt") {
+    throw std::invalid_argument("tensor_parallel " + text(config.trainer.tensor_parallel()) +
+                                " splits model 'gpt' only, not '" + config.model +
+                                "': use model 'gpt' (data 'text'), or tensor_parallel 1");
+  }
+  const std::optional<int> devices = config.trainer.devices();
+  if (devices && config.trainer.tensor_parallel() >= 1 && *devices % config.trainer.tensor_parallel() != 0) {
+    throw std::invalid_argument("tensor_parallel " + text(config.trainer.tensor_parallel()) +
+                                " does not divide devices=" + text(*devices) +
+                                ": choose a multiple of it (the world holds world / T data-parallel groups)");
+  }
   if (!text_data) return;
   if (!config.data_dir.empty()) {
     throw std::invalid_argument("data_dir does not apply to data 'text': name the text with text_file");

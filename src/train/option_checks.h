@@ -71,4 +71,44 @@ inline void check_elastic(const ElasticUse& use) {
   }
 }
 
+/// What a run asks of tensor parallelism (TrainerOptions::tensor_parallel): the options it meets.
+struct TensorParallelUse {
+  int tensor_parallel = 1;
+  StrategyKind strategy = StrategyKind::kDdp;
+  bool elastic = false;
+  bool cuda_graphs = false;
+  double gradient_clip_val = 0.0;
+  /// The option that would write or read a checkpoint ("ckpt_dir 'out'"); empty when none does.
+  std::string checkpoints;
+};
+
+/// The one home of what tensor parallelism works with: throws "tensor_parallel T does not work with
+/// <what>: <fix>" (or names a T below 1).
+inline void check_tensor_parallel(const TensorParallelUse& use) {
+  check_at_least("tensor_parallel", use.tensor_parallel, 1);
+  if (use.tensor_parallel == 1) return;
+  const auto refuse = [&](const std::string& what, const std::string& fix) {
+    throw std::invalid_argument("tensor_parallel " + text(use.tensor_parallel) + " does not work with " +
+                                what + ": " + fix);
+  };
+  if (use.strategy != StrategyKind::kDdp && use.strategy != StrategyKind::kZero1) {
+    refuse(std::string("strategy '") + to_string(use.strategy) + "'",
+           "the data-parallel dimension runs ddp or zero1; use one of them, or tensor_parallel 1");
+  }
+  if (use.elastic)
+    refuse("elastic",
+           "a lost rank takes a slice of the model with it; turn elastic off, or use tensor_parallel 1");
+  if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use tensor_parallel 1");
+  if (use.gradient_clip_val > 0.0) {
+    refuse("gradient_clip_val " + text(use.gradient_clip_val),
+           "the norm of a model split over ranks is not computed yet; set gradient_clip_val 0, or use "
+           "tensor_parallel 1");
+  }
+  if (!use.checkpoints.empty()) {
+    refuse(use.checkpoints,
+           "checkpoints of a tensor-parallel run (one per tensor-parallel rank) are not written yet; leave "
+           "ckpt_dir '' and resume '' (the defaults), or use tensor_parallel 1");
+  }
+}
+
 }  // namespace lockstep::train::detail

@@ -23,6 +23,7 @@
 #include "lockstep/launch/rank_start.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/precision.h"
+#include "option_checks.h"
 #include "trainer_run.h"
 
 namespace lockstep::train {
@@ -115,6 +116,12 @@ bool Trainer::should_stop() const {
 void Trainer::save_checkpoint(const std::string& path) {
   if (!run_) throw std::logic_error("Trainer::save_checkpoint outside fit()");
   Run& run = *run_;
+  if (run.mesh) {  // a callback's (ModelCheckpoint with its own dirpath): the options refused the others
+    detail::TensorParallelUse use;
+    use.tensor_parallel = run.mesh->tensor_parallel();
+    use.checkpoints = "save_checkpoint('" + path + "')";
+    detail::check_tensor_parallel(use);
+  }
   comm::ProcessGroup& group = *run.group;
   if (run.mid_accumulation) {
     throw std::logic_error("save_checkpoint('" + path + "') in the middle of an accumulation group (batch " +

@@ -109,7 +109,15 @@ Trainer::Run::Run(Trainer& trainer_, std::shared_ptr<TrainModuleBase> module_, D
   setup_model();
 }
 
-Trainer::Run::~Run() = default;
+Trainer::Run::~Run() {
+  step_state->mesh = nullptr;  // the module outlives the run
+}
+
+void Trainer::Run::shutdown_mesh() {
+  if (!mesh) return;
+  mesh->shutdown();
+  step_state->mesh = nullptr;
+}
 
 void Trainer::Run::choose_device() {
   const comm::ProcessGroup* given = options.process_group();
@@ -153,6 +161,10 @@ void Trainer::Run::connect() {
   }
   trainer.rank_ = group->rank();
   trainer.world_size_ = group->size();
+  if (options.tensor_parallel() > 1) {
+    mesh = std::make_unique<comm::DeviceMesh>(*group, options.tensor_parallel());
+    step_state->mesh = mesh.get();
+  }
 }
 
 // Prepared once per node, then loaded everywhere.
@@ -173,12 +185,13 @@ void Trainer::Run::setup_data(DataModuleBase& data) {
   if (train_batches_ == 0) {
     throw std::invalid_argument("the training data (" + train_loader_->description() +
                                 ") gives no batch per rank with batch_size " + std::to_string(batch_size_) +
-                                " on " + std::to_string(group->size()) + " rank(s): nothing to train on");
+                                " on " + std::to_string(data_group().size()) +
+                                " data-parallel rank(s): nothing to train on");
   }
 }
 
 void Trainer::Run::plan_batches() {
-  train_batches_ = planned_batches(group->size());
+  train_batches_ = planned_batches(data_group().size());
   if (val_loader_) {
     val_batches_ = -1;  // val_plan's limit: the count below is this world's, unlimited
     val_batches_ = limited_batches(options.limit_val_batches(), val_loader_->batches(val_plan(0)),
@@ -197,8 +210,8 @@ int64_t Trainer::Run::planned_batches(int world) const {
 data::ShardPlan Trainer::Run::train_plan(int64_t e) const {
   data::ShardPlan plan;
   plan.epoch = e;
-  plan.world = group->size();
-  plan.rank = group->rank();
+  plan.world = data_group().size();
+  plan.rank = data_group().rank();
   plan.seed = options.seed();
   plan.max_batches = train_batches_;
   return plan;
@@ -207,8 +220,8 @@ data::ShardPlan Trainer::Run::train_plan(int64_t e) const {
 data::ShardPlan Trainer::Run::val_plan(int64_t e) const {
   data::ShardPlan plan;  // every sample once, in dataset order, whatever the world size
   plan.epoch = e;
-  plan.world = group->size();
-  plan.rank = group->rank();
+  plan.world = data_group().size();
+  plan.rank = data_group().rank();
   plan.seed = options.seed();
   plan.even = false;
   plan.shuffle = false;
@@ -218,17 +231,18 @@ data::ShardPlan Trainer::Run::val_plan(int64_t e) const {
 
 // The model across ranks, the module's plan, then the optimizer.
 void Trainer::Run::setup_model() {
+  module->configure_model();
   if (!device_.is_cpu()) module->to(device_);
   wrap_model(/*init_sync=*/true);
   // Dropout and augmentation differ per rank, reproducibly (a process group of threads shares one
   // generator: leave it to the test that made it).
   if (!options.process_group())
-    torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(group->rank() + 1));
+    torch::manual_seed(options.seed() + 1000003ULL * static_cast<uint64_t>(data_group().rank() + 1));
   TrainingPlan& plan = step_state->plan;
   plan.device = device_.str();
   plan.max_epochs = options.max_epochs();
   plan.batch_size = batch_size_;
-  if (options.keep_global_batch()) batches_per_step = group->size() * options.accumulate_grad_batches();
+  if (options.keep_global_batch()) batches_per_step = data_group().size() * options.accumulate_grad_batches();
   plan_world();
   optim = module->configure_optimizers();
   if (!optim.optimizer) throw std::invalid_argument("configure_optimizers() returned no optimizer");
@@ -237,21 +251,24 @@ void Trainer::Run::setup_model() {
 
 void Trainer::Run::wrap_model(bool init_sync) {
   // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
-  strategy = Strategy::make(options.strategy(), *group, precision_, StrategyApi::kTrainer);
+  strategy = Strategy::make(options.strategy(), data_group(), precision_, StrategyApi::kTrainer);
   if (strategy->shards_parameters()) {
     fsdp = strategy->shard_model(module, module->staged_model());
   } else {
-    ddp = std::make_shared<Ddp>(module, *group, strategy->ddp_options().init_sync(init_sync));
+    ddp = std::make_shared<Ddp>(module, data_group(), strategy->ddp_options().init_sync(init_sync));
     strategy->add_model(module, ddp->gradient_sync(), ddp);
   }
 }
 
 void Trainer::Run::plan_world() {
   TrainingPlan& plan = step_state->plan;
-  plan.world_size = group->size();
-  plan.rank = group->rank();
-  plan.accumulate_grad_batches = batches_per_step > 0 ? accumulation_keeping(batches_per_step, group->size())
-                                                      : options.accumulate_grad_batches();
+  plan.world_size = data_group().size();
+  plan.rank = data_group().rank();
+  plan.tensor_parallel = mesh ? mesh->tensor_parallel() : 1;
+  plan.tp_rank = mesh ? mesh->tp_rank() : 0;
+  plan.accumulate_grad_batches = batches_per_step > 0
+                                     ? accumulation_keeping(batches_per_step, data_group().size())
+                                     : options.accumulate_grad_batches();
   plan.batches_per_epoch = train_batches_;
   plan.steps_per_epoch = train_batches_ < 0 ? -1 : ceil_div(train_batches_, plan.accumulate_grad_batches);
   if (train_batches_ < 0) {  // a stream of unknown length: only max_steps bounds the run
@@ -357,7 +374,7 @@ Trainer::Run::EpochTraining Trainer::Run::train_epoch(int64_t e) {
       for (const auto& callback : options.callbacks())
         callback->on_train_batch_end(trainer, BatchEnd{b, stepped, batch_loss});
       if (is_main_ && options.progress_bar())
-        bar_.update(b + 1, training.samples * group->size(), batch_loss);
+        bar_.update(b + 1, training.samples * data_group().size(), batch_loss);
       if (steps_now && elastic && elastic->admitting()) {
         training.planned = admit_in_epoch(e, training);
         ended = training.planned == 0;
@@ -640,7 +657,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
       training.seconds,       validation.seconds,
       peak_rss_mb(),          static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
       peak_device_mb(device_)};
-  const detail::ReducedEpoch reduced = detail::reduce_epoch(*group, logged(), mine, e);
+  const detail::ReducedEpoch reduced = detail::reduce_epoch(data_group(), logged(), mine, e);
   EpochMetrics m;
   m.epoch = e;
   m.step = position.step;
@@ -655,7 +672,7 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
   m.model_state_mb = reduced.model_state_mb;
   if (device_.is_cuda()) m.peak_cuda_mb = reduced.peak_cuda_mb;
   if (options.breakdown_every_n_batches() > 0 && !graph_.on())  // the same on every rank
-    m.breakdown = make_breakdown(detail::gather_phase_times(*group, step_timer_.take()));
+    m.breakdown = make_breakdown(detail::gather_phase_times(data_group(), step_timer_.take()));
   callback_metrics.clear();
   for (const auto& metric : reduced.metrics) {
     callback_metrics[metric.name] = metric.value;
@@ -710,6 +727,7 @@ TrainerResult Trainer::Run::finish() {
   graph_.release();  // its stream finishes; the default one is current again
   result_.global_step = position.step;
   if (result_.preempted) {
+    shutdown_mesh();
     if (owned_group) owned_group->shutdown();
     if (elastic) elastic->shutdown();
     return result_;
@@ -735,6 +753,7 @@ TrainerResult Trainer::Run::finish() {
   // bfloat16 parameters under zero1/zero2: the model the run leaves holds the float32 master weights, as
   // after ddp (the optimizer keeping them goes with the run).
   if (shard::ZeroOptimizer* master = strategy->master_optimizer()) master->gather_all();
+  shutdown_mesh();
   if (owned_group) owned_group->shutdown();
   if (elastic) elastic->shutdown();
   char summary[128];

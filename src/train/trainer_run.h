@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
@@ -61,6 +62,9 @@ struct Trainer::Run {
   std::optional<comm::ProcessGroup> owned_group;
   std::unique_ptr<comm::ElasticWorld> elastic;  // options.elastic(): `group` is its current generation's
   comm::ProcessGroup* group = nullptr;
+  // tensor_parallel > 1: the world as data × tensor parallel; the strategy, the data and the epoch's
+  // metrics then work over mesh->dp() (data_group()), and votes and rank 0's duties over the world.
+  std::unique_ptr<comm::DeviceMesh> mesh;
   std::shared_ptr<TrainModuleBase> module;
   // The module's step state, written here only: its epoch is the epoch in progress (or just finished, in
   // the epoch-end hooks); the module reads it (train_module.h) from set-up on, and after the fit.
@@ -85,6 +89,9 @@ struct Trainer::Run {
   bool stop_requested = false;
   std::string stop_reason;
   double lr = 0.0;
+
+  /// The ranks that train on different data: mesh->dp() under tensor parallelism, else the world.
+  comm::ProcessGroup& data_group() const { return mesh ? mesh->dp() : *group; }
 
   /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
   void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;
@@ -118,6 +125,8 @@ struct Trainer::Run {
     double seconds = 0.0;
   };
 
+  /// Shuts the mesh's subgroups down (tensor_parallel); the world stays open.
+  void shutdown_mesh();
   /// This rank's device (options.accelerator(), device_choice.h), made current.
   void choose_device();
   void connect();

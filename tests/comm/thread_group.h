@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lockstep/comm/process_group.h"
+#include "lockstep/env/environment.h"
 #include "thread_ranks.h"
 
 namespace lockstep::testing {
@@ -40,6 +41,16 @@ inline comm::ProcessGroupOptions thread_group_options(int rank, int world,
       .rendezvous_timeout(20s)
       .collective_timeout(20s)
       .gloo_threads(1);
+}
+
+/// Rank `rank` of `world` thread ranks as a one-node launcher describes it (rank = local rank).
+inline env::Environment thread_environment(int rank, int world) {
+  env::Environment environment;
+  environment.rank = rank;
+  environment.local_rank = rank;
+  environment.world_size = world;
+  environment.local_world_size = world;
+  return environment;
 }
 
 /// Every rank finished without throwing (each failure reported with its rank and message).

@@ -3,7 +3,7 @@
 # Usage: fit_e2e.sh CASE LOCKSTEP PYTHON3
 #   CASE: fashion_1rank | fashion_2ranks | synthetic_worlds | under_run | devices_mismatch | bad_flags |
 #         missing_data | safetensors | config_file | accumulate_equivalence | data_on_device | zero1 | zero2 |
-#         fsdp | gpt_text
+#         fsdp | gpt_text | gpt_tp
 set -u
 case_name=$1 lockstep=$2 python=$3
 work=$(mktemp -d)
@@ -38,6 +38,22 @@ assert lines[-1]["train_loss"] < lines[0]["train_loss"] or len(lines) == 1, "tra
 print(f"metrics ok: {len(lines)} epochs, final val_acc {lines[-1]['val_acc']}")
 PY
 }
+
+# The gpt cases' text, $work/book.txt: words of a small vocabulary in a fixed order of kinds (learnable); and
+# run FLAGS...: `lockstep fit --model gpt` on it with SGD (see gpt_text), output in $work/run.out.
+write_book() {
+  "$python" - "$work/book.txt" <<'PY' || fail "cannot write the text"
+import random, sys
+random.seed(3)
+kinds = [["the", "a", "one", "every"], ["cat", "dog", "rank", "tensor", "model"], ["runs", "sees", "sums", "waits"],
+         ["fast.", "slowly.", "again.", "at last."]]
+words = [random.choice(kind) for _ in range(2600) for kind in kinds]
+open(sys.argv[1], "w").write(" ".join(words) + "\n")
+PY
+  common=(fit --model gpt --data text --text-file "$work/book.txt" --seed 7 --progress off --threads 1
+          --max-epochs 2 --limit-train-batches 20 --limit-val-batches 4 --optimizer sgd --lr 0.3 --lr-schedule constant)
+}
+run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
 
 # expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
 . "$(dirname "$0")/e2e_lib.sh"
@@ -545,17 +561,7 @@ gpt_text)
   # for rounding (softmax ignores a constant added to a row's scores), Adam divides that noise by its own
   # size and steps it by lr, so two correct runs drift apart there (measured: 4.6e-4 with lr 3e-3).
   # Then Debian's fortunes, the default text, with Adam: the model must beat the unigram baseline.
-  "$python" - "$work/book.txt" <<'PY' || fail "cannot write the text"
-import random, sys
-random.seed(3)
-kinds = [["the", "a", "one", "every"], ["cat", "dog", "rank", "tensor", "model"], ["runs", "sees", "sums", "waits"],
-         ["fast.", "slowly.", "again.", "at last."]]
-words = [random.choice(kind) for _ in range(2600) for kind in kinds]
-open(sys.argv[1], "w").write(" ".join(words) + "\n")
-PY
-  common=(fit --model gpt --data text --text-file "$work/book.txt" --seed 7 --progress off --threads 1
-          --max-epochs 2 --limit-train-batches 20 --limit-val-batches 4 --optimizer sgd --lr 0.3 --lr-schedule constant)
-  run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
+  write_book
   close() { "$python" "$(dirname "$0")/compare_safetensors.py" --close "$1/final.safetensors" "$2/final.safetensors" \
     || fail "$3"; }
   run --devices 1 --batch-size 16 --ckpt-dir "$work/one"
@@ -592,6 +598,44 @@ PY
   else
     echo "fit_e2e[gpt_text]: /usr/share/games/fortunes missing (apt-get install fortunes): the default text is not tried"
   fi
+  ;;
+gpt_tp)
+  # --tensor-parallel: the gpt split over 2 ranks (1 data-parallel group), and 2 data x 2 tensor parallel,
+  # against 2 data-parallel ranks of the whole model on the same global batches. The unit tests compare
+  # the weights in float64 (1e-12, test_trainer_tensor_parallel); here float32 processes must agree on
+  # every epoch's losses and counts. The split sums in another order (an all-reduce of partial products),
+  # which moves the losses by ~1e-7 (measured: 2.1e-7 at most); 1e-4 leaves room and still fails another
+  # training (a run with --momentum 0.001 is 0.38 away).
+  write_book
+  run --devices 2 --batch-size 8 --metrics-file "$work/ddp.jsonl"
+  run --devices 4 --tensor-parallel 2 --batch-size 8 --metrics-file "$work/dp2_tp2.jsonl"
+  grep -q "on text .*, 2 data-parallel x 2 tensor-parallel rank(s) x batch 8" "$work/run.out" ||
+    { cat "$work/run.out"; fail "no banner naming the mesh"; }
+  run --devices 2 --tensor-parallel 2 --batch-size 16 --metrics-file "$work/dp1_tp2.jsonl"
+  run --devices 2 --batch-size 8 --momentum 0.001 --metrics-file "$work/momentum.jsonl"
+  check_metrics "$work/dp2_tp2.jsonl" 2 4 $((2 * 20 * 8)) $((2 * 4 * 8)) 0.1 64
+  check_metrics "$work/dp1_tp2.jsonl" 2 2 $((2 * 20 * 8)) $((2 * 4 * 8)) 0.1 64
+  same_losses() {
+    "$python" - "$@" <<'PY'
+import json, sys
+a, b, tolerance = [json.loads(l) for l in open(sys.argv[1])], [json.loads(l) for l in open(sys.argv[2])], float(sys.argv[3])
+worst = max(abs(x[k] - y[k]) for x, y in zip(a, b) for k in ("train_loss", "val_loss"))
+print(f"{sys.argv[1]} vs {sys.argv[2]}: losses at most {worst:.3g} apart")
+assert len(a) == len(b) and all(x["train_samples"] == y["train_samples"] and x["val_samples"] == y["val_samples"]
+                                for x, y in zip(a, b)), "other sample counts"
+sys.exit(0 if worst <= tolerance else 1)
+PY
+  }
+  same_losses "$work/dp2_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "2 x 2 tensor parallel trained other losses than ddp"
+  same_losses "$work/dp1_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "1 x 2 tensor parallel trained other losses than ddp"
+  ! same_losses "$work/momentum.jsonl" "$work/ddp.jsonl" 1e-4 || fail "the comparison cannot tell another training"
+  expect_failure 2 "--tensor-parallel 2 splits --model 'gpt' only, not 'mlp'" -- \
+    "$lockstep" fit --model mlp --data synthetic --tensor-parallel 2 --devices 2
+  expect_failure 2 "--tensor-parallel 2 does not work with --ckpt-dir" -- "$lockstep" "${common[@]}" --devices 2 \
+    --tensor-parallel 2 --ckpt-dir "$work/tp"
+  expect_failure 2 "--tensor-parallel 2 does not divide --devices=3" -- "$lockstep" "${common[@]}" --devices 3 \
+    --tensor-parallel 2
+  [ ! -e "$work/tp" ] || fail "a refused run left $work/tp behind"
   ;;
 *)
   fail "unknown case"

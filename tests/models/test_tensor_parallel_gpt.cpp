@@ -89,6 +89,24 @@ TEST_P(VocabParallelWorld, CrossEntropyEqualsTheFullOneInEveryLossAndTheLogitsGr
   });
 }
 
+// Ties included: rows whose maximum sits in two slices, and a row of equal logits, pick the lowest id as
+// argmax over the full logits does.
+TEST_P(VocabParallelWorld, ArgmaxEqualsTheFullOnesTiesToTheLowestId) {
+  const int world = GetParam();
+  at::Tensor logits = at::randn({5, kVocab}, at::kDouble);
+  logits[1].fill_(0.25);
+  logits[2][kVocab - 1] = 9.0;
+  logits[2][3] = 9.0;
+  const at::Tensor expected = logits.argmax(-1);
+  ASSERT_EQ(expected[1].item<int64_t>(), 0);
+  ASSERT_EQ(expected[2].item<int64_t>(), 3);
+  run_group_ranks(world, "vocab-argmax", [&](int rank, comm::ProcessGroup& group) {
+    const int64_t columns = kVocab / world;
+    const at::Tensor got = vocab_parallel_argmax(logits.narrow(1, rank * columns, columns), group);
+    EXPECT_TRUE(got.equal(expected)) << "rank " << rank << ": " << got << " vs " << expected;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, VocabParallelWorld, ::testing::Values(1, 2, 3, 4, 8));
 
 // PyTorch's ignore_index (-100) or an id past the vocabulary: refused on every rank before any collective.

@@ -600,3 +600,26 @@ TEST(TextFlagsTest, ModelAndDataMustMatchAndImageFlagsAreRefused) {
       {{"--model", "gpt", "--data", "text", "--mlp-hidden", "8"}, "leave it unset, or use --model 'mlp'"},
   });
 }
+
+// --tensor-parallel reaches TrainerOptions; what it cannot split or work with is refused in flag words.
+TEST(TensorParallelFlagsTest, ReachesTheTrainerAndWhatItCannotWorkWithIsRefused) {
+  const Parsed ok = parse({"--model", "gpt", "--data", "text", "--tensor-parallel", "2", "--devices", "4",
+                           "--strategy", "zero1"});
+  ASSERT_EQ(ok.status, -1) << ok.error;
+  EXPECT_EQ(ok.config.trainer.tensor_parallel(), 2);
+  EXPECT_EQ(parse({}).config.trainer.tensor_parallel(), 1);
+  const std::vector<std::string> gpt = {"--model", "gpt", "--data", "text", "--tensor-parallel", "2"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), gpt.begin(), gpt.end());
+    return more;
+  };
+  expect_refused({
+      {{"--tensor-parallel", "2"}, "--tensor-parallel 2 splits --model 'gpt' only, not 'mlp'"},
+      {{"--model", "gpt", "--data", "text", "--tensor-parallel", "0"},
+       "--tensor-parallel must be >= 1, got 0"},
+      {with({"--devices", "3"}), "--tensor-parallel 2 does not divide --devices=3: choose a multiple of it"},
+      {with({"--strategy", "fsdp"}), "--tensor-parallel 2 does not work with --strategy 'fsdp'"},
+      {with({"--gradient-clip-val", "1"}), "--tensor-parallel 2 does not work with --gradient-clip-val 1"},
+      {with({"--ckpt-dir", "ck"}), "--tensor-parallel 2 does not work with --ckpt-dir 'ck'"},
+  });
+}

@@ -129,11 +129,7 @@ std::vector<at::Tensor> train_rows(Kind kind, int world, int64_t batch, TrainerO
   auto outcomes = run_ranks(world, [&](int rank) {
     auto group =
         comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "any-data"));
-    env::Environment environment;
-    environment.rank = rank;
-    environment.local_rank = rank;
-    environment.world_size = world;
-    environment.local_world_size = world;
+    const env::Environment environment = lockstep::testing::thread_environment(rank, world);
     auto module = std::make_shared<Regressor>();
     RowsData data(kind, batch);
     TrainerOptions options = base;

@@ -62,4 +62,9 @@ TORCH_MODULE(VocabParallelEmbedding);
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
                                         comm::ProcessGroup& group);
 
+/// The argmax over the full vocabulary of logits split by vocabulary (`logits`: this rank's [N, V/T] slice,
+/// as vocab_parallel_cross_entropy takes): the [N] int64 ids, the same on every rank, and equal to
+/// full_logits.argmax(-1), ties to the lowest id. Two all-gathers of N values; no gradient.
+at::Tensor vocab_parallel_argmax(const at::Tensor& logits, comm::ProcessGroup& group);
+
 }  // namespace lockstep::models

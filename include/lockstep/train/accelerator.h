@@ -22,6 +22,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "lockstep/comm/backend.h"
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/data/shard_loader.h"
@@ -187,6 +188,9 @@ class Accelerator {
   const AcceleratorOptions& options() const { return options_; }
   GradScaler& scaler() { return scaler_; }
   comm::ProcessGroup& group() { return *group_; }
+  /// options().tensor_parallel() > 1: the world as data × tensor parallel (build the split model over its
+  /// tp() before prepare); null otherwise. Shut down by end_training().
+  comm::DeviceMesh* device_mesh() { return mesh_.get(); }
 
   /// Blocks until every rank has called it (a barrier bounded by the group's collective timeout).
   void wait_for_everyone();
@@ -205,9 +209,11 @@ class Accelerator {
   [[nodiscard]] FullParameters full_parameters();
 
   /// Every rank's `tensor` concatenated along dim 0 (0-d tensors stacked into [num_processes()]), in rank
-  /// order. Collective; the same shape on every rank.
+  /// order. Collective; the same shape on every rank. Under tensor parallelism: over the data-parallel
+  /// ranks (device_mesh()->dp()), whose data differ; a tensor-parallel group's ranks share theirs.
   at::Tensor gather(const at::Tensor& tensor);
-  /// The sum or mean of every rank's `tensor` (a new tensor; the mean is floating point). Collective.
+  /// The sum or mean of every rank's `tensor` (a new tensor; the mean is floating point). Collective; over
+  /// the data-parallel ranks under tensor parallelism, as gather.
   at::Tensor reduce(const at::Tensor& tensor, Reduction reduction = Reduction::kSum);
 
   /// Writes the arguments (streamed with <<, no separators) and a newline to stdout on the main process only.
@@ -283,6 +289,12 @@ class Accelerator {
   std::vector<std::vector<std::string>> save_optimizer_shards(const std::string& dir);
   void load_optimizer_shards(const std::string& dir, size_t i, const std::vector<std::string>& names);
   void init(int local_rank, int local_world_size, comm::Backend backend);
+  /// After the group exists: the mesh (tensor_parallel > 1), then the strategy over data_group().
+  void make_strategy();
+  /// The ranks that see different data: the mesh's dp() under tensor parallelism, else the world.
+  comm::ProcessGroup& data_group() const { return mesh_ ? mesh_->dp() : *group_; }
+  /// Throws std::invalid_argument naming `what` under tensor parallelism (check_tensor_parallel).
+  void refuse_under_tensor_parallel(const std::string& what) const;
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;
@@ -312,6 +324,7 @@ class Accelerator {
   std::unique_ptr<comm::ProcessGroup> owned_group_;
   std::unique_ptr<comm::ElasticWorld> elastic_;  // elastic: owns the group of each generation
   comm::ProcessGroup* group_ = nullptr;
+  std::unique_ptr<comm::DeviceMesh> mesh_;  // tensor_parallel > 1
   int local_process_index_ = 0;
   c10::Device device_{c10::kCPU};
   GradScaler scaler_;
@@ -338,7 +351,8 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
   if (strategy_->shards_parameters())
     return PreparedModel<M>(std::move(model), nullptr, shard_model(module), precision_, device_.type());
   auto slot = std::make_shared<detail::DdpSlot<M>>();
-  slot->ddp = std::make_shared<ddp::DistributedDataParallel<M>>(model, *group_, strategy_->ddp_options());
+  slot->ddp =
+      std::make_shared<ddp::DistributedDataParallel<M>>(model, data_group(), strategy_->ddp_options());
   strategy_->add_model(module, slot->ddp->gradient_sync(), slot->ddp);
   if (elastic_) {
     remake_ddp_.push_back([this, slot, model, module](bool init_sync) {

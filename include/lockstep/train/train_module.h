@@ -21,6 +21,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace lockstep::comm {
+class DeviceMesh;
+}
 
 namespace lockstep::train {
 
@@ -102,8 +105,12 @@ struct CapturedLog {
 /// What the Trainer knows before training starts, for configure_optimizers (Lightning's
 /// trainer.estimated_stepping_batches and friends).
 struct TrainingPlan {
+  /// The data-parallel ranks (the world, or world / T under tensor parallelism) and this rank among them.
   int world_size = 1;
   int rank = 0;
+  /// TrainerOptions::tensor_parallel, and this rank's position in its tensor-parallel group.
+  int tensor_parallel = 1;
+  int tp_rank = 0;
   int64_t max_epochs = 1;
   int64_t batches_per_epoch = 0;  ///< this rank's training batches per epoch (after limit_train_batches)
   int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
@@ -128,6 +135,8 @@ struct StepState {
   TrainingPlan plan;       ///< filled before configure_optimizers
   /// While the Trainer captures a CUDA graph: where log() keeps what it is given (null otherwise).
   std::vector<CapturedLog>* captured_logs = nullptr;
+  /// TrainerOptions::tensor_parallel > 1: the run's mesh, from configure_model() to the fit's end.
+  comm::DeviceMesh* mesh = nullptr;
 };
 
 /// The Trainer's side of a TrainModuleBase, in one place (src/train/train_module_access.h).
@@ -138,6 +147,10 @@ struct TrainModuleAccess;
 /// Trainer holds modules by this base; derive from BasicTrainModule<B> (or TrainModule) instead.
 class TrainModuleBase : public torch::nn::Module {
  public:
+  /// Called once on every rank, before the model is moved to its device and wrapped (Lightning's
+  /// configure_model): build here what needs the run's groups, such as tensor-parallel layers over
+  /// device_mesh()->tp() (models::TensorParallelGpt). Default: nothing.
+  virtual void configure_model() {}
   /// Called once, after the model is wrapped and, when resuming, before the optimizer state is loaded.
   /// plan() is valid here.
   virtual OptimizerConfig configure_optimizers() = 0;
@@ -158,6 +171,9 @@ class TrainModuleBase : public torch::nn::Module {
   int64_t global_step() const { return state_->step; }
   /// Valid from configure_optimizers on.
   const TrainingPlan& plan() const { return state_->plan; }
+  /// The run's DeviceMesh under TrainerOptions::tensor_parallel > 1, from configure_model() to the fit's
+  /// end; null otherwise (Lightning's self.device_mesh).
+  comm::DeviceMesh* device_mesh() const { return state_->mesh; }
 
  private:
   friend struct detail::TrainModuleAccess;

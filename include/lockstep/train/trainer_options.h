@@ -59,6 +59,12 @@ class TrainerOptions {
   /// strategy(parse_strategy("deepspeed_stage_2")). zero2 and fsdp need every trainable parameter used in
   /// every step, and precision other than 16-mixed; fsdp needs a Staged model (models/staged.h).
   LOCKSTEP_OPTION(TrainerOptions, StrategyOptions, strategy)
+  /// Tensor parallelism: the world as a comm::DeviceMesh of world / T data-parallel × T tensor-parallel
+  /// ranks (consecutive ranks split the model). The module builds its split layers in configure_model()
+  /// over device_mesh()->tp(); the strategy (ddp or zero1), the sampler and the epoch's metrics work over
+  /// device_mesh()->dp(), so the ranks of a tensor-parallel group train on the same batches. Not yet with
+  /// checkpoints (ckpt_dir, resume), gradient_clip_val, elastic or cuda_graphs. 1 (the default): none.
+  LOCKSTEP_OPTION(TrainerOptions, int, tensor_parallel)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
@@ -177,6 +183,7 @@ class TrainerOptions {
   std::optional<int> num_nodes_;
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   StrategyOptions strategy_;
+  int tensor_parallel_ = 1;
   comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;

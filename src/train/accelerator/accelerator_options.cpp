@@ -82,12 +82,16 @@ void AcceleratorOptions::validate() const {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
   }
-  if (elastic_) {
-    try {
+  try {
+    if (elastic_)
       detail::check_elastic({strategy_.kind(), backend_, /*cuda_graphs=*/false, /*callers_group=*/""});
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
-    }
+    detail::TensorParallelUse use;
+    use.tensor_parallel = tensor_parallel_;
+    use.strategy = strategy_.kind();
+    use.elastic = elastic_;
+    detail::check_tensor_parallel(use);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
   }
 }
 

@@ -50,6 +50,7 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 }  // namespace
 
 void Accelerator::save_state(const std::string& dir) {
+  refuse_under_tensor_parallel("save_state('" + dir + "')");
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
@@ -155,6 +156,7 @@ void Accelerator::load_optimizer_shards(const std::string& dir, size_t i,
 }
 
 void Accelerator::load_state(const std::string& dir) {
+  refuse_under_tensor_parallel("load_state('" + dir + "')");
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   if (!std::filesystem::is_directory(dir)) {
     throw std::runtime_error("Accelerator::load_state: directory '" + dir +

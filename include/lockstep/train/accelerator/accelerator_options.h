@@ -64,6 +64,11 @@ class AcceleratorOptions {
   /// over the survivors after a lost rank. Strategy ddp and backend gloo (or auto) only, and not with the
   /// constructor that takes a process group of the caller's: std::invalid_argument naming what and the fix.
   LOCKSTEP_OPTION(AcceleratorOptions, bool, elastic)
+  /// Tensor parallelism (TrainerOptions::tensor_parallel): the accelerator makes a comm::DeviceMesh of
+  /// world / T data-parallel × T tensor-parallel ranks (Accelerator::device_mesh()), over whose tp() the
+  /// program builds its split model before prepare; prepared models (ddp or zero1), loaders, gather and
+  /// reduce work over its dp(). Not yet with save_state/load_state, clip_grad_norm_ or elastic. Default 1.
+  LOCKSTEP_OPTION(AcceleratorOptions, int, tensor_parallel)
 
   /// Throws std::invalid_argument naming the option, the bad value and what is accepted. Unset options
   /// count as their defaults.
@@ -78,6 +83,7 @@ class AcceleratorOptions {
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   StrategyOptions strategy_;
   GradScalerOptions scaler_;
+  int tensor_parallel_ = 1;
   bool elastic_ = false;
 };
 

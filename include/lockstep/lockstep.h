@@ -84,6 +84,7 @@
 #include "lockstep/models/small_cnn.h"
 #include "lockstep/models/staged.h"
 #include "lockstep/models/tensor_parallel_gpt.h"
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/models/vocab_parallel.h"
 
 #include "lockstep/optim/foreach_sgd.h"

@@ -320,8 +320,9 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, std::vector<std::string> na
   s.group = &group;
   s.options = std::move(options);
   s.hook = s.options.comm_hook() ? s.options.comm_hook() : std::make_shared<AllReduceHook>();
-  const std::string timeline_path = Timeline::path_from_env(group.rank());
-  if (!timeline_path.empty()) s.timeline = std::make_shared<Timeline>(timeline_path, group.rank());
+  // By world rank: DDPs over the data-parallel groups of a DeviceMesh share their group ranks.
+  const std::string timeline_path = Timeline::path_from_env(group.world_rank());
+  if (!timeline_path.empty()) s.timeline = std::make_shared<Timeline>(timeline_path, group.world_rank());
 
   std::vector<int64_t> numels;
   std::vector<c10::ScalarType> dtypes;

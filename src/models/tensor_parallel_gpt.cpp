@@ -32,20 +32,15 @@ at::Tensor regroup(const at::Tensor& t, int64_t a, int64_t b) {
 
 // How the full model's parameter `name` is split over the group: along `dim` (-1: replicated), its rows
 // first made rank-major when they are c_attn's q | k | v.
-struct Split {
-  int64_t dim;
-  bool qkv;
-};
-
-Split split_of(const std::string& name) {
-  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias")) return {0, true};
-  if (name == "wte.weight" || ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
-    return {0, false};                                       // the vocabulary; the MLP's hidden units
-  if (ends_with(name, ".c_proj.weight")) return {1, false};  // row-parallel: by input columns
-  return {-1, false};                                        // wpe, the LayerNorms, the row-parallel biases
-}
-
 }  // namespace
+
+ParameterSplit TensorParallelGptImpl::split_of(const std::string& name) const {
+  if (ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_attn.bias")) return {0, 3};
+  if (name == "wte.weight" || ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_fc.bias"))
+    return {0, 1};                                       // the vocabulary; the MLP's hidden units
+  if (ends_with(name, ".c_proj.weight")) return {1, 1};  // row-parallel: by input columns
+  return {};                                             // wpe, the LayerNorms, the row-parallel biases
+}
 
 TensorParallelDropout::TensorParallelDropout(double p, uint64_t seed, int64_t tp_rank)
     : p_(p),
@@ -148,9 +143,9 @@ TensorParallelGptImpl::TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& 
 }
 
 at::Tensor TensorParallelGptImpl::full_slice(const std::string& name, const at::Tensor& full) const {
-  const Split split = split_of(name);
-  if (split.dim < 0) return full;
-  const at::Tensor ordered = split.qkv ? regroup(full, 3, group_.size()) : full;
+  const ParameterSplit split = split_of(name);
+  if (split.replicated()) return full;
+  const at::Tensor ordered = split.chunks > 1 ? regroup(full, split.chunks, group_.size()) : full;
   const int64_t n = ordered.size(split.dim) / group_.size();
   return ordered.narrow(split.dim, group_.rank() * n, n);
 }
@@ -174,14 +169,14 @@ std::vector<std::pair<std::string, at::Tensor>> TensorParallelGptImpl::full_para
   std::vector<std::pair<std::string, at::Tensor>> out;
   at::NoGradGuard no_grad;
   for (const auto& parameter : named_parameters()) {
-    const Split split = split_of(parameter.key());
+    const ParameterSplit split = split_of(parameter.key());
     const at::Tensor& local = parameter.value();
-    if (split.dim < 0) {
+    if (split.replicated()) {
       out.emplace_back(parameter.key(), local.clone());
       continue;
     }
     const at::Tensor whole = at::cat(group_.all_gather_stacked(local.contiguous()).unbind(0), split.dim);
-    out.emplace_back(parameter.key(), split.qkv ? regroup(whole, group_.size(), 3) : whole);
+    out.emplace_back(parameter.key(), split.chunks > 1 ? regroup(whole, group_.size(), split.chunks) : whole);
   }
   return out;
 }

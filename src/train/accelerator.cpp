@@ -67,6 +67,7 @@ void Accelerator::make_strategy() {
   if (options_.tensor_parallel() > 1)
     mesh_ = std::make_unique<comm::DeviceMesh>(*group_, options_.tensor_parallel());
   strategy_ = Strategy::make(options_.strategy(), data_group(), precision_, StrategyApi::kAccelerator);
+  if (mesh_) strategy_->split_over(mesh_->tp());
 }
 
 void Accelerator::refuse_under_tensor_parallel(const std::string& what) const {
@@ -244,16 +245,6 @@ void Accelerator::optimizer_zero_grad(PreparedOptimizer& optimizer) {
 }
 
 std::optional<double> Accelerator::clip_grad_norm_(double max_norm, double norm_type) {
-  if (mesh_) {
-    detail::TensorParallelUse use;
-    use.tensor_parallel = mesh_->tensor_parallel();
-    use.gradient_clip_val = max_norm > 0.0 ? max_norm : 1.0;
-    try {
-      detail::check_tensor_parallel(use);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("Accelerator::clip_grad_norm_: ") + e.what());
-    }
-  }
   if (!gradient_state_->sync_gradients) return std::nullopt;
   // Clip the true gradients, not the scaled ones (torch's "unscale before clipping").
   if (scaler_.enabled()) {

@@ -121,7 +121,7 @@ std::string describe_run(const FitConfig& config, int world) {
 // and final.pt hold "fc1.weight", not "model.fc1.weight"). Under --tensor-parallel, configure_model()
 // puts the gpt's slices (models::TensorParallelGpt) in place of the whole model's layers, under the same
 // names, and the loss and val_acc are computed from the vocabulary-split logits.
-class FitModule : public TrainModule {
+class FitModule : public TrainModule, public models::TensorParallelModule {
  public:
   FitModule(const FitConfig& config, Model model, Forward model_forward,
             std::function<void(const TrainingPlan&)> banner)
@@ -150,6 +150,13 @@ class FitModule : public TrainModule {
     for (const auto& child : split_->named_children()) replace_module(child.key(), child.value());
     model_ = split_.ptr();  // the whole model is dropped
   }
+
+  // TensorParallelModule: the split's layers are registered here under their own names, so the strategy
+  // finds how they lie (clipping by the whole model's norm) from this module.
+  models::ParameterSplit split_of(const std::string& name) const override {
+    return split_ ? split_->split_of(name) : models::ParameterSplit{};
+  }
+  comm::ProcessGroup& tensor_parallel_group() const override { return split_->tensor_parallel_group(); }
 
   at::Tensor training_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
     at::Tensor loss = loss_of(forward(batch.data), batch.target);

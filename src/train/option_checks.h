@@ -77,7 +77,6 @@ struct TensorParallelUse {
   StrategyKind strategy = StrategyKind::kDdp;
   bool elastic = false;
   bool cuda_graphs = false;
-  double gradient_clip_val = 0.0;
   /// The option that would write or read a checkpoint ("ckpt_dir 'out'"); empty when none does.
   std::string checkpoints;
 };
@@ -99,11 +98,6 @@ inline void check_tensor_parallel(const TensorParallelUse& use) {
     refuse("elastic",
            "a lost rank takes a slice of the model with it; turn elastic off, or use tensor_parallel 1");
   if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use tensor_parallel 1");
-  if (use.gradient_clip_val > 0.0) {
-    refuse("gradient_clip_val " + text(use.gradient_clip_val),
-           "the norm of a model split over ranks is not computed yet; set gradient_clip_val 0, or use "
-           "tensor_parallel 1");
-  }
   if (!use.checkpoints.empty()) {
     refuse(use.checkpoints,
            "checkpoints of a tensor-parallel run (one per tensor-parallel rank) are not written yet; leave "

@@ -252,6 +252,7 @@ void Trainer::Run::setup_model() {
 void Trainer::Run::wrap_model(bool init_sync) {
   // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
   strategy = Strategy::make(options.strategy(), data_group(), precision_, StrategyApi::kTrainer);
+  if (mesh) strategy->split_over(mesh->tp());
   if (strategy->shards_parameters()) {
     fsdp = strategy->shard_model(module, module->staged_model());
   } else {

@@ -629,6 +629,14 @@ PY
   same_losses "$work/dp2_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "2 x 2 tensor parallel trained other losses than ddp"
   same_losses "$work/dp1_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "1 x 2 tensor parallel trained other losses than ddp"
   ! same_losses "$work/momentum.jsonl" "$work/ddp.jsonl" 1e-4 || fail "the comparison cannot tell another training"
+  # Clipping by the whole model's norm (0.3 clips most steps here): the same losses as ddp's clipped run,
+  # which are not the unclipped run's. The split norm is summed in another order (in float64; ddp's in
+  # float32), which moves each step's clip coefficient by ~1e-7 relative, and 40 SGD steps at lr 0.3 grow
+  # that (measured: 3.6e-5 apart); 5e-4 still fails the unclipped run (0.29 away).
+  run --devices 2 --batch-size 8 --gradient-clip-val 0.3 --metrics-file "$work/ddp_clip.jsonl"
+  run --devices 4 --tensor-parallel 2 --batch-size 8 --gradient-clip-val 0.3 --metrics-file "$work/tp_clip.jsonl"
+  same_losses "$work/tp_clip.jsonl" "$work/ddp_clip.jsonl" 5e-4 || fail "2 x 2 tensor parallel clipped otherwise than ddp"
+  ! same_losses "$work/ddp_clip.jsonl" "$work/ddp.jsonl" 5e-4 || fail "--gradient-clip-val 0.3 clipped nothing"
   expect_failure 2 "--tensor-parallel 2 splits --model 'gpt' only, not 'mlp'" -- \
     "$lockstep" fit --model mlp --data synthetic --tensor-parallel 2 --devices 2
   expect_failure 2 "--tensor-parallel 2 does not work with --ckpt-dir" -- "$lockstep" "${common[@]}" --devices 2 \

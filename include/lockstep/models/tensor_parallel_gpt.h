@@ -16,6 +16,7 @@
 
 #include "lockstep/models/gpt.h"
 #include "lockstep/models/parallel_linear.h"
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/models/vocab_parallel.h"
 
 namespace lockstep::comm {
@@ -122,7 +123,7 @@ TORCH_MODULE(ParallelGptBlock);
 ///   TensorParallelGpt model(*full, mesh.tp());              // then drop `full`
 ///   at::Tensor loss = model->loss(tokens.slice(1, 0, -1), tokens.slice(1, 1));
 ///   loss.backward();                                         // collectives on mesh.tp()
-class TensorParallelGptImpl : public torch::nn::Module {
+class TensorParallelGptImpl : public torch::nn::Module, public TensorParallelModule {
  public:
   /// Throws c10::Error naming the values when heads or vocab_size is not divisible by the group's size.
   TensorParallelGptImpl(GptImpl& full, comm::ProcessGroup& group, uint64_t dropout_seed = 0);
@@ -145,6 +146,10 @@ class TensorParallelGptImpl : public torch::nn::Module {
   std::vector<std::pair<std::string, at::Tensor>> full_parameters();
 
   const GptOptions& options() const { return options_; }
+  /// TensorParallelModule: c_attn by rows in q, k, v blocks; wte and c_fc by rows; the c_proj weights by
+  /// columns; the rest replicated.
+  ParameterSplit split_of(const std::string& name) const override;
+  comm::ProcessGroup& tensor_parallel_group() const override { return group_; }
 
  private:
   GptOptions options_;

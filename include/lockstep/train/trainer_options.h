@@ -63,7 +63,7 @@ class TrainerOptions {
   /// ranks (consecutive ranks split the model). The module builds its split layers in configure_model()
   /// over device_mesh()->tp(); the strategy (ddp or zero1), the sampler and the epoch's metrics work over
   /// device_mesh()->dp(), so the ranks of a tensor-parallel group train on the same batches. Not yet with
-  /// checkpoints (ckpt_dir, resume), gradient_clip_val, elastic or cuda_graphs. 1 (the default): none.
+  /// checkpoints (ckpt_dir, resume), elastic or cuda_graphs. 1 (the default): none.
   LOCKSTEP_OPTION(TrainerOptions, int, tensor_parallel)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)

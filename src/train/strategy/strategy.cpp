@@ -1,12 +1,15 @@
 // The strategy's shared part (strategy.h); each strategy's own is in its file beside this one.
 #include "lockstep/train/strategy/strategy.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
 
+#include <ATen/ops/zeros.h>
 #include <torch/nn/utils/clip_grad.h>
 
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -108,6 +111,7 @@ void Strategy::clear_gradients() {
 // zero2, fsdp: the global norm over every rank's chunks (one model). bf16 zero1/zero2: the float32 gradients
 // the masters step from, and the .grad of the parameters of models prepared after the one they step.
 double Strategy::clip_grad_norm_(double max_norm, double norm_type) {
+  if (tensor_parallel_ != nullptr) return clip_split_grad_norm_(max_norm, norm_type);
   shard::ShardedReducer* sharded = sharded_gradients();
   shard::ZeroOptimizer* master = master_optimizer();
   if (sharded != nullptr || master != nullptr) {
@@ -132,6 +136,38 @@ double Strategy::clip_grad_norm_(double max_norm, double norm_type) {
   for (const Model& model : models_)
     for (const auto& p : model.module->parameters()) parameters.push_back(p);
   return torch::nn::utils::clip_grad_norm_(parameters, max_norm, norm_type);
+}
+
+double Strategy::clip_split_grad_norm_(double max_norm, double norm_type) {
+  if (norm_type != 2.0 || sharded_gradients() != nullptr || master_optimizer() != nullptr) {
+    throw std::invalid_argument(
+        "clip_grad_norm_ under tensor parallelism clips by the 2-norm of float32 gradients on the model "
+        "(strategy ddp or zero1, precision 32); got norm_type " +
+        std::to_string(norm_type) + ", strategy " + to_string(kind()) +
+        (master_optimizer() ? " under bf16-mixed" : "") + ": change that, or turn clipping off");
+  }
+  const double replicated_weight = 1.0 / static_cast<double>(tensor_parallel_->size());
+  std::vector<at::Tensor> gradients;
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  for (const Model& model : models_) {
+    const std::vector<models::ParameterSplit> splits = models::parameter_splits(*model.module);
+    const std::vector<at::Tensor> parameters = model.module->parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const at::Tensor& grad = parameters[i].grad();
+      if (!grad.defined()) continue;
+      gradients.push_back(grad);
+      const at::Tensor square = grad.detach().to(at::kDouble).pow(2).sum().cpu();
+      squares += splits[i].replicated() ? square * replicated_weight : square;
+    }
+  }
+  tensor_parallel_->all_reduce(squares).wait();  // the same total on every rank of the group
+  const double total = std::sqrt(squares.item<double>());
+  const double coefficient = max_norm / (total + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
+  if (coefficient < 1.0) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& grad : gradients) grad.mul_(coefficient);
+  }
+  return total;
 }
 
 shard::FullParameters Strategy::whole_parameters() const {

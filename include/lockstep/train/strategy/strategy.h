@@ -103,7 +103,15 @@ class Strategy {
   /// clip_grad_norm_ over every model's gradients as the optimizers step from them (the chunks under zero2
   /// and fsdp: a collective; the float32 masters under bf16 zero1/zero2). Returns the total norm. Throws
   /// std::invalid_argument for a norm_type other than 2 where the gradients are sharded or mastered.
+  /// After split_over(), the norm is the whole model's: see there.
   double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+  /// Tensor parallelism: the models' parameters lie over `tp` as their models::TensorParallelModule
+  /// submodules say (models::parameter_splits). clip_grad_norm_ then sums the squares of the split
+  /// parameters' gradients over `tp` and counts the replicated ones once (their gradients are equal on
+  /// every rank of the group), so every rank clips by the norm one process would compute; a collective of
+  /// `tp`. The 2-norm, with float32 gradients on the models (ddp, zero1 at precision 32); otherwise
+  /// clip_grad_norm_ throws std::invalid_argument naming what to change. `tp` must outlive the strategy.
+  void split_over(comm::ProcessGroup& tp) { tensor_parallel_ = &tp; }
   /// Every parameter whole while the result lives: fsdp's, and the float32 masters under bf16 zero1/zero2
   /// (a collective). Nothing for ddp.
   shard::FullParameters whole_parameters() const;
@@ -132,8 +140,12 @@ class Strategy {
   /// The ShardedReducer holding the first model's chunk gradients (zero2, fsdp), else null.
   shard::ShardedReducer* sharded_gradients() const;
 
+  /// clip_grad_norm_ after split_over().
+  double clip_split_grad_norm_(double max_norm, double norm_type);
+
   StrategyOptions options_;
   comm::ProcessGroup& group_;
+  comm::ProcessGroup* tensor_parallel_ = nullptr;  // split_over()
   Precision precision_;
   StrategyApi api_;
   std::vector<Model> models_;

@@ -326,9 +326,6 @@ TEST(ProcessGroupMpiTest, ReduceScatterGivesEachRankItsReducedPiece) {
   }
 }
 
-// An order of events, no clock: the last rank comes only once every other rank is about to wait in the
-// barrier, and says so (a file named after the ranks' common parent, mpirun's daemon) before it enters. A
-// rank that leaves the barrier before the file exists left before the last rank arrived.
 // Two groups over the same ranks whose ranks enter their collectives in opposite orders, as a mesh's
 // data-parallel group (DDP's buckets, from its own thread) and tensor-parallel group can: even ranks x
 // then y, odd ranks y then x. Each rank's first collective needs a peer's, and that peer's first is the
@@ -358,6 +355,9 @@ TEST(ProcessGroupMpiTest, TwoGroupsEnteredInOppositeOrdersBothComplete) {
   }
 }
 
+// An order of events, no clock: the last rank comes only once every other rank is about to wait in the
+// barrier, and says so (a file named after the ranks' common parent, mpirun's daemon) before it enters. A
+// rank that leaves the barrier before the file exists left before the last rank arrived.
 TEST(ProcessGroupMpiTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   auto pg = make_group();
   pg->barrier()->wait();  // line up

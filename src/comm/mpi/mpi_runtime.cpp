@@ -25,6 +25,12 @@ std::timed_mutex& call_mutex() {
 bool finalized_by_us = false;
 std::atomic<int> calls_in_flight{0};
 std::atomic<int> live_groups{0};  // ProcessGroupMpi objects alive (mpi_group_opened/closed)
+// Whether two groups have lived at once: from then on for the rest of the process, every collective is
+// polled. Never back to blocking calls: a blocking call does not match a non-blocking one of a peer on the
+// same communicator, and ranks destroy their groups at unrelated times. The switch itself is the same on
+// every rank: the second group is made by a collective of the first (split's all-gather), which that
+// group's worker runs after every collective issued before it, on every rank.
+std::atomic<bool> several_groups{false};
 
 struct HalfOps {
   MPI_Datatype half = MPI_DATATYPE_NULL;
@@ -153,14 +159,14 @@ MpiCallScope::~MpiCallScope() {
 }
 
 void mpi_group_opened() {
-  ++live_groups;
+  if (++live_groups >= 2) several_groups = true;
 }
 void mpi_group_closed() {
   --live_groups;
 }
 
 void mpi_call_and_wait(const char* what, const std::function<int(MPI_Request*)>& call) {
-  if (live_groups.load() <= 1) {
+  if (!several_groups.load()) {
     MpiCallScope scope(what);
     mpi_check(call(nullptr), what);
     return;

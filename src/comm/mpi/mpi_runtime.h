@@ -58,8 +58,9 @@ class MpiCallScope {
 /// completes, so that the process does not finalise MPI under it at exit.
 ///
 /// `call` is given a request to start the non-blocking call into, or null to make the blocking call
-/// itself: while the process has one MPI group only, nothing can wait on it, and the blocking calls keep
-/// Open MPI's tuned algorithms (the non-blocking ones are libnbc's, and progress only while polled).
+/// itself: until the process has had two MPI groups at once, nothing can wait on it, and the blocking
+/// calls keep Open MPI's tuned algorithms (the non-blocking ones are libnbc's, and progress only while
+/// polled). Once it has, every call is polled for the rest of the process (see mpi_runtime.cpp).
 void mpi_call_and_wait(const char* what, const std::function<int(MPI_Request*)>& call);
 
 /// The process's live ProcessGroupMpi objects, which mpi_call_and_wait counts: one more from a group's

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 #include "file_bytes.h"
@@ -27,16 +28,20 @@ std::vector<std::string> text_files(const std::string& path) {
   if (fs::is_directory(path, error)) {
     for (const auto& entry : fs::directory_iterator(path, error)) {
       const fs::path& p = entry.path();
-      if (entry.is_regular_file(error) && !entry.is_symlink(error) && !p.has_extension())
+      // Dotfiles (.gitignore) have no extension either; they are not text of the corpus.
+      if (entry.is_regular_file(error) && !entry.is_symlink(error) && !p.has_extension() &&
+          p.filename().string().rfind('.', 0) != 0)
         files.push_back(p.string());
     }
     std::sort(files.begin(), files.end());
   }
   if (files.empty()) {
-    throw DataError("text: " +
-                    std::string(fs::exists(path, error) ? "no text file (a name without an extension) in '"
-                                                        : "no such file or directory '") +
-                    path + "'" + kFix);
+    throw DataError(
+        "text: " +
+        std::string(fs::exists(path, error)
+                        ? "no text file (a regular file, not a link, named without an extension) in '"
+                        : "no such file or directory '") +
+        path + "'" + kFix);
   }
   return files;
 }
@@ -52,7 +57,13 @@ TextWindows::TextWindows(at::Tensor bytes, int64_t seq, std::string description)
     : bytes_(std::move(bytes)), description_(std::move(description)) {
   if (!bytes_.defined() || bytes_.dim() != 1 || bytes_.scalar_type() != at::kByte ||
       !bytes_.device().is_cpu()) {
-    throw std::invalid_argument("TextWindows: bytes must be a CPU uint8 tensor [N]");
+    std::ostringstream got;
+    if (bytes_.defined()) {
+      got << bytes_.scalar_type() << " " << bytes_.sizes() << " on " << bytes_.device();
+    } else {
+      got << "an undefined tensor";
+    }
+    throw std::invalid_argument("TextWindows: bytes must be a CPU uint8 tensor [N], got " + got.str());
   }
   if (seq < 1) throw std::invalid_argument("TextWindows: seq must be >= 1, got " + std::to_string(seq));
   if (bytes_.size(0) < seq + 1) {
@@ -79,13 +90,15 @@ TextSplits split_text(const at::Tensor& bytes, int64_t seq, double val_fraction,
     throw std::invalid_argument("split_text: val_fraction must be in (0, 1), got " +
                                 std::to_string(val_fraction));
   }
-  const int64_t windows = seq >= 1 ? (bytes.numel() - 1) / seq : 0;
+  if (seq < 1) throw std::invalid_argument("split_text: seq must be >= 1, got " + std::to_string(seq));
+  const int64_t windows = std::max<int64_t>(0, (bytes.numel() - 1) / seq);
   const auto train = static_cast<int64_t>(std::floor(static_cast<double>(windows) * (1.0 - val_fraction)));
   if (train < 1 || windows - train < 1) {
     throw std::invalid_argument(
         "text '" + name + "' has " + std::to_string(bytes.numel()) + " bytes: " + std::to_string(windows) +
         " window(s) of " + std::to_string(seq) +
-        " + 1 bytes, too few for a training and a validation split: use a longer text");
+        " + 1 bytes, too few for a training and a validation split (it needs at least " +
+        std::to_string(2 * seq + 1) + " bytes): use a longer text");
   }
   TextSplits out;
   out.train = std::make_shared<TextWindows>(bytes.narrow(0, 0, train * seq + 1), seq, name + " (train)");

@@ -37,7 +37,8 @@ TEST(TextFiles, ADirectoryGivesItsFilesWithoutAnExtensionInNameOrder) {
   TempDir dir;
   write_plain(dir.file("zen"), text_bytes("ZZ"));
   write_plain(dir.file("art"), text_bytes("AA"));
-  write_plain(dir.file("art.dat"), text_bytes("index"));  // fortunes' strfile index: not text
+  write_plain(dir.file("art.dat"), text_bytes("index"));     // fortunes' strfile index: not text
+  write_plain(dir.file(".gitignore"), text_bytes("*.dat"));  // a dotfile has no extension either: not text
   std::filesystem::create_directory(dir.file("sub"));
   EXPECT_EQ(text_files(dir.str()), (std::vector<std::string>{dir.file("art"), dir.file("zen")}));
   EXPECT_EQ(string_of(read_text(dir.str())), "AAZZ");
@@ -74,7 +75,7 @@ TEST(TextWindows, RefusesTooShortATextAndBadArguments) {
                                       {"'short' has 3 bytes", "seq + 1 = 4"});
   expect_error<std::invalid_argument>([] { TextWindows(bytes_of("abcd"), 0, "x"); }, {"seq must be >= 1"});
   expect_error<std::invalid_argument>([] { TextWindows(at::zeros({4}, at::kLong), 1, "x"); },
-                                      {"uint8 tensor [N]"});
+                                      {"uint8 tensor [N], got Long [4] on cpu"});
 }
 
 TEST(SplitText, TrainsOnTheFirstWindowsAndValidatesOnTheRest) {
@@ -87,8 +88,13 @@ TEST(SplitText, TrainsOnTheFirstWindowsAndValidatesOnTheRest) {
   EXPECT_EQ(string_of(splits.val->get_batch({0}, {}).data[0]), text.substr(36, 4));
   EXPECT_EQ(string_of(splits.val->get_batch({0}, {}).target[0]), text.substr(37, 4));
   EXPECT_EQ(string_of(splits.train->get_batch({8}, {}).target[0]), text.substr(33, 4));
-  expect_error<std::invalid_argument>([] { split_text(bytes_of("abcdefgh"), 4, 0.1, "tiny"); },
-                                      {"text 'tiny' has 8 bytes", "1 window(s)", "longer text"});
+  expect_error<std::invalid_argument>(
+      [] { split_text(bytes_of("abcdefgh"), 4, 0.1, "tiny"); },
+      {"text 'tiny' has 8 bytes", "1 window(s)", "at least 9 bytes", "longer text"});
+  expect_error<std::invalid_argument>([] { split_text(bytes_of("abcdefgh"), 0, 0.1, "t"); },
+                                      {"split_text: seq must be >= 1, got 0"});
+  expect_error<std::invalid_argument>([] { split_text(bytes_of(""), 1, 0.1, "empty"); },
+                                      {"has 0 bytes: 0 window(s)"});
 }
 
 TEST(UnigramPerplexity, IsTheExpOfTheMeanSurprisalUnderAddOneCounts) {

@@ -22,7 +22,8 @@ std::vector<std::string> text_files(const std::string& path);
 at::Tensor read_text(const std::string& path);
 
 /// Byte-level language-modelling windows over a text: window w is bytes [w·seq, w·seq + seq + 1), so every
-/// byte after the first is predicted exactly once. A batch is data::Batch with `data` the input ids and
+/// byte after the first is predicted exactly once, up to the last whole window (the (N − 1) mod seq bytes
+/// after it are dropped: bytes() says which are kept). A batch is data::Batch with `data` the input ids and
 /// `target` the next byte of each position, both int64 [B, seq] (token id = byte value, vocabulary 256).
 /// Map-style, so the DistributedSampler shards and shuffles its windows as it does images.
 ///

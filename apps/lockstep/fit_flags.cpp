@@ -128,7 +128,7 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       "T > 1 splits --model gpt over T consecutive ranks (Megatron's tensor parallelism: attention\n"
       "heads, MLP columns and the vocabulary split, each rank holding about 1/T of the blocks); the\n"
       "ranks form world / T data-parallel groups running --strategy ddp or zero1 (--devices a multiple\n"
-      "of T). Not yet with checkpoints (--ckpt-dir, --resume)",
+      "of T). Checkpoints come in one part per tensor-parallel rank (last.ckpt, last.ckpt.tp1, ...)",
       [&t](const int& n) { t.tensor_parallel(n); }, shown(t.tensor_parallel()))
       ->type_name("T");
   add_trainer_flag<std::string>(

@@ -23,7 +23,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 // A [a·b·n, ...] tensor viewed as [a, b, n, ...] with the first two dimensions swapped, back to its shape.
 // regroup(fused, 3, T) turns a fused [q | k | v] (each T blocks of C/T rows, one per rank) rank-major,
-// [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], so that rank r's c_attn rows are one block; regroup(.., T, 3) undoes it.
+// [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], so that rank r's c_attn rows are one block (whole_tensor undoes it).
 at::Tensor regroup(const at::Tensor& t, int64_t a, int64_t b) {
   std::vector<int64_t> shape{a, b, t.size(0) / (a * b)};
   for (int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
@@ -175,8 +175,8 @@ std::vector<std::pair<std::string, at::Tensor>> TensorParallelGptImpl::full_para
       out.emplace_back(parameter.key(), local.clone());
       continue;
     }
-    const at::Tensor whole = at::cat(group_.all_gather_stacked(local.contiguous()).unbind(0), split.dim);
-    out.emplace_back(parameter.key(), split.chunks > 1 ? regroup(whole, group_.size(), split.chunks) : whole);
+    out.emplace_back(parameter.key(),
+                     whole_tensor(split, group_.all_gather_stacked(local.contiguous()).unbind(0)));
   }
   return out;
 }

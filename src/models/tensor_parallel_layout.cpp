@@ -2,7 +2,21 @@
 
 #include <unordered_map>
 
+#include <ATen/ATen.h>
+
 namespace lockstep::models {
+
+at::Tensor whole_tensor(const ParameterSplit& split, const std::vector<at::Tensor>& slices) {
+  if (split.replicated()) return slices.at(0);
+  const at::Tensor whole = at::cat(slices, split.dim);
+  if (split.chunks == 1) return whole;
+  // Rank-major [b0_r0 b1_r0 .. | b0_r1 b1_r1 .. | ..] along dim, to block-major [b0_r0 b0_r1 .. | b1_r0 ..].
+  const at::Tensor front = whole.movedim(split.dim, 0);
+  const auto ranks = static_cast<int64_t>(slices.size());
+  std::vector<int64_t> shape{ranks, split.chunks, front.size(0) / (ranks * split.chunks)};
+  for (int64_t d = 1; d < front.dim(); ++d) shape.push_back(front.size(d));
+  return front.reshape(shape).transpose(0, 1).reshape(front.sizes()).movedim(0, split.dim);
+}
 
 std::vector<ParameterSplit> parameter_splits(const torch::nn::Module& model) {
   // Each parameter's split, keyed by its storage: the outermost TensorParallelModule names it first.

@@ -109,6 +109,8 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   }
   archive.write("reshard_parts", c10::IValue(parts));
   if (state.batches_per_step > 0) archive.write("batches_per_step", c10::IValue(state.batches_per_step));
+  if (state.tensor_parallel > 1)
+    archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(state.tensor_parallel)));
 }
 
 // Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
@@ -148,6 +150,10 @@ std::vector<std::string> save_checkpoint_shard(const std::string& path, const sh
   for (int r = 0; r < world; ++r)
     names.push_back(std::filesystem::path(checkpoint_shard_path(path, r, world, step)).filename().string());
   return names;
+}
+
+std::string tensor_parallel_path(const std::string& path, int tp_rank) {
+  return tp_rank == 0 ? path : path + ".tp" + std::to_string(tp_rank);
 }
 
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
@@ -279,6 +285,9 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   c10::IValue batches_per_step;
   if (archive.try_read("batches_per_step", batches_per_step))
     state.batches_per_step = batches_per_step.toInt();
+  c10::IValue tensor_parallel;
+  if (archive.try_read("tensor_parallel", tensor_parallel))
+    state.tensor_parallel = static_cast<int>(tensor_parallel.toInt());
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
                              model_name + "': resume with model '" + state.model +

@@ -164,6 +164,15 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
           fix);
     }
     result.kind = "checkpoint";
+    c10::IValue tensor_parallel;
+    if (archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1) {
+      throw std::runtime_error(
+          "checkpoint '" + input + "' is tensor-parallel rank 0's part of a checkpoint of " +
+          std::to_string(tensor_parallel.toInt()) + " parts (its slices only; the others beside it as " +
+          input +
+          ".tp<r>): putting the parts together is not done yet; the run's final.safetensors "
+          "holds the model whole");
+    }
     torch::serialize::InputArchive model;
     if (!archive.try_read("model", model)) {
       throw std::runtime_error("checkpoint '" + input + "' has no model (damaged?)");

@@ -77,7 +77,7 @@ struct TensorParallelUse {
   StrategyKind strategy = StrategyKind::kDdp;
   bool elastic = false;
   bool cuda_graphs = false;
-  /// The option that would write or read a checkpoint ("ckpt_dir 'out'"); empty when none does.
+  /// What would save or load the Accelerator's state ("save_state('dir')"); empty when nothing does.
   std::string checkpoints;
 };
 
@@ -99,9 +99,10 @@ inline void check_tensor_parallel(const TensorParallelUse& use) {
            "a lost rank takes a slice of the model with it; turn elastic off, or use tensor_parallel 1");
   if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use tensor_parallel 1");
   if (!use.checkpoints.empty()) {
-    refuse(use.checkpoints,
-           "checkpoints of a tensor-parallel run (one per tensor-parallel rank) are not written yet; leave "
-           "ckpt_dir '' and resume '' (the defaults), or use tensor_parallel 1");
+    refuse(
+        use.checkpoints,
+        "the Accelerator does not save or load a tensor-parallel state yet (the Trainer's checkpoints do); "
+        "save the model whole (TensorParallelGpt::full_parameters), or use tensor_parallel 1");
   }
 }
 

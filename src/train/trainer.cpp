@@ -116,13 +116,12 @@ bool Trainer::should_stop() const {
 void Trainer::save_checkpoint(const std::string& path) {
   if (!run_) throw std::logic_error("Trainer::save_checkpoint outside fit()");
   Run& run = *run_;
-  if (run.mesh) {  // a callback's (ModelCheckpoint with its own dirpath): the options refused the others
-    detail::TensorParallelUse use;
-    use.tensor_parallel = run.mesh->tensor_parallel();
-    use.checkpoints = "save_checkpoint('" + path + "')";
-    detail::check_tensor_parallel(use);
-  }
-  comm::ProcessGroup& group = *run.group;
+  comm::ProcessGroup& world = *run.group;
+  // The ranks whose states differ: the world, or under tensor parallelism each tensor-parallel rank's
+  // data-parallel group, which writes that rank's part (tensor_parallel_path).
+  comm::ProcessGroup& group = run.data_group();
+  const int tp_rank = run.mesh ? run.mesh->tp_rank() : 0;
+  const std::string mine = tensor_parallel_path(path, tp_rank);
   if (run.mid_accumulation) {
     throw std::logic_error("save_checkpoint('" + path + "') in the middle of an accumulation group (batch " +
                            std::to_string(run.position.batch) +
@@ -130,8 +129,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   }
   // Every rank must be saving the same file: a callback deciding from rank-local values would otherwise
   // make the ranks' collectives diverge. Name it instead of hanging.
-  const std::vector<std::string> paths = group.all_gather_strings(path);
-  for (int r = 0; r < group.size(); ++r) {
+  const std::vector<std::string> paths = world.all_gather_strings(path);
+  for (int r = 0; r < world.size(); ++r) {
     if (paths[r] != paths[0]) {
       throw std::runtime_error(
           "save_checkpoint: rank 0 saves '" + paths[0] + "' but rank " + std::to_string(r) + " saves '" +
@@ -147,10 +146,27 @@ void Trainer::save_checkpoint(const std::string& path) {
   shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
   std::vector<std::string> shards;
   if (zero) {
-    shards = save_checkpoint_shard(path, *zero, group.rank(), group.size(), run.position.step);
+    shards = save_checkpoint_shard(mine, *zero, group.rank(), group.size(), run.position.step);
     group.barrier();
   }
-  if (group.rank() != 0) return;
+  // Tensor parallelism: rank 0's part, at `path`, is written once the others are complete.
+  if (run.mesh) {
+    if (tp_rank > 0 && group.rank() == 0)
+      write_checkpoint(mine, std::move(rng_states), std::move(logged), shards);
+    world.barrier();
+    if (tp_rank > 0 || group.rank() != 0) return;
+  } else if (group.rank() != 0) {
+    return;
+  }
+  write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
+}
+
+// Rank 0 of its group: the checkpoint file of `path` with everything but what save_checkpoint gathered.
+void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
+                               std::vector<std::string> logged, std::vector<std::string> shards) {
+  Run& run = *run_;
+  comm::ProcessGroup& group = run.data_group();
+  shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
   CheckpointState state;
   state.position = run.position;
   state.world_size = group.size();
@@ -164,6 +180,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   state.reshard_parts = run.reshard_parts;
   state.batches_per_step = run.batches_per_step;
   state.shards = std::move(shards);
+  state.tensor_parallel = run.mesh ? run.mesh->tensor_parallel() : 1;
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
   } else {
@@ -172,6 +189,14 @@ void Trainer::save_checkpoint(const std::string& path) {
 }
 
 void Trainer::remove_checkpoint(const std::string& path) {
+  if (run_ && run_->mesh) {  // each tensor-parallel rank's part, by the rank that wrote it
+    if (run_->data_group().rank() != 0) return;
+    const std::string mine = tensor_parallel_path(path, run_->mesh->tp_rank());
+    std::error_code ignored;
+    std::filesystem::remove(mine, ignored);
+    remove_checkpoint_shards(mine);
+    return;
+  }
   if (rank() != 0) return;
   std::error_code ignored;
   std::filesystem::remove(path, ignored);

@@ -83,10 +83,8 @@ void TrainerOptions::validate() const {
   }
   strategy_.validate(precision_, "precision");
   check_elastic();
-  std::string checkpoints;
-  if (!ckpt_dir_.empty()) checkpoints = "ckpt_dir '" + ckpt_dir_ + "'";
-  if (!resume_.empty()) checkpoints = "resume '" + resume_ + "'";
-  detail::check_tensor_parallel({tensor_parallel_, strategy_.kind(), elastic_, cuda_graphs_, checkpoints});
+  detail::check_tensor_parallel(
+      {tensor_parallel_, strategy_.kind(), elastic_, cuda_graphs_, /*checkpoints=*/""});
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
 }

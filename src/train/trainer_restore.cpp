@@ -18,6 +18,23 @@ namespace lockstep::train {
 // TORCHELASTIC_RESTART_COUNT), last.ckpt when there is one: go on from it rather than from scratch. Every
 // rank sees the same file: rank 0 wrote it before the failure, and the launcher stopped every rank before
 // restarting any.
+namespace {
+
+// The parts beside `path` say which tensor_parallel wrote it (its last part is .tp<T-1>): every rank
+// refuses another one before loading anything, naming both.
+void check_tensor_parallel_parts(const std::string& path, int tensor_parallel) {
+  int written = 1;
+  while (std::filesystem::is_regular_file(tensor_parallel_path(path, written))) ++written;
+  if (written == tensor_parallel) return;
+  throw std::invalid_argument("resume '" + path + "': written with tensor_parallel " +
+                              std::to_string(written) + " (its parts: " + path +
+                              (written > 1 ? " to " + tensor_parallel_path(path, written - 1) : "") +
+                              "), resumed with " + std::to_string(tensor_parallel) +
+                              ": resume it with the tensor_parallel it was written with");
+}
+
+}  // namespace
+
 std::string Trainer::Run::resume_path() const {
   if (const std::string asked = options.resume_path(); !asked.empty()) return asked;
   const auto last = std::filesystem::path(options.ckpt_dir()) / "last.ckpt";
@@ -34,15 +51,26 @@ void Trainer::Run::restore() {
     receive_admission();
     return;
   }
-  const std::string path = resume_path();
-  if (path.empty()) return;
+  const std::string whole_path = resume_path();
+  if (whole_path.empty()) return;
   resumed_ = true;
-  const int world = group->size();
-  const int rank = group->rank();
+  // Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel
+  // group wrote; the position, generators and logged sums are that group's.
+  const int tensor_parallel = mesh ? mesh->tensor_parallel() : 1;
+  check_tensor_parallel_parts(whole_path, tensor_parallel);
+  const std::string path = tensor_parallel_path(whole_path, mesh ? mesh->tp_rank() : 0);
+  const int world = data_group().size();
+  const int rank = data_group().rank();
   CheckpointState saved;
   {
     const shard::FullParameters whole = strategy->whole_parameters();  // what is loaded into them, re-sharded
     saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer);
+  }
+  if (saved.tensor_parallel != tensor_parallel) {
+    throw std::invalid_argument("resume '" + whole_path + "': written with tensor_parallel " +
+                                std::to_string(saved.tensor_parallel) + ", resumed with " +
+                                std::to_string(tensor_parallel) +
+                                ": resume it with the tensor_parallel it was written with");
   }
   if (!saved.shards.empty()) load_shards(saved.shards);
   start_ = saved.position;
@@ -71,7 +99,7 @@ void Trainer::Run::restore() {
     reshard_after(saved);
   }
   print_line(
-      "resumed from " + path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
+      "resumed from " + whole_path + ": epoch " + std::to_string(saved.position.epoch) + ", batch " +
       std::to_string(saved.position.batch) + ", step " + std::to_string(saved.position.step) +
       " (written by " + std::to_string(saved.world_size) + " rank(s)" +
       (!reshard_parts.empty() && saved.world_size != world ? "; re-sharding the rest of the epoch" : "") +
@@ -108,7 +136,7 @@ void Trainer::Run::reshard_after(const CheckpointState& saved) {
     const int64_t planned = reshard_parts.empty() ? planned_batches(saved.world_size) : -1;
     reshard_parts.push_back(data::EpochPart{saved.world_size, start_.batch, planned});
   }
-  if (group->rank() == 0) {
+  if (data_group().rank() == 0) {
     LoggedMetrics merged = LoggedMetrics::from_json(saved.logged_states.at(0));
     for (std::size_t r = 1; r < saved.logged_states.size(); ++r) {
       const LoggedMetrics other = LoggedMetrics::from_json(saved.logged_states[r]);

@@ -15,12 +15,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "epoch_reduce.h"
 #include "lockstep/detail/atomic_file.h"
 #include "lockstep/log/hparams_yaml.h"
 #include "lockstep/log/make_loggers.h"
 #include "lockstep/log/run_dir.h"
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/device.h"
@@ -60,6 +62,24 @@ double peak_rss_mb() {
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+// module_tensors(module) with each parameter that lies split over `tp` (models::parameter_splits) put
+// together whole: an all-gather of `tp` per split parameter, in the module's order on every rank.
+std::vector<NamedTensor> whole_module_tensors(const torch::nn::Module& module, comm::ProcessGroup& tp) {
+  std::unordered_map<const void*, models::ParameterSplit> splits;
+  const std::vector<at::Tensor> parameters = module.parameters();
+  const std::vector<models::ParameterSplit> layout = models::parameter_splits(module);
+  for (size_t i = 0; i < parameters.size(); ++i) splits[parameters[i].unsafeGetTensorImpl()] = layout[i];
+  std::vector<NamedTensor> tensors = module_tensors(module);
+  at::NoGradGuard no_grad;
+  for (auto& [name, tensor] : tensors) {
+    const auto found = splits.find(tensor.unsafeGetTensorImpl());
+    if (found == splits.end() || found->second.replicated()) continue;
+    tensor =
+        models::whole_tensor(found->second, tp.all_gather_stacked(tensor.detach().contiguous()).unbind(0));
+  }
+  return tensors;
 }
 
 }  // namespace
@@ -736,19 +756,26 @@ TrainerResult Trainer::Run::finish() {
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
     const shard::FullParameters whole = strategy->whole_parameters();
-    result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
     result_.safetensors_path = (std::filesystem::path(options.ckpt_dir()) / "final.safetensors").string();
-    if (is_main_) {
-      write_atomically(result_.weights_path, [&](const std::string& tmp) {
-        torch::serialize::OutputArchive archive;
-        module->save(archive);
-        archive.save_to(tmp);
-      });
-      // The same weights for Python without lockstep or LibTorch's archive format (docs/export.md).
-      SafetensorsMetadata metadata{
-          {"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
-      if (!result_.epochs.empty()) metadata["epochs"] = std::to_string(result_.epochs.back().epoch + 1);
-      save_module_safetensors(result_.safetensors_path, *module, metadata);
+    // The same weights for Python without lockstep or LibTorch's archive format (docs/export.md).
+    SafetensorsMetadata metadata{
+        {"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
+    if (!result_.epochs.empty()) metadata["epochs"] = std::to_string(result_.epochs.back().epoch + 1);
+    if (mesh) {
+      // The model whole, gathered over the tensor-parallel group. final.pt, LibTorch's archive of this
+      // module, would hold one rank's slices under the whole model's names: not written.
+      const std::vector<NamedTensor> tensors = whole_module_tensors(*module, mesh->tp());
+      if (is_main_) save_safetensors(result_.safetensors_path, tensors, metadata);
+    } else {
+      result_.weights_path = (std::filesystem::path(options.ckpt_dir()) / "final.pt").string();
+      if (is_main_) {
+        write_atomically(result_.weights_path, [&](const std::string& tmp) {
+          torch::serialize::OutputArchive archive;
+          module->save(archive);
+          archive.save_to(tmp);
+        });
+        save_module_safetensors(result_.safetensors_path, *module, metadata);
+      }
     }
   }
   // bfloat16 parameters under zero1/zero2: the model the run leaves holds the float32 master weights, as

@@ -639,11 +639,23 @@ PY
   ! same_losses "$work/ddp_clip.jsonl" "$work/ddp.jsonl" 5e-4 || fail "--gradient-clip-val 0.3 clipped nothing"
   expect_failure 2 "--tensor-parallel 2 splits --model 'gpt' only, not 'mlp'" -- \
     "$lockstep" fit --model mlp --data synthetic --tensor-parallel 2 --devices 2
-  expect_failure 2 "--tensor-parallel 2 does not work with --ckpt-dir" -- "$lockstep" "${common[@]}" --devices 2 \
-    --tensor-parallel 2 --ckpt-dir "$work/tp"
   expect_failure 2 "--tensor-parallel 2 does not divide --devices=3" -- "$lockstep" "${common[@]}" --devices 3 \
     --tensor-parallel 2
-  [ ! -e "$work/tp" ] || fail "a refused run left $work/tp behind"
+  # Checkpoints: one part per tensor-parallel rank (last.ckpt, last.ckpt.tp1); final.safetensors holds the
+  # model whole, on ddp's weights; resuming with another --tensor-parallel and exporting a part are refused.
+  run --devices 4 --tensor-parallel 2 --batch-size 8 --ckpt-dir "$work/tp"
+  [ -f "$work/tp/last.ckpt" ] && [ -f "$work/tp/last.ckpt.tp1" ] && [ ! -e "$work/tp/final.pt" ] ||
+    { ls -l "$work/tp"; fail "not the checkpoint parts expected"; }
+  run --devices 2 --batch-size 8 --ckpt-dir "$work/ddp_ck"
+  "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/tp/final.safetensors" \
+    "$work/ddp_ck/final.safetensors" || fail "final.safetensors of 2 x 2 tensor parallel is not ddp's model"
+  run --devices 4 --tensor-parallel 2 --batch-size 8 --ckpt-dir "$work/tp" --resume last
+  grep -q "resumed from $work/tp/last.ckpt: epoch 2, batch 0, step 40" "$work/run.out" ||
+    { cat "$work/run.out"; fail "no resume from both parts"; }
+  expect_failure 1 "written with --tensor-parallel 2 (its parts:" -- "$lockstep" "${common[@]}" --devices 2 --ckpt-dir "$work/tp" \
+    --resume last
+  expect_failure 1 "is tensor-parallel rank 0's part of a checkpoint of 2 parts" -- "$lockstep" export \
+    "$work/tp/last.ckpt"
   ;;
 *)
   fail "unknown case"

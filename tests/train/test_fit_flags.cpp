@@ -619,6 +619,5 @@ TEST(TensorParallelFlagsTest, ReachesTheTrainerAndWhatItCannotWorkWithIsRefused)
        "--tensor-parallel must be >= 1, got 0"},
       {with({"--devices", "3"}), "--tensor-parallel 2 does not divide --devices=3: choose a multiple of it"},
       {with({"--strategy", "fsdp"}), "--tensor-parallel 2 does not work with --strategy 'fsdp'"},
-      {with({"--ckpt-dir", "ck"}), "--tensor-parallel 2 does not work with --ckpt-dir 'ck'"},
   });
 }

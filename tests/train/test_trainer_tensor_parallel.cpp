@@ -25,6 +25,9 @@
 #include "lockstep/models/tensor_parallel_gpt.h"
 #include "lockstep/models/vocab_parallel.h"
 #include "lockstep/train/accelerator.h"
+#include "lockstep/train/checkpoint.h"
+#include "lockstep/train/checkpoint_export.h"
+#include "lockstep/train/safetensors.h"
 #include "lockstep/train/trainer.h"
 
 namespace lockstep::train::tensor_parallel {
@@ -347,6 +350,90 @@ TEST(TrainerTensorParallelClip, ClipsByTheNormOneProcessComputes) {
   }
 }
 
+// Checkpoints under tensor parallelism, ddp and zero1 (its shards beside each part): one part per
+// tensor-parallel rank (last.ckpt, last.ckpt.tp1), each written by its data-parallel group. 2 x 2 trained one
+// epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1 x 2 (another
+// data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model whole. Another
+// tensor_parallel, and exporting one part, are refused naming the fix.
+class TrainerTensorParallelCheckpoints : public ::testing::TestWithParam<StrategyKind> {};
+
+TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
+  const std::string dir = ::testing::TempDir() + "tp_checkpoints_" + to_string(GetParam());
+  std::filesystem::remove_all(dir);
+  const auto options = TrainerOptions().seed(3).tensor_parallel(2).strategy(GetParam());
+  const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2));
+  fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir));
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt.tp1"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/last.ckpt.tp2"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/final.pt"));  // it would hold one rank's slices
+  if (GetParam() == StrategyKind::kZero1) {  // each part's optimizer shards beside it, one per dp rank
+    for (const std::string part : {"last.ckpt", "last.ckpt.tp1"}) {
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_TRUE(std::filesystem::is_regular_file(checkpoint_shard_path(dir + "/" + part, r, 2, 4)))
+            << part << " shard " << r;
+      }
+    }
+  }
+
+  // final.safetensors: the whole model (LitGpt's parameters sit under "model.").
+  const Trained first_epoch = fit_gpt(4, 4, TrainerOptions(options).max_epochs(1));
+  const SafetensorsFile final_weights = load_safetensors(dir + "/final.safetensors");
+  ASSERT_EQ(final_weights.tensors.size(), first_epoch.whole.size());
+  for (const auto& [name, tensor] : final_weights.tensors)
+    EXPECT_TRUE(tensor.equal(first_epoch.whole.at(name.substr(std::string("model.").size())))) << name;
+
+  const std::string last = dir + "/last.ckpt";
+  const auto resumed = TrainerOptions(options).max_epochs(2).resume(last).save_final_weights(false);
+  for (const auto& [world, batch] : {std::pair{4, 4}, std::pair{2, 8}}) {
+    const Trained again = fit_gpt(world, batch, resumed);
+    ASSERT_EQ(again.result.epochs.size(), 1u) << "world " << world << " trained more than the second epoch";
+    EXPECT_EQ(again.result.epochs[0].epoch, 1);
+    const double diff = max_diff(again.whole, uninterrupted.whole);
+    if (world == 4) EXPECT_EQ(diff, 0.0) << "2 x 2 resumed";
+    EXPECT_LT(diff, 1e-12) << "world " << world;
+  }
+
+  for (const int tensor_parallel : {1, 4}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    Quiet quiet;
+    std::vector<std::shared_ptr<LitGpt>> modules;
+    for (int r = 0; r < 4; ++r) modules.push_back(std::make_shared<LitGpt>());
+    expect_all_ok(run_ranks(4, [&](int rank) {
+      auto group =
+          comm::init_process_group(lockstep::testing::thread_group_options(rank, 4, store, "tp-other"));
+      Corpus data(4);
+      Trainer trainer(
+          TrainerOptions(resumed).tensor_parallel(tensor_parallel).process_group(&group).out(quiet.file));
+      try {
+        trainer.fit(modules[static_cast<size_t>(rank)], data);
+        ADD_FAILURE() << "rank " << rank << " resumed with tensor_parallel " << tensor_parallel;
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("written with tensor_parallel 2 (its parts: " + last + " to " +
+                                             last + ".tp1), resumed with " + std::to_string(tensor_parallel)),
+                  std::string::npos)
+            << e.what();
+      }
+      group.shutdown();
+    }));
+  }
+  try {
+    export_safetensors(last, dir + "/part.safetensors");
+    ADD_FAILURE() << "exported one part";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is tensor-parallel rank 0's part of a checkpoint of 2 parts"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/part.safetensors"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, TrainerTensorParallelCheckpoints,
+                         ::testing::Values(StrategyKind::kDdp, StrategyKind::kZero1),
+                         [](const ::testing::TestParamInfo<StrategyKind>& info) {
+                           return to_string(info.param);
+                         });
+
 // What tensor parallelism does not work with yet: refused by validate(), before any rank waits.
 TEST(TrainerTensorParallelOptions, WhatItCannotWorkWithIsRefusedNamingTheFix) {
   const auto tp = TrainerOptions().tensor_parallel(2);
@@ -355,9 +442,6 @@ TEST(TrainerTensorParallelOptions, WhatItCannotWorkWithIsRefusedNamingTheFix) {
       {TrainerOptions(tp).strategy(StrategyKind::kFsdp),
        "tensor_parallel 2 does not work with strategy 'fsdp': the data-parallel dimension runs ddp or zero1"},
       {TrainerOptions(tp).strategy(StrategyKind::kZero2), "does not work with strategy 'zero2'"},
-      {TrainerOptions(tp).ckpt_dir("out"),
-       "does not work with ckpt_dir 'out': checkpoints of a tensor-parallel"},
-      {TrainerOptions(tp).resume("x.ckpt"), "does not work with resume 'x.ckpt'"},
       {TrainerOptions(tp).elastic(true), "does not work with elastic: a lost rank"},
   };
   for (const auto& [options, message] : cases) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
 namespace lockstep::comm {
@@ -36,6 +37,10 @@ class TensorParallelModule {
   /// The group the split parameters lie over.
   virtual comm::ProcessGroup& tensor_parallel_group() const = 0;
 };
+
+/// A parameter whole from its T slices (`slices[r]`: rank r's), as `split` describes them: the slices
+/// concatenated along dim, blocks put back in order for chunks > 1; slices[0] for a replicated one.
+at::Tensor whole_tensor(const ParameterSplit& split, const std::vector<at::Tensor>& slices);
 
 /// The split of each of `model`'s parameters, in parameters() order: a parameter inside a
 /// TensorParallelModule as the outermost such module says, any other replicated.

@@ -57,7 +57,16 @@ struct CheckpointState {
   /// A sharded checkpoint's shard files, by rank of the run that wrote it (shard_checkpoint.h): as written,
   /// their names beside the checkpoint; as loaded, their paths. Empty for a whole checkpoint.
   std::vector<std::string> shards;
+  /// The tensor-parallel size of the run that wrote it (TrainerOptions::tensor_parallel): one file per
+  /// tensor-parallel rank (tensor_parallel_path), each with that rank's slices; `world_size` then counts
+  /// the data-parallel ranks. 1: the model whole.
+  int tensor_parallel = 1;
 };
+
+/// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path` lives: `path` itself for rank 0
+/// (written last, once the others are complete: its presence means the checkpoint is whole),
+/// `path` + ".tp<r>" for rank r.
+std::string tensor_parallel_path(const std::string& path, int tp_rank);
 
 /// The file format's version, written into every checkpoint and checked on load.
 inline constexpr int64_t kCheckpointVersion = 2;

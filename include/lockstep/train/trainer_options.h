@@ -62,8 +62,10 @@ class TrainerOptions {
   /// Tensor parallelism: the world as a comm::DeviceMesh of world / T data-parallel × T tensor-parallel
   /// ranks (consecutive ranks split the model). The module builds its split layers in configure_model()
   /// over device_mesh()->tp(); the strategy (ddp or zero1), the sampler and the epoch's metrics work over
-  /// device_mesh()->dp(), so the ranks of a tensor-parallel group train on the same batches. Not yet with
-  /// checkpoints (ckpt_dir, resume), elastic or cuda_graphs. 1 (the default): none.
+  /// device_mesh()->dp(), so the ranks of a tensor-parallel group train on the same batches. Checkpoints
+  /// come in one part per tensor-parallel rank (tensor_parallel_path); final.safetensors holds the model
+  /// whole and final.pt is not written. Strategy ddp or zero1; not with elastic or cuda_graphs. 1 (the
+  /// default): none.
   LOCKSTEP_OPTION(TrainerOptions, int, tensor_parallel)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)

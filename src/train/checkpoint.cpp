@@ -109,8 +109,10 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   }
   archive.write("reshard_parts", c10::IValue(parts));
   if (state.batches_per_step > 0) archive.write("batches_per_step", c10::IValue(state.batches_per_step));
-  if (state.tensor_parallel > 1)
+  if (state.tensor_parallel > 1) {
     archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(state.tensor_parallel)));
+    archive.write("tensor_parallel_layout", c10::IValue(state.tensor_parallel_layout));
+  }
 }
 
 // Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
@@ -288,6 +290,8 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   c10::IValue tensor_parallel;
   if (archive.try_read("tensor_parallel", tensor_parallel))
     state.tensor_parallel = static_cast<int>(tensor_parallel.toInt());
+  c10::IValue layout;
+  if (archive.try_read("tensor_parallel_layout", layout)) state.tensor_parallel_layout = layout.toStringRef();
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
                              model_name + "': resume with model '" + state.model +

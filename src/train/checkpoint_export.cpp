@@ -16,6 +16,9 @@
 #include <c10/util/Exception.h>
 #include <torch/serialize/input-archive.h>
 
+#include <nlohmann/json.hpp>
+
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/file_checksum.h"
 
@@ -95,6 +98,57 @@ void fill_sharded_parameters(torch::serialize::InputArchive& archive, const std:
   }
 }
 
+// A checkpoint's model tensors, a sharded checkpoint's parameters put together from its shards.
+std::vector<NamedTensor> model_tensors(torch::serialize::InputArchive& archive, const std::string& input) {
+  torch::serialize::InputArchive model;
+  if (!archive.try_read("model", model)) {
+    throw std::runtime_error("checkpoint '" + input + "' has no model (damaged?)");
+  }
+  std::vector<NamedTensor> tensors;
+  collect_tensors(model, "", tensors);
+  c10::IValue shards;
+  if (archive.try_read("shards", shards)) fill_sharded_parameters(archive, input, shards, tensors);
+  return tensors;
+}
+
+// A tensor-parallel checkpoint (CheckpointState::tensor_parallel): `tensors` are rank 0's part, `input`;
+// each split parameter is put together with the other parts' slices (input.tp<r>) by the layout rank 0's
+// part records.
+void join_tensor_parallel_parts(torch::serialize::InputArchive& archive, const std::string& input, int parts,
+                                std::vector<NamedTensor>& tensors) {
+  c10::IValue layout_text;
+  if (!archive.try_read("tensor_parallel_layout", layout_text)) {
+    throw std::runtime_error("checkpoint '" + input +
+                             "' is a tensor-parallel part without the layout of its parameters (damaged?)");
+  }
+  const nlohmann::json layout = nlohmann::json::parse(layout_text.toStringRef());
+  std::vector<std::map<std::string, at::Tensor>> others;
+  for (int r = 1; r < parts; ++r) {
+    const std::string path = tensor_parallel_path(input, r);
+    torch::serialize::InputArchive part;
+    load_checksummed_archive(part, path, "checkpoint part",
+                             "copy the checkpoint with all its parts (" + input + ".tp1 to .tp" +
+                                 std::to_string(parts - 1) + ") again");
+    std::map<std::string, at::Tensor> named;
+    for (auto& [name, tensor] : model_tensors(part, path)) named[name] = tensor;
+    others.push_back(std::move(named));
+  }
+  for (auto& [name, tensor] : tensors) {
+    const auto split = layout.find(name);
+    if (split == layout.end()) continue;  // whole in every part
+    std::vector<at::Tensor> slices{tensor};
+    for (size_t r = 0; r < others.size(); ++r) {
+      const auto found = others[r].find(name);
+      if (found == others[r].end()) {
+        throw std::runtime_error("checkpoint part '" + tensor_parallel_path(input, static_cast<int>(r) + 1) +
+                                 "' has no " + name + ": the parts are of different runs");
+      }
+      slices.push_back(found->second);
+    }
+    tensor = models::whole_tensor({(*split)[0].get<int64_t>(), (*split)[1].get<int64_t>()}, slices);
+  }
+}
+
 const char* kWhatIsAccepted =
     "give a checkpoint of `lockstep fit` (DIR/last.ckpt, a ModelCheckpoint file) or its final weights "
     "(DIR/final.pt)";
@@ -164,24 +218,13 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
           fix);
     }
     result.kind = "checkpoint";
+    tensors = model_tensors(archive, input);
+    c10::IValue shards;
+    if (archive.try_read("shards", shards)) metadata["shards"] = std::to_string(shards.toListRef().size());
     c10::IValue tensor_parallel;
     if (archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1) {
-      throw std::runtime_error(
-          "checkpoint '" + input + "' is tensor-parallel rank 0's part of a checkpoint of " +
-          std::to_string(tensor_parallel.toInt()) + " parts (its slices only; the others beside it as " +
-          input +
-          ".tp<r>): putting the parts together is not done yet; the run's final.safetensors "
-          "holds the model whole");
-    }
-    torch::serialize::InputArchive model;
-    if (!archive.try_read("model", model)) {
-      throw std::runtime_error("checkpoint '" + input + "' has no model (damaged?)");
-    }
-    collect_tensors(model, "", tensors);
-    c10::IValue shards;
-    if (archive.try_read("shards", shards)) {
-      fill_sharded_parameters(archive, input, shards, tensors);
-      metadata["shards"] = std::to_string(shards.toListRef().size());
+      join_tensor_parallel_parts(archive, input, static_cast<int>(tensor_parallel.toInt()), tensors);
+      metadata["tensor_parallel"] = std::to_string(tensor_parallel.toInt());
     }
     for (const char* key : {"model_name", "epoch", "step"}) {
       c10::IValue value;

@@ -21,6 +21,7 @@
 #include "lockstep/comm/process_group.h"
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/rank_start.h"
+#include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/precision.h"
 #include "option_checks.h"
@@ -28,6 +29,17 @@
 
 namespace lockstep::train {
 namespace {
+
+// CheckpointState::tensor_parallel_layout of `module`: its split parameters' layouts by name.
+std::string tensor_parallel_layout(const torch::nn::Module& module) {
+  const std::vector<models::ParameterSplit> splits = models::parameter_splits(module);
+  const auto named = module.named_parameters();
+  nlohmann::json layout = nlohmann::json::object();
+  for (size_t i = 0; i < splits.size(); ++i) {
+    if (!splits[i].replicated()) layout[named[i].key()] = {splits[i].dim, splits[i].chunks};
+  }
+  return layout.dump();
+}
 
 // This program's own command line, to start it again as ranks.
 std::vector<std::string> own_command_line() {
@@ -181,6 +193,7 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
   state.batches_per_step = run.batches_per_step;
   state.shards = std::move(shards);
   state.tensor_parallel = run.mesh ? run.mesh->tensor_parallel() : 1;
+  if (run.mesh) state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
   } else {

@@ -353,8 +353,8 @@ TEST(TrainerTensorParallelClip, ClipsByTheNormOneProcessComputes) {
 // Checkpoints under tensor parallelism, ddp and zero1 (its shards beside each part): one part per
 // tensor-parallel rank (last.ckpt, last.ckpt.tp1), each written by its data-parallel group. 2 x 2 trained one
 // epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1 x 2 (another
-// data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model whole. Another
-// tensor_parallel, and exporting one part, are refused naming the fix.
+// data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model whole, and so
+// does `lockstep export` of the parts. Another tensor_parallel is refused, naming both.
 class TrainerTensorParallelCheckpoints : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
@@ -417,15 +417,15 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
       group.shutdown();
     }));
   }
-  try {
-    export_safetensors(last, dir + "/part.safetensors");
-    ADD_FAILURE() << "exported one part";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("is tensor-parallel rank 0's part of a checkpoint of 2 parts"),
-              std::string::npos)
-        << e.what();
+  // lockstep export puts the parts together (zero1: each part's shards first): final.safetensors exactly.
+  const ExportResult exported = export_safetensors(last, dir + "/last.safetensors");
+  EXPECT_EQ(exported.metadata.at("tensor_parallel"), "2");
+  const SafetensorsFile joined = load_safetensors(exported.output);
+  ASSERT_EQ(joined.tensors.size(), final_weights.tensors.size());
+  for (size_t i = 0; i < joined.tensors.size(); ++i) {
+    EXPECT_EQ(joined.tensors[i].first, final_weights.tensors[i].first);
+    EXPECT_TRUE(joined.tensors[i].second.equal(final_weights.tensors[i].second)) << joined.tensors[i].first;
   }
-  EXPECT_FALSE(std::filesystem::exists(dir + "/part.safetensors"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, TrainerTensorParallelCheckpoints,

@@ -61,6 +61,10 @@ struct CheckpointState {
   /// tensor-parallel rank (tensor_parallel_path), each with that rank's slices; `world_size` then counts
   /// the data-parallel ranks. 1: the model whole.
   int tensor_parallel = 1;
+  /// With tensor_parallel > 1: how each split parameter lies over the parts, as JSON {"name": [dim,
+  /// chunks]} (models::ParameterSplit; the others are whole in every part). What `lockstep export` puts the
+  /// parts together by.
+  std::string tensor_parallel_layout;
 };
 
 /// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path` lives: `path` itself for rank 0

@@ -30,9 +30,10 @@ std::string default_export_path(const std::string& input);
 /// the tensors of final.safetensors. A checkpoint contributes only its model (not the optimizer, RNG or
 /// position); its model name, epoch and step go into the metadata, with "producer": "lockstep export"
 /// and "source": the input's file name. A sharded checkpoint (zero1, zero2, fsdp: shard_checkpoint.h) is
-/// consolidated: each parameter put together from the shard files beside it ("shards" in the metadata). A
-/// tensor-parallel checkpoint's part (CheckpointState::tensor_parallel > 1) is refused: it holds one rank's
-/// slices, and the parts record no layout yet.
+/// consolidated: each parameter put together from the shard files beside it ("shards" in the metadata). So
+/// is a tensor-parallel one (CheckpointState::tensor_parallel > 1; give rank 0's part, `PATH`): each split
+/// parameter put together from the parts PATH.tp<r> beside it by the layout it records ("tensor_parallel"
+/// in the metadata).
 ///
 /// `output` "" means default_export_path(input); its directory is created if missing. The file is written
 /// atomically (nothing half-written, an existing file stays intact on failure).

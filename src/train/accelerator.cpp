@@ -70,18 +70,6 @@ void Accelerator::make_strategy() {
   if (mesh_) strategy_->split_over(mesh_->tp());
 }
 
-void Accelerator::refuse_under_tensor_parallel(const std::string& what) const {
-  if (!mesh_) return;
-  detail::TensorParallelUse use;
-  use.tensor_parallel = mesh_->tensor_parallel();
-  use.checkpoints = what;
-  try {
-    detail::check_tensor_parallel(use);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("Accelerator: ") + e.what());
-  }
-}
-
 Accelerator::~Accelerator() = default;
 
 void Accelerator::init(int local_rank, int local_world_size, comm::Backend backend) {

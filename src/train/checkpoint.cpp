@@ -158,6 +158,23 @@ std::string tensor_parallel_path(const std::string& path, int tp_rank) {
   return tp_rank == 0 ? path : path + ".tp" + std::to_string(tp_rank);
 }
 
+int tensor_parallel_parts(const std::string& path) {
+  int parts = 1;
+  std::error_code error;
+  while (std::filesystem::exists(tensor_parallel_path(path, parts), error)) ++parts;
+  return parts;
+}
+
+void check_tensor_parallel_parts(const std::string& what, const std::string& path, int tensor_parallel) {
+  const int written = tensor_parallel_parts(path);
+  if (written == tensor_parallel) return;
+  throw std::invalid_argument(what + " '" + path + "': written with tensor_parallel " +
+                              std::to_string(written) + " (its parts: " + path +
+                              (written > 1 ? " to " + tensor_parallel_path(path, written - 1) : "") +
+                              "), resumed with " + std::to_string(tensor_parallel) +
+                              ": resume it with the tensor_parallel it was written with");
+}
+
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
   return path + ".step-" + std::to_string(step) + ".shard-" + std::to_string(rank) + "-of-" +
          std::to_string(world);

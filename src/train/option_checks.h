@@ -77,8 +77,6 @@ struct TensorParallelUse {
   StrategyKind strategy = StrategyKind::kDdp;
   bool elastic = false;
   bool cuda_graphs = false;
-  /// What would save or load the Accelerator's state ("save_state('dir')"); empty when nothing does.
-  std::string checkpoints;
 };
 
 /// The one home of what tensor parallelism works with: throws "tensor_parallel T does not work with
@@ -98,12 +96,6 @@ inline void check_tensor_parallel(const TensorParallelUse& use) {
     refuse("elastic",
            "a lost rank takes a slice of the model with it; turn elastic off, or use tensor_parallel 1");
   if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use tensor_parallel 1");
-  if (!use.checkpoints.empty()) {
-    refuse(
-        use.checkpoints,
-        "the Accelerator does not save or load a tensor-parallel state yet (the Trainer's checkpoints do); "
-        "save the model whole (TensorParallelGpt::full_parameters), or use tensor_parallel 1");
-  }
 }
 
 }  // namespace lockstep::train::detail

@@ -83,8 +83,7 @@ void TrainerOptions::validate() const {
   }
   strategy_.validate(precision_, "precision");
   check_elastic();
-  detail::check_tensor_parallel(
-      {tensor_parallel_, strategy_.kind(), elastic_, cuda_graphs_, /*checkpoints=*/""});
+  detail::check_tensor_parallel({tensor_parallel_, strategy_.kind(), elastic_, cuda_graphs_});
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
 }

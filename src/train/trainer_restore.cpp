@@ -18,22 +18,6 @@ namespace lockstep::train {
 // TORCHELASTIC_RESTART_COUNT), last.ckpt when there is one: go on from it rather than from scratch. Every
 // rank sees the same file: rank 0 wrote it before the failure, and the launcher stopped every rank before
 // restarting any.
-namespace {
-
-// The parts beside `path` say which tensor_parallel wrote it (its last part is .tp<T-1>): every rank
-// refuses another one before loading anything, naming both.
-void check_tensor_parallel_parts(const std::string& path, int tensor_parallel) {
-  int written = 1;
-  while (std::filesystem::is_regular_file(tensor_parallel_path(path, written))) ++written;
-  if (written == tensor_parallel) return;
-  throw std::invalid_argument("resume '" + path + "': written with tensor_parallel " +
-                              std::to_string(written) + " (its parts: " + path +
-                              (written > 1 ? " to " + tensor_parallel_path(path, written - 1) : "") +
-                              "), resumed with " + std::to_string(tensor_parallel) +
-                              ": resume it with the tensor_parallel it was written with");
-}
-
-}  // namespace
 
 std::string Trainer::Run::resume_path() const {
   if (const std::string asked = options.resume_path(); !asked.empty()) return asked;
@@ -57,7 +41,7 @@ void Trainer::Run::restore() {
   // Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel
   // group wrote; the position, generators and logged sums are that group's.
   const int tensor_parallel = mesh ? mesh->tensor_parallel() : 1;
-  check_tensor_parallel_parts(whole_path, tensor_parallel);
+  check_tensor_parallel_parts("resume", whole_path, tensor_parallel);
   const std::string path = tensor_parallel_path(whole_path, mesh ? mesh->tp_rank() : 0);
   const int world = data_group().size();
   const int rank = data_group().rank();

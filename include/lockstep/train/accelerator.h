@@ -293,8 +293,9 @@ class Accelerator {
   void make_strategy();
   /// The ranks that see different data: the mesh's dp() under tensor parallelism, else the world.
   comm::ProcessGroup& data_group() const { return mesh_ ? mesh_->dp() : *group_; }
-  /// Throws std::invalid_argument naming `what` under tensor parallelism (check_tensor_parallel).
-  void refuse_under_tensor_parallel(const std::string& what) const;
+  /// save_state's file `path` in `dir`, on rank 0 of the data-parallel group whose state it is.
+  void write_state(const std::string& dir, const std::string& path, const at::Tensor& rng_states,
+                   const std::vector<std::vector<std::string>>& shards);
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;

@@ -71,6 +71,12 @@ struct CheckpointState {
 /// (written last, once the others are complete: its presence means the checkpoint is whole),
 /// `path` + ".tp<r>" for rank r.
 std::string tensor_parallel_path(const std::string& path, int tp_rank);
+/// The tensor_parallel that wrote the checkpoint (or saved state) at `path`, from the parts beside it:
+/// T when tensor_parallel_path(path, 1 .. T-1) exist and the next does not (1: no part beside it).
+int tensor_parallel_parts(const std::string& path);
+/// Throws std::invalid_argument "<what> 'path': written with tensor_parallel W (its parts: ...), resumed
+/// with T: ..." unless tensor_parallel_parts(path) is `tensor_parallel`.
+void check_tensor_parallel_parts(const std::string& what, const std::string& path, int tensor_parallel);
 
 /// The file format's version, written into every checkpoint and checked on load.
 inline constexpr int64_t kCheckpointVersion = 2;

@@ -49,53 +49,67 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 
 }  // namespace
 
-void Accelerator::save_state(const std::string& dir) {
-  refuse_under_tensor_parallel("save_state('" + dir + "')");
+void Accelerator::save_state(const std::string& whole_dir) {
+  // Under tensor parallelism each tensor-parallel rank's data-parallel group saves that rank's part, in
+  // tensor_parallel_path(whole_dir, r): whole_dir itself for rank 0, written once the others are.
+  const int tp_rank = mesh_ ? mesh_->tp_rank() : 0;
+  const std::string dir = tensor_parallel_path(whole_dir, tp_rank);
+  comm::ProcessGroup& group = data_group();
   // Every rank's generator, so that each continues its own dropout stream.
-  const at::Tensor rng_states = group_->all_gather_stacked(cpu_rng_state());
+  const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
   // fsdp, bf16 zero1/zero2: the model is saved whole, in float32 (optimizer: shards above).
   const FullParameters whole = strategy_->whole_parameters();
+  if (mesh_) {
+    on_every_rank(dir, "a tensor-parallel rank could not write its part", [&] {
+      if (tp_rank > 0 && group.rank() == 0) write_state(dir, path, rng_states, shards);
+    });
+  }
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
-    if (!is_main_process()) return;
-    ensure_writable_dir(dir);
-    torch::serialize::OutputArchive archive;
-    archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
-    archive.write("world_size", c10::IValue(static_cast<int64_t>(num_processes())));
-    archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
-    archive.write("step", c10::IValue(gradient_state_->sync_steps));
-    archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
-    archive.write("group_size", c10::IValue(gradient_state_->group_size));
-    archive.write("model_count", c10::IValue(static_cast<int64_t>(strategy_->model_count())));
-    for (size_t i = 0; i < strategy_->model_count(); ++i) {
-      torch::serialize::OutputArchive model_archive(archive.compilation_unit());
-      strategy_->model(i).save(model_archive);
-      archive.write("model_" + std::to_string(i), model_archive);
-    }
-    archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(strategy_->optimizer_count())));
-    for (size_t i = 0; i < strategy_->optimizer_count(); ++i) {
-      if (!shards[i].empty()) {  // sharded: the files every rank wrote
-        archive.write("optimizer_" + std::to_string(i) + "_shards",
-                      c10::IValue(c10::List<std::string>(shards[i])));
-        continue;
-      }
-      torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
-      strategy_->optimizer(i).save(optimizer_archive);
-      archive.write("optimizer_" + std::to_string(i), optimizer_archive);
-    }
-    std::vector<int64_t> epochs;
-    for (const auto& weak : loaders_) {
-      auto loader = weak.lock();
-      epochs.push_back(loader ? loader->epoch : -1);
-    }
-    archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
-    archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
-    archive.write("rng_states", rng_states, /*is_buffer=*/true);
-    save_checksummed_archive(archive, path);
-    for (size_t i = 0; i < strategy_->optimizer_count(); ++i)  // the shards of the states this one replaced
-      if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
+    if (tp_rank == 0 && group.rank() == 0) write_state(dir, path, rng_states, shards);
   });
+}
+
+// save_state's file, by rank 0 of the data-parallel group whose state it is.
+void Accelerator::write_state(const std::string& dir, const std::string& path, const at::Tensor& rng_states,
+                              const std::vector<std::vector<std::string>>& shards) {
+  ensure_writable_dir(dir);
+  torch::serialize::OutputArchive archive;
+  archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
+  archive.write("world_size", c10::IValue(static_cast<int64_t>(data_group().size())));
+  archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
+  archive.write("step", c10::IValue(gradient_state_->sync_steps));
+  archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
+  archive.write("group_size", c10::IValue(gradient_state_->group_size));
+  archive.write("model_count", c10::IValue(static_cast<int64_t>(strategy_->model_count())));
+  for (size_t i = 0; i < strategy_->model_count(); ++i) {
+    torch::serialize::OutputArchive model_archive(archive.compilation_unit());
+    strategy_->model(i).save(model_archive);
+    archive.write("model_" + std::to_string(i), model_archive);
+  }
+  archive.write("optimizer_count", c10::IValue(static_cast<int64_t>(strategy_->optimizer_count())));
+  for (size_t i = 0; i < strategy_->optimizer_count(); ++i) {
+    if (!shards[i].empty()) {  // sharded: the files every rank wrote
+      archive.write("optimizer_" + std::to_string(i) + "_shards",
+                    c10::IValue(c10::List<std::string>(shards[i])));
+      continue;
+    }
+    torch::serialize::OutputArchive optimizer_archive(archive.compilation_unit());
+    strategy_->optimizer(i).save(optimizer_archive);
+    archive.write("optimizer_" + std::to_string(i), optimizer_archive);
+  }
+  std::vector<int64_t> epochs;
+  for (const auto& weak : loaders_) {
+    auto loader = weak.lock();
+    epochs.push_back(loader ? loader->epoch : -1);
+  }
+  archive.write("loader_epochs", at::tensor(epochs, at::kLong), /*is_buffer=*/true);
+  archive.write("scaler", scaler_.state(), /*is_buffer=*/true);
+  archive.write("rng_states", rng_states, /*is_buffer=*/true);
+  save_checksummed_archive(archive, path);
+  for (size_t i = 0; i < strategy_->optimizer_count(); ++i)  // the shards of the states this one replaced
+    if (!shards[i].empty()) remove_checkpoint_shards(optimizer_base(dir, i), shards[i]);
 }
 
 std::string Accelerator::optimizer_base(const std::string& dir, size_t i) {
@@ -129,15 +143,15 @@ std::vector<std::vector<std::string>> Accelerator::save_optimizer_shards(const s
   if (std::none_of(sharded.begin(), sharded.end(), [](const auto* zero) { return zero != nullptr; }))
     return names;
   on_every_rank(dir, "rank 0 could not create the directory", [&] {
-    if (is_main_process()) ensure_writable_dir(dir);
+    if (data_group().rank() == 0) ensure_writable_dir(dir);
   });
   // Every shard is on disk (or every rank knows one is not) before rank 0 writes the state naming them.
   on_every_rank(dir, "a rank could not write its optimizer shard", [&] {
     const int64_t step = gradient_state_->sync_steps;
     for (size_t i = 0; i < names.size(); ++i) {
       if (sharded[i] == nullptr) continue;
-      names[i] =
-          save_checkpoint_shard(optimizer_base(dir, i), *sharded[i], process_index(), num_processes(), step);
+      names[i] = save_checkpoint_shard(optimizer_base(dir, i), *sharded[i], data_group().rank(),
+                                       data_group().size(), step);
     }
   });
   return names;
@@ -155,8 +169,15 @@ void Accelerator::load_optimizer_shards(const std::string& dir, size_t i,
   strategy_->load_optimizer_shards(i, static_cast<int>(paths.size()), read);
 }
 
-void Accelerator::load_state(const std::string& dir) {
-  refuse_under_tensor_parallel("load_state('" + dir + "')");
+void Accelerator::load_state(const std::string& whole_dir) {
+  const std::string dir = tensor_parallel_path(whole_dir, mesh_ ? mesh_->tp_rank() : 0);
+  if (std::filesystem::is_directory(whole_dir)) {
+    try {
+      check_tensor_parallel_parts("Accelerator::load_state", whole_dir, mesh_ ? mesh_->tensor_parallel() : 1);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   if (!std::filesystem::is_directory(dir)) {
     throw std::runtime_error("Accelerator::load_state: directory '" + dir +
@@ -230,8 +251,8 @@ void Accelerator::load_state(const std::string& dir) {
     if (loader && epoch >= 0) loader->epoch = epoch;
   }
   const at::Tensor rng_states = read_tensor(archive, path, "rng_states").cpu();
-  if (rng_states.dim() == 2 && rng_states.size(0) == num_processes()) {
-    set_cpu_rng_state(rng_states[process_index()]);
+  if (rng_states.dim() == 2 && rng_states.size(0) == data_group().size()) {
+    set_cpu_rng_state(rng_states[data_group().rank()]);
   }
 }
 

@@ -67,7 +67,8 @@ class AcceleratorOptions {
   /// Tensor parallelism (TrainerOptions::tensor_parallel): the accelerator makes a comm::DeviceMesh of
   /// world / T data-parallel × T tensor-parallel ranks (Accelerator::device_mesh()), over whose tp() the
   /// program builds its split model before prepare; prepared models (ddp or zero1), loaders, gather and
-  /// reduce work over its dp(). Not yet with save_state/load_state or elastic. Default 1.
+  /// reduce work over its dp(); save_state writes one part per tensor-parallel rank (dir, dir.tp1, ...), as
+  /// the Trainer's checkpoints do. Not with elastic. Default 1.
   LOCKSTEP_OPTION(AcceleratorOptions, int, tensor_parallel)
 
   /// Throws std::invalid_argument naming the option, the bad value and what is accepted. Unset options

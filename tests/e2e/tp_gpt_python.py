@@ -124,11 +124,15 @@ def tensor_parallel_plan(layers):
     return plan
 
 
-def rank_main(rank, ranks, port, directory):
+def rank_main(rank, ranks, directory):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
-    dist.init_process_group("gloo", rank=rank, world_size=ranks, init_method=f"tcp://127.0.0.1:{port}")
+    # A file store in the run's own directory: no port to race for with the tests running beside this one.
+    # (A CI run once saw a rank here abort with SIGABRT, before any comparison; a port taken between picking
+    # a free one and rank 0 binding it is the likely cause.)
+    store = os.path.join(directory, "torch_file_store")
+    dist.init_process_group("gloo", rank=rank, world_size=ranks, init_method=f"file://{store}")
     arrays, _, metadata = read_safetensors(os.path.join(directory, "init.safetensors"))
     size = {key: int(metadata[key]) for key in ("vocab_size", "context", "layers", "heads", "embedding")}
     lr = float(metadata["lr"])
@@ -164,7 +168,10 @@ def rank_main(rank, ranks, port, directory):
     dist.destroy_process_group()
 
 
+
+
 def free_port():
+    """A free TCP port (bench/peer/gpt_peer.py's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -177,7 +184,7 @@ def main():
     parser.add_argument("--tolerance", type=float, default=1e-9)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    mp.spawn(rank_main, args=(args.ranks, free_port(), args.directory), nprocs=args.ranks)
+    mp.spawn(rank_main, args=(args.ranks, args.directory), nprocs=args.ranks)
     with open(os.path.join(args.directory, "cpp_losses.txt")) as f:
         cpp = [float(line) for line in f]
     with open(os.path.join(args.directory, "python_losses.txt")) as f:

@@ -171,12 +171,8 @@ std::vector<std::pair<std::string, at::Tensor>> TensorParallelGptImpl::full_para
   for (const auto& parameter : named_parameters()) {
     const ParameterSplit split = split_of(parameter.key());
     const at::Tensor& local = parameter.value();
-    if (split.replicated()) {
-      out.emplace_back(parameter.key(), local.clone());
-      continue;
-    }
     out.emplace_back(parameter.key(),
-                     whole_tensor(split, group_.all_gather_stacked(local.contiguous()).unbind(0)));
+                     split.replicated() ? local.clone() : gather_whole(split, local, group_));
   }
   return out;
 }

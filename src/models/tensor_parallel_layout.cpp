@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lockstep/comm/process_group.h"
+
 namespace lockstep::models {
 
 at::Tensor whole_tensor(const ParameterSplit& split, const std::vector<at::Tensor>& slices) {
@@ -16,6 +18,11 @@ at::Tensor whole_tensor(const ParameterSplit& split, const std::vector<at::Tenso
   std::vector<int64_t> shape{ranks, split.chunks, front.size(0) / (ranks * split.chunks)};
   for (int64_t d = 1; d < front.dim(); ++d) shape.push_back(front.size(d));
   return front.reshape(shape).transpose(0, 1).reshape(front.sizes()).movedim(0, split.dim);
+}
+
+at::Tensor gather_whole(const ParameterSplit& split, const at::Tensor& local, comm::ProcessGroup& group) {
+  if (split.replicated()) return local;
+  return whole_tensor(split, group.all_gather_stacked(local.detach().contiguous()).unbind(0));
 }
 
 std::vector<ParameterSplit> parameter_splits(const torch::nn::Module& model) {

@@ -67,7 +67,10 @@ void Accelerator::make_strategy() {
   if (options_.tensor_parallel() > 1)
     mesh_ = std::make_unique<comm::DeviceMesh>(*group_, options_.tensor_parallel());
   strategy_ = Strategy::make(options_.strategy(), data_group(), precision_, StrategyApi::kAccelerator);
-  if (mesh_) strategy_->split_over(mesh_->tp());
+  if (mesh_) {
+    strategy_->split_over(mesh_->tp());
+    scaler_.agree_over(&mesh_->tp());  // fp16: every slice's inf skips the step on every rank
+  }
 }
 
 Accelerator::~Accelerator() = default;

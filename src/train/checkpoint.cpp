@@ -112,6 +112,7 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   if (state.tensor_parallel > 1) {
     archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(state.tensor_parallel)));
     archive.write("tensor_parallel_layout", c10::IValue(state.tensor_parallel_layout));
+    archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(state.tensor_parallel_rank)));
   }
 }
 
@@ -154,25 +155,50 @@ std::vector<std::string> save_checkpoint_shard(const std::string& path, const sh
   return names;
 }
 
-std::string tensor_parallel_path(const std::string& path, int tp_rank) {
-  return tp_rank == 0 ? path : path + ".tp" + std::to_string(tp_rank);
+namespace {
+
+// "ck/state/" names the directory "ck/state": its parts lie beside it, not in it.
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
 }
 
-int tensor_parallel_parts(const std::string& path) {
-  int parts = 1;
+}  // namespace
+
+std::string tensor_parallel_path(const std::string& path, int tp_rank, int64_t step) {
+  if (tp_rank == 0) return path;
+  return without_trailing_slashes(path) + ".tp" + std::to_string(tp_rank) + ".step-" + std::to_string(step);
+}
+
+namespace {
+
+// The number at the start of `text` from `at` on (advancing `at` past it); nullopt when there is none.
+std::optional<int64_t> leading_number(const std::string& text, size_t& at) {
+  const size_t begin = at;
+  while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+  if (at == begin || at - begin > 18) return std::nullopt;
+  return std::stoll(text.substr(begin, at - begin));
+}
+
+}  // namespace
+
+void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, int64_t step) {
+  const std::filesystem::path target(without_trailing_slashes(path));
+  const std::string prefix = target.filename().string() + ".tp";
   std::error_code error;
-  while (std::filesystem::exists(tensor_parallel_path(path, parts), error)) ++parts;
-  return parts;
-}
-
-void check_tensor_parallel_parts(const std::string& what, const std::string& path, int tensor_parallel) {
-  const int written = tensor_parallel_parts(path);
-  if (written == tensor_parallel) return;
-  throw std::invalid_argument(what + " '" + path + "': written with tensor_parallel " +
-                              std::to_string(written) + " (its parts: " + path +
-                              (written > 1 ? " to " + tensor_parallel_path(path, written - 1) : "") +
-                              "), resumed with " + std::to_string(tensor_parallel) +
-                              ": resume it with the tensor_parallel it was written with");
+  const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    size_t at = prefix.size();
+    const std::optional<int64_t> rank = leading_number(name, at);
+    if (!rank || name.compare(at, 6, ".step-") != 0) continue;
+    at += 6;
+    const std::optional<int64_t> saved = leading_number(name, at);
+    if (!saved || (at != name.size() && name[at] != '.')) continue;  // not a part, nor named after one
+    if (*rank >= 1 && *rank < tensor_parallel && *saved == step) continue;
+    std::filesystem::remove_all(entry.path(), error);
+  }
 }
 
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
@@ -253,7 +279,8 @@ void load_checksummed_archive(torch::serialize::InputArchive& archive, const std
 }
 
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
-                                torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+                                torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                int tensor_parallel) {
   if (!std::filesystem::is_regular_file(path)) {
     throw std::runtime_error("checkpoint '" + path +
                              "' does not exist: check resume (or leave it empty to start from scratch)");
@@ -304,11 +331,20 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   c10::IValue batches_per_step;
   if (archive.try_read("batches_per_step", batches_per_step))
     state.batches_per_step = batches_per_step.toInt();
-  c10::IValue tensor_parallel;
-  if (archive.try_read("tensor_parallel", tensor_parallel))
-    state.tensor_parallel = static_cast<int>(tensor_parallel.toInt());
+  c10::IValue written_tensor_parallel;
+  if (archive.try_read("tensor_parallel", written_tensor_parallel))
+    state.tensor_parallel = static_cast<int>(written_tensor_parallel.toInt());
   c10::IValue layout;
   if (archive.try_read("tensor_parallel_layout", layout)) state.tensor_parallel_layout = layout.toStringRef();
+  c10::IValue part;
+  if (archive.try_read("tensor_parallel_rank", part))
+    state.tensor_parallel_rank = static_cast<int>(part.toInt());
+  if (state.tensor_parallel != tensor_parallel) {
+    throw std::invalid_argument("checkpoint '" + path + "': written with tensor_parallel " +
+                                std::to_string(state.tensor_parallel) + ", resumed with " +
+                                std::to_string(tensor_parallel) +
+                                ": resume it with the tensor_parallel it was written with");
+  }
   if (state.model != model_name) {
     throw std::runtime_error("checkpoint '" + path + "' holds a '" + state.model + "' model, not '" +
                              model_name + "': resume with model '" + state.model +

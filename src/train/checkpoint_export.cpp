@@ -112,23 +112,33 @@ std::vector<NamedTensor> model_tensors(torch::serialize::InputArchive& archive, 
 }
 
 // A tensor-parallel checkpoint (CheckpointState::tensor_parallel): `tensors` are rank 0's part, `input`;
-// each split parameter is put together with the other parts' slices (input.tp<r>) by the layout rank 0's
-// part records.
+// each split parameter is put together with the other parts' slices (tensor_parallel_path(input, r, step),
+// at rank 0's step) by the layout rank 0's part records.
 void join_tensor_parallel_parts(torch::serialize::InputArchive& archive, const std::string& input, int parts,
                                 std::vector<NamedTensor>& tensors) {
   c10::IValue layout_text;
-  if (!archive.try_read("tensor_parallel_layout", layout_text)) {
+  c10::IValue step;
+  if (!archive.try_read("tensor_parallel_layout", layout_text) || !archive.try_read("step", step)) {
     throw std::runtime_error("checkpoint '" + input +
                              "' is a tensor-parallel part without the layout of its parameters (damaged?)");
   }
   const nlohmann::json layout = nlohmann::json::parse(layout_text.toStringRef());
   std::vector<std::map<std::string, at::Tensor>> others;
+  std::vector<std::string> paths;
   for (int r = 1; r < parts; ++r) {
-    const std::string path = tensor_parallel_path(input, r);
+    paths.push_back(tensor_parallel_path(input, r, step.toInt()));
+    const std::string& path = paths.back();
     torch::serialize::InputArchive part;
     load_checksummed_archive(part, path, "checkpoint part",
-                             "copy the checkpoint with all its parts (" + input + ".tp1 to .tp" +
-                                 std::to_string(parts - 1) + ") again");
+                             "copy the checkpoint with all its parts (" + input + ".tp<r>.step-" +
+                                 std::to_string(step.toInt()) + " for r = 1 to " + std::to_string(parts - 1) +
+                                 ") again");
+    c10::IValue part_step;
+    if (!part.try_read("step", part_step) || part_step.toInt() != step.toInt()) {
+      throw std::runtime_error("checkpoint part '" + path + "' is not of step " +
+                               std::to_string(step.toInt()) + " like '" + input +
+                               "': the parts are of different saves");
+    }
     std::map<std::string, at::Tensor> named;
     for (auto& [name, tensor] : model_tensors(part, path)) named[name] = tensor;
     others.push_back(std::move(named));
@@ -140,8 +150,8 @@ void join_tensor_parallel_parts(torch::serialize::InputArchive& archive, const s
     for (size_t r = 0; r < others.size(); ++r) {
       const auto found = others[r].find(name);
       if (found == others[r].end()) {
-        throw std::runtime_error("checkpoint part '" + tensor_parallel_path(input, static_cast<int>(r) + 1) +
-                                 "' has no " + name + ": the parts are of different runs");
+        throw std::runtime_error("checkpoint part '" + paths[r] + "' has no " + name +
+                                 ": the parts are of different runs");
       }
       slices.push_back(found->second);
     }
@@ -222,6 +232,13 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
     c10::IValue shards;
     if (archive.try_read("shards", shards)) metadata["shards"] = std::to_string(shards.toListRef().size());
     c10::IValue tensor_parallel;
+    c10::IValue part;
+    if (archive.try_read("tensor_parallel_rank", part) && part.toInt() != 0) {
+      throw std::runtime_error("'" + input + "' is tensor-parallel rank " + std::to_string(part.toInt()) +
+                               "'s part of a checkpoint, which holds slices only: export the checkpoint "
+                               "itself (the file without the '.tp" +
+                               std::to_string(part.toInt()) + ".step-S' ending), which names its parts");
+    }
     if (archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1) {
       join_tensor_parallel_parts(archive, input, static_cast<int>(tensor_parallel.toInt()), tensors);
       metadata["tensor_parallel"] = std::to_string(tensor_parallel.toInt());

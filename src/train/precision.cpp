@@ -8,9 +8,11 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include "lockstep/comm/process_group.h"
 #include "lockstep/detail/torch_version.h"
 
 namespace lockstep::train {
@@ -128,16 +130,24 @@ bool GradScaler::unscale(torch::optim::Optimizer& optimizer) {
   if (unscaled_) return !found_inf_;
   const double inv_scale = 1.0 / scale_;
   at::Tensor any_inf;
+  c10::Device device(c10::kCPU);
   for (auto& group : optimizer.param_groups()) {
     for (auto& parameter : group.params()) {
       at::Tensor grad = parameter.mutable_grad();
       if (!grad.defined()) continue;
+      device = grad.device();
       at::Tensor bad = at::isfinite(grad).logical_not().any();
       any_inf = any_inf.defined() ? any_inf.logical_or(bad.to(any_inf.device())) : bad;
       grad.mul_(inv_scale);
     }
   }
-  found_inf_ = any_inf.defined() && any_inf.item<bool>();
+  if (agree_over_ != nullptr) {  // one flag for every part of the gradients
+    at::Tensor flag = any_inf.defined() ? any_inf.to(at::kFloat).reshape({1})
+                                        : at::zeros({1}, at::TensorOptions(at::kFloat).device(device));
+    agree_over_->all_reduce(flag, comm::ReduceOp::kMax).wait();
+    any_inf = flag;
+  }
+  found_inf_ = any_inf.defined() && any_inf.item<double>() != 0.0;
   unscaled_ = true;
   return !found_inf_;
 }

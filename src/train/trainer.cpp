@@ -18,6 +18,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "every_rank.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/rank_start.h"
@@ -133,7 +134,8 @@ void Trainer::save_checkpoint(const std::string& path) {
   // data-parallel group, which writes that rank's part (tensor_parallel_path).
   comm::ProcessGroup& group = run.data_group();
   const int tp_rank = run.mesh ? run.mesh->tp_rank() : 0;
-  const std::string mine = tensor_parallel_path(path, tp_rank);
+  const int64_t step = run.position.step;
+  const std::string mine = tensor_parallel_path(path, tp_rank, step);
   if (run.mid_accumulation) {
     throw std::logic_error("save_checkpoint('" + path + "') in the middle of an accumulation group (batch " +
                            std::to_string(run.position.batch) +
@@ -158,19 +160,24 @@ void Trainer::save_checkpoint(const std::string& path) {
   shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
   std::vector<std::string> shards;
   if (zero) {
-    shards = save_checkpoint_shard(mine, *zero, group.rank(), group.size(), run.position.step);
-    group.barrier();
+    detail::on_every_rank(run.mesh ? world : group, "save_checkpoint('" + path + "')", [&] {
+      shards = save_checkpoint_shard(mine, *zero, group.rank(), group.size(), step);
+      return std::string();
+    });
   }
-  // Tensor parallelism: rank 0's part, at `path`, is written once the others are complete.
+  // Tensor parallelism: rank 0's part, at `path`, is written once every other part is (or every rank
+  // knows one is not); it names the new set, and then the sets it replaced go.
   if (run.mesh) {
-    if (tp_rank > 0 && group.rank() == 0)
-      write_checkpoint(mine, std::move(rng_states), std::move(logged), shards);
-    world.barrier();
+    detail::on_every_rank(world, "save_checkpoint('" + path + "')", [&] {
+      if (tp_rank > 0 && group.rank() == 0) write_checkpoint(mine, rng_states, logged, shards);
+      return std::string();
+    });
     if (tp_rank > 0 || group.rank() != 0) return;
-  } else if (group.rank() != 0) {
+    write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
+    remove_tensor_parallel_parts(path, run.mesh->tensor_parallel(), step);
     return;
   }
-  write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
+  if (group.rank() == 0) write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
 }
 
 // Rank 0 of its group: the checkpoint file of `path` with everything but what save_checkpoint gathered.
@@ -193,7 +200,10 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
   state.batches_per_step = run.batches_per_step;
   state.shards = std::move(shards);
   state.tensor_parallel = run.mesh ? run.mesh->tensor_parallel() : 1;
-  if (run.mesh) state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
+  if (run.mesh) {
+    state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
+    state.tensor_parallel_rank = run.mesh->tp_rank();
+  }
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
   } else {
@@ -202,18 +212,11 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
 }
 
 void Trainer::remove_checkpoint(const std::string& path) {
-  if (run_ && run_->mesh) {  // each tensor-parallel rank's part, by the rank that wrote it
-    if (run_->data_group().rank() != 0) return;
-    const std::string mine = tensor_parallel_path(path, run_->mesh->tp_rank());
-    std::error_code ignored;
-    std::filesystem::remove(mine, ignored);
-    remove_checkpoint_shards(mine);
-    return;
-  }
   if (rank() != 0) return;
   std::error_code ignored;
-  std::filesystem::remove(path, ignored);
-  remove_checkpoint_shards(path);  // a sharded checkpoint's, beside it
+  std::filesystem::remove(path, ignored);  // first: what is left is named by no checkpoint
+  remove_checkpoint_shards(path);          // a sharded checkpoint's, beside it
+  if (run_ && run_->mesh) remove_tensor_parallel_parts(path, 1, 0);  // the other ranks' parts, and theirs
 }
 
 void Trainer::log_metrics(const std::map<std::string, double>& values) {

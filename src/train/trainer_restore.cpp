@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "admission.h"
+#include "every_rank.h"
 #include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/train/checkpoint.h"
 #include "trainer_run.h"
@@ -38,23 +39,13 @@ void Trainer::Run::restore() {
   const std::string whole_path = resume_path();
   if (whole_path.empty()) return;
   resumed_ = true;
-  // Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel
-  // group wrote; the position, generators and logged sums are that group's.
-  const int tensor_parallel = mesh ? mesh->tensor_parallel() : 1;
-  check_tensor_parallel_parts("resume", whole_path, tensor_parallel);
-  const std::string path = tensor_parallel_path(whole_path, mesh ? mesh->tp_rank() : 0);
   const int world = data_group().size();
   const int rank = data_group().rank();
   CheckpointState saved;
   {
     const shard::FullParameters whole = strategy->whole_parameters();  // what is loaded into them, re-sharded
-    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer);
-  }
-  if (saved.tensor_parallel != tensor_parallel) {
-    throw std::invalid_argument("resume '" + whole_path + "': written with tensor_parallel " +
-                                std::to_string(saved.tensor_parallel) + ", resumed with " +
-                                std::to_string(tensor_parallel) +
-                                ": resume it with the tensor_parallel it was written with");
+    saved = mesh ? load_tensor_parallel_part(whole_path)
+                 : load_checkpoint(whole_path, module->checkpoint_name(), *module, *optimizer);
   }
   if (!saved.shards.empty()) load_shards(saved.shards);
   start_ = saved.position;
@@ -95,6 +86,44 @@ void Trainer::Run::restore() {
         " batches per epoch: resume with the batch size and limit_train_batches it was "
         "written with");
   }
+}
+
+// Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel group
+// wrote (the position, generators and logged sums are that group's). Rank 0's part, `whole_path`, says the
+// step of the others (tensor_parallel_path): the ranks of tensor-parallel rank 0 load it first, then the
+// others theirs; every rank learns of a failure on any (detail::on_every_rank) instead of waiting for it.
+CheckpointState Trainer::Run::load_tensor_parallel_part(const std::string& whole_path) {
+  const int tensor_parallel = mesh->tensor_parallel();
+  const int tp_rank = mesh->tp_rank();
+  const std::string what = "resume '" + whole_path + "'";
+  CheckpointState saved;
+  const auto load = [&](const std::string& path) {
+    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer, tensor_parallel);
+  };
+  const std::vector<std::string> steps = detail::on_every_rank(*group, what, [&] {
+    if (tp_rank != 0) return std::string();
+    load(whole_path);
+    return std::to_string(saved.position.step);
+  });
+  const int64_t step = std::stoll(steps.at(0));
+  detail::on_every_rank(*group, what, [&] {
+    if (tp_rank == 0) return std::string();
+    const std::string path = tensor_parallel_path(whole_path, tp_rank, step);
+    if (!std::filesystem::is_regular_file(path)) {
+      throw std::runtime_error(what + ": its part for tensor-parallel rank " + std::to_string(tp_rank) +
+                               ", '" + path + "', is missing: copy the checkpoint with all its parts (" +
+                               whole_path + ".tp<r>.step-" + std::to_string(step) + ")");
+    }
+    load(path);
+    if (saved.position.step != step || saved.tensor_parallel_rank != tp_rank) {
+      throw std::runtime_error(what + ": part '" + path + "' is tensor-parallel rank " +
+                               std::to_string(saved.tensor_parallel_rank) + "'s at step " +
+                               std::to_string(saved.position.step) + ", not rank " + std::to_string(tp_rank) +
+                               "'s at step " + std::to_string(step) + ": the parts are of different saves");
+    }
+    return std::string();
+  });
+  return saved;
 }
 
 // A sharded checkpoint's parameters and optimizer state, re-sharded onto this run's ranks: each rank reads

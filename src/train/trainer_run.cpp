@@ -13,7 +13,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -75,9 +78,7 @@ std::vector<NamedTensor> whole_module_tensors(const torch::nn::Module& module, c
   at::NoGradGuard no_grad;
   for (auto& [name, tensor] : tensors) {
     const auto found = splits.find(tensor.unsafeGetTensorImpl());
-    if (found == splits.end() || found->second.replicated()) continue;
-    tensor =
-        models::whole_tensor(found->second, tp.all_gather_stacked(tensor.detach().contiguous()).unbind(0));
+    if (found != splits.end()) tensor = models::gather_whole(found->second, tensor, tp);
   }
   return tensors;
 }
@@ -133,10 +134,33 @@ Trainer::Run::~Run() {
   step_state->mesh = nullptr;  // the module outlives the run
 }
 
+// The ranks of a tensor-parallel group compute the epoch's metrics from other slices, equal up to rounding:
+// tensor-parallel rank 0's values become every rank's (by name, bit for bit), so that callbacks deciding
+// from callback_metrics() (ModelCheckpoint, EarlyStopping) decide alike on every rank.
+void Trainer::Run::share_metrics(std::vector<detail::MetricValue>& metrics) {
+  std::string text;
+  for (const auto& metric : metrics) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &metric.value, sizeof bits);
+    text += metric.name + '\n' + std::to_string(bits) + '\n';
+  }
+  std::istringstream root(mesh->tp().broadcast_string(text, 0));
+  std::map<std::string, double> values;
+  for (std::string name, bits; std::getline(root, name) && std::getline(root, bits);) {
+    const uint64_t word = std::stoull(bits);
+    double value = 0;
+    std::memcpy(&value, &word, sizeof value);
+    values[name] = value;
+  }
+  for (auto& metric : metrics)
+    if (auto it = values.find(metric.name); it != values.end()) metric.value = it->second;
+}
+
 void Trainer::Run::shutdown_mesh() {
   if (!mesh) return;
   mesh->shutdown();
   step_state->mesh = nullptr;
+  scaler.agree_over(nullptr);
 }
 
 void Trainer::Run::choose_device() {
@@ -184,6 +208,7 @@ void Trainer::Run::connect() {
   if (options.tensor_parallel() > 1) {
     mesh = std::make_unique<comm::DeviceMesh>(*group, options.tensor_parallel());
     step_state->mesh = mesh.get();
+    scaler.agree_over(&mesh->tp());  // fp16: every slice's inf skips the step on every rank
   }
 }
 
@@ -678,7 +703,8 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
       training.seconds,       validation.seconds,
       peak_rss_mb(),          static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
       peak_device_mb(device_)};
-  const detail::ReducedEpoch reduced = detail::reduce_epoch(data_group(), logged(), mine, e);
+  detail::ReducedEpoch reduced = detail::reduce_epoch(data_group(), logged(), mine, e);
+  if (mesh) share_metrics(reduced.metrics);
   EpochMetrics m;
   m.epoch = e;
   m.step = position.step;

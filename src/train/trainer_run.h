@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "epoch_reduce.h"
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/elastic_world.h"
 #include "lockstep/comm/process_group.h"
@@ -156,6 +157,8 @@ struct Trainer::Run {
   std::string describe_batch() const;
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved);
+  CheckpointState load_tensor_parallel_part(const std::string& whole_path);
+  void share_metrics(std::vector<detail::MetricValue>& metrics);
   void load_shards(const std::vector<std::string>& shards);
 
   // ---- cuda_graphs (trainer_graph.cpp: the Run's side of TrainerGraph) ----

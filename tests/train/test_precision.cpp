@@ -12,6 +12,7 @@
 #include <torch/optim.h>
 #include <torch/version.h>
 
+#include "../comm/thread_group.h"
 #include "lockstep/train/precision.h"
 
 namespace lockstep::train {
@@ -192,6 +193,33 @@ TEST(GradScaler, UnscaleDividesGradientsExactlyOnce) {
   EXPECT_TRUE(scaler.step(p.optimizer));
   EXPECT_TRUE(torch::allclose(p.weight, torch::tensor({1.0f, 2.0f, 3.0f}) - 0.5 * grad));
   scaler.update();
+}
+
+// Under tensor parallelism each rank holds other slices of the gradients: with agree_over(group), an inf in
+// one rank's slice skips the step on every rank and halves every rank's scale (Megatron's scaler); the
+// next finite step is taken everywhere. Without it the ranks would step apart. Worlds 1, 2, 3.
+TEST(GradScaler, AgreeOverSkipsTheStepOnEveryRankWhenOneSliceIsNotFinite) {
+  for (int world : {1, 2, 3}) {
+    testing::run_group_ranks(
+        world, "scaler-agree-" + std::to_string(world), [&](int rank, comm::ProcessGroup& group) {
+          GradScaler scaler;  // 65536
+          scaler.agree_over(&group);
+          OneParameter p;
+          const auto grad = torch::tensor({0.5f, -1.0f, 2.0f});
+          p.set_grad(rank == world - 1 ? torch::tensor({0.5f, std::numeric_limits<float>::infinity(), 2.0f})
+                                       : grad * 65536.0);
+          EXPECT_FALSE(scaler.unscale(p.optimizer)) << "rank " << rank;
+          EXPECT_FALSE(scaler.step(p.optimizer)) << "rank " << rank;
+          scaler.update();
+          EXPECT_EQ(scaler.scale_value(), 32768.0) << "rank " << rank;
+          EXPECT_TRUE(torch::equal(p.weight, torch::tensor({1.0f, 2.0f, 3.0f}))) << "rank " << rank;
+          p.set_grad(grad * 32768.0);
+          EXPECT_TRUE(scaler.step(p.optimizer)) << "rank " << rank;
+          scaler.update();
+          EXPECT_TRUE(torch::allclose(p.weight, torch::tensor({1.0f, 2.0f, 3.0f}) - 0.5 * grad))
+              << "rank " << rank;
+        });
+  }
 }
 
 // An in-place recovery drops a step after unscale() (a clip before the commit vote): load_state(state())

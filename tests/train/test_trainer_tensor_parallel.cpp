@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,7 @@ namespace {
 
 using lockstep::testing::expect_all_ok;
 using lockstep::testing::lock_default_generator;
+using lockstep::testing::RankOutcome;
 using lockstep::testing::run_ranks;
 using Windows = std::tuple<at::Tensor, at::Tensor>;  // input ids [L], the next ids [L]
 
@@ -190,6 +192,20 @@ Trained fit_gpt(int world, int64_t batch, const TrainerOptions& base) {
   return ranks[0];
 }
 
+// The names beside `path` that start with its name and ".tp" (its tensor-parallel parts, their shards),
+// sorted.
+std::vector<std::string> names_beside(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::string prefix = target.filename().string() + ".tp";
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // The largest difference between two models' parameters of the same names.
 double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -323,20 +339,27 @@ TEST(AcceleratorTensorParallel, ALoopOverTheSplitModelEndsOnOneProcessesParamete
       1e-3);
 }
 
-// save_state under tensor parallelism, ddp: one part per tensor-parallel rank (dir, dir.tp1). 2 x 2 saved
-// after the first pass and loaded into fresh objects for the second ends exactly where the uninterrupted
-// loop does; on 1 x 2 (another data-parallel size, the same global batch) within 1e-12. Another
+// save_state under tensor parallelism, ddp: one part per tensor-parallel rank (dir, dir.tp1.step-S). 2 x 2
+// saved after the first pass and loaded into fresh objects for the second ends exactly where the
+// uninterrupted loop does; on 1 x 2 (another data-parallel size, the same global batch) within 1e-12. Another
 // tensor_parallel is refused, naming both.
 TEST(AcceleratorTensorParallel, SaveStateInPartsAndLoadItOntoAnotherDataParallelSize) {
   EXPECT_THROW(AcceleratorOptions().tensor_parallel(2).strategy(StrategyKind::kFsdp).validate(),
                std::invalid_argument);
   const std::string dir = ::testing::TempDir() + "tp_accelerator_state";
   std::filesystem::remove_all(dir);
-  std::filesystem::remove_all(dir + ".tp1");
+  for (const std::string& name : names_beside(dir)) std::filesystem::remove_all(::testing::TempDir() + name);
+  // What a save that crashed before its rank 0 part (a later step) and a save of a larger tensor_parallel
+  // left: named by no state, not loaded, removed by the next save.
+  std::filesystem::create_directories(dir + ".tp1.step-999");
+  std::filesystem::create_directories(dir + ".tp3.step-1");
   const auto uninterrupted = accelerate_gpt(4, 2, 4);
   accelerate_gpt(4, 2, 4, Passes{0, 1, "", dir});
-  EXPECT_TRUE(std::filesystem::is_directory(dir + ".tp1"));
-  EXPECT_FALSE(std::filesystem::exists(dir + ".tp2"));
+  const std::vector<std::string> parts = names_beside(dir);
+  ASSERT_EQ(parts.size(), 1u) << ::testing::PrintToString(parts);
+  EXPECT_EQ(parts[0].rfind(std::filesystem::path(dir).filename().string() + ".tp1.step-", 0), 0u) << parts[0];
+  EXPECT_TRUE(std::filesystem::is_directory(::testing::TempDir() + parts[0]));
+  std::filesystem::create_directories(dir + ".tp1.step-999");
   EXPECT_EQ(max_diff(accelerate_gpt(4, 2, 4, Passes{1, 2, dir, ""}), uninterrupted), 0.0);
   EXPECT_LT(max_diff(accelerate_gpt(2, 2, 8, Passes{1, 2, dir, ""}), uninterrupted), 1e-12);
   lockstep::testing::run_group_ranks(2, "tp-other-state", [&](int, comm::ProcessGroup& group) {
@@ -366,10 +389,10 @@ TEST(TrainerTensorParallelClip, ClipsByTheNormOneProcessComputes) {
 }
 
 // Checkpoints under tensor parallelism, ddp and zero1 (its shards beside each part): one part per
-// tensor-parallel rank (last.ckpt, last.ckpt.tp1), each written by its data-parallel group. 2 x 2 trained one
-// epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1 x 2 (another
-// data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model whole, and so
-// does `lockstep export` of the parts. Another tensor_parallel is refused, naming both.
+// tensor-parallel rank (last.ckpt, last.ckpt.tp1.step-4), each written by its data-parallel group. 2 x 2
+// trained one epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1 x
+// 2 (another data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model
+// whole, and so does `lockstep export` of the parts. Another tensor_parallel is refused, naming both.
 class TrainerTensorParallelCheckpoints : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
@@ -379,11 +402,10 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
   const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2));
   fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir));
   EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt"));
-  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt.tp1"));
-  EXPECT_FALSE(std::filesystem::exists(dir + "/last.ckpt.tp2"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt.tp1.step-4"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/final.pt"));  // it would hold one rank's slices
   if (GetParam() == StrategyKind::kZero1) {  // each part's optimizer shards beside it, one per dp rank
-    for (const std::string part : {"last.ckpt", "last.ckpt.tp1"}) {
+    for (const std::string part : {"last.ckpt", "last.ckpt.tp1.step-4"}) {
       for (int r = 0; r < 2; ++r) {
         EXPECT_TRUE(std::filesystem::is_regular_file(checkpoint_shard_path(dir + "/" + part, r, 2, 4)))
             << part << " shard " << r;
@@ -405,7 +427,9 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
     ASSERT_EQ(again.result.epochs.size(), 1u) << "world " << world << " trained more than the second epoch";
     EXPECT_EQ(again.result.epochs[0].epoch, 1);
     const double diff = max_diff(again.whole, uninterrupted.whole);
-    if (world == 4) EXPECT_EQ(diff, 0.0) << "2 x 2 resumed";
+    if (world == 4) {
+      EXPECT_EQ(diff, 0.0) << "2 x 2 resumed";
+    }
     EXPECT_LT(diff, 1e-12) << "world " << world;
   }
 
@@ -423,9 +447,9 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
       try {
         trainer.fit(modules[static_cast<size_t>(rank)], data);
         ADD_FAILURE() << "rank " << rank << " resumed with tensor_parallel " << tensor_parallel;
-      } catch (const std::invalid_argument& e) {
-        EXPECT_NE(std::string(e.what()).find("written with tensor_parallel 2 (its parts: " + last + " to " +
-                                             last + ".tp1), resumed with " + std::to_string(tensor_parallel)),
+      } catch (const std::exception& e) {  // rank 0's error: its own, or what it said
+        EXPECT_NE(std::string(e.what()).find("checkpoint '" + last + "': written with tensor_parallel 2, " +
+                                             "resumed with " + std::to_string(tensor_parallel)),
                   std::string::npos)
             << e.what();
       }
@@ -441,6 +465,115 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
     EXPECT_EQ(joined.tensors[i].first, final_weights.tensors[i].first);
     EXPECT_TRUE(joined.tensors[i].second.equal(final_weights.tensors[i].second)) << joined.tensors[i].first;
   }
+  try {
+    export_safetensors(dir + "/last.ckpt.tp1.step-4", dir + "/part.safetensors");
+    ADD_FAILURE() << "exported one part as if it were the checkpoint";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is tensor-parallel rank 1's part of a checkpoint"),
+              std::string::npos)
+        << e.what();
+  }
+
+  // A save that crashed after tensor-parallel rank 1's part and before rank 0's (a later step), and a save
+  // of a larger tensor_parallel, left parts behind: the checkpoint on disk names its own set, the resume is
+  // exact, and its next save removes what no checkpoint names.
+  const auto plant = [&](const std::string& name) { std::ofstream(dir + "/" + name) << "not a checkpoint"; };
+  plant("last.ckpt.tp1.step-8");
+  plant("last.ckpt.tp3.step-4");
+  const Trained again = fit_gpt(4, 4, TrainerOptions(resumed).ckpt_dir(dir));
+  EXPECT_EQ(max_diff(again.whole, uninterrupted.whole), 0.0);
+  std::vector<std::string> expected = {"last.ckpt.tp1.step-8"};
+  if (GetParam() == StrategyKind::kZero1) {
+    for (int r = 0; r < 2; ++r)
+      expected.push_back(std::filesystem::path(checkpoint_shard_path(dir + "/last.ckpt.tp1.step-8", r, 2, 8))
+                             .filename()
+                             .string());
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names_beside(dir + "/last.ckpt"), expected);
+}
+
+// A module whose logged value differs by tensor-parallel rank (as a loss computed from other slices may, in
+// its last bits).
+class LitGptLoggingItsSlice : public LitGpt {
+ public:
+  at::Tensor training_step(const Windows& batch, int64_t index) override {
+    log("slice", static_cast<double>(device_mesh()->tp_rank() + 1));
+    return LitGpt::training_step(batch, index);
+  }
+};
+
+class SeenMetric : public Callback {
+ public:
+  std::string state_key() const override { return "SeenMetric"; }
+  void on_train_epoch_end(TrainerContext& trainer) override { seen = trainer.callback_metrics().at("slice"); }
+  double seen = 0;
+};
+
+// callback_metrics() are rank 0's on every rank under tensor parallelism too (tensor-parallel rank 0's
+// values shared over each tensor-parallel group), so callbacks decide alike: 2 x 2, every rank sees 1.
+TEST(TrainerTensorParallelMetrics, CallbacksSeeRankZerosValuesOnEveryRank) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Quiet quiet;
+  std::vector<std::shared_ptr<LitGptLoggingItsSlice>> modules;
+  for (int r = 0; r < 4; ++r) modules.push_back(std::make_shared<LitGptLoggingItsSlice>());
+  std::vector<double> seen(4, -1);
+  expect_all_ok(run_ranks(4, [&](int rank) {
+    auto group =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, 4, store, "tp-metrics"));
+    auto metric = std::make_shared<SeenMetric>();
+    Corpus data(4);
+    Trainer trainer(TrainerOptions()
+                        .max_epochs(1)
+                        .tensor_parallel(2)
+                        .process_group(&group)
+                        .environment(lockstep::testing::thread_environment(rank, 4))
+                        .out(quiet.file)
+                        .callback(metric));
+    trainer.fit(modules[static_cast<size_t>(rank)], data);
+    seen[static_cast<size_t>(rank)] = metric->seen;
+    group.shutdown();
+  }));
+  EXPECT_EQ(seen, std::vector<double>(4, 1.0));
+}
+
+// A part that fails to write (injected: tensor-parallel rank 1's) fails save_checkpoint on every rank, the
+// writer with its own error and the others naming its rank, instead of leaving them waiting for it; rank 0
+// writes no checkpoint naming the missing part.
+TEST(TrainerTensorParallelCheckpointFailure, APartThatCannotBeWrittenFailsEveryRank) {
+  const std::string dir = ::testing::TempDir() + "tp_checkpoint_failure";
+  std::filesystem::remove_all(dir);
+  detail::checkpoint_written_hook() = [](const std::string& tmp) {
+    if (tmp.find(".tp1.step-") != std::string::npos) throw std::runtime_error("injected: disk full");
+  };
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Quiet quiet;
+  std::vector<std::shared_ptr<LitGpt>> modules;
+  for (int r = 0; r < 4; ++r) modules.push_back(std::make_shared<LitGpt>());
+  const std::vector<RankOutcome> outcomes = run_ranks(4, [&](int rank) {
+    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 4, store, "tp-fail"));
+    Corpus data(4);
+    Trainer trainer(TrainerOptions()
+                        .max_epochs(1)
+                        .tensor_parallel(2)
+                        .ckpt_dir(dir)
+                        .process_group(&group)
+                        .environment(lockstep::testing::thread_environment(rank, 4))
+                        .out(quiet.file));
+    try {
+      trainer.fit(modules[static_cast<size_t>(rank)], data);
+    } catch (...) {
+      group.shutdown();
+      throw;
+    }
+    group.shutdown();
+  });
+  detail::checkpoint_written_hook() = nullptr;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_FALSE(outcomes[r].ok) << "rank " << r << " saved a checkpoint with a part missing";
+    EXPECT_NE(outcomes[r].error.find("injected: disk full"), std::string::npos) << outcomes[r].error;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/last.ckpt"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, TrainerTensorParallelCheckpoints,

@@ -41,6 +41,9 @@ class TensorParallelModule {
 /// A parameter whole from its T slices (`slices[r]`: rank r's), as `split` describes them: the slices
 /// concatenated along dim, blocks put back in order for chunks > 1; slices[0] for a replicated one.
 at::Tensor whole_tensor(const ParameterSplit& split, const std::vector<at::Tensor>& slices);
+/// This rank's slice `local` of a parameter split over `group`, whole: an all-gather of the group (every
+/// rank calls it, in the same order), then whole_tensor. A replicated one is `local` itself, no collective.
+at::Tensor gather_whole(const ParameterSplit& split, const at::Tensor& local, comm::ProcessGroup& group);
 
 /// The split of each of `model`'s parameters, in parameters() order: a parameter inside a
 /// TensorParallelModule as the outermost such module says, any other replicated.

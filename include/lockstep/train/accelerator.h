@@ -46,6 +46,10 @@
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/train/trainer_options.h"
 
+namespace torch::serialize {
+class InputArchive;
+}
+
 namespace lockstep::train {
 
 /// How Accelerator::reduce combines the ranks' tensors.
@@ -286,6 +290,7 @@ class Accelerator {
  private:
   static std::string optimizer_base(const std::string& dir, size_t i);
   void on_every_rank(const std::string& dir, const std::string& failure, const std::function<void()>& write);
+  std::string open_state(const std::string& dir, torch::serialize::InputArchive& archive) const;
   std::vector<std::vector<std::string>> save_optimizer_shards(const std::string& dir);
   void load_optimizer_shards(const std::string& dir, size_t i, const std::vector<std::string>& names);
   void init(int local_rank, int local_world_size, comm::Backend backend);

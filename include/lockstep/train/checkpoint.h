@@ -65,18 +65,21 @@ struct CheckpointState {
   /// chunks]} (models::ParameterSplit; the others are whole in every part). What `lockstep export` puts the
   /// parts together by.
   std::string tensor_parallel_layout;
+  /// With tensor_parallel > 1: which part this file is (0: rank 0's, the one that names the others).
+  int tensor_parallel_rank = 0;
 };
 
-/// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path` lives: `path` itself for rank 0
-/// (written last, once the others are complete: its presence means the checkpoint is whole),
-/// `path` + ".tp<r>" for rank r.
-std::string tensor_parallel_path(const std::string& path, int tp_rank);
-/// The tensor_parallel that wrote the checkpoint (or saved state) at `path`, from the parts beside it:
-/// T when tensor_parallel_path(path, 1 .. T-1) exist and the next does not (1: no part beside it).
-int tensor_parallel_parts(const std::string& path);
-/// Throws std::invalid_argument "<what> 'path': written with tensor_parallel W (its parts: ...), resumed
-/// with T: ..." unless tensor_parallel_parts(path) is `tensor_parallel`.
-void check_tensor_parallel_parts(const std::string& what, const std::string& path, int tensor_parallel);
+/// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path`, saved at optimizer step `step`,
+/// lives: `path` itself for rank 0, `path` + ".tp<r>.step-<S>" for rank r. Rank 0's part is written last,
+/// once the others are complete, and records T and S: its presence names one whole set, and a new save
+/// never overwrites the parts the checkpoint on disk names (a crash between two parts leaves the old set
+/// whole). The same names serve Accelerator::save_state's directories.
+std::string tensor_parallel_path(const std::string& path, int tp_rank, int64_t step);
+/// Removes what lies beside `path` under a part's name (tensor_parallel_path's files or directories and
+/// what is named after them: a part's optimizer shards) but the parts of ranks 1 .. `tensor_parallel`-1 at
+/// `step`: the sets older saves left (a crashed one's too, or a larger T's). `tensor_parallel` 1 removes
+/// every part. Errors are ignored: what stays behind is named by no checkpoint.
+void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, int64_t step);
 
 /// The file format's version, written into every checkpoint and checked on load.
 inline constexpr int64_t kCheckpointVersion = 2;
@@ -116,10 +119,13 @@ void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& m
 /// Throws std::runtime_error naming the path and the fix when the file is missing, unreadable, truncated,
 /// changed after it was written (its crc32 differs from the one stored: both are named), not a lockstep
 /// checkpoint, of another format version, or holds a model named other than `model_name` or
-/// whose parameters do not have this model's names and shapes. Tensors are restored onto the device of
+/// whose parameters do not have this model's names and shapes; throws std::invalid_argument naming both
+/// when it was written with another tensor_parallel than `tensor_parallel` (each part holds slices of
+/// another shape). Tensors are restored onto the device of
 /// `model`'s first parameter (a checkpoint of a GPU run resumes on the CPU too).
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
-                                torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+                                torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                int tensor_parallel = 1);
 
 /// Copies the parameters and buffers an archive holds (Module::save's layout) into `module`'s existing
 /// tensors, checking names, dtypes and shapes. Unlike Module::load it keeps every tensor object, so the

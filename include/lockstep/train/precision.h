@@ -12,6 +12,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace lockstep::comm {
+class ProcessGroup;
+}
 
 namespace lockstep::train {
 
@@ -57,8 +60,9 @@ struct GradScalerOptions {
 /// every gradient by the scale and records whether any is inf/NaN), then `step(optimizer)` (skipped when a
 /// gradient was not finite), then `update()` (halves the scale after a skipped step; doubles it after
 /// growth_interval finite steps in a row). Under DDP the gradients are already all-reduced when unscale()
-/// looks at them, so every rank finds the same inf and skips the same steps. Disabled: every call is a
-/// pass-through (scale 1, step always taken).
+/// looks at them, so every rank finds the same inf and skips the same steps; under tensor parallelism the
+/// ranks hold different slices, and agree_over() makes them agree. Disabled: every call is a pass-through
+/// (scale 1, step always taken).
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
@@ -74,6 +78,12 @@ class GradScaler {
   /// Adjusts the scale after step() (see the class comment) and readies the next step.
   void update();
 
+  /// The ranks that hold other parts of the same gradients (a tensor-parallel group): unscale() then takes
+  /// the maximum of their found-inf flags (one all-reduce), so that all skip the same steps, as Megatron's
+  /// scaler does. nullptr (the default): this rank's gradients alone. The group must outlive the scaler's
+  /// use of it.
+  void agree_over(comm::ProcessGroup* group) { agree_over_ = group; }
+
   double scale_value() const { return scale_; }
   bool enabled() const { return options_.enabled; }
   /// The state a checkpoint keeps: [scale, growth_tracker] as float64; and restoring it.
@@ -86,6 +96,7 @@ class GradScaler {
   int64_t growth_tracker_ = 0;
   bool unscaled_ = false;
   bool found_inf_ = false;
+  comm::ProcessGroup* agree_over_ = nullptr;
 };
 
 }  // namespace lockstep::train

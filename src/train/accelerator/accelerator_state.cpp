@@ -15,6 +15,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "../every_rank.h"
 #include "gradient_state.h"
 #include "lockstep/shard/shard_checkpoint.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -51,9 +52,11 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 
 void Accelerator::save_state(const std::string& whole_dir) {
   // Under tensor parallelism each tensor-parallel rank's data-parallel group saves that rank's part, in
-  // tensor_parallel_path(whole_dir, r): whole_dir itself for rank 0, written once the others are.
+  // tensor_parallel_path(whole_dir, r, step): whole_dir itself for rank 0, written once the others are, and
+  // naming their step; then the parts of the states it replaced go.
   const int tp_rank = mesh_ ? mesh_->tp_rank() : 0;
-  const std::string dir = tensor_parallel_path(whole_dir, tp_rank);
+  const int64_t step = gradient_state_->sync_steps;
+  const std::string dir = tensor_parallel_path(whole_dir, tp_rank, step);
   comm::ProcessGroup& group = data_group();
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
@@ -67,7 +70,9 @@ void Accelerator::save_state(const std::string& whole_dir) {
     });
   }
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
-    if (tp_rank == 0 && group.rank() == 0) write_state(dir, path, rng_states, shards);
+    if (tp_rank != 0 || group.rank() != 0) return;
+    write_state(dir, path, rng_states, shards);
+    if (mesh_) remove_tensor_parallel_parts(whole_dir, mesh_->tensor_parallel(), step);
   });
 }
 
@@ -79,6 +84,8 @@ void Accelerator::write_state(const std::string& dir, const std::string& path, c
   archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
   archive.write("world_size", c10::IValue(static_cast<int64_t>(data_group().size())));
   archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
+  archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tensor_parallel() : 1)));
+  archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tp_rank() : 0)));
   archive.write("step", c10::IValue(gradient_state_->sync_steps));
   archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
   archive.write("group_size", c10::IValue(gradient_state_->group_size));
@@ -116,21 +123,20 @@ std::string Accelerator::optimizer_base(const std::string& dir, size_t i) {
   return (std::filesystem::path(dir) / ("optimizer_" + std::to_string(i))).string();
 }
 
-// Instead of a plain barrier: every rank runs `write` and learns whether all succeeded (one all-reduce),
-// so none carries on believing the state was saved, and none waits for a rank that has thrown.
+// Instead of a plain barrier: every rank runs `write` and learns whether all succeeded
+// (detail::on_every_rank), so none carries on believing the state was saved, and none waits for a rank
+// that has thrown.
 void Accelerator::on_every_rank(const std::string& dir, const std::string& failure,
                                 const std::function<void()>& write) {
-  std::string error;
-  try {
-    write();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
-  group_->all_reduce(failed, comm::ReduceOp::kSum).wait();
-  if (!error.empty()) throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + error);
-  if (failed.item<int>() != 0)
-    throw std::runtime_error("Accelerator::save_state('" + dir + "'): " + failure + " (its error says why)");
+  const std::string what = "Accelerator::save_state('" + dir + "')";
+  detail::on_every_rank(*group_, what + ": " + failure, [&] {
+    try {
+      write();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + ": " + e.what());
+    }
+    return std::string();
+  });
 }
 
 // A sharded optimizer (zero1, zero2): every rank writes its own shard (shard_checkpoint.h), nothing is
@@ -169,15 +175,8 @@ void Accelerator::load_optimizer_shards(const std::string& dir, size_t i,
   strategy_->load_optimizer_shards(i, static_cast<int>(paths.size()), read);
 }
 
-void Accelerator::load_state(const std::string& whole_dir) {
-  const std::string dir = tensor_parallel_path(whole_dir, mesh_ ? mesh_->tp_rank() : 0);
-  if (std::filesystem::is_directory(whole_dir)) {
-    try {
-      check_tensor_parallel_parts("Accelerator::load_state", whole_dir, mesh_ ? mesh_->tensor_parallel() : 1);
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error(e.what());
-    }
-  }
+// The state file of `dir`, checked to be one save_state wrote, loaded into `archive`; returns its path.
+std::string Accelerator::open_state(const std::string& dir, torch::serialize::InputArchive& archive) const {
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   if (!std::filesystem::is_directory(dir)) {
     throw std::runtime_error("Accelerator::load_state: directory '" + dir +
@@ -187,7 +186,6 @@ void Accelerator::load_state(const std::string& whole_dir) {
     throw std::runtime_error("Accelerator::load_state: '" + dir + "' has no " + kStateFile +
                              ": it was not written by Accelerator::save_state (or the save did not finish)");
   }
-  torch::serialize::InputArchive archive;
   load_checksummed_archive(archive, path, "Accelerator::load_state: accelerator state",
                            "load an older state saved by Accelerator::save_state, or start from scratch",
                            device_);
@@ -196,6 +194,45 @@ void Accelerator::load_state(const std::string& whole_dir) {
     throw std::runtime_error("Accelerator::load_state: '" + path + "' has format version " +
                              (version.isInt() ? std::to_string(version.toInt()) : std::string("?")) +
                              "; this lockstep reads version " + std::to_string(kAcceleratorStateVersion));
+  }
+  const int tensor_parallel = mesh_ ? mesh_->tensor_parallel() : 1;
+  c10::IValue saved;  // absent: a state from before tensor parallelism, of one part
+  const int64_t written = archive.try_read("tensor_parallel", saved) ? saved.toInt() : 1;
+  if (written != tensor_parallel) {
+    throw std::runtime_error("Accelerator::load_state '" + dir + "': written with tensor_parallel " +
+                             std::to_string(written) + ", loaded with " + std::to_string(tensor_parallel) +
+                             ": load it with the tensor_parallel it was written with");
+  }
+  return path;
+}
+
+void Accelerator::load_state(const std::string& whole_dir) {
+  // Under tensor parallelism rank 0's part, whole_dir itself, says the step of the others (save_state);
+  // world rank 0 reads it (a second time, for tensor-parallel rank 0's ranks load it below).
+  std::string dir = whole_dir;
+  int64_t expected_step = 0;
+  if (mesh_) {
+    const std::vector<std::string> steps =
+        detail::on_every_rank(*group_, "Accelerator::load_state('" + whole_dir + "')", [&] {
+          if (group_->rank() != 0) return std::string();
+          torch::serialize::InputArchive archive;
+          const std::string path = open_state(whole_dir, archive);
+          return std::to_string(read_value(archive, path, "step").toInt());
+        });
+    expected_step = std::stoll(steps.at(0));
+    dir = tensor_parallel_path(whole_dir, mesh_->tp_rank(), expected_step);
+  }
+  torch::serialize::InputArchive archive;
+  const std::string path = open_state(dir, archive);
+  if (mesh_) {
+    const int64_t step = read_value(archive, path, "step").toInt();
+    const int64_t part = read_value(archive, path, "tensor_parallel_rank").toInt();
+    if (step != expected_step || part != mesh_->tp_rank()) {
+      throw std::runtime_error("Accelerator::load_state: '" + dir + "' is tensor-parallel rank " +
+                               std::to_string(part) + "'s part at step " + std::to_string(step) +
+                               ", not rank " + std::to_string(mesh_->tp_rank()) + "'s at step " +
+                               std::to_string(expected_step) + ": the parts are of different saves");
+    }
   }
   const int64_t model_count = read_value(archive, path, "model_count").toInt();
   const int64_t optimizer_count = read_value(archive, path, "optimizer_count").toInt();

@@ -1,6 +1,7 @@
 // The strategy's shared part (strategy.h); each strategy's own is in its file beside this one.
 #include "lockstep/train/strategy/strategy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_set>
@@ -162,8 +163,10 @@ double Strategy::clip_split_grad_norm_(double max_norm, double norm_type) {
   }
   tensor_parallel_->all_reduce(squares).wait();  // the same total on every rank of the group
   const double total = std::sqrt(squares.item<double>());
-  const double coefficient = max_norm / (total + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
-  if (coefficient < 1.0) {
+  // torch.nn.utils.clip_grad_norm_'s coefficient, clamped at 1; a NaN norm makes the gradients NaN, as there
+  // (a skipped step or on_nan then sees it).
+  const double coefficient = std::min(max_norm / (total + 1e-6), 1.0);
+  if (!(coefficient >= 1.0)) {
     at::NoGradGuard no_grad;
     for (at::Tensor& grad : gradients) grad.mul_(coefficient);
   }

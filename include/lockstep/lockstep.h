@@ -99,6 +99,8 @@
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
 
+#include "lockstep/pipeline/schedule.h"
+
 #include "lockstep/log/crc32c.h"
 #include "lockstep/log/csv_logger.h"
 #include "lockstep/log/event_proto.h"

@@ -2,10 +2,12 @@
 #include "lockstep/train/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -113,6 +115,7 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
     archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(state.tensor_parallel)));
     archive.write("tensor_parallel_layout", c10::IValue(state.tensor_parallel_layout));
     archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(state.tensor_parallel_rank)));
+    archive.write("tensor_parallel_save", c10::IValue(state.tensor_parallel_save));
   }
 }
 
@@ -165,40 +168,41 @@ std::string without_trailing_slashes(std::string path) {
 
 }  // namespace
 
-std::string tensor_parallel_path(const std::string& path, int tp_rank, int64_t step) {
+std::string tensor_parallel_path(const std::string& path, int tp_rank, const std::string& save) {
   if (tp_rank == 0) return path;
-  return without_trailing_slashes(path) + ".tp" + std::to_string(tp_rank) + ".step-" + std::to_string(step);
+  return without_trailing_slashes(path) + ".tp" + std::to_string(tp_rank) + "." + save;
 }
 
-namespace {
-
-// The number at the start of `text` from `at` on (advancing `at` past it); nullopt when there is none.
-std::optional<int64_t> leading_number(const std::string& text, size_t& at) {
-  const size_t begin = at;
-  while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
-  if (at == begin || at - begin > 18) return std::nullopt;
-  return std::stoll(text.substr(begin, at - begin));
+std::string tensor_parallel_save_name(int64_t step) {
+  std::random_device device;
+  const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
+  return "step-" + std::to_string(step) + "-" + hex;
 }
 
-}  // namespace
-
-void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, int64_t step) {
+void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, const std::string& keep) {
   const std::filesystem::path target(without_trailing_slashes(path));
   const std::string prefix = target.filename().string() + ".tp";
-  std::error_code error;
   const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
+  std::error_code error;
+  std::vector<std::filesystem::path> doomed;  // removed after the scan, which removing would disturb
+  for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     size_t at = prefix.size();
-    const std::optional<int64_t> rank = leading_number(name, at);
-    if (!rank || name.compare(at, 6, ".step-") != 0) continue;
-    at += 6;
-    const std::optional<int64_t> saved = leading_number(name, at);
-    if (!saved || (at != name.size() && name[at] != '.')) continue;  // not a part, nor named after one
-    if (*rank >= 1 && *rank < tensor_parallel && *saved == step) continue;
-    std::filesystem::remove_all(entry.path(), error);
+    while (at < name.size() && name[at] >= '0' && name[at] <= '9') ++at;
+    const size_t digits = at - prefix.size();
+    if (digits == 0 || digits > 9 || at + 1 >= name.size() || name[at] != '.') continue;  // not PATH.tp<r>.
+    const int64_t rank = std::stoll(name.substr(prefix.size(), digits));
+    const size_t save_end = name.find('.', at + 1);
+    const std::string save =
+        name.substr(at + 1, save_end == std::string::npos ? std::string::npos : save_end - at - 1);
+    if (save.rfind("step-", 0) != 0) continue;  // not a save's name
+    if (!keep.empty() && save == keep && rank >= 1 && rank < tensor_parallel) continue;
+    doomed.push_back(it->path());
   }
+  for (const auto& part : doomed) std::filesystem::remove_all(part, error);
 }
 
 std::string checkpoint_shard_path(const std::string& path, int rank, int world, int64_t step) {
@@ -339,6 +343,8 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
   c10::IValue part;
   if (archive.try_read("tensor_parallel_rank", part))
     state.tensor_parallel_rank = static_cast<int>(part.toInt());
+  c10::IValue save;
+  if (archive.try_read("tensor_parallel_save", save)) state.tensor_parallel_save = save.toStringRef();
   if (state.tensor_parallel != tensor_parallel) {
     throw std::invalid_argument("checkpoint '" + path + "': written with tensor_parallel " +
                                 std::to_string(state.tensor_parallel) + ", resumed with " +

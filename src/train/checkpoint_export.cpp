@@ -112,32 +112,32 @@ std::vector<NamedTensor> model_tensors(torch::serialize::InputArchive& archive, 
 }
 
 // A tensor-parallel checkpoint (CheckpointState::tensor_parallel): `tensors` are rank 0's part, `input`;
-// each split parameter is put together with the other parts' slices (tensor_parallel_path(input, r, step),
-// at rank 0's step) by the layout rank 0's part records.
+// each split parameter is put together with the other parts' slices (tensor_parallel_path(input, r, save),
+// of the save rank 0's part names) by the layout rank 0's part records.
 void join_tensor_parallel_parts(torch::serialize::InputArchive& archive, const std::string& input, int parts,
                                 std::vector<NamedTensor>& tensors) {
   c10::IValue layout_text;
-  c10::IValue step;
-  if (!archive.try_read("tensor_parallel_layout", layout_text) || !archive.try_read("step", step)) {
+  c10::IValue save_value;
+  if (!archive.try_read("tensor_parallel_layout", layout_text) ||
+      !archive.try_read("tensor_parallel_save", save_value)) {
     throw std::runtime_error("checkpoint '" + input +
                              "' is a tensor-parallel part without the layout of its parameters (damaged?)");
   }
+  const std::string save = save_value.toStringRef();
   const nlohmann::json layout = nlohmann::json::parse(layout_text.toStringRef());
   std::vector<std::map<std::string, at::Tensor>> others;
   std::vector<std::string> paths;
   for (int r = 1; r < parts; ++r) {
-    paths.push_back(tensor_parallel_path(input, r, step.toInt()));
+    paths.push_back(tensor_parallel_path(input, r, save));
     const std::string& path = paths.back();
     torch::serialize::InputArchive part;
     load_checksummed_archive(part, path, "checkpoint part",
-                             "copy the checkpoint with all its parts (" + input + ".tp<r>.step-" +
-                                 std::to_string(step.toInt()) + " for r = 1 to " + std::to_string(parts - 1) +
-                                 ") again");
-    c10::IValue part_step;
-    if (!part.try_read("step", part_step) || part_step.toInt() != step.toInt()) {
-      throw std::runtime_error("checkpoint part '" + path + "' is not of step " +
-                               std::to_string(step.toInt()) + " like '" + input +
-                               "': the parts are of different saves");
+                             "copy the checkpoint with all its parts (" + input + ".tp<r>." + save +
+                                 " for r = 1 to " + std::to_string(parts - 1) + ") again");
+    c10::IValue part_save;
+    if (!part.try_read("tensor_parallel_save", part_save) || part_save.toStringRef() != save) {
+      throw std::runtime_error("checkpoint part '" + path + "' is not of the save '" + save + "' that '" +
+                               input + "' names: the parts are of different saves");
     }
     std::map<std::string, at::Tensor> named;
     for (auto& [name, tensor] : model_tensors(part, path)) named[name] = tensor;
@@ -237,7 +237,7 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
       throw std::runtime_error("'" + input + "' is tensor-parallel rank " + std::to_string(part.toInt()) +
                                "'s part of a checkpoint, which holds slices only: export the checkpoint "
                                "itself (the file without the '.tp" +
-                               std::to_string(part.toInt()) + ".step-S' ending), which names its parts");
+                               std::to_string(part.toInt()) + ".step-S-...' ending), which names its parts");
     }
     if (archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1) {
       join_tensor_parallel_parts(archive, input, static_cast<int>(tensor_parallel.toInt()), tensors);

@@ -135,7 +135,6 @@ void Trainer::save_checkpoint(const std::string& path) {
   comm::ProcessGroup& group = run.data_group();
   const int tp_rank = run.mesh ? run.mesh->tp_rank() : 0;
   const int64_t step = run.position.step;
-  const std::string mine = tensor_parallel_path(path, tp_rank, step);
   if (run.mid_accumulation) {
     throw std::logic_error("save_checkpoint('" + path + "') in the middle of an accumulation group (batch " +
                            std::to_string(run.position.batch) +
@@ -151,6 +150,10 @@ void Trainer::save_checkpoint(const std::string& path) {
           paths[r] + "': callbacks must decide from callback_metrics() only (the same on every rank)");
     }
   }
+  // Under tensor parallelism the save's name (world rank 0's draw) names the other ranks' parts.
+  const std::string save =
+      run.mesh ? world.broadcast_string(world.rank() == 0 ? tensor_parallel_save_name(step) : "") : "";
+  const std::string mine = tensor_parallel_path(path, tp_rank, save);
   run.flush_graph_logs();  // what replays of a CUDA graph logged, into the table
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
@@ -166,23 +169,26 @@ void Trainer::save_checkpoint(const std::string& path) {
     });
   }
   // Tensor parallelism: rank 0's part, at `path`, is written once every other part is (or every rank
-  // knows one is not); it names the new set, and then the sets it replaced go.
+  // knows one is not); it names the new set, and then the sets it replaced go. Every rank learns whether
+  // rank 0's write succeeded too.
   if (run.mesh) {
     detail::on_every_rank(world, "save_checkpoint('" + path + "')", [&] {
-      if (tp_rank > 0 && group.rank() == 0) write_checkpoint(mine, rng_states, logged, shards);
+      if (tp_rank > 0 && group.rank() == 0) write_checkpoint(mine, rng_states, logged, shards, save);
       return std::string();
     });
-    if (tp_rank > 0 || group.rank() != 0) return;
-    write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
-    remove_tensor_parallel_parts(path, run.mesh->tensor_parallel(), step);
-    return;
   }
-  if (group.rank() == 0) write_checkpoint(mine, rng_states, std::move(logged), std::move(shards));
+  detail::on_every_rank(world, "save_checkpoint('" + path + "')", [&] {
+    if (tp_rank > 0 || group.rank() != 0) return std::string();
+    write_checkpoint(mine, rng_states, std::move(logged), std::move(shards), save);
+    if (run.mesh) remove_tensor_parallel_parts(path, run.mesh->tensor_parallel(), save);
+    return std::string();
+  });
 }
 
 // Rank 0 of its group: the checkpoint file of `path` with everything but what save_checkpoint gathered.
 void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
-                               std::vector<std::string> logged, std::vector<std::string> shards) {
+                               std::vector<std::string> logged, std::vector<std::string> shards,
+                               const std::string& save) {
   Run& run = *run_;
   comm::ProcessGroup& group = run.data_group();
   shard::ZeroOptimizer* zero = run.strategy->sharded_optimizer(0);
@@ -203,6 +209,7 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
   if (run.mesh) {
     state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
     state.tensor_parallel_rank = run.mesh->tp_rank();
+    state.tensor_parallel_save = save;
   }
   if (zero) {
     save_sharded_checkpoint(path, *run.module, shard::optimizer_parameters(*zero), state);
@@ -214,9 +221,9 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
 void Trainer::remove_checkpoint(const std::string& path) {
   if (rank() != 0) return;
   std::error_code ignored;
-  std::filesystem::remove(path, ignored);  // first: what is left is named by no checkpoint
-  remove_checkpoint_shards(path);          // a sharded checkpoint's, beside it
-  if (run_ && run_->mesh) remove_tensor_parallel_parts(path, 1, 0);  // the other ranks' parts, and theirs
+  std::filesystem::remove(path, ignored);     // first: what is left is named by no checkpoint
+  remove_checkpoint_shards(path);             // a sharded checkpoint's, beside it
+  remove_tensor_parallel_parts(path, 1, "");  // a tensor-parallel checkpoint's other parts, and theirs
 }
 
 void Trainer::log_metrics(const std::map<std::string, double>& values) {

@@ -89,9 +89,9 @@ void Trainer::Run::restore() {
 }
 
 // Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel group
-// wrote (the position, generators and logged sums are that group's). Rank 0's part, `whole_path`, says the
-// step of the others (tensor_parallel_path): the ranks of tensor-parallel rank 0 load it first, then the
-// others theirs; every rank learns of a failure on any (detail::on_every_rank) instead of waiting for it.
+// wrote (the position, generators and logged sums are that group's). Rank 0's part, `whole_path`, names the
+// save the others are of (tensor_parallel_path): the ranks of tensor-parallel rank 0 load it first, then
+// the others theirs; every rank learns of a failure on any (detail::on_every_rank) instead of waiting.
 CheckpointState Trainer::Run::load_tensor_parallel_part(const std::string& whole_path) {
   const int tensor_parallel = mesh->tensor_parallel();
   const int tp_rank = mesh->tp_rank();
@@ -100,26 +100,26 @@ CheckpointState Trainer::Run::load_tensor_parallel_part(const std::string& whole
   const auto load = [&](const std::string& path) {
     saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer, tensor_parallel);
   };
-  const std::vector<std::string> steps = detail::on_every_rank(*group, what, [&] {
+  const std::vector<std::string> saves = detail::on_every_rank(*group, what, [&] {
     if (tp_rank != 0) return std::string();
     load(whole_path);
-    return std::to_string(saved.position.step);
+    return saved.tensor_parallel_save;
   });
-  const int64_t step = std::stoll(steps.at(0));
+  const std::string& save = saves.at(0);
   detail::on_every_rank(*group, what, [&] {
     if (tp_rank == 0) return std::string();
-    const std::string path = tensor_parallel_path(whole_path, tp_rank, step);
+    const std::string path = tensor_parallel_path(whole_path, tp_rank, save);
     if (!std::filesystem::is_regular_file(path)) {
       throw std::runtime_error(what + ": its part for tensor-parallel rank " + std::to_string(tp_rank) +
                                ", '" + path + "', is missing: copy the checkpoint with all its parts (" +
-                               whole_path + ".tp<r>.step-" + std::to_string(step) + ")");
+                               whole_path + ".tp<r>." + save + ")");
     }
     load(path);
-    if (saved.position.step != step || saved.tensor_parallel_rank != tp_rank) {
+    if (saved.tensor_parallel_save != save || saved.tensor_parallel_rank != tp_rank) {
       throw std::runtime_error(what + ": part '" + path + "' is tensor-parallel rank " +
-                               std::to_string(saved.tensor_parallel_rank) + "'s at step " +
-                               std::to_string(saved.position.step) + ", not rank " + std::to_string(tp_rank) +
-                               "'s at step " + std::to_string(step) + ": the parts are of different saves");
+                               std::to_string(saved.tensor_parallel_rank) + "'s of save '" +
+                               saved.tensor_parallel_save + "', not rank " + std::to_string(tp_rank) +
+                               "'s of '" + save + "': the parts are of different saves");
     }
     return std::string();
   });

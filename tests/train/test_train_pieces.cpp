@@ -603,30 +603,36 @@ TEST(CheckpointChecksumTest, WriterErrorsNameThePath) {
 }
 
 // The names of a tensor-parallel checkpoint's parts: rank 0's is the path itself, the others' carry the
-// step (a directory given with a trailing slash keeps its parts beside it). remove_tensor_parallel_parts
-// keeps exactly the set of ranks 1 .. T-1 at the step (their shards too) and removes every other part
-// beside the path, file or directory, but nothing that only looks alike.
-TEST(TensorParallelParts, NamesCarryTheStepAndOnlyTheNamedSetStays) {
-  EXPECT_EQ(lockstep::train::tensor_parallel_path("ck/last.ckpt", 0, 7), "ck/last.ckpt");
-  EXPECT_EQ(lockstep::train::tensor_parallel_path("ck/last.ckpt", 2, 7), "ck/last.ckpt.tp2.step-7");
-  EXPECT_EQ(lockstep::train::tensor_parallel_path("ck/state/", 1, 3), "ck/state.tp1.step-3");
+// save's name (a directory given with a trailing slash keeps its parts beside it); each save draws its own
+// name. remove_tensor_parallel_parts keeps exactly the parts of ranks 1 .. T-1 of the kept save (their
+// shards too) and removes every other part beside the path, file or directory — another save's at the same
+// step too — but nothing that only looks alike.
+TEST(TensorParallelParts, NamesCarryTheSaveAndOnlyTheNamedSetStays) {
+  using lockstep::train::tensor_parallel_path;
+  EXPECT_EQ(tensor_parallel_path("ck/last.ckpt", 0, "step-7-ab"), "ck/last.ckpt");
+  EXPECT_EQ(tensor_parallel_path("ck/last.ckpt", 2, "step-7-ab"), "ck/last.ckpt.tp2.step-7-ab");
+  EXPECT_EQ(tensor_parallel_path("ck/state/", 1, "step-3-cd"), "ck/state.tp1.step-3-cd");
+  const std::string save = lockstep::train::tensor_parallel_save_name(12);
+  EXPECT_EQ(save.rfind("step-12-", 0), 0u) << save;
+  EXPECT_EQ(save.size(), std::string("step-12-").size() + 16) << save;
+  EXPECT_NE(lockstep::train::tensor_parallel_save_name(12), save);
   const fs::path dir = fs::path(::testing::TempDir()) / "tp_parts";
   fs::remove_all(dir);
-  fs::create_directories(dir / "last.ckpt.tp1.step-4");  // a directory part (Accelerator::save_state)
-  const std::vector<std::string> kept = {"last.ckpt.tp1.step-8", "last.ckpt.tp2.step-8",
-                                         "last.ckpt.tp1.step-8.step-8.shard-0-of-2"};
-  const std::vector<std::string> removed = {"last.ckpt.tp1.step-80", "last.ckpt.tp3.step-8",
-                                            "last.ckpt.tp2.step-4.step-4.shard-1-of-2"};
-  const std::vector<std::string> others = {"last.ckpt", "last.ckpt.tpx.step-8", "last.ckpt.tp1.stepping",
-                                           "last.ckpt.step-8.shard-0-of-2", "other.ckpt.tp1.step-3"};
+  fs::create_directories(dir / "last.ckpt.tp1.step-4-dd");  // a directory part (Accelerator::save_state)
+  const std::vector<std::string> kept = {"last.ckpt.tp1.step-8-aa", "last.ckpt.tp2.step-8-aa",
+                                         "last.ckpt.tp1.step-8-aa.step-8.shard-0-of-2"};
+  const std::vector<std::string> removed = {"last.ckpt.tp1.step-8-bb", "last.ckpt.tp3.step-8-aa",
+                                            "last.ckpt.tp2.step-4-cc.step-4.shard-1-of-2"};
+  const std::vector<std::string> others = {"last.ckpt", "last.ckpt.tpx.step-8-aa", "last.ckpt.tp1.stepping",
+                                           "last.ckpt.step-8.shard-0-of-2", "other.ckpt.tp1.step-3-aa"};
   for (const auto* names : {&kept, &removed, &others})
     for (const std::string& name : *names) std::ofstream(dir / name) << "x";
-  lockstep::train::remove_tensor_parallel_parts((dir / "last.ckpt").string(), 3, 8);
-  EXPECT_FALSE(fs::exists(dir / "last.ckpt.tp1.step-4"));
+  lockstep::train::remove_tensor_parallel_parts((dir / "last.ckpt").string(), 3, "step-8-aa");
+  EXPECT_FALSE(fs::exists(dir / "last.ckpt.tp1.step-4-dd"));
   for (const std::string& name : kept) EXPECT_TRUE(fs::exists(dir / name)) << name;
   for (const std::string& name : removed) EXPECT_FALSE(fs::exists(dir / name)) << name;
   for (const std::string& name : others) EXPECT_TRUE(fs::exists(dir / name)) << name;
-  lockstep::train::remove_tensor_parallel_parts((dir / "last.ckpt").string(), 1, 0);  // every part
+  lockstep::train::remove_tensor_parallel_parts((dir / "last.ckpt").string(), 1, "");  // every part
   for (const std::string& name : kept) EXPECT_FALSE(fs::exists(dir / name)) << name;
   for (const std::string& name : others) EXPECT_TRUE(fs::exists(dir / name)) << name;
 }

@@ -206,6 +206,22 @@ std::vector<std::string> names_beside(const std::string& path) {
   return names;
 }
 
+// The path of tensor-parallel rank r's part of the checkpoint `path` (PATH.tp<r>.<save>, not a shard of
+// it): there must be exactly one.
+std::string only_part(const std::string& path, int r) {
+  const std::string prefix =
+      std::filesystem::path(path).filename().string() + ".tp" + std::to_string(r) + ".";
+  std::vector<std::string> parts;
+  for (const std::string& name : names_beside(path))
+    if (name.rfind(prefix, 0) == 0 && name.find('.', prefix.size()) == std::string::npos)
+      parts.push_back(name);
+  if (parts.size() != 1) {
+    ADD_FAILURE() << "not one part " << r << " of " << path << ": " << ::testing::PrintToString(parts);
+    return "";
+  }
+  return (std::filesystem::path(path).parent_path() / parts[0]).string();
+}
+
 // The largest difference between two models' parameters of the same names.
 double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -339,8 +355,8 @@ TEST(AcceleratorTensorParallel, ALoopOverTheSplitModelEndsOnOneProcessesParamete
       1e-3);
 }
 
-// save_state under tensor parallelism, ddp: one part per tensor-parallel rank (dir, dir.tp1.step-S). 2 x 2
-// saved after the first pass and loaded into fresh objects for the second ends exactly where the
+// save_state under tensor parallelism, ddp: one part per tensor-parallel rank (dir, dir.tp1.step-S-<save>). 2
+// x 2 saved after the first pass and loaded into fresh objects for the second ends exactly where the
 // uninterrupted loop does; on 1 x 2 (another data-parallel size, the same global batch) within 1e-12. Another
 // tensor_parallel is refused, naming both.
 TEST(AcceleratorTensorParallel, SaveStateInPartsAndLoadItOntoAnotherDataParallelSize) {
@@ -371,6 +387,20 @@ TEST(AcceleratorTensorParallel, SaveStateInPartsAndLoadItOntoAnotherDataParallel
       EXPECT_NE(std::string(e.what()).find("written with tensor_parallel 2"), std::string::npos) << e.what();
     }
   });
+  // A part missing (only `dir` copied): every rank fails, none goes on with half a state.
+  std::filesystem::remove_all(dir + ".tp1.step-999");
+  std::filesystem::remove_all(only_part(dir, 1));
+  lockstep::testing::run_group_ranks(4, "tp-missing-part", [&](int, comm::ProcessGroup& group) {
+    Accelerator accelerator(group, AcceleratorOptions().tensor_parallel(2));
+    try {
+      accelerator.load_state(dir);
+      ADD_FAILURE() << "loaded a state with a part missing";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(".tp1.step-"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+    }
+    accelerator.end_training();
+  });
 }
 
 // gradient_clip_val by the whole model's norm (Strategy::split_over): 0.05 clips the steps here, and 1 x 2
@@ -389,9 +419,9 @@ TEST(TrainerTensorParallelClip, ClipsByTheNormOneProcessComputes) {
 }
 
 // Checkpoints under tensor parallelism, ddp and zero1 (its shards beside each part): one part per
-// tensor-parallel rank (last.ckpt, last.ckpt.tp1.step-4), each written by its data-parallel group. 2 x 2
-// trained one epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1 x
-// 2 (another data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model
+// tensor-parallel rank (last.ckpt, last.ckpt.tp1.step-4-<save>), each written by its data-parallel group. 2 x
+// 2 trained one epoch and resumed for the second ends exactly where the uninterrupted run does; resumed on 1
+// x 2 (another data-parallel size, the same global batch) within 1e-12. final.safetensors holds the model
 // whole, and so does `lockstep export` of the parts. Another tensor_parallel is refused, naming both.
 class TrainerTensorParallelCheckpoints : public ::testing::TestWithParam<StrategyKind> {};
 
@@ -402,12 +432,13 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
   const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2));
   fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir));
   EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt"));
-  EXPECT_TRUE(std::filesystem::is_regular_file(dir + "/last.ckpt.tp1.step-4"));
+  const std::string part1 = only_part(dir + "/last.ckpt", 1);
+  EXPECT_EQ(part1.rfind(dir + "/last.ckpt.tp1.step-4-", 0), 0u) << part1;
   EXPECT_FALSE(std::filesystem::exists(dir + "/final.pt"));  // it would hold one rank's slices
   if (GetParam() == StrategyKind::kZero1) {  // each part's optimizer shards beside it, one per dp rank
-    for (const std::string part : {"last.ckpt", "last.ckpt.tp1.step-4"}) {
+    for (const std::string& part : {dir + "/last.ckpt", part1}) {
       for (int r = 0; r < 2; ++r) {
-        EXPECT_TRUE(std::filesystem::is_regular_file(checkpoint_shard_path(dir + "/" + part, r, 2, 4)))
+        EXPECT_TRUE(std::filesystem::is_regular_file(checkpoint_shard_path(part, r, 2, 4)))
             << part << " shard " << r;
       }
     }
@@ -447,7 +478,7 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
       try {
         trainer.fit(modules[static_cast<size_t>(rank)], data);
         ADD_FAILURE() << "rank " << rank << " resumed with tensor_parallel " << tensor_parallel;
-      } catch (const std::exception& e) {  // rank 0's error: its own, or what it said
+      } catch (const std::invalid_argument& e) {  // rank 0's error: its own, or what it said
         EXPECT_NE(std::string(e.what()).find("checkpoint '" + last + "': written with tensor_parallel 2, " +
                                              "resumed with " + std::to_string(tensor_parallel)),
                   std::string::npos)
@@ -466,7 +497,7 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
     EXPECT_TRUE(joined.tensors[i].second.equal(final_weights.tensors[i].second)) << joined.tensors[i].first;
   }
   try {
-    export_safetensors(dir + "/last.ckpt.tp1.step-4", dir + "/part.safetensors");
+    export_safetensors(part1, dir + "/part.safetensors");
     ADD_FAILURE() << "exported one part as if it were the checkpoint";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("is tensor-parallel rank 1's part of a checkpoint"),
@@ -474,20 +505,24 @@ TEST_P(TrainerTensorParallelCheckpoints, ResumeOntoTheSameOrAnotherDataParallelS
         << e.what();
   }
 
-  // A save that crashed after tensor-parallel rank 1's part and before rank 0's (a later step), and a save
-  // of a larger tensor_parallel, left parts behind: the checkpoint on disk names its own set, the resume is
+  // Saves that crashed after tensor-parallel rank 1's part and before rank 0's (a later step, and a second
+  // save at the checkpoint's own step, as an epoch end after a step-boundary save makes), and a save of a
+  // larger tensor_parallel, left parts behind: the checkpoint on disk names its own set, the resume is
   // exact, and its next save removes what no checkpoint names.
   const auto plant = [&](const std::string& name) { std::ofstream(dir + "/" + name) << "not a checkpoint"; };
-  plant("last.ckpt.tp1.step-8");
-  plant("last.ckpt.tp3.step-4");
+  plant("last.ckpt.tp1.step-8-0000000000000000");
+  plant("last.ckpt.tp1.step-4-ffffffffffffffff");
+  plant("last.ckpt.tp3.step-4-0000000000000000");
   const Trained again = fit_gpt(4, 4, TrainerOptions(resumed).ckpt_dir(dir));
   EXPECT_EQ(max_diff(again.whole, uninterrupted.whole), 0.0);
-  std::vector<std::string> expected = {"last.ckpt.tp1.step-8"};
+  const std::string new_part1 = only_part(dir + "/last.ckpt", 1);
+  EXPECT_EQ(new_part1.rfind(dir + "/last.ckpt.tp1.step-8-", 0), 0u) << new_part1;
+  EXPECT_NE(new_part1, dir + "/last.ckpt.tp1.step-8-0000000000000000");
+  std::vector<std::string> expected = {std::filesystem::path(new_part1).filename().string()};
   if (GetParam() == StrategyKind::kZero1) {
     for (int r = 0; r < 2; ++r)
-      expected.push_back(std::filesystem::path(checkpoint_shard_path(dir + "/last.ckpt.tp1.step-8", r, 2, 8))
-                             .filename()
-                             .string());
+      expected.push_back(
+          std::filesystem::path(checkpoint_shard_path(new_part1, r, 2, 8)).filename().string());
   }
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(names_beside(dir + "/last.ckpt"), expected);
@@ -537,43 +572,49 @@ TEST(TrainerTensorParallelMetrics, CallbacksSeeRankZerosValuesOnEveryRank) {
   EXPECT_EQ(seen, std::vector<double>(4, 1.0));
 }
 
-// A part that fails to write (injected: tensor-parallel rank 1's) fails save_checkpoint on every rank, the
-// writer with its own error and the others naming its rank, instead of leaving them waiting for it; rank 0
-// writes no checkpoint naming the missing part.
-TEST(TrainerTensorParallelCheckpointFailure, APartThatCannotBeWrittenFailsEveryRank) {
-  const std::string dir = ::testing::TempDir() + "tp_checkpoint_failure";
-  std::filesystem::remove_all(dir);
-  detail::checkpoint_written_hook() = [](const std::string& tmp) {
-    if (tmp.find(".tp1.step-") != std::string::npos) throw std::runtime_error("injected: disk full");
-  };
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  Quiet quiet;
-  std::vector<std::shared_ptr<LitGpt>> modules;
-  for (int r = 0; r < 4; ++r) modules.push_back(std::make_shared<LitGpt>());
-  const std::vector<RankOutcome> outcomes = run_ranks(4, [&](int rank) {
-    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 4, store, "tp-fail"));
-    Corpus data(4);
-    Trainer trainer(TrainerOptions()
-                        .max_epochs(1)
-                        .tensor_parallel(2)
-                        .ckpt_dir(dir)
-                        .process_group(&group)
-                        .environment(lockstep::testing::thread_environment(rank, 4))
-                        .out(quiet.file));
-    try {
-      trainer.fit(modules[static_cast<size_t>(rank)], data);
-    } catch (...) {
+// A checkpoint file that fails to write (injected: tensor-parallel rank 1's part, or rank 0's, with and
+// without tensor parallelism) fails save_checkpoint on every rank, the writer with its own error and the
+// others naming its rank, instead of leaving them waiting for it (or training on); no checkpoint is left
+// at the path.
+TEST(TrainerTensorParallelCheckpointFailure, AFileThatCannotBeWrittenFailsEveryRank) {
+  for (const auto& [tensor_parallel, failing] :
+       {std::pair{2, std::string(".tp1.step-")}, std::pair{2, std::string("/.last.ckpt.tmp.")},
+        std::pair{1, std::string("/.last.ckpt.tmp.")}}) {
+    const std::string dir = ::testing::TempDir() + "tp_checkpoint_failure";
+    std::filesystem::remove_all(dir);
+    detail::checkpoint_written_hook() = [failing = failing](const std::string& tmp) {
+      if (tmp.find(failing) != std::string::npos) throw std::runtime_error("injected: disk full");
+    };
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    Quiet quiet;
+    std::vector<std::shared_ptr<LitGpt>> modules;
+    for (int r = 0; r < 4; ++r) modules.push_back(std::make_shared<LitGpt>());
+    const std::vector<RankOutcome> outcomes = run_ranks(4, [&](int rank) {
+      auto group =
+          comm::init_process_group(lockstep::testing::thread_group_options(rank, 4, store, "tp-fail"));
+      Corpus data(4);
+      Trainer trainer(TrainerOptions()
+                          .max_epochs(1)
+                          .tensor_parallel(tensor_parallel)
+                          .ckpt_dir(dir)
+                          .process_group(&group)
+                          .environment(lockstep::testing::thread_environment(rank, 4))
+                          .out(quiet.file));
+      try {
+        trainer.fit(modules[static_cast<size_t>(rank)], data);
+      } catch (...) {
+        group.shutdown();
+        throw;
+      }
       group.shutdown();
-      throw;
+    });
+    detail::checkpoint_written_hook() = nullptr;
+    for (size_t r = 0; r < outcomes.size(); ++r) {
+      EXPECT_FALSE(outcomes[r].ok) << "rank " << r << " went on, T " << tensor_parallel << ", " << failing;
+      EXPECT_NE(outcomes[r].error.find("injected: disk full"), std::string::npos) << outcomes[r].error;
     }
-    group.shutdown();
-  });
-  detail::checkpoint_written_hook() = nullptr;
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    EXPECT_FALSE(outcomes[r].ok) << "rank " << r << " saved a checkpoint with a part missing";
-    EXPECT_NE(outcomes[r].error.find("injected: disk full"), std::string::npos) << outcomes[r].error;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/last.ckpt")) << failing;
   }
-  EXPECT_FALSE(std::filesystem::exists(dir + "/last.ckpt"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, TrainerTensorParallelCheckpoints,

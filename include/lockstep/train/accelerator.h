@@ -300,7 +300,7 @@ class Accelerator {
   comm::ProcessGroup& data_group() const { return mesh_ ? mesh_->dp() : *group_; }
   /// save_state's file `path` in `dir`, on rank 0 of the data-parallel group whose state it is.
   void write_state(const std::string& dir, const std::string& path, const at::Tensor& rng_states,
-                   const std::vector<std::vector<std::string>>& shards);
+                   const std::vector<std::vector<std::string>>& shards, const std::string& save);
   std::shared_ptr<detail::PreparedLoaderState> prepare_loader_state(
       std::unique_ptr<data::detail::AnyShardLoader> loader);
   void move_to_device(torch::nn::Module& module) const;

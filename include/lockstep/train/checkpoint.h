@@ -65,21 +65,26 @@ struct CheckpointState {
   /// chunks]} (models::ParameterSplit; the others are whole in every part). What `lockstep export` puts the
   /// parts together by.
   std::string tensor_parallel_layout;
-  /// With tensor_parallel > 1: which part this file is (0: rank 0's, the one that names the others).
+  /// With tensor_parallel > 1: which part this file is (0: rank 0's, the one that names the others), and
+  /// the name of the save that wrote the set (tensor_parallel_save_name).
   int tensor_parallel_rank = 0;
+  std::string tensor_parallel_save;
 };
 
-/// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path`, saved at optimizer step `step`,
-/// lives: `path` itself for rank 0, `path` + ".tp<r>.step-<S>" for rank r. Rank 0's part is written last,
-/// once the others are complete, and records T and S: its presence names one whole set, and a new save
-/// never overwrites the parts the checkpoint on disk names (a crash between two parts leaves the old set
-/// whole). The same names serve Accelerator::save_state's directories.
-std::string tensor_parallel_path(const std::string& path, int tp_rank, int64_t step);
+/// Where tensor-parallel rank `tp_rank`'s part of the checkpoint `path`, written by the save named `save`
+/// (tensor_parallel_save_name), lives: `path` itself for rank 0, `path` + ".tp<r>." + save for rank r.
+/// Rank 0's part is written last, once the others are complete, and records T and the save's name: its
+/// presence names one whole set, and a new save (at the same step too) never overwrites the parts the
+/// checkpoint on disk names, so a crash between two parts leaves the old set whole. The same names serve
+/// Accelerator::save_state's directories.
+std::string tensor_parallel_path(const std::string& path, int tp_rank, const std::string& save);
+/// A new save's name: "step-<step>-<16 hex digits drawn at random>" (one rank draws it for all).
+std::string tensor_parallel_save_name(int64_t step);
 /// Removes what lies beside `path` under a part's name (tensor_parallel_path's files or directories and
-/// what is named after them: a part's optimizer shards) but the parts of ranks 1 .. `tensor_parallel`-1 at
-/// `step`: the sets older saves left (a crashed one's too, or a larger T's). `tensor_parallel` 1 removes
-/// every part. Errors are ignored: what stays behind is named by no checkpoint.
-void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, int64_t step);
+/// what is named after them: a part's optimizer shards) but the parts of ranks 1 .. `tensor_parallel`-1
+/// of the save `keep`: the sets older saves left (a crashed one's too, or a larger T's). An empty `keep`
+/// removes every part. Errors are ignored: what stays behind is named by no checkpoint.
+void remove_tensor_parallel_parts(const std::string& path, int tensor_parallel, const std::string& keep);
 
 /// The file format's version, written into every checkpoint and checked on load.
 inline constexpr int64_t kCheckpointVersion = 2;

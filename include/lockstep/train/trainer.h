@@ -118,7 +118,7 @@ class Trainer : public TrainerContext {
   TrainerResult fit_erased(std::shared_ptr<TrainModuleBase> module, DataModuleBase& data);
   /// save_checkpoint's write, on rank 0 of the group whose part `path` is.
   void write_checkpoint(const std::string& path, at::Tensor rng_states, std::vector<std::string> logged,
-                        std::vector<std::string> shards);
+                        std::vector<std::string> shards, const std::string& save);
   TrainerOptions options_;
   std::unique_ptr<Run> run_;  // the state of the fit() in progress
   int rank_ = 0;              // of the last fit(), still valid after it

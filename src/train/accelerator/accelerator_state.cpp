@@ -52,11 +52,14 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 
 void Accelerator::save_state(const std::string& whole_dir) {
   // Under tensor parallelism each tensor-parallel rank's data-parallel group saves that rank's part, in
-  // tensor_parallel_path(whole_dir, r, step): whole_dir itself for rank 0, written once the others are, and
-  // naming their step; then the parts of the states it replaced go.
+  // tensor_parallel_path(whole_dir, r, save): whole_dir itself for rank 0, written once the others are, and
+  // naming their save (world rank 0 draws its name); then the parts of the states it replaced go.
   const int tp_rank = mesh_ ? mesh_->tp_rank() : 0;
-  const int64_t step = gradient_state_->sync_steps;
-  const std::string dir = tensor_parallel_path(whole_dir, tp_rank, step);
+  const std::string save =
+      mesh_ ? group_->broadcast_string(
+                  group_->rank() == 0 ? tensor_parallel_save_name(gradient_state_->sync_steps) : "")
+            : "";
+  const std::string dir = tensor_parallel_path(whole_dir, tp_rank, save);
   comm::ProcessGroup& group = data_group();
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
@@ -66,19 +69,19 @@ void Accelerator::save_state(const std::string& whole_dir) {
   const FullParameters whole = strategy_->whole_parameters();
   if (mesh_) {
     on_every_rank(dir, "a tensor-parallel rank could not write its part", [&] {
-      if (tp_rank > 0 && group.rank() == 0) write_state(dir, path, rng_states, shards);
+      if (tp_rank > 0 && group.rank() == 0) write_state(dir, path, rng_states, shards, save);
     });
   }
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
     if (tp_rank != 0 || group.rank() != 0) return;
-    write_state(dir, path, rng_states, shards);
-    if (mesh_) remove_tensor_parallel_parts(whole_dir, mesh_->tensor_parallel(), step);
+    write_state(dir, path, rng_states, shards, save);
+    if (mesh_) remove_tensor_parallel_parts(whole_dir, mesh_->tensor_parallel(), save);
   });
 }
 
 // save_state's file, by rank 0 of the data-parallel group whose state it is.
 void Accelerator::write_state(const std::string& dir, const std::string& path, const at::Tensor& rng_states,
-                              const std::vector<std::vector<std::string>>& shards) {
+                              const std::vector<std::vector<std::string>>& shards, const std::string& save) {
   ensure_writable_dir(dir);
   torch::serialize::OutputArchive archive;
   archive.write("lockstep_accelerator_state_version", c10::IValue(kAcceleratorStateVersion));
@@ -86,6 +89,7 @@ void Accelerator::write_state(const std::string& dir, const std::string& path, c
   archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
   archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tensor_parallel() : 1)));
   archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tp_rank() : 0)));
+  archive.write("tensor_parallel_save", c10::IValue(save));
   archive.write("step", c10::IValue(gradient_state_->sync_steps));
   archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
   archive.write("group_size", c10::IValue(gradient_state_->group_size));
@@ -207,32 +211,35 @@ std::string Accelerator::open_state(const std::string& dir, torch::serialize::In
 }
 
 void Accelerator::load_state(const std::string& whole_dir) {
-  // Under tensor parallelism rank 0's part, whole_dir itself, says the step of the others (save_state);
-  // world rank 0 reads it (a second time, for tensor-parallel rank 0's ranks load it below).
-  std::string dir = whole_dir;
-  int64_t expected_step = 0;
-  if (mesh_) {
-    const std::vector<std::string> steps =
-        detail::on_every_rank(*group_, "Accelerator::load_state('" + whole_dir + "')", [&] {
-          if (group_->rank() != 0) return std::string();
-          torch::serialize::InputArchive archive;
-          const std::string path = open_state(whole_dir, archive);
-          return std::to_string(read_value(archive, path, "step").toInt());
-        });
-    expected_step = std::stoll(steps.at(0));
-    dir = tensor_parallel_path(whole_dir, mesh_->tp_rank(), expected_step);
-  }
+  // Under tensor parallelism rank 0's part, whole_dir itself, names the save the others are of
+  // (save_state); world rank 0 reads it (a second time, for tensor-parallel rank 0's ranks load it below).
+  // Every rank learns whether every part opened.
   torch::serialize::InputArchive archive;
-  const std::string path = open_state(dir, archive);
-  if (mesh_) {
-    const int64_t step = read_value(archive, path, "step").toInt();
-    const int64_t part = read_value(archive, path, "tensor_parallel_rank").toInt();
-    if (step != expected_step || part != mesh_->tp_rank()) {
-      throw std::runtime_error("Accelerator::load_state: '" + dir + "' is tensor-parallel rank " +
-                               std::to_string(part) + "'s part at step " + std::to_string(step) +
-                               ", not rank " + std::to_string(mesh_->tp_rank()) + "'s at step " +
-                               std::to_string(expected_step) + ": the parts are of different saves");
-    }
+  std::string dir = whole_dir;
+  std::string path;
+  if (!mesh_) {
+    path = open_state(dir, archive);
+  } else {
+    const std::string what = "Accelerator::load_state('" + whole_dir + "')";
+    const std::vector<std::string> saves = detail::on_every_rank(*group_, what, [&] {
+      if (group_->rank() != 0) return std::string();
+      torch::serialize::InputArchive first;
+      return read_value(first, open_state(whole_dir, first), "tensor_parallel_save").toStringRef();
+    });
+    const std::string& save = saves.at(0);
+    dir = tensor_parallel_path(whole_dir, mesh_->tp_rank(), save);
+    detail::on_every_rank(*group_, what, [&] {
+      path = open_state(dir, archive);
+      const std::string part_save = read_value(archive, path, "tensor_parallel_save").toStringRef();
+      const int64_t part = read_value(archive, path, "tensor_parallel_rank").toInt();
+      if (part_save != save || part != mesh_->tp_rank()) {
+        throw std::runtime_error("Accelerator::load_state: '" + dir + "' is tensor-parallel rank " +
+                                 std::to_string(part) + "'s part of save '" + part_save + "', not rank " +
+                                 std::to_string(mesh_->tp_rank()) + "'s of '" + save +
+                                 "': the parts are of different saves");
+      }
+      return std::string();
+    });
   }
   const int64_t model_count = read_value(archive, path, "model_count").toInt();
   const int64_t optimizer_count = read_value(archive, path, "optimizer_count").toInt();

@@ -1,7 +1,11 @@
 // Checkpoints of `lockstep fit`: see include/lockstep/train/checkpoint.h.
 #include "lockstep/train/checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -174,8 +178,16 @@ std::string tensor_parallel_path(const std::string& path, int tp_rank, const std
 }
 
 std::string tensor_parallel_save_name(int64_t step) {
-  std::random_device device;
-  const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device();
+  // Never throws (one rank draws it while the others wait in a broadcast): without an entropy source, the
+  // clock, the process and a counter.
+  static std::atomic<uint64_t> drawn{0};
+  uint64_t token = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                   (static_cast<uint64_t>(::getpid()) << 40) ^ (drawn++ * 0x9e3779b97f4a7c15ULL);
+  try {
+    std::random_device device;
+    token ^= (static_cast<uint64_t>(device()) << 32) ^ device();
+  } catch (const std::exception&) {
+  }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(token));
   return "step-" + std::to_string(step) + "-" + hex;

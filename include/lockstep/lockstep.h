@@ -31,6 +31,7 @@
 
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/c10d_compat.h"
+#include "lockstep/comm/chain_links.h"
 #include "lockstep/comm/comm_error.h"
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/elastic_world.h"
@@ -99,6 +100,8 @@
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
 
+#include "lockstep/pipeline/partition.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/pipeline/schedule.h"
 
 #include "lockstep/log/crc32c.h"

@@ -71,10 +71,12 @@ c10::intrusive_ptr<NativeBackend> make_hier(const c10::intrusive_ptr<c10d::Store
   }
   c10::intrusive_ptr<NativeBackend> local;
   try {
+    ShmOptions shm =
+        ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()).world_ranks(node_ranks);
+    if (options.asynchronous()) shm.inline_when_idle(false);
     local = c10::make_intrusive<ProcessGroupShm>(
         c10::make_intrusive<c10d::PrefixStore>("hier/node" + std::to_string(node), store), local_rank,
-        local_size,
-        ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()).world_ranks(node_ranks));
+        local_size, shm);
   } catch (const std::exception& e) {
     throw CommError(
         options.rank(), "init_process_group",

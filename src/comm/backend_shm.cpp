@@ -12,9 +12,10 @@ c10::intrusive_ptr<NativeBackend> make_shm(const c10::intrusive_ptr<c10d::Store>
                                            const ProcessGroupOptions& options,
                                            const std::vector<int>& world_ranks) {
   try {
-    return c10::make_intrusive<ProcessGroupShm>(
-        store, options.rank(), options.world_size(),
-        ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()).world_ranks(world_ranks));
+    ShmOptions shm =
+        ShmOptions().run_id(options.run_id()).timeout(options.collective_timeout()).world_ranks(world_ranks);
+    if (options.asynchronous()) shm.inline_when_idle(false);
+    return c10::make_intrusive<ProcessGroupShm>(store, options.rank(), options.world_size(), shm);
   } catch (const std::exception& e) {
     throw CommError(options.rank(), "init_process_group", std::string("shm backend: ") + e.what());
   }

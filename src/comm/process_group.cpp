@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -201,12 +202,8 @@ Work ProcessGroup::tracked(c10::intrusive_ptr<c10d::Work> native, std::string de
 }
 
 Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  std::vector<at::Tensor> tensors{tensor};
-  return all_reduce(tensors, op);
-}
-
-Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   check_open("all_reduce");
+  std::vector<at::Tensor> tensors{tensor};
   const Route to = route(tensors);
   c10d::AllreduceOptions opts;
   opts.reduceOp = op == ReduceOp::kAvg && to.averages ? c10d::ReduceOp(c10d::ReduceOp::AVG) : to_c10d(op);
@@ -214,12 +211,35 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   auto description = describe("allreduce", tensors) + " " + name_of(op);
   std::function<void()> finish;
   if (op == ReduceOp::kAvg && size_ > 1 && !to.averages) {
-    finish = [tensors, size = size_]() mutable {
-      for (auto& t : tensors) detail::divide_for_average(t, size);
-    };
+    finish = [tensor, size = size_]() mutable { detail::divide_for_average(tensor, size); };
   }
   return tracked(to.backend->allreduce(tensors, opts), std::move(description), std::move(finish),
                  to.on_stream);
+}
+
+Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+  TORCH_CHECK(!tensors.empty(), "all_reduce: no tensors given");
+  if (tensors.size() == 1) return all_reduce(tensors[0], op);
+  // c10d's list form means one tensor per device; lockstep's is a list of different tensors: one flat
+  // buffer, reduced once, copied back when done.
+  std::vector<at::Tensor> flat_parts;
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.device() == tensors[0].device(),
+                "all_reduce of several tensors: all must have one dtype and device, got ", t.scalar_type(),
+                " on ", t.device(), " beside ", tensors[0].scalar_type(), " on ", tensors[0].device());
+    flat_parts.push_back(t.reshape({-1}));
+  }
+  at::Tensor flat = at::cat(flat_parts);
+  Work work = all_reduce(flat, op);
+  return std::move(work).then(
+      [tensors, flat]() mutable {
+        int64_t offset = 0;
+        for (at::Tensor& t : tensors) {
+          t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+          offset += t.numel();
+        }
+      },
+      "of " + std::to_string(tensors.size()) + " tensors flattened");
 }
 
 std::vector<int> ProcessGroup::world_ranks() const {
@@ -470,7 +490,7 @@ c10::intrusive_ptr<NativeBackend> make_host_backend(const c10::intrusive_ptr<c10
 
 }  // namespace
 
-ProcessGroup ProcessGroup::split(int color, const std::string& name) {
+ProcessGroup ProcessGroup::split(int color, const std::string& name, bool asynchronous) {
   check_open("split");
   // Every rank learns every color and name first, so that a bad one fails on all ranks alike instead of
   // leaving the others waiting in a collective.
@@ -511,7 +531,8 @@ ProcessGroup ProcessGroup::split(int color, const std::string& name) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(
       "split" + std::to_string(++splits_) + "/" + std::to_string(color), job_store_);
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", store);
-  const ProcessGroupOptions sub = detail::subgroup_options(options_, members, sub_rank);
+  ProcessGroupOptions sub = detail::subgroup_options(options_, members, sub_rank);
+  sub.asynchronous(asynchronous || options_.asynchronous());
   c10::intrusive_ptr<NativeBackend> native = make_backend(pg_store, sub, world);
   c10::intrusive_ptr<NativeBackend> host;
   if (sub.backend() == Backend::kNccl) host = make_host_backend(store, sub);

@@ -165,4 +165,10 @@ std::vector<std::shared_ptr<torch::nn::Module>> GptImpl::stage_modules() {
   return stages;
 }
 
+std::vector<size_t> GptImpl::forward_stages() {
+  std::vector<size_t> order = Staged::forward_stages();
+  order.push_back(0);
+  return order;
+}
+
 }  // namespace lockstep::models

@@ -138,6 +138,34 @@ TEST_P(ProcessGroupWorld, FlatReduceScatterAndAllGatherOnGlooAndShm) {
   }
 }
 
+// Several tensors of different shapes in one all-reduce (a flat copy underneath): each gets its own sum or
+// average, on Gloo (whose own list form would reduce them into each other) and shm (which takes one tensor).
+TEST_P(ProcessGroupWorld, AllReduceOfSeveralTensorsReducesEachOnGlooAndShm) {
+  const int world = GetParam();
+  for (Backend backend : {Backend::kGloo, Backend::kShm}) {
+    SCOPED_TRACE(to_string(backend));
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    expect_all_ok(run_ranks(world, [&](int rank) {
+      auto pg = init_process_group(thread_options(rank, world, store).backend(backend));
+      std::vector<at::Tensor> tensors{at::full({2, 3}, rank + 1.0, at::kDouble),
+                                      at::full({5}, 10.0 * rank, at::kDouble),
+                                      at::full({1}, 1.0, at::kDouble)};
+      pg.all_reduce(tensors, ReduceOp::kSum).wait();
+      EXPECT_TRUE(at::equal(tensors[0], at::full({2, 3}, world * (world + 1) / 2.0, at::kDouble)));
+      EXPECT_TRUE(at::equal(tensors[1], at::full({5}, 10.0 * world * (world - 1) / 2, at::kDouble)));
+      EXPECT_TRUE(at::equal(tensors[2], at::full({1}, 1.0 * world, at::kDouble)));
+      std::vector<at::Tensor> averaged{at::full({3}, rank * 2.0, at::kDouble),
+                                       at::full({2, 2}, 4.0, at::kDouble)};
+      pg.all_reduce(averaged, ReduceOp::kAvg).wait();
+      EXPECT_TRUE(at::allclose(averaged[0], at::full({3}, world - 1.0, at::kDouble)));
+      EXPECT_TRUE(at::equal(averaged[1], at::full({2, 2}, 4.0, at::kDouble)));
+      std::vector<at::Tensor> mixed{at::zeros({1}, at::kDouble), at::zeros({1}, at::kFloat)};
+      EXPECT_THROW(pg.all_reduce(mixed), c10::Error);
+      pg.shutdown();
+    }));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ProcessGroupWorld, ::testing::Values(1, 2, 3, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "world" + std::to_string(info.param);

@@ -75,14 +75,16 @@ class ProcessGroup {
   /// subgroup inside one node is shm, one with a rank per node is Gloo. `name` ("tp", "dp") must be the
   /// same on every rank (a missing or differing one fails on every rank); it prefixes the subgroup's
   /// collectives in errors, where ranks are named by their world rank. Shut subgroups down before the
-  /// world.
-  ProcessGroup split(int color, const std::string& name);
+  /// world. `asynchronous`: the subgroup's collectives never run on the caller's thread
+  /// (ProcessGroupOptions::asynchronous; a subgroup of an asynchronous group is so too).
+  ProcessGroup split(int color, const std::string& name, bool asynchronous = false);
   Backend backend() const { return options_.backend(); }
   const ProcessGroupOptions& options() const { return options_; }
 
   /// In-place all-reduce of `tensor` (any dtype the backend supports) across all ranks.
   Work all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
-  /// In-place all-reduce of several tensors as one collective.
+  /// In-place all-reduce of several tensors (one dtype and device) as one collective of a flat copy,
+  /// written back when the Work is waited for.
   Work all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
   /// Copies `tensor` of rank `root` into `tensor` on every rank.
   Work broadcast(at::Tensor& tensor, int root = 0);

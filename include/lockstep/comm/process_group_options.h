@@ -79,6 +79,11 @@ class ProcessGroupOptions {
   /// Asked between short slices of every wait (collectives, barriers): a non-empty answer gives the wait
   /// up with a MembershipChanged carrying it. ElasticWorld sets it to "has the world changed?". Empty: none.
   LOCKSTEP_OPTION(ProcessGroupOptions, std::function<std::string()>, interrupt)
+  /// Every collective runs on the backend's worker thread, never on the caller's (shm and hier otherwise run
+  /// one inline when none is queued: ShmOptions::inline_when_idle), so issuing one never waits for the
+  /// peers. Point-to-point links need it (comm::ChainLinks: a send is posted while the peer is still
+  /// posting one the other way). Default false.
+  LOCKSTEP_OPTION(ProcessGroupOptions, bool, asynchronous)
 
   /// Throws std::invalid_argument naming the field and value when an option is out of range, naming the
   /// variable when LOCKSTEP_RDZV_TIMEOUT / LOCKSTEP_TIMEOUT / the job secret's was malformed, or saying
@@ -107,6 +112,7 @@ class ProcessGroupOptions {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string interface_;
   std::function<std::string()> interrupt_;
+  bool asynchronous_ = false;
   std::string env_error_;  // a malformed timeout or secret variable, reported by validate()
 };
 

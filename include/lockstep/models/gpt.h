@@ -138,6 +138,8 @@ class GptImpl : public torch::nn::Module, public Staged {
   /// The embeddings (a module holding wte and wpe, made on each call: not part of the module tree), the
   /// blocks, ln_f.
   std::vector<std::shared_ptr<torch::nn::Module>> stage_modules() override;
+  /// 0 .. layers + 1, then 0 again: the head is tied to the token embedding.
+  std::vector<size_t> forward_stages() override;
 
   const GptOptions& options() const { return options_; }
 

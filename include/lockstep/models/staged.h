@@ -36,6 +36,15 @@ class Staged {
   /// The modules of the stages, in the order forward runs them. Every trainable parameter of the model
   /// belongs to exactly one of them.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> stage_modules() = 0;
+  /// The stage index of each run_stage() call forward makes, in order: by default every stage once, in
+  /// order. A model that runs a stage twice says so (Gpt: 0 .. L + 1, then 0 again for its tied head). A
+  /// pipeline cuts this sequence (pipeline/pipeline_parallel.h), and needs all of forward's computation
+  /// inside these calls.
+  virtual std::vector<size_t> forward_stages() {
+    std::vector<size_t> order(stage_modules().size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    return order;
+  }
   /// Installs `runner` (null: none); it must outlive its installation.
   void set_stage_runner(StageRunner* runner) { runner_ = runner; }
 

@@ -1,0 +1,213 @@
+// Pipeline parallelism of a Staged model: see include/lockstep/pipeline/pipeline_parallel.h.
+#include "lockstep/pipeline/pipeline_parallel.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <torch/autograd.h>
+#include <torch/utils.h>
+
+#include "lockstep/pipeline/partition.h"
+
+namespace lockstep::pipeline {
+
+namespace {
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace
+
+PipelineParallel::PipelineParallel(std::shared_ptr<torch::nn::Module> module, models::Staged& staged,
+                                   comm::ProcessGroup& group, PipelineOptions options)
+    : module_(std::move(module)),
+      staged_(&staged),
+      group_(&group),
+      options_(std::move(options)),
+      stage_(group.rank()),
+      stages_(group.size()),
+      calls_(staged.forward_stages()),
+      modules_(staged.stage_modules()),
+      links_(group, "pp") {
+  if (options_.micro_batches < 1) {
+    throw std::invalid_argument("PipelineParallel: micro_batches must be >= 1, got " +
+                                std::to_string(options_.micro_batches));
+  }
+  for (size_t index : calls_) {
+    if (index >= modules_.size()) {
+      throw std::invalid_argument("PipelineParallel: Staged::forward_stages names stage " +
+                                  std::to_string(index) + " but the model has " +
+                                  std::to_string(modules_.size()) + " stage modules");
+    }
+  }
+  if (options_.cut.empty()) {
+    std::vector<int64_t> cost;
+    for (size_t index : calls_) cost.push_back(parameter_count(*modules_[index]));
+    bounds_ = balanced_cut(cost, stages_);
+  } else {
+    bounds_ = user_cut(options_.cut, calls_.size(), stages_);
+  }
+  users_.resize(modules_.size());
+  for (int s = 0; s < stages_; ++s) {
+    for (size_t k = bounds_[s]; k < bounds_[s + 1]; ++k) {
+      auto& users = users_[calls_[k]];
+      if (users.empty() || users.back() != s) users.push_back(s);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : module_->parameters()) {
+    device_ = p.device();
+    group.broadcast(p, 0).wait();
+  }
+  for (auto& b : module_->buffers()) group.broadcast(b, 0).wait();
+  staged_->set_stage_runner(this);
+}
+
+PipelineParallel::~PipelineParallel() {
+  staged_->set_stage_runner(nullptr);
+  try {
+    shutdown();
+  } catch (...) {  // a destructor may run while an exception unwinds: the links' error is already known
+  }
+}
+
+bool PipelineParallel::holds(size_t index) const {
+  const auto& users = users_.at(index);
+  return std::find(users.begin(), users.end(), stage_) != users.end();
+}
+
+std::vector<at::Tensor> PipelineParallel::parameters() const {
+  std::vector<at::Tensor> out;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (!holds(m)) continue;
+    for (const auto& p : modules_[m]->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+at::Tensor PipelineParallel::run_stage(size_t index, const std::function<at::Tensor(at::Tensor)>& stage,
+                                       at::Tensor x) {
+  const size_t k = call_++;
+  if (k >= calls_.size() || calls_[k] != index) {
+    throw std::logic_error("PipelineParallel: the forward ran stage " + std::to_string(index) + " as call " +
+                           std::to_string(k) + ", but Staged::forward_stages() says " +
+                           (k < calls_.size()
+                                ? "stage " + std::to_string(calls_[k])
+                                : "there are only " + std::to_string(calls_.size()) + " calls") +
+                           ": make forward_stages() list forward's run_stage calls in order");
+  }
+  if (k < bounds_[stage_] || k >= bounds_[stage_ + 1]) return x;  // another stage's call
+  if (k == bounds_[stage_] && stage_ > 0) x = received_;
+  produced_ = stage(std::move(x));
+  return produced_;
+}
+
+void PipelineParallel::forward_micro_batch(int i, const at::Tensor& input, const at::Tensor& target,
+                                           const Forward& forward, const Loss& loss, int64_t batch) {
+  InFlight& mb = in_flight_[static_cast<size_t>(i)];
+  received_ = at::Tensor();
+  if (stage_ > 0) {
+    received_ = links_.receive_previous(device_);
+    if (at::isFloatingType(received_.scalar_type())) received_.requires_grad_(true);
+    mb.input = received_;
+  }
+  call_ = 0;
+  produced_ = at::Tensor();
+  const at::Tensor out = forward(input);
+  if (call_ != calls_.size()) {
+    throw std::logic_error("PipelineParallel: the forward made " + std::to_string(call_) +
+                           " stage calls, but Staged::forward_stages() lists " +
+                           std::to_string(calls_.size()));
+  }
+  if (!out.is_same(produced_)) {
+    throw std::logic_error(
+        "PipelineParallel: the forward computes outside its run_stage calls after stage call " +
+        std::to_string(bounds_[stage_ + 1] - 1) +
+        ": a pipelined model must do all its work inside its stages");
+  }
+  received_ = at::Tensor();
+  produced_ = at::Tensor();
+  if (stage_ + 1 < stages_) {
+    links_.send_next(out);
+    mb.output = out;
+  } else {
+    const double weight = static_cast<double>(input.size(0)) / static_cast<double>(batch);
+    mb.output = loss(out, target) * weight;
+    loss_sum_ += mb.output.item<double>();
+  }
+  held_ += 1;
+  peak_held_ = std::max(peak_held_, held_);
+}
+
+void PipelineParallel::backward_micro_batch(int i) {
+  InFlight& mb = in_flight_[static_cast<size_t>(i)];
+  if (stage_ + 1 < stages_) {
+    const at::Tensor grad = links_.receive_next(device_);
+    if (mb.output.requires_grad()) torch::autograd::backward({mb.output}, {grad});
+  } else if (mb.output.requires_grad()) {
+    mb.output.backward();
+  }
+  if (stage_ > 0) {
+    const at::Tensor grad = mb.input.grad();
+    links_.send_previous(grad.defined() ? grad : at::zeros_like(mb.input));
+  }
+  mb = InFlight{};
+  held_ -= 1;
+}
+
+double PipelineParallel::forward_backward(const at::Tensor& input, const at::Tensor& target,
+                                          const Forward& forward, const Loss& loss) {
+  const int M = options_.micro_batches;
+  const int64_t batch = input.size(0);
+  if (batch < M || target.size(0) != batch) {
+    throw std::invalid_argument("PipelineParallel: a batch of " + std::to_string(batch) + " inputs and " +
+                                std::to_string(target.size(0)) + " targets cannot be cut into " +
+                                std::to_string(M) +
+                                " micro-batches: give as many targets as inputs, and at "
+                                "least micro_batches samples");
+  }
+  const std::vector<at::Tensor> inputs = input.tensor_split(M);
+  const std::vector<at::Tensor> targets = target.tensor_split(M);
+  in_flight_.assign(static_cast<size_t>(M), InFlight{});
+  loss_sum_ = 0.0;
+  held_ = 0;
+  peak_held_ = 0;
+  for (const Action& action : stage_actions(options_.schedule, stages_, M, stage_)) {
+    const int i = action.micro_batch;
+    if (action.pass == Action::Pass::kForward) {
+      forward_micro_batch(i, inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)], forward, loss,
+                          batch);
+    } else {
+      backward_micro_batch(i);
+    }
+  }
+  links_.wait_sends();
+  reduce_shared_gradients();
+  at::Tensor total = at::full({1}, loss_sum_, at::kDouble);
+  group_->broadcast(total, stages_ - 1).wait();
+  return total.item<double>();
+}
+
+void PipelineParallel::reduce_shared_gradients() {
+  std::vector<at::Tensor> grads;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (users_[m].size() < 2) continue;
+    for (auto& p : modules_[m]->parameters()) {
+      // Every stage takes part (a collective of the group); the stages that do not hold it add zeros.
+      if (!holds(m) || !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+  }
+  if (grads.empty()) return;
+  group_->all_reduce(grads, comm::ReduceOp::kSum).wait();
+}
+
+void PipelineParallel::shutdown() {
+  links_.shutdown();
+}
+
+}  // namespace lockstep::pipeline

@@ -1,0 +1,261 @@
+// Pipeline parallelism (PipelineParallel) with ranks as threads over an in-memory store, in float64: GPipe
+// and 1F1B over P = 1, 2, 4 stages with M = 1, 2, 8 micro-batches, alone and under data parallelism, end
+// on the weights (and losses) of one process stepping on the whole global batch, for an Mlp and for a Gpt
+// whose tied embedding lives on the first and the last stage; each stage holds the activations its
+// schedule promises; bad input is refused.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../comm/thread_group.h"
+#include "../support/error_of.h"
+#include "lockstep/comm/process_group.h"
+#include "lockstep/models/gpt.h"
+#include "lockstep/models/mlp.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
+
+namespace lockstep::pipeline {
+namespace {
+
+using lockstep::testing::lock_default_generator;
+using lockstep::testing::run_group_ranks;
+
+constexpr double kTolerance = 1e-12;
+constexpr int kSteps = 3;
+constexpr double kLr = 0.3;
+constexpr int64_t kVocab = 16;
+constexpr int64_t kLength = 8;
+
+// A model under test: what the reference and each rank build, and how a batch is fed to it.
+struct Subject {
+  std::shared_ptr<torch::nn::Module> module;
+  models::Staged* staged;
+  PipelineParallel::Forward forward;
+};
+
+struct Data {
+  std::vector<at::Tensor> inputs;  // one global batch per step
+  std::vector<at::Tensor> targets;
+};
+
+// Mlp: 4 stages (fc1 .. fc4), no dropout. Gpt: 5 calls over 4 stage modules (the head is stage 0 again).
+enum class Model { kMlp, kGpt };
+
+Subject make_subject(Model kind) {
+  auto lock = lock_default_generator(7);
+  if (kind == Model::kMlp) {
+    models::Mlp mlp(models::MlpOptions().in_features(6).hidden({8, 8, 8}).num_classes(3).dropout(0.0));
+    mlp->to(at::kDouble);
+    return {mlp.ptr(), mlp.get(), [mlp](const at::Tensor& x) mutable { return mlp->forward(x); }};
+  }
+  models::Gpt gpt(
+      models::GptOptions::tiny().vocab_size(kVocab).context(kLength).heads(2).embedding(8).layers(2));
+  gpt->to(at::kDouble);
+  return {gpt.ptr(), gpt.get(), [gpt](const at::Tensor& x) mutable { return gpt->forward(x); }};
+}
+
+at::Tensor loss_of(Model kind, const at::Tensor& out, const at::Tensor& target) {
+  namespace F = torch::nn::functional;
+  if (kind == Model::kMlp) return F::cross_entropy(out, target);
+  return F::cross_entropy(out.reshape({-1, kVocab}), target.reshape({-1}));
+}
+
+Data make_data(Model kind, int64_t rows) {
+  auto lock = lock_default_generator(8);
+  Data data;
+  for (int step = 0; step < kSteps; ++step) {
+    if (kind == Model::kMlp) {
+      data.inputs.push_back(at::randn({rows, 6}, at::kDouble));
+      data.targets.push_back(at::randint(3, {rows}, at::kLong));
+    } else {
+      const at::Tensor tokens = at::randint(kVocab, {rows, kLength + 1}, at::kLong);
+      data.inputs.push_back(tokens.slice(1, 0, kLength));
+      data.targets.push_back(tokens.slice(1, 1));
+    }
+  }
+  return data;
+}
+
+void sgd(const std::vector<at::Tensor>& parameters) {
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& p : parameters) {
+    at::Tensor param = p;
+    param.sub_(p.grad() * kLr);
+    param.mutable_grad().zero_();
+  }
+}
+
+// One process on the whole global batch: its losses, and its stage modules' parameters at the end.
+struct Reference {
+  std::vector<double> losses;
+  std::vector<std::vector<at::Tensor>> stage_parameters;  // by stage module
+};
+
+Reference train_reference(Model kind, const Data& data) {
+  Subject subject = make_subject(kind);
+  Reference ref;
+  for (int step = 0; step < kSteps; ++step) {
+    const at::Tensor loss = loss_of(kind, subject.forward(data.inputs[step]), data.targets[step]);
+    loss.backward();
+    ref.losses.push_back(loss.item<double>());
+    sgd(subject.module->parameters());
+  }
+  for (const auto& module : subject.staged->stage_modules()) {
+    std::vector<at::Tensor> ps;
+    for (const auto& p : module->parameters()) ps.push_back(p.detach().clone());
+    ref.stage_parameters.push_back(ps);
+  }
+  return ref;
+}
+
+const char* model_name(Model kind) {
+  return kind == Model::kMlp ? "Mlp" : "Gpt";
+}
+
+// `data_parallel` × `stages` ranks (rank = d * stages + s): each pipeline takes its data-parallel rank's rows
+// of the global batch; the stages' gradients are averaged over the data-parallel group before each step.
+void expect_like_one_process(Model kind, int data_parallel, int stages, int micro_batches,
+                             Schedule schedule) {
+  SCOPED_TRACE(std::string(model_name(kind)) + " dp " + std::to_string(data_parallel) + " pp " +
+               std::to_string(stages) + " M " + std::to_string(micro_batches) + " " + to_string(schedule));
+  constexpr int64_t kRows = 8;  // per data-parallel rank
+  const Data data = make_data(kind, kRows * data_parallel);
+  const Reference reference = train_reference(kind, data);
+  const int world = data_parallel * stages;
+  std::vector<Subject> subjects;  // built here: the default generator is not for threads to share
+  for (int r = 0; r < world; ++r) subjects.push_back(make_subject(kind));
+
+  run_group_ranks(world, "pipeline", [&](int rank, comm::ProcessGroup& group) {
+    comm::ProcessGroup pp = group.split(rank / stages, "pp-group");
+    comm::ProcessGroup dp = group.split(rank % stages, "dp");
+    Subject& subject = subjects[static_cast<size_t>(rank)];
+    PipelineParallel pipe(subject.module, *subject.staged, pp, {schedule, micro_batches, {}});
+    const int s = pipe.stage();
+    for (int step = 0; step < kSteps; ++step) {
+      const at::Tensor rows = data.inputs[step].narrow(0, dp.rank() * kRows, kRows);
+      const at::Tensor targets = data.targets[step].narrow(0, dp.rank() * kRows, kRows);
+      at::Tensor loss = at::full({1},
+                                 pipe.forward_backward(rows, targets, subject.forward,
+                                                       [&](const at::Tensor& out, const at::Tensor& t) {
+                                                         return loss_of(kind, out, t);
+                                                       }),
+                                 at::kDouble);
+      std::vector<at::Tensor> grads;
+      for (const at::Tensor& p : pipe.parameters()) grads.push_back(p.grad());
+      dp.all_reduce(grads, comm::ReduceOp::kAvg).wait();
+      dp.all_reduce(loss, comm::ReduceOp::kAvg).wait();
+      EXPECT_NEAR(loss.item<double>(), reference.losses[step], kTolerance)
+          << "rank " << rank << " step " << step;
+      sgd(pipe.parameters());
+    }
+    const int expected_peak =
+        schedule == Schedule::kGPipe ? micro_batches : std::min(micro_batches, stages - s);
+    EXPECT_EQ(pipe.peak_micro_batches(), expected_peak) << "stage " << s;
+    const auto modules = subject.staged->stage_modules();
+    int held = 0;
+    for (size_t m = 0; m < modules.size(); ++m) {
+      if (!pipe.holds(m)) continue;
+      ++held;
+      const auto ps = modules[m]->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_LT((ps[i] - reference.stage_parameters[m][i]).abs().max().item<double>(), kTolerance)
+            << "stage module " << m << " parameter " << i << " on rank " << rank;
+      }
+    }
+    EXPECT_GT(held, 0) << "rank " << rank << " holds no stage";
+    pipe.shutdown();
+    dp.shutdown();
+    pp.shutdown();
+  });
+}
+
+using Shape = std::tuple<int, int, Schedule>;  // stages, micro-batches, schedule
+
+class PipelineShape : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(PipelineShape, StepsEqualOneProcessOnTheWholeBatch) {
+  const auto [stages, micro_batches, schedule] = GetParam();
+  for (Model kind : {Model::kMlp, Model::kGpt})
+    expect_like_one_process(kind, 1, stages, micro_batches, schedule);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipelines, PipelineShape,
+                         ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 8),
+                                            ::testing::Values(Schedule::kGPipe, Schedule::k1F1B)),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "P" + std::to_string(std::get<0>(info.param)) + "_M" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  to_string(std::get<2>(info.param));
+                         });
+
+// 2 data-parallel pipelines of 2 stages, and 2 of 4: the gradients averaged over the data-parallel group.
+TEST(PipelineComposed, DataTimesPipelineParallelEqualsOneProcess) {
+  for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B}) {
+    for (Model kind : {Model::kMlp, Model::kGpt}) {
+      expect_like_one_process(kind, 2, 2, 2, schedule);
+      expect_like_one_process(kind, 2, 4, 8, schedule);
+    }
+  }
+}
+
+// 8 rows in 3 micro-batches (3, 3, 2): each micro-batch's mean loss weighs by its share of the batch.
+TEST(PipelineUneven, MicroBatchesOfDifferentSizesWeighByTheirSize) {
+  for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B}) {
+    for (Model kind : {Model::kMlp, Model::kGpt}) expect_like_one_process(kind, 1, 2, 3, schedule);
+  }
+}
+
+// The cut: Gpt's five calls (embeddings, 2 blocks, ln_f, tied head) balanced by parameters put the embedding
+// on the first and the last stage; a user's cut is taken as given; a bad one names itself.
+TEST(PipelineCut, GptsTiedEmbeddingIsOnTheFirstAndLastStage) {
+  std::vector<Subject> subjects{make_subject(Model::kGpt), make_subject(Model::kGpt)};
+  run_group_ranks(2, "pipeline-cut", [&](int rank, comm::ProcessGroup& group) {
+    Subject& subject = subjects[static_cast<size_t>(rank)];
+    {
+      PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 1, {}});
+      EXPECT_TRUE(pipe.holds(0)) << "rank " << rank;  // the embeddings, and the head
+      EXPECT_EQ(pipe.bounds().front(), 0u);
+      EXPECT_EQ(pipe.bounds().back(), 5u);
+    }
+    {
+      PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 1, {4}});
+      EXPECT_EQ(pipe.bounds(), (std::vector<size_t>{0, 4, 5}));
+      EXPECT_EQ(pipe.holds(3), rank == 0);  // ln_f
+      EXPECT_EQ(pipe.holds(1), rank == 0);
+      EXPECT_TRUE(pipe.holds(0));
+    }
+    const std::string error = lockstep::testing::invalid_argument_of([&] {
+      PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 1, {5}});
+    });
+    EXPECT_NE(error.find("cut value 5"), std::string::npos) << error;
+  });
+}
+
+TEST(PipelineInput, RefusesTooFewSamplesAndNoMicroBatches) {
+  std::vector<Subject> subjects{make_subject(Model::kMlp), make_subject(Model::kMlp)};
+  run_group_ranks(2, "pipeline-input", [&](int rank, comm::ProcessGroup& group) {
+    Subject& subject = subjects[static_cast<size_t>(rank)];
+    const std::string none = lockstep::testing::invalid_argument_of([&] {
+      PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::kGPipe, 0, {}});
+    });
+    EXPECT_NE(none.find("micro_batches must be >= 1, got 0"), std::string::npos) << none;
+    PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::kGPipe, 4, {}});
+    const std::string few = lockstep::testing::invalid_argument_of([&] {
+      pipe.forward_backward(
+          at::zeros({3, 6}, at::kDouble), at::zeros({3}, at::kLong), subject.forward,
+          [](const at::Tensor& out, const at::Tensor& t) { return loss_of(Model::kMlp, out, t); });
+    });
+    EXPECT_NE(few.find("a batch of 3 inputs"), std::string::npos) << few;
+    EXPECT_NE(few.find("4 micro-batches"), std::string::npos) << few;
+  });
+}
+
+}  // namespace
+}  // namespace lockstep::pipeline

@@ -2,6 +2,7 @@
 #include "lockstep/pipeline/pipeline_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,12 @@
 namespace lockstep::pipeline {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t n = 0;
@@ -111,7 +118,9 @@ void PipelineParallel::forward_micro_batch(int i, const at::Tensor& input, const
   InFlight& mb = in_flight_[static_cast<size_t>(i)];
   received_ = at::Tensor();
   if (stage_ > 0) {
+    const auto start = Clock::now();
     received_ = links_.receive_previous(device_);
+    waited_seconds_ += seconds_since(start);
     if (at::isFloatingType(received_.scalar_type())) received_.requires_grad_(true);
     mb.input = received_;
   }
@@ -146,7 +155,9 @@ void PipelineParallel::forward_micro_batch(int i, const at::Tensor& input, const
 void PipelineParallel::backward_micro_batch(int i) {
   InFlight& mb = in_flight_[static_cast<size_t>(i)];
   if (stage_ + 1 < stages_) {
+    const auto start = Clock::now();
     const at::Tensor grad = links_.receive_next(device_);
+    waited_seconds_ += seconds_since(start);
     if (mb.output.requires_grad()) torch::autograd::backward({mb.output}, {grad});
   } else if (mb.output.requires_grad()) {
     mb.output.backward();
@@ -172,6 +183,8 @@ double PipelineParallel::forward_backward(const at::Tensor& input, const at::Ten
   }
   const std::vector<at::Tensor> inputs = input.tensor_split(M);
   const std::vector<at::Tensor> targets = target.tensor_split(M);
+  const auto start = Clock::now();
+  waited_seconds_ = 0.0;
   in_flight_.assign(static_cast<size_t>(M), InFlight{});
   loss_sum_ = 0.0;
   held_ = 0;
@@ -189,6 +202,7 @@ double PipelineParallel::forward_backward(const at::Tensor& input, const at::Ten
   reduce_shared_gradients();
   at::Tensor total = at::full({1}, loss_sum_, at::kDouble);
   group_->broadcast(total, stages_ - 1).wait();
+  step_seconds_ = seconds_since(start);
   return total.item<double>();
 }
 

@@ -87,6 +87,11 @@ class PipelineParallel : private models::StageRunner {
   /// The most micro-batches whose activations this stage held at once during the last forward_backward
   /// (GPipe: M; 1F1B: at most P - s).
   int peak_micro_batches() const { return peak_held_; }
+  /// Wall time of the last forward_backward, and the part of it this stage spent waiting for a neighbour's
+  /// activation or gradient: the stage's bubble (plus the transfers' own time), which a schedule's
+  /// (P - 1)/(M + P - 1) predicts for passes of equal length (bench/pp_gpt.sh measures it).
+  double step_seconds() const { return step_seconds_; }
+  double waited_seconds() const { return waited_seconds_; }
 
   /// Waits for the last sends and shuts the links down. Idempotent.
   void shutdown();
@@ -125,6 +130,8 @@ class PipelineParallel : private models::StageRunner {
   double loss_sum_ = 0.0;
   int held_ = 0;
   int peak_held_ = 0;
+  double step_seconds_ = 0.0;
+  double waited_seconds_ = 0.0;
 };
 
 }  // namespace lockstep::pipeline

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_safetensors import read_safetensors  # noqa: E402
-from tp_gpt_python import Gpt, load  # noqa: E402
+from tp_gpt_python import Gpt, compare_losses, load  # noqa: E402
 
 
 class FirstStage(nn.Module):
@@ -101,22 +101,8 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     mp.spawn(rank_main, args=(args.directory,), nprocs=2)
-    with open(os.path.join(args.directory, "cpp_losses.txt")) as f:
-        cpp = [float(line) for line in f]
-    with open(os.path.join(args.directory, "python_losses.txt")) as f:
-        python = [float(line) for line in f]
-    if len(cpp) != len(python) or not cpp:
-        sys.exit(f"FAIL: {len(cpp)} lockstep losses, {len(python)} PyTorch losses")
-    print("step  lockstep               pytorch                difference")
-    worst = 0.0
-    for step, (a, b) in enumerate(zip(cpp, python)):
-        worst = max(worst, abs(a - b))
-        print(f"{step:4d}  {a:.17g}  {b:.17g}  {abs(a - b):.3g}")
-    if not cpp[-1] < cpp[0]:
-        sys.exit(f"FAIL: the loss did not fall ({cpp[0]} -> {cpp[-1]}): the comparison would show nothing")
-    if worst > args.tolerance:
-        sys.exit(f"FAIL: the losses differ by up to {worst:.3g} (tolerance {args.tolerance:g})")
-    print(f"pp_python_parity: ok, {len(cpp)} steps of 1F1B on 2 stages, largest loss difference {worst:.3g}")
+    steps, worst = compare_losses(args.directory, args.tolerance)
+    print(f"pp_python_parity: ok, {steps} steps of 1F1B on 2 stages, largest loss difference {worst:.3g}")
 
 
 if __name__ == "__main__":

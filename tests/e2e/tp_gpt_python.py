@@ -170,6 +170,27 @@ def rank_main(rank, ranks, directory):
 
 
 
+def compare_losses(directory, tolerance):
+    """DIR/cpp_losses.txt against DIR/python_losses.txt, step by step, printed; exits with FAIL unless the
+    lockstep loss fell and every step is within `tolerance`. Returns (steps, largest difference)."""
+    with open(os.path.join(directory, "cpp_losses.txt")) as f:
+        cpp = [float(line) for line in f]
+    with open(os.path.join(directory, "python_losses.txt")) as f:
+        python = [float(line) for line in f]
+    if len(cpp) != len(python) or not cpp:
+        sys.exit(f"FAIL: {len(cpp)} lockstep losses, {len(python)} PyTorch losses")
+    print("step  lockstep               pytorch                difference")
+    worst = 0.0
+    for step, (a, b) in enumerate(zip(cpp, python)):
+        worst = max(worst, abs(a - b))
+        print(f"{step:4d}  {a:.17g}  {b:.17g}  {abs(a - b):.3g}")
+    if not cpp[-1] < cpp[0]:
+        sys.exit(f"FAIL: the loss did not fall ({cpp[0]} -> {cpp[-1]}): the comparison would show nothing")
+    if worst > tolerance:
+        sys.exit(f"FAIL: the losses differ by up to {worst:.3g} (tolerance {tolerance:g})")
+    return len(cpp), worst
+
+
 def free_port():
     """A free TCP port (bench/peer/gpt_peer.py's rendezvous)."""
     with socket.socket() as s:
@@ -185,21 +206,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     mp.spawn(rank_main, args=(args.ranks, args.directory), nprocs=args.ranks)
-    with open(os.path.join(args.directory, "cpp_losses.txt")) as f:
-        cpp = [float(line) for line in f]
-    with open(os.path.join(args.directory, "python_losses.txt")) as f:
-        python = [float(line) for line in f]
-    if len(cpp) != len(python) or not cpp:
-        sys.exit(f"FAIL: {len(cpp)} lockstep losses, {len(python)} PyTorch losses")
-    print("step  lockstep               pytorch                difference")
-    worst = 0.0
-    for step, (a, b) in enumerate(zip(cpp, python)):
-        worst = max(worst, abs(a - b))
-        print(f"{step:4d}  {a:.17g}  {b:.17g}  {abs(a - b):.3g}")
-    if not cpp[-1] < cpp[0]:
-        sys.exit(f"FAIL: the loss did not fall ({cpp[0]} -> {cpp[-1]}): the comparison would show nothing")
-    if worst > args.tolerance:
-        sys.exit(f"FAIL: the losses differ by up to {worst:.3g} (tolerance {args.tolerance:g})")
+    steps, worst = compare_losses(args.directory, args.tolerance)
     cpp_final, _, _ = read_safetensors(os.path.join(args.directory, "cpp_final.safetensors"))
     python_final = np.load(os.path.join(args.directory, "python_final.npz"))
     if sorted(cpp_final) != sorted(python_final.files):
@@ -207,7 +214,7 @@ def main():
     weights = max(float(np.abs(cpp_final[n] - python_final[n]).max()) for n in cpp_final)
     if weights > args.tolerance:
         sys.exit(f"FAIL: the final parameters differ by up to {weights:.3g} (tolerance {args.tolerance:g})")
-    print(f"tp_python_parity: ok, {len(cpp)} steps, largest loss difference {worst:.3g}, "
+    print(f"tp_python_parity: ok, {steps} steps, largest loss difference {worst:.3g}, "
           f"largest final parameter difference {weights:.3g} over {len(cpp_final)} tensors")
 
 

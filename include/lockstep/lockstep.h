@@ -88,6 +88,7 @@
 #include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/models/vocab_parallel.h"
 
+#include "lockstep/optim/clip_coefficient.h"
 #include "lockstep/optim/foreach_sgd.h"
 #include "lockstep/optim/fused_adam.h"
 #include "lockstep/optim/graph_capturable.h"

@@ -9,6 +9,7 @@
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
+#include "lockstep/optim/clip_coefficient.h"
 #include "lockstep/pipeline/partition.h"
 
 namespace lockstep::pipeline {
@@ -218,6 +219,27 @@ void PipelineParallel::reduce_shared_gradients() {
   }
   if (grads.empty()) return;
   group_->all_reduce(grads, comm::ReduceOp::kSum).wait();
+}
+
+double PipelineParallel::clip_grad_norm(double max_norm) {
+  // Each module's squares are added by the first stage that holds it, so a shared one counts once.
+  at::Tensor squares = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (users_[m].empty() || users_[m].front() != stage_) continue;
+    for (const auto& p : modules_[m]->parameters()) {
+      if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum();
+    }
+  }
+  group_->all_reduce(squares, comm::ReduceOp::kSum).wait();
+  const double norm = std::sqrt(squares.item<double>());
+  const double coefficient = optim::clip_coefficient(max_norm, norm);
+  if (!(coefficient >= 1.0)) {
+    torch::NoGradGuard no_grad;
+    for (auto& p : parameters()) {
+      if (p.grad().defined()) p.mutable_grad().mul_(coefficient);
+    }
+  }
+  return norm;
 }
 
 void PipelineParallel::shutdown() {

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
 
 #include <cstdint>
 #include <memory>
@@ -209,6 +210,45 @@ TEST(PipelineComposed, DataTimesPipelineParallelEqualsOneProcess) {
 TEST(PipelineUneven, MicroBatchesOfDifferentSizesWeighByTheirSize) {
   for (Schedule schedule : {Schedule::kGPipe, Schedule::k1F1B}) {
     for (Model kind : {Model::kMlp, Model::kGpt}) expect_like_one_process(kind, 1, 2, 3, schedule);
+  }
+}
+
+// Clipping over the stages: the norm of the whole model (Gpt's tied embedding counted once) and the clipped
+// gradients are torch::nn::utils::clip_grad_norm_'s on one process, on P = 2 and 4, clipping and not.
+TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
+  for (Model kind : {Model::kMlp, Model::kGpt}) {
+    for (int stages : {2, 4}) {
+      for (double max_norm : {0.05, 1e6}) {
+        SCOPED_TRACE(std::string(model_name(kind)) + " P " + std::to_string(stages) + " max_norm " +
+                     std::to_string(max_norm));
+        const Data data = make_data(kind, 8);
+        Subject reference = make_subject(kind);
+        loss_of(kind, reference.forward(data.inputs[0]), data.targets[0]).backward();
+        const double reference_norm =
+            torch::nn::utils::clip_grad_norm_(reference.module->parameters(), max_norm);
+        const auto reference_modules = reference.staged->stage_modules();
+        std::vector<Subject> subjects;
+        for (int r = 0; r < stages; ++r) subjects.push_back(make_subject(kind));
+        run_group_ranks(stages, "pipeline-clip", [&](int rank, comm::ProcessGroup& group) {
+          Subject& subject = subjects[static_cast<size_t>(rank)];
+          PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 2, {}});
+          pipe.forward_backward(
+              data.inputs[0], data.targets[0], subject.forward,
+              [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(kind, out, t); });
+          EXPECT_NEAR(pipe.clip_grad_norm(max_norm), reference_norm, kTolerance) << "rank " << rank;
+          const auto modules = subject.staged->stage_modules();
+          for (size_t m = 0; m < modules.size(); ++m) {
+            if (!pipe.holds(m)) continue;
+            const auto ps = modules[m]->parameters();
+            const auto expected = reference_modules[m]->parameters();
+            for (size_t i = 0; i < ps.size(); ++i) {
+              EXPECT_LT((ps[i].grad() - expected[i].grad()).abs().max().item<double>(), kTolerance)
+                  << "stage module " << m << " parameter " << i << " on rank " << rank;
+            }
+          }
+        });
+      }
+    }
   }
 }
 

@@ -84,6 +84,13 @@ class PipelineParallel : private models::StageRunner {
   double forward_backward(const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                           const Loss& loss);
 
+  /// Clips the gradients of the whole model as torch.nn.utils.clip_grad_norm_ does on one process (the
+  /// 2-norm over every parameter, a module held by several stages counted once; the gradients scaled by
+  /// optim::clip_coefficient: max_norm / (norm + 1e-6) when below 1). A collective of the group, after
+  /// forward_backward (and after any data-parallel averaging). Returns the norm before clipping, on every
+  /// stage.
+  double clip_grad_norm(double max_norm);
+
   /// The most micro-batches whose activations this stage held at once during the last forward_backward
   /// (GPipe: M; 1F1B: at most P - s).
   int peak_micro_batches() const { return peak_held_; }

@@ -11,6 +11,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "lockstep/models/tensor_parallel_layout.h"
+#include "lockstep/optim/clip_coefficient.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -163,9 +164,7 @@ double Strategy::clip_split_grad_norm_(double max_norm, double norm_type) {
   }
   tensor_parallel_->all_reduce(squares).wait();  // the same total on every rank of the group
   const double total = std::sqrt(squares.item<double>());
-  // torch.nn.utils.clip_grad_norm_'s coefficient, clamped at 1; a NaN norm makes the gradients NaN, as there
-  // (a skipped step or on_nan then sees it).
-  const double coefficient = std::min(max_norm / (total + 1e-6), 1.0);
+  const double coefficient = optim::clip_coefficient(max_norm, total);
   if (!(coefficient >= 1.0)) {
     at::NoGradGuard no_grad;
     for (at::Tensor& grad : gradients) grad.mul_(coefficient);

@@ -222,6 +222,40 @@ TEST_P(MeshWorld, TensorParallelGroupsAreConsecutiveRanksAndDataParallelGroupsSt
   }
 }
 
+// Every T × P dividing the world: rank = d·(P·T) + p·T + t; a pipeline is the ranks of one d and t in
+// stage order, a data-parallel group those of one p and t; each reduces among exactly those ranks.
+TEST_P(MeshWorld, PipelinesSitBetweenTensorAndDataParallelGroups) {
+  const int world = GetParam();
+  for (int tp = 1; tp <= world; ++tp) {
+    for (int pp = 2; tp * pp <= world; ++pp) {
+      if (world % (tp * pp) != 0) continue;
+      SCOPED_TRACE("T=" + std::to_string(tp) + " P=" + std::to_string(pp));
+      const int block = tp * pp;
+      auto store = c10::make_intrusive<c10d::HashStore>();
+      expect_all_ok(run_ranks(world, [&](int rank) {
+        auto pg = init_process_group(split_options(rank, world, store));
+        DeviceMesh mesh(pg, tp, pp);
+        ASSERT_EQ(mesh.pipeline_parallel(), pp);
+        ASSERT_EQ(mesh.data_parallel(), world / block);
+        ASSERT_EQ(mesh.tp_rank(), rank % tp);
+        ASSERT_EQ(mesh.pp_rank(), (rank % block) / tp);
+        ASSERT_EQ(mesh.dp_rank(), rank / block);
+        ASSERT_EQ(mesh.tp().world_ranks(), ranks_where(world, [&](int r) { return r / tp == rank / tp; }));
+        ASSERT_EQ(mesh.pp().world_ranks(), ranks_where(world, [&](int r) {
+                    return r / block == rank / block && r % tp == rank % tp;
+                  }));
+        ASSERT_EQ(mesh.dp().world_ranks(),
+                  ranks_where(world, [&](int r) { return r % block == rank % block; }));
+        at::Tensor in_pp = at::full({2}, static_cast<double>(rank), at::kDouble);
+        mesh.pp().all_reduce(in_pp).wait();
+        ASSERT_TRUE(at::equal(in_pp, at::full({2}, sum_of(mesh.pp().world_ranks()), at::kDouble)));
+        mesh.shutdown();
+        pg.shutdown();
+      }));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MeshWorld, ::testing::Values(1, 2, 3, 4, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "world" + std::to_string(info.param);
@@ -252,6 +286,22 @@ TEST(DeviceMesh, ABadTensorParallelSizeIsRefusedOnEveryRankNamingIt) {
       2, same, [](int) { return 0; }, "tensor_parallel 0 does not divide the world of 2");
   expect_mesh_refused(
       2, same, [](int rank) { return rank == 0 ? 2 : 1; }, "every rank must pass the same value");
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  expect_all_ok(run_ranks(4, [&](int rank) {
+    auto pg = init_process_group(split_options(rank, 4, store));
+    for (int pp : {0, 3}) {
+      try {
+        DeviceMesh mesh(pg, 2, pp);
+        ADD_FAILURE() << "the mesh was made with P " << pp;
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("pipeline_parallel " + std::to_string(pp) + ": T x P = " +
+                                             std::to_string(2 * pp) + " does not divide the world of 4"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    pg.shutdown();
+  }));
   // 2 nodes x 2 ranks: T = 4 would all-reduce between the nodes in every layer.
   expect_mesh_refused(
       4, [](ProcessGroupOptions o) { return o.num_nodes(2).local_world_size(2).interface("lo"); },

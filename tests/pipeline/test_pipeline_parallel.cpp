@@ -17,6 +17,7 @@
 
 #include "../comm/thread_group.h"
 #include "../support/error_of.h"
+#include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/models/gpt.h"
 #include "lockstep/models/mlp.h"
@@ -120,8 +121,9 @@ const char* model_name(Model kind) {
   return kind == Model::kMlp ? "Mlp" : "Gpt";
 }
 
-// `data_parallel` × `stages` ranks (rank = d * stages + s): each pipeline takes its data-parallel rank's rows
-// of the global batch; the stages' gradients are averaged over the data-parallel group before each step.
+// `data_parallel` × `stages` ranks on a DeviceMesh (rank = d * stages + s): each pipeline takes its
+// data-parallel rank's rows of the global batch; the stages' gradients are averaged over the data-parallel
+// group before each step.
 void expect_like_one_process(Model kind, int data_parallel, int stages, int micro_batches,
                              Schedule schedule) {
   SCOPED_TRACE(std::string(model_name(kind)) + " dp " + std::to_string(data_parallel) + " pp " +
@@ -134,10 +136,10 @@ void expect_like_one_process(Model kind, int data_parallel, int stages, int micr
   for (int r = 0; r < world; ++r) subjects.push_back(make_subject(kind));
 
   run_group_ranks(world, "pipeline", [&](int rank, comm::ProcessGroup& group) {
-    comm::ProcessGroup pp = group.split(rank / stages, "pp-group");
-    comm::ProcessGroup dp = group.split(rank % stages, "dp");
+    comm::DeviceMesh mesh(group, /*tensor_parallel=*/1, stages);
+    comm::ProcessGroup& dp = mesh.dp();
     Subject& subject = subjects[static_cast<size_t>(rank)];
-    PipelineParallel pipe(subject.module, *subject.staged, pp, {schedule, micro_batches, {}});
+    PipelineParallel pipe(subject.module, *subject.staged, mesh.pp(), {schedule, micro_batches, {}});
     const int s = pipe.stage();
     for (int step = 0; step < kSteps; ++step) {
       const at::Tensor rows = data.inputs[step].narrow(0, dp.rank() * kRows, kRows);
@@ -172,8 +174,7 @@ void expect_like_one_process(Model kind, int data_parallel, int stages, int micr
     }
     EXPECT_GT(held, 0) << "rank " << rank << " holds no stage";
     pipe.shutdown();
-    dp.shutdown();
-    pp.shutdown();
+    mesh.shutdown();
   });
 }
 

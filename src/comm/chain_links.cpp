@@ -1,5 +1,6 @@
 #include "lockstep/comm/chain_links.h"
 
+#include <exception>
 #include <stdexcept>
 #include <utility>
 
@@ -98,11 +99,30 @@ void ChainLinks::wait_sends() {
   }
 }
 
+void ChainLinks::release_received() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->header_work.is_completed() && it->payload_work.is_completed()) {
+      it->header_work.wait();  // returns at once; rethrows a failure
+      it->payload_work.wait();
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void ChainLinks::shutdown() {
-  wait_sends();
+  std::exception_ptr failure;
+  try {
+    wait_sends();
+  } catch (...) {
+    failure = std::current_exception();
+    pending_.clear();
+  }
   for (auto& direction : links_) {
     for (auto& group : direction) group.shutdown();
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace lockstep::comm

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
@@ -222,6 +223,7 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   if (tensors.size() == 1) return all_reduce(tensors[0], op);
   // c10d's list form means one tensor per device; lockstep's is a list of different tensors: one flat
   // buffer, reduced once, copied back when done.
+  at::NoGradGuard no_grad;  // a list of parameters is reduced as their data
   std::vector<at::Tensor> flat_parts;
   for (const at::Tensor& t : tensors) {
     TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.device() == tensors[0].device(),
@@ -233,13 +235,14 @@ Work ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
   Work work = all_reduce(flat, op);
   return std::move(work).then(
       [tensors, flat]() mutable {
+        at::NoGradGuard no_grad;
         int64_t offset = 0;
         for (at::Tensor& t : tensors) {
           t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
           offset += t.numel();
         }
       },
-      "of " + std::to_string(tensors.size()) + " tensors flattened");
+      " of " + std::to_string(tensors.size()) + " tensors flattened");
 }
 
 std::vector<int> ProcessGroup::world_ranks() const {

@@ -72,11 +72,10 @@ PipelineParallel::PipelineParallel(std::shared_ptr<torch::nn::Module> module, mo
     group.broadcast(p, 0).wait();
   }
   for (auto& b : module_->buffers()) group.broadcast(b, 0).wait();
-  staged_->set_stage_runner(this);
 }
 
 PipelineParallel::~PipelineParallel() {
-  staged_->set_stage_runner(nullptr);
+  if (failed_) return;  // the links may hold a failed step's transfers: leave them without waiting
   try {
     shutdown();
   } catch (...) {  // a destructor may run while an exception unwinds: the links' error is already known
@@ -147,7 +146,8 @@ void PipelineParallel::forward_micro_batch(int i, const at::Tensor& input, const
   } else {
     const double weight = static_cast<double>(input.size(0)) / static_cast<double>(batch);
     mb.output = loss(out, target) * weight;
-    loss_sum_ += mb.output.item<double>();
+    const at::Tensor value = mb.output.detach().to(at::kDouble);
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
   }
   held_ += 1;
   peak_held_ = std::max(peak_held_, held_);
@@ -155,6 +155,7 @@ void PipelineParallel::forward_micro_batch(int i, const at::Tensor& input, const
 
 void PipelineParallel::backward_micro_batch(int i) {
   InFlight& mb = in_flight_[static_cast<size_t>(i)];
+  links_.release_received();  // what the neighbours have taken (1F1B's activations among them)
   if (stage_ + 1 < stages_) {
     const auto start = Clock::now();
     const at::Tensor grad = links_.receive_next(device_);
@@ -182,32 +183,59 @@ double PipelineParallel::forward_backward(const at::Tensor& input, const at::Ten
                                 " micro-batches: give as many targets as inputs, and at "
                                 "least micro_batches samples");
   }
+  if (failed_) {
+    throw std::logic_error("PipelineParallel: an earlier forward_backward failed on stage " +
+                           std::to_string(stage_) +
+                           ": its links may still hold that step's transfers; build a new PipelineParallel "
+                           "(on every stage) to go on");
+  }
   const std::vector<at::Tensor> inputs = input.tensor_split(M);
   const std::vector<at::Tensor> targets = target.tensor_split(M);
   const auto start = Clock::now();
   waited_seconds_ = 0.0;
   in_flight_.assign(static_cast<size_t>(M), InFlight{});
-  loss_sum_ = 0.0;
+  loss_sum_ = at::Tensor();
   held_ = 0;
   peak_held_ = 0;
-  for (const Action& action : stage_actions(options_.schedule, stages_, M, stage_)) {
-    const int i = action.micro_batch;
-    if (action.pass == Action::Pass::kForward) {
-      forward_micro_batch(i, inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)], forward, loss,
-                          batch);
-    } else {
-      backward_micro_batch(i);
+  const RunnerScope runner(*staged_, this);
+  try {
+    const std::vector<at::Tensor> earlier = stash_shared_gradients();
+    for (const Action& action : stage_actions(options_.schedule, stages_, M, stage_)) {
+      const int i = action.micro_batch;
+      if (action.pass == Action::Pass::kForward) {
+        forward_micro_batch(i, inputs[static_cast<size_t>(i)], targets[static_cast<size_t>(i)], forward, loss,
+                            batch);
+      } else {
+        backward_micro_batch(i);
+      }
     }
+    links_.wait_sends();
+    reduce_shared_gradients(earlier);
+    at::Tensor total = loss_sum_.defined() ? loss_sum_.cpu().reshape({1}) : at::zeros({1}, at::kDouble);
+    group_->broadcast(total, stages_ - 1).wait();
+    step_seconds_ = seconds_since(start);
+    return total.item<double>();
+  } catch (...) {
+    failed_ = true;
+    throw;
   }
-  links_.wait_sends();
-  reduce_shared_gradients();
-  at::Tensor total = at::full({1}, loss_sum_, at::kDouble);
-  group_->broadcast(total, stages_ - 1).wait();
-  step_seconds_ = seconds_since(start);
-  return total.item<double>();
 }
 
-void PipelineParallel::reduce_shared_gradients() {
+std::vector<at::Tensor> PipelineParallel::stash_shared_gradients() {
+  // A shared module's gradient is summed over its stages after each step: what earlier calls accumulated
+  // (gradient accumulation) is set aside first, so that it is not summed again.
+  std::vector<at::Tensor> earlier;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (users_[m].size() < 2 || !holds(m)) continue;
+    for (auto& p : modules_[m]->parameters()) {
+      earlier.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
+  return earlier;
+}
+
+void PipelineParallel::reduce_shared_gradients(const std::vector<at::Tensor>& earlier) {
   std::vector<at::Tensor> grads;
   for (size_t m = 0; m < modules_.size(); ++m) {
     if (users_[m].size() < 2) continue;
@@ -219,6 +247,18 @@ void PipelineParallel::reduce_shared_gradients() {
   }
   if (grads.empty()) return;
   group_->all_reduce(grads, comm::ReduceOp::kSum).wait();
+  size_t k = 0;
+  torch::NoGradGuard no_grad;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (users_[m].size() < 2) continue;
+    for (auto& p : modules_[m]->parameters()) {
+      if (!holds(m)) {
+        p.mutable_grad() = at::Tensor();  // not this stage's: keep no gradient for it
+      } else if (earlier[k++].defined()) {
+        p.mutable_grad().add_(earlier[k - 1]);
+      }
+    }
+  }
 }
 
 double PipelineParallel::clip_grad_norm(double max_norm) {

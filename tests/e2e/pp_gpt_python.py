@@ -72,7 +72,9 @@ def rank_main(rank, directory):
     def loss_fn(logits, target):
         return F.cross_entropy(logits.reshape(-1, vocab), target.reshape(-1))
 
-    schedule = Schedule1F1B(stage, int(metadata["micro_batches"]), loss_fn=loss_fn)
+    # scale_grads: the gradients divided by the micro-batches, i.e. those of the batch's mean loss (the
+    # default since PyTorch 2.7; said here so that it is not left to the default).
+    schedule = Schedule1F1B(stage, int(metadata["micro_batches"]), loss_fn=loss_fn, scale_grads=True)
     optimizer = torch.optim.SGD(module.parameters(), lr=float(metadata["lr"]))
     tokens = torch.from_numpy(np.array(arrays["tokens"]))
     losses = []

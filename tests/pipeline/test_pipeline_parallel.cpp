@@ -9,8 +9,10 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -251,6 +253,73 @@ TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
       }
     }
   }
+}
+
+// Two calls before a step accumulate as two backward passes of one process do: the tied embedding's
+// gradient, summed over its two stages after each call, is not summed again.
+TEST(PipelineAccumulation, TwoCallsAccumulateAsTwoBackwardPassesOfOneProcess) {
+  const Data data = make_data(Model::kGpt, 8);
+  Subject reference = make_subject(Model::kGpt);
+  for (int half = 0; half < 2; ++half) {
+    loss_of(Model::kGpt, reference.forward(data.inputs[0].narrow(0, 4 * half, 4)),
+            data.targets[0].narrow(0, 4 * half, 4))
+        .backward();
+  }
+  const auto reference_modules = reference.staged->stage_modules();
+  std::vector<Subject> subjects{make_subject(Model::kGpt), make_subject(Model::kGpt)};
+  run_group_ranks(2, "pipeline-accumulate", [&](int rank, comm::ProcessGroup& group) {
+    Subject& subject = subjects[static_cast<size_t>(rank)];
+    PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 2, {}});
+    for (int half = 0; half < 2; ++half) {
+      pipe.forward_backward(
+          data.inputs[0].narrow(0, 4 * half, 4), data.targets[0].narrow(0, 4 * half, 4), subject.forward,
+          [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(Model::kGpt, out, t); });
+    }
+    const auto modules = subject.staged->stage_modules();
+    for (size_t m = 0; m < modules.size(); ++m) {
+      if (!pipe.holds(m)) continue;
+      const auto ps = modules[m]->parameters();
+      const auto expected = reference_modules[m]->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_LT((ps[i].grad() - expected[i].grad()).abs().max().item<double>(), kTolerance)
+            << "stage module " << m << " parameter " << i << " on rank " << rank;
+      }
+    }
+  });
+}
+
+// A step that fails part-way (here the forward of micro-batch 1 throws on every stage) fails on every stage
+// within the collective timeout, and the pipeline refuses to run again, naming the fix.
+TEST(PipelineFailure, AFailedStepFailsEveryStageAndTheNextCallIsRefused) {
+  using namespace std::chrono_literals;
+  std::vector<Subject> subjects{make_subject(Model::kMlp), make_subject(Model::kMlp)};
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  lockstep::testing::expect_all_ok(lockstep::testing::run_ranks(2, [&](int rank) {
+    auto group = comm::init_process_group(
+        lockstep::testing::thread_group_options(rank, 2, store, "pipeline-failure").collective_timeout(2s));
+    Subject& subject = subjects[static_cast<size_t>(rank)];
+    {
+      PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::k1F1B, 2, {}});
+      int calls = 0;
+      const auto failing = [&](const at::Tensor& x) {
+        if (++calls == 2) throw std::runtime_error("injected failure");
+        return subject.forward(x);
+      };
+      const auto loss = [](const at::Tensor& out, const at::Tensor& t) {
+        return loss_of(Model::kMlp, out, t);
+      };
+      const at::Tensor x = at::randn({4, 6}, at::kDouble);
+      const at::Tensor y = at::zeros({4}, at::kLong);
+      EXPECT_ANY_THROW(pipe.forward_backward(x, y, failing, loss)) << "rank " << rank;
+      try {
+        pipe.forward_backward(x, y, subject.forward, loss);
+        ADD_FAILURE() << "a pipeline ran again after a failed step on rank " << rank;
+      } catch (const std::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find("build a new PipelineParallel"), std::string::npos) << e.what();
+      }
+    }
+    group.shutdown();  // waits (up to the rendezvous timeout) for the stage still in its failing receive
+  }));
 }
 
 // The cut: Gpt's five calls (embeddings, 2 blocks, ln_f, tied head) balanced by parameters put the embedding

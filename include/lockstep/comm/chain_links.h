@@ -56,10 +56,14 @@ class ChainLinks {
 
   /// Waits until every posted send has been received, and drops the tensors held for them.
   void wait_sends();
+  /// Drops the tensors of the sends already received (rethrowing a failed one's error), without waiting: a
+  /// pipeline calls it between passes so that what its neighbours took is not held to the end of the step.
+  void release_received();
   /// Sends still held (posted, not yet waited for by wait_sends()).
   size_t pending_sends() const { return pending_.size(); }
 
-  /// wait_sends(), then shuts the links down (ProcessGroup::shutdown). Idempotent.
+  /// wait_sends(), then shuts the links down (ProcessGroup::shutdown), also when a send failed (whose error
+  /// it then rethrows). Idempotent.
   void shutdown();
 
  private:

@@ -57,9 +57,11 @@ class PipelineParallel : private models::StageRunner {
   /// A micro-batch's loss: the mean over its samples (the weighting above relies on it).
   using Loss = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 
-  /// A collective of `group` (which, like the model, must outlive this object). Installs itself as
-  /// `staged`'s stage runner (`module` is the same model). Throws std::invalid_argument naming the value
-  /// for micro_batches < 1, a bad cut, or fewer forward calls than stages.
+  /// A collective of `group` (which, like the model, must outlive this object); `module` and `staged` are
+  /// the same model. The pipeline is `staged`'s stage runner only inside forward_backward(): outside, the
+  /// model's forward runs this rank's whole copy, of which only this stage's modules are trained. Throws
+  /// std::invalid_argument naming the value for micro_batches < 1, a bad cut, or fewer forward calls than
+  /// stages.
   PipelineParallel(std::shared_ptr<torch::nn::Module> module, models::Staged& staged,
                    comm::ProcessGroup& group, PipelineOptions options);
   ~PipelineParallel() override;
@@ -80,7 +82,9 @@ class PipelineParallel : private models::StageRunner {
   /// `target`); `forward` is the model's forward, `loss` the micro-batch loss. Gradients accumulate into
   /// parameters()' .grad as one backward of the batch's mean loss would. Returns that loss on every stage.
   /// Throws std::invalid_argument when the batch has fewer samples than micro-batches, std::logic_error
-  /// when the forward's calls differ from Staged::forward_stages().
+  /// when the forward's calls differ from Staged::forward_stages(). Called several times before a step,
+  /// the gradients accumulate (a shared module's too). After a failure (here or on another stage), the
+  /// links may hold that step's transfers: later calls throw std::logic_error; build a new one.
   double forward_backward(const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                           const Loss& loss);
 
@@ -114,8 +118,24 @@ class PipelineParallel : private models::StageRunner {
   void forward_micro_batch(int i, const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                            const Loss& loss, int64_t batch);
   void backward_micro_batch(int i);
-  /// Sums the gradients of modules held by several stages over them.
-  void reduce_shared_gradients();
+  /// The gradients of modules held by several stages, before this step (to be added back after the sum),
+  /// zeroed.
+  std::vector<at::Tensor> stash_shared_gradients();
+  /// Sums this step's gradients of modules held by several stages over them, then adds `earlier` back.
+  void reduce_shared_gradients(const std::vector<at::Tensor>& earlier);
+  /// Installs the pipeline as the model's stage runner for its lifetime.
+  class RunnerScope {
+   public:
+    RunnerScope(models::Staged& staged, models::StageRunner* runner) : staged_(staged) {
+      staged_.set_stage_runner(runner);
+    }
+    ~RunnerScope() { staged_.set_stage_runner(nullptr); }
+    RunnerScope(const RunnerScope&) = delete;
+    RunnerScope& operator=(const RunnerScope&) = delete;
+
+   private:
+    models::Staged& staged_;
+  };
 
   std::shared_ptr<torch::nn::Module> module_;
   models::Staged* staged_;
@@ -134,7 +154,8 @@ class PipelineParallel : private models::StageRunner {
   at::Tensor received_;
   at::Tensor produced_;
   std::vector<InFlight> in_flight_;
-  double loss_sum_ = 0.0;
+  at::Tensor loss_sum_;  // the last stage's weighted micro-batch losses, summed (float64, on the device)
+  bool failed_ = false;
   int held_ = 0;
   int peak_held_ = 0;
   double step_seconds_ = 0.0;

@@ -216,6 +216,21 @@ TEST(PipelineUneven, MicroBatchesOfDifferentSizesWeighByTheirSize) {
   }
 }
 
+// The gradients of the stage modules `pipe` holds on `rank` are those of one process's `reference` modules.
+void expect_gradients_of(const std::vector<std::shared_ptr<torch::nn::Module>>& reference, Subject& subject,
+                         const PipelineParallel& pipe, int rank) {
+  const auto modules = subject.staged->stage_modules();
+  for (size_t m = 0; m < modules.size(); ++m) {
+    if (!pipe.holds(m)) continue;
+    const auto ps = modules[m]->parameters();
+    const auto expected = reference[m]->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_LT((ps[i].grad() - expected[i].grad()).abs().max().item<double>(), kTolerance)
+          << "stage module " << m << " parameter " << i << " on rank " << rank;
+    }
+  }
+}
+
 // Clipping over the stages: the norm of the whole model (Gpt's tied embedding counted once) and the clipped
 // gradients are torch::nn::utils::clip_grad_norm_'s on one process, on P = 2 and 4, clipping and not.
 TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
@@ -239,16 +254,7 @@ TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
               data.inputs[0], data.targets[0], subject.forward,
               [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(kind, out, t); });
           EXPECT_NEAR(pipe.clip_grad_norm(max_norm), reference_norm, kTolerance) << "rank " << rank;
-          const auto modules = subject.staged->stage_modules();
-          for (size_t m = 0; m < modules.size(); ++m) {
-            if (!pipe.holds(m)) continue;
-            const auto ps = modules[m]->parameters();
-            const auto expected = reference_modules[m]->parameters();
-            for (size_t i = 0; i < ps.size(); ++i) {
-              EXPECT_LT((ps[i].grad() - expected[i].grad()).abs().max().item<double>(), kTolerance)
-                  << "stage module " << m << " parameter " << i << " on rank " << rank;
-            }
-          }
+          expect_gradients_of(reference_modules, subject, pipe, rank);
         });
       }
     }
@@ -275,16 +281,7 @@ TEST(PipelineAccumulation, TwoCallsAccumulateAsTwoBackwardPassesOfOneProcess) {
           data.inputs[0].narrow(0, 4 * half, 4), data.targets[0].narrow(0, 4 * half, 4), subject.forward,
           [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(Model::kGpt, out, t); });
     }
-    const auto modules = subject.staged->stage_modules();
-    for (size_t m = 0; m < modules.size(); ++m) {
-      if (!pipe.holds(m)) continue;
-      const auto ps = modules[m]->parameters();
-      const auto expected = reference_modules[m]->parameters();
-      for (size_t i = 0; i < ps.size(); ++i) {
-        EXPECT_LT((ps[i].grad() - expected[i].grad()).abs().max().item<double>(), kTolerance)
-            << "stage module " << m << " parameter " << i << " on rank " << rank;
-      }
-    }
+    expect_gradients_of(reference_modules, subject, pipe, rank);
   });
 }
 

@@ -44,8 +44,8 @@ ChainLinks::ChainLinks(ProcessGroup& chain, const std::string& name)
 ChainLinks::~ChainLinks() = default;
 
 ProcessGroup& ChainLinks::link(int direction, int low) {
-  // Rank `low` is in split low % 2's pair with low + 1 when (low + parity) / 2 == (low + 1 + parity) / 2.
-  return links_[direction][(low % 2 == 0) ? 0 : 1];
+  // Ranks low and low + 1 share a color, (r + parity) / 2, in the split whose parity is low % 2.
+  return links_[direction][low % 2];
 }
 
 void ChainLinks::send(ProcessGroup& to, int root, const at::Tensor& tensor) {

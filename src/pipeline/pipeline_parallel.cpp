@@ -9,6 +9,7 @@
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
+#include "lockstep/models/classifier.h"
 #include "lockstep/optim/clip_coefficient.h"
 #include "lockstep/pipeline/partition.h"
 
@@ -20,12 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-int64_t parameter_count(const torch::nn::Module& module) {
-  int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
-  return n;
 }
 
 }  // namespace
@@ -54,7 +49,7 @@ PipelineParallel::PipelineParallel(std::shared_ptr<torch::nn::Module> module, mo
   }
   if (options_.cut.empty()) {
     std::vector<int64_t> cost;
-    for (size_t index : calls_) cost.push_back(parameter_count(*modules_[index]));
+    for (size_t index : calls_) cost.push_back(models::count_parameters(*modules_[index]));
     bounds_ = balanced_cut(cost, stages_);
   } else {
     bounds_ = user_cut(options_.cut, calls_.size(), stages_);

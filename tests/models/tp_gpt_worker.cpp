@@ -25,6 +25,7 @@
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
+#include "../support/gpt_peer_file.h"
 #include "lockstep/comm/backend.h"
 #include "lockstep/comm/device_mesh.h"
 #include "lockstep/comm/process_group.h"
@@ -59,21 +60,8 @@ int run(const std::string& out, int steps, int tensor_parallel, at::ScalarType d
   // Learnable batches, so that the losses fall and the comparison sees training: each row counts up by
   // one (mod the vocabulary) from a random start.
   torch::manual_seed(5678);
-  const at::Tensor starts =
-      at::randint(options.vocab_size(), {steps, kRows * mesh.data_parallel(), 1}, at::kLong);
-  const at::Tensor tokens =
-      (starts + at::arange(options.context() + 1, at::kLong)).remainder(options.vocab_size());
-  if (world.rank() == 0) {
-    std::vector<train::NamedTensor> tensors = train::module_tensors(*full);
-    tensors.emplace_back("tokens", tokens);
-    train::save_safetensors(out + "/init.safetensors", tensors,
-                            {{"vocab_size", std::to_string(options.vocab_size())},
-                             {"context", std::to_string(options.context())},
-                             {"layers", std::to_string(options.layers())},
-                             {"heads", std::to_string(options.heads())},
-                             {"embedding", std::to_string(options.embedding())},
-                             {"lr", std::to_string(kLr)}});
-  }
+  const at::Tensor tokens = testing::counting_tokens(options, steps, kRows * mesh.data_parallel());
+  if (world.rank() == 0) testing::save_peer_file(out + "/init.safetensors", *full, tokens, options, kLr);
   models::TensorParallelGpt model(*full, mesh.tp());
   full = nullptr;
   std::ofstream losses;

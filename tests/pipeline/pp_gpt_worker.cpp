@@ -23,11 +23,11 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/utils.h>
 
+#include "../support/gpt_peer_file.h"
 #include "lockstep/comm/process_group.h"
 #include "lockstep/env/environment.h"
 #include "lockstep/models/gpt.h"
 #include "lockstep/pipeline/pipeline_parallel.h"
-#include "lockstep/train/safetensors.h"
 
 namespace {
 
@@ -45,20 +45,10 @@ int run(const std::string& out, int steps, int micro_batches, pipeline::Schedule
   models::Gpt model(options);
   model->to(at::kDouble);
   torch::manual_seed(5678);
-  const at::Tensor starts = at::randint(options.vocab_size(), {steps, kRows, 1}, at::kLong);
-  const at::Tensor tokens =
-      (starts + at::arange(options.context() + 1, at::kLong)).remainder(options.vocab_size());
+  const at::Tensor tokens = testing::counting_tokens(options, steps, kRows);
   if (world.rank() == 0) {
-    std::vector<train::NamedTensor> tensors = train::module_tensors(*model);
-    tensors.emplace_back("tokens", tokens);
-    train::save_safetensors(out + "/init.safetensors", tensors,
-                            {{"vocab_size", std::to_string(options.vocab_size())},
-                             {"context", std::to_string(options.context())},
-                             {"layers", std::to_string(options.layers())},
-                             {"heads", std::to_string(options.heads())},
-                             {"embedding", std::to_string(options.embedding())},
-                             {"lr", std::to_string(kLr)},
-                             {"micro_batches", std::to_string(micro_batches)}});
+    testing::save_peer_file(out + "/init.safetensors", *model, tokens, options, kLr,
+                            {{"micro_batches", std::to_string(micro_batches)}});
   }
   std::vector<size_t> cut;
   if (world.size() == 2) cut = {2};

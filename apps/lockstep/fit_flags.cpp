@@ -131,6 +131,27 @@ void add_trainer_flags(CLI::App& app, train::TrainerOptions& t) {
       "of T). Checkpoints come in one part per tensor-parallel rank (last.ckpt, last.ckpt.tp1, ...)",
       [&t](const int& n) { t.tensor_parallel(n); }, shown(t.tensor_parallel()))
       ->type_name("T");
+  add_trainer_flag<int>(
+      app, "--pipeline-parallel",
+      "P > 1 cuts --model mlp, resnet18 or gpt into P stages on P consecutive ranks (a pipeline:\n"
+      "balanced by parameters; each rank holds and steps its stage's layers); each batch runs in\n"
+      "--micro-batches pieces by --pipeline-schedule; the ranks form world / P data-parallel groups\n"
+      "running --strategy ddp or zero1 (--devices a multiple of P). Checkpoints come in one part per\n"
+      "stage (last.ckpt, last.ckpt.tp1.<save>, ...), each with the whole model",
+      [&t](const int& n) { t.pipeline_parallel(n); }, shown(t.pipeline_parallel()))
+      ->type_name("P");
+  add_trainer_flag<int>(
+      app, "--micro-batches",
+      "Micro-batches each rank's batch is cut into under --pipeline-parallel (more: a smaller bubble,\n"
+      "(P-1)/(M+P-1) of each stage's time idle; each at least one sample)",
+      [&t](const int& n) { t.micro_batches(n); }, shown(t.micro_batches()))
+      ->type_name("M");
+  add_trainer_flag<std::string>(
+      app, "--pipeline-schedule",
+      "1f1b (a stage holds at most P - s micro-batches' activations) or gpipe (all M at once)",
+      [&t](const std::string& text) { t.pipeline_schedule(pipeline::schedule_from_string(text)); },
+      pipeline::to_string(t.pipeline_schedule()))
+      ->type_name("1f1b|gpipe");
   add_trainer_flag<std::string>(
       app, "--accelerator",
       "Where to train: cpu, gpu (rank r on cuda:r of the visible devices, CUDA_VISIBLE_DEVICES), or\n"

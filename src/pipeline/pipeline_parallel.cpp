@@ -256,6 +256,15 @@ void PipelineParallel::reduce_shared_gradients(const std::vector<at::Tensor>& ea
   }
 }
 
+void PipelineParallel::gather_whole() {
+  torch::NoGradGuard no_grad;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    const int root = users_[m].empty() ? 0 : users_[m].front();
+    for (auto& p : modules_[m]->parameters()) group_->broadcast(p, root).wait();
+    for (auto& b : modules_[m]->buffers()) group_->broadcast(b, root).wait();
+  }
+}
+
 double PipelineParallel::clip_grad_norm(double max_norm) {
   // Each module's squares are added by the first stage that holds it, so a shared one counts once.
   at::Tensor squares = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -115,7 +116,9 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   }
   archive.write("reshard_parts", c10::IValue(parts));
   if (state.batches_per_step > 0) archive.write("batches_per_step", c10::IValue(state.batches_per_step));
-  if (state.tensor_parallel > 1) {
+  if (state.pipeline_parallel > 1)
+    archive.write("pipeline_parallel", c10::IValue(static_cast<int64_t>(state.pipeline_parallel)));
+  if (state.tensor_parallel > 1 || state.pipeline_parallel > 1) {
     archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(state.tensor_parallel)));
     archive.write("tensor_parallel_layout", c10::IValue(state.tensor_parallel_layout));
     archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(state.tensor_parallel_rank)));
@@ -123,16 +126,22 @@ void write_state(torch::serialize::OutputArchive& archive, const CheckpointState
   }
 }
 
-// Module::save's layout with each parameter an empty tensor of its dtype (its values are in the shards):
-// the names and order of state_dict(), and the buffers.
-void save_skeleton(const torch::nn::Module& module, torch::serialize::OutputArchive& archive) {
-  for (const auto& parameter : module.named_parameters(/*recurse=*/false))
-    archive.write(parameter.key(), at::empty({0}, parameter.value().options().device(at::kCPU)));
+// Module::save's layout with each parameter in `sharded` an empty tensor of its dtype (its values are in
+// the shards): the names and order of state_dict(), and the buffers. A parameter the shards do not hold (a
+// frozen one, another pipeline stage's) is written whole, so that `lockstep export` finds it; resuming
+// reads the buffers only.
+void save_skeleton(const torch::nn::Module& module, const std::unordered_set<const void*>& sharded,
+                   torch::serialize::OutputArchive& archive) {
+  for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {
+    const at::Tensor& value = parameter.value();
+    const bool in_shards = sharded.count(value.unsafeGetTensorImpl()) != 0;
+    archive.write(parameter.key(), in_shards ? at::empty({0}, value.options().device(at::kCPU)) : value);
+  }
   for (const auto& buffer : module.named_buffers(/*recurse=*/false))
     archive.write(buffer.key(), buffer.value(), /*is_buffer=*/true);
   for (const auto& child : module.named_children()) {
     torch::serialize::OutputArchive child_archive(archive.compilation_unit());
-    save_skeleton(*child.value(), child_archive);
+    save_skeleton(*child.value(), sharded, child_archive);
     archive.write(child.key(), child_archive);
   }
 }
@@ -243,7 +252,9 @@ void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& m
   archive.write("parameter_names", c10::IValue(parameter_names));
   archive.write("parameter_shapes", c10::IValue(shapes));
   torch::serialize::OutputArchive model_archive(archive.compilation_unit());
-  save_skeleton(model, model_archive);
+  std::unordered_set<const void*> sharded;
+  for (const at::Tensor& param : parameters) sharded.insert(param.unsafeGetTensorImpl());
+  save_skeleton(model, sharded, model_archive);
   archive.write("model", model_archive);
   save_checksummed_archive(archive, path, detail::checkpoint_written_hook());
   remove_checkpoint_shards(path, state.shards);
@@ -296,7 +307,7 @@ void load_checksummed_archive(torch::serialize::InputArchive& archive, const std
 
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                int tensor_parallel) {
+                                int tensor_parallel, int pipeline_parallel) {
   if (!std::filesystem::is_regular_file(path)) {
     throw std::runtime_error("checkpoint '" + path +
                              "' does not exist: check resume (or leave it empty to start from scratch)");
@@ -357,6 +368,15 @@ CheckpointState load_checkpoint(const std::string& path, const std::string& mode
     state.tensor_parallel_rank = static_cast<int>(part.toInt());
   c10::IValue save;
   if (archive.try_read("tensor_parallel_save", save)) state.tensor_parallel_save = save.toStringRef();
+  c10::IValue written_pipeline_parallel;
+  if (archive.try_read("pipeline_parallel", written_pipeline_parallel))
+    state.pipeline_parallel = static_cast<int>(written_pipeline_parallel.toInt());
+  if (state.pipeline_parallel != pipeline_parallel) {
+    throw std::invalid_argument("checkpoint '" + path + "': written with pipeline_parallel " +
+                                std::to_string(state.pipeline_parallel) + ", resumed with " +
+                                std::to_string(pipeline_parallel) +
+                                ": resume it with the pipeline_parallel it was written with");
+  }
   if (state.tensor_parallel != tensor_parallel) {
     throw std::invalid_argument("checkpoint '" + path + "': written with tensor_parallel " +
                                 std::to_string(state.tensor_parallel) + ", resumed with " +

@@ -142,7 +142,7 @@ class FitModule : public TrainModule, public models::TensorParallelModule {
 
   void configure_model() override {
     comm::DeviceMesh* mesh = device_mesh();
-    if (mesh == nullptr) return;
+    if (mesh == nullptr || mesh->tensor_parallel() == 1) return;
     auto* full = dynamic_cast<models::GptImpl*>(model_.get());
     if (full == nullptr)  // FitConfig::validate refuses it first
       throw std::logic_error("tensor parallelism splits model 'gpt' only, not '" + config_.model + "'");
@@ -162,6 +162,12 @@ class FitModule : public TrainModule, public models::TensorParallelModule {
     at::Tensor loss = loss_of(forward(batch.data), batch.target);
     log("train_loss", loss, LogOptions().sync_dist(true).prog_bar(true));
     return loss;
+  }
+
+  // --pipeline-parallel: the model's forward and the loss of training_step, apart.
+  at::Tensor pipeline_forward(const at::Tensor& input) override { return forward(input); }
+  at::Tensor pipeline_loss(const at::Tensor& logits, const at::Tensor& target) override {
+    return loss_of(logits, target);
   }
 
   void validation_step(const data::Batch& batch, int64_t /*batch_idx*/) override {
@@ -190,7 +196,7 @@ class FitModule : public TrainModule, public models::TensorParallelModule {
           config_.lr_gamma);
     }
     out.lr_schedule = schedule;
-    if (p.rank == 0 && p.tp_rank == 0 && !configured_)
+    if (p.rank == 0 && p.tp_rank == 0 && p.pp_rank == 0 && !configured_)
       banner_(p);  // once: an elastic run asks again for a new world
     configured_ = true;
     return out;
@@ -279,11 +285,16 @@ struct FitJob {
   std::optional<double> baseline_perplexity;  // text: the unigram model's, per byte
 };
 
-// "2 rank(s)", or under tensor parallelism "2 data-parallel x 2 tensor-parallel rank(s)".
+// "2 rank(s)", or under tensor or pipeline parallelism "2 data-parallel x 2 tensor-parallel rank(s)",
+// "2 data-parallel x 2 pipeline-parallel rank(s)".
 std::string ranks_line(const TrainingPlan& plan) {
-  if (plan.tensor_parallel == 1) return std::to_string(plan.world_size) + " rank(s)";
-  return std::to_string(plan.world_size) + " data-parallel x " + std::to_string(plan.tensor_parallel) +
-         " tensor-parallel rank(s)";
+  if (plan.tensor_parallel == 1 && plan.pipeline_parallel == 1)
+    return std::to_string(plan.world_size) + " rank(s)";
+  std::string line = std::to_string(plan.world_size) + " data-parallel";
+  if (plan.pipeline_parallel > 1)
+    line += " x " + std::to_string(plan.pipeline_parallel) + " pipeline-parallel";
+  if (plan.tensor_parallel > 1) line += " x " + std::to_string(plan.tensor_parallel) + " tensor-parallel";
+  return line + " rank(s)";
 }
 
 std::string count_line(const std::string& name, int64_t train, int64_t val, const std::string& what) {

@@ -130,6 +130,17 @@ void check_text_options(const FitConfig& config) {
                                 " does not divide devices=" + text(*devices) +
                                 ": choose a multiple of it (the world holds world / T data-parallel groups)");
   }
+  const int stages = config.trainer.pipeline_parallel();
+  if (stages > 1 && config.model == "cnn") {
+    throw std::invalid_argument("pipeline_parallel " + text(stages) +
+                                " cuts a model built in stages, and model 'cnn' is one: use model mlp, "
+                                "resnet18 or gpt, or pipeline_parallel 1");
+  }
+  if (devices && stages >= 1 && *devices % stages != 0) {
+    throw std::invalid_argument("pipeline_parallel " + text(stages) +
+                                " does not divide devices=" + text(*devices) +
+                                ": choose a multiple of it (the world holds world / P pipelines)");
+  }
   if (!text_data) return;
   if (!config.data_dir.empty()) {
     throw std::invalid_argument("data_dir does not apply to data 'text': name the text with text_file");

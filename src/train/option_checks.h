@@ -98,4 +98,49 @@ inline void check_tensor_parallel(const TensorParallelUse& use) {
   if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use tensor_parallel 1");
 }
 
+/// What a run asks of pipeline parallelism (TrainerOptions::pipeline_parallel): the options it meets.
+struct PipelineParallelUse {
+  int pipeline_parallel = 1;
+  int micro_batches = 1;
+  int tensor_parallel = 1;
+  StrategyKind strategy = StrategyKind::kDdp;
+  Precision precision = Precision::k32;
+  bool elastic = false;
+  bool cuda_graphs = false;
+};
+
+/// The one home of what pipeline parallelism works with: throws "pipeline_parallel P does not work with
+/// <what>: <fix>" (or names a P or micro_batches below 1, or micro-batches without a pipeline).
+inline void check_pipeline_parallel(const PipelineParallelUse& use) {
+  check_at_least("pipeline_parallel", use.pipeline_parallel, 1);
+  check_at_least("micro_batches", use.micro_batches, 1);
+  if (use.pipeline_parallel == 1) {
+    if (use.micro_batches > 1) {
+      throw std::invalid_argument("micro_batches " + text(use.micro_batches) +
+                                  " cuts a batch for a pipeline, and pipeline_parallel is 1: set "
+                                  "pipeline_parallel > 1, or micro_batches 1");
+    }
+    return;
+  }
+  const auto refuse = [&](const std::string& what, const std::string& fix) {
+    throw std::invalid_argument("pipeline_parallel " + text(use.pipeline_parallel) + " does not work with " +
+                                what + ": " + fix);
+  };
+  if (use.strategy != StrategyKind::kDdp && use.strategy != StrategyKind::kZero1) {
+    refuse(std::string("strategy '") + to_string(use.strategy) + "'",
+           "the data-parallel dimension runs ddp or zero1; use one of them, or pipeline_parallel 1");
+  }
+  if (use.precision != Precision::k32) {
+    refuse(std::string("precision '") + to_string(use.precision) + "'",
+           "the pipeline trains in float32 for now; use precision 32, or pipeline_parallel 1");
+  }
+  if (use.tensor_parallel > 1) {
+    refuse("tensor_parallel " + text(use.tensor_parallel),
+           "the tensor-parallel gpt is not cut into pipeline stages yet; use one of them");
+  }
+  if (use.elastic)
+    refuse("elastic", "a lost rank takes a stage with it; turn elastic off, or use pipeline_parallel 1");
+  if (use.cuda_graphs) refuse("cuda_graphs", "turn cuda_graphs off, or use pipeline_parallel 1");
+}
+
 }  // namespace lockstep::train::detail

@@ -9,6 +9,20 @@
 
 namespace lockstep::train {
 
+at::Tensor TrainModuleBase::pipeline_forward(const at::Tensor& /*input*/) {
+  throw std::logic_error(
+      "pipeline parallelism runs the model's forward and the loss apart: override pipeline_forward (the "
+      "model's forward, through staged_model()'s stages) and pipeline_loss in " +
+      checkpoint_name());
+}
+
+at::Tensor TrainModuleBase::pipeline_loss(const at::Tensor& /*output*/, const at::Tensor& /*target*/) {
+  throw std::logic_error(
+      "pipeline parallelism runs the model's forward and the loss apart: override pipeline_loss (a "
+      "micro-batch's mean loss) in " +
+      checkpoint_name());
+}
+
 void LoggedMetrics::add(const std::string& name, double value, double weight, bool sync_dist, bool prog_bar) {
   if (name.empty()) throw std::invalid_argument("log(): the metric name is empty");
   if (!(weight > 0)) {

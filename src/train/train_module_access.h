@@ -27,6 +27,10 @@ struct TrainModuleAccess {
   static void validation_step(TrainModuleBase& module, const void* batch, int64_t batch_idx) {
     module.erased_validation_step(batch, batch_idx);
   }
+  /// Under pipeline parallelism: the batch's model input and loss target (BasicTrainModule::pipeline_input).
+  static std::pair<at::Tensor, at::Tensor> pipeline_input(TrainModuleBase& module, const void* batch) {
+    return module.erased_pipeline_input(batch);
+  }
 };
 
 }  // namespace lockstep::train::detail

@@ -23,6 +23,7 @@
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/rank_start.h"
 #include "lockstep/models/tensor_parallel_layout.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/precision.h"
 #include "option_checks.h"
@@ -130,10 +131,11 @@ void Trainer::save_checkpoint(const std::string& path) {
   if (!run_) throw std::logic_error("Trainer::save_checkpoint outside fit()");
   Run& run = *run_;
   comm::ProcessGroup& world = *run.group;
-  // The ranks whose states differ: the world, or under tensor parallelism each tensor-parallel rank's
-  // data-parallel group, which writes that rank's part (tensor_parallel_path).
+  // The ranks whose states differ: the world, or under tensor and pipeline parallelism each part's
+  // data-parallel group (Run::part_rank: a tensor-parallel rank's slices, a stage's optimizer), which
+  // writes that part (tensor_parallel_path).
   comm::ProcessGroup& group = run.data_group();
-  const int tp_rank = run.mesh ? run.mesh->tp_rank() : 0;
+  const int part = run.part_rank();
   const int64_t step = run.position.step;
   if (run.mid_accumulation) {
     throw std::logic_error("save_checkpoint('" + path + "') in the middle of an accumulation group (batch " +
@@ -153,7 +155,9 @@ void Trainer::save_checkpoint(const std::string& path) {
   // Under tensor parallelism the save's name (world rank 0's draw) names the other ranks' parts.
   const std::string save =
       run.mesh ? world.broadcast_string(world.rank() == 0 ? tensor_parallel_save_name(step) : "") : "";
-  const std::string mine = tensor_parallel_path(path, tp_rank, save);
+  const std::string mine = tensor_parallel_path(path, part, save);
+  // Every stage's part holds the whole model (so that any part exports alone); its optimizer, the stage's.
+  if (auto* pipe = run.strategy->pipeline()) pipe->gather_whole();
   run.flush_graph_logs();  // what replays of a CUDA graph logged, into the table
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =
@@ -173,14 +177,14 @@ void Trainer::save_checkpoint(const std::string& path) {
   // rank 0's write succeeded too.
   if (run.mesh) {
     detail::on_every_rank(world, "save_checkpoint('" + path + "')", [&] {
-      if (tp_rank > 0 && group.rank() == 0) write_checkpoint(mine, rng_states, logged, shards, save);
+      if (part > 0 && group.rank() == 0) write_checkpoint(mine, rng_states, logged, shards, save);
       return std::string();
     });
   }
   detail::on_every_rank(world, "save_checkpoint('" + path + "')", [&] {
-    if (tp_rank > 0 || group.rank() != 0) return std::string();
+    if (part > 0 || group.rank() != 0) return std::string();
     write_checkpoint(mine, rng_states, std::move(logged), std::move(shards), save);
-    if (run.mesh) remove_tensor_parallel_parts(path, run.mesh->tensor_parallel(), save);
+    if (run.mesh) remove_tensor_parallel_parts(path, run.parts(), save);
     return std::string();
   });
 }
@@ -206,9 +210,10 @@ void Trainer::write_checkpoint(const std::string& path, at::Tensor rng_states,
   state.batches_per_step = run.batches_per_step;
   state.shards = std::move(shards);
   state.tensor_parallel = run.mesh ? run.mesh->tensor_parallel() : 1;
+  state.pipeline_parallel = run.mesh ? run.mesh->pipeline_parallel() : 1;
   if (run.mesh) {
-    state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
-    state.tensor_parallel_rank = run.mesh->tp_rank();
+    if (state.tensor_parallel > 1) state.tensor_parallel_layout = tensor_parallel_layout(*run.module);
+    state.tensor_parallel_rank = run.part_rank();
     state.tensor_parallel_save = save;
   }
   if (zero) {

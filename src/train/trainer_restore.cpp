@@ -88,38 +88,38 @@ void Trainer::Run::restore() {
   }
 }
 
-// Under tensor parallelism each rank loads its tensor-parallel rank's part, which its data-parallel group
-// wrote (the position, generators and logged sums are that group's). Rank 0's part, `whole_path`, names the
-// save the others are of (tensor_parallel_path): the ranks of tensor-parallel rank 0 load it first, then
-// the others theirs; every rank learns of a failure on any (detail::on_every_rank) instead of waiting.
+// Under tensor and pipeline parallelism each rank loads its part (part_rank()), which its data-parallel
+// group wrote (the position, generators and logged sums are that group's). Part 0, `whole_path`, names the
+// save the others are of (tensor_parallel_path): the ranks of part 0 load it first, then the others
+// theirs; every rank learns of a failure on any (detail::on_every_rank) instead of waiting.
 CheckpointState Trainer::Run::load_tensor_parallel_part(const std::string& whole_path) {
-  const int tensor_parallel = mesh->tensor_parallel();
-  const int tp_rank = mesh->tp_rank();
+  const int part = part_rank();
   const std::string what = "resume '" + whole_path + "'";
   CheckpointState saved;
   const auto load = [&](const std::string& path) {
-    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer, tensor_parallel);
+    saved = load_checkpoint(path, module->checkpoint_name(), *module, *optimizer, mesh->tensor_parallel(),
+                            mesh->pipeline_parallel());
   };
   const std::vector<std::string> saves = detail::on_every_rank(*group, what, [&] {
-    if (tp_rank != 0) return std::string();
+    if (part != 0) return std::string();
     load(whole_path);
     return saved.tensor_parallel_save;
   });
   const std::string& save = saves.at(0);
   detail::on_every_rank(*group, what, [&] {
-    if (tp_rank == 0) return std::string();
-    const std::string path = tensor_parallel_path(whole_path, tp_rank, save);
+    if (part == 0) return std::string();
+    const std::string path = tensor_parallel_path(whole_path, part, save);
     if (!std::filesystem::is_regular_file(path)) {
-      throw std::runtime_error(what + ": its part for tensor-parallel rank " + std::to_string(tp_rank) +
-                               ", '" + path + "', is missing: copy the checkpoint with all its parts (" +
-                               whole_path + ".tp<r>." + save + ")");
+      throw std::runtime_error(what + ": its part " + std::to_string(part) + ", '" + path +
+                               "', is missing: copy the checkpoint with all its parts (" + whole_path +
+                               ".tp<r>." + save + ")");
     }
     load(path);
-    if (saved.tensor_parallel_save != save || saved.tensor_parallel_rank != tp_rank) {
-      throw std::runtime_error(what + ": part '" + path + "' is tensor-parallel rank " +
-                               std::to_string(saved.tensor_parallel_rank) + "'s of save '" +
-                               saved.tensor_parallel_save + "', not rank " + std::to_string(tp_rank) +
-                               "'s of '" + save + "': the parts are of different saves");
+    if (saved.tensor_parallel_save != save || saved.tensor_parallel_rank != part) {
+      throw std::runtime_error(what + ": '" + path + "' is part " +
+                               std::to_string(saved.tensor_parallel_rank) + " of save '" +
+                               saved.tensor_parallel_save + "', not part " + std::to_string(part) + " of '" +
+                               save + "': the parts are of different saves");
     }
     return std::string();
   });

@@ -26,6 +26,7 @@
 #include "lockstep/log/make_loggers.h"
 #include "lockstep/log/run_dir.h"
 #include "lockstep/models/tensor_parallel_layout.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/shard/zero_optimizer.h"
 #include "lockstep/train/atomic_file.h"
 #include "lockstep/train/device.h"
@@ -158,6 +159,7 @@ void Trainer::Run::share_metrics(std::vector<detail::MetricValue>& metrics) {
 
 void Trainer::Run::shutdown_mesh() {
   if (!mesh) return;
+  if (strategy && strategy->pipeline()) strategy->pipeline()->shutdown();
   mesh->shutdown();
   step_state->mesh = nullptr;
   scaler.agree_over(nullptr);
@@ -205,10 +207,11 @@ void Trainer::Run::connect() {
   }
   trainer.rank_ = group->rank();
   trainer.world_size_ = group->size();
-  if (options.tensor_parallel() > 1) {
-    mesh = std::make_unique<comm::DeviceMesh>(*group, options.tensor_parallel());
+  if (options.tensor_parallel() > 1 || options.pipeline_parallel() > 1) {
+    mesh = std::make_unique<comm::DeviceMesh>(*group, options.tensor_parallel(), options.pipeline_parallel());
     step_state->mesh = mesh.get();
-    scaler.agree_over(&mesh->tp());  // fp16: every slice's inf skips the step on every rank
+    // fp16: every slice's inf skips the step on every rank
+    if (options.tensor_parallel() > 1) scaler.agree_over(&mesh->tp());
   }
 }
 
@@ -297,8 +300,18 @@ void Trainer::Run::setup_model() {
 void Trainer::Run::wrap_model(bool init_sync) {
   // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
   strategy = Strategy::make(options.strategy(), data_group(), precision_, StrategyApi::kTrainer);
-  if (mesh) strategy->split_over(mesh->tp());
-  if (strategy->shards_parameters()) {
+  if (mesh && mesh->tensor_parallel() > 1) strategy->split_over(mesh->tp());
+  if (mesh && mesh->pipeline_parallel() > 1) {
+    models::Staged* staged = module->staged_model();
+    if (staged == nullptr) {
+      throw std::invalid_argument("pipeline_parallel " + std::to_string(mesh->pipeline_parallel()) +
+                                  " cuts the module's staged_model() into stages, and module '" +
+                                  module->checkpoint_name() +
+                                  "' returns none: return its models::Staged model there");
+    }
+    strategy->pipeline_model(module, *staged, mesh->pp(),
+                             {options.pipeline_schedule(), options.micro_batches(), options.pipeline_cut()});
+  } else if (strategy->shards_parameters()) {
     fsdp = strategy->shard_model(module, module->staged_model());
   } else {
     ddp = std::make_shared<Ddp>(module, data_group(), strategy->ddp_options().init_sync(init_sync));
@@ -312,6 +325,8 @@ void Trainer::Run::plan_world() {
   plan.rank = data_group().rank();
   plan.tensor_parallel = mesh ? mesh->tensor_parallel() : 1;
   plan.tp_rank = mesh ? mesh->tp_rank() : 0;
+  plan.pipeline_parallel = mesh ? mesh->pipeline_parallel() : 1;
+  plan.pp_rank = mesh ? mesh->pp_rank() : 0;
   plan.accumulate_grad_batches = batches_per_step > 0
                                      ? accumulation_keeping(batches_per_step, data_group().size())
                                      : options.accumulate_grad_batches();
@@ -541,6 +556,15 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   // Gradients of a partial accumulation group stay local (no all-reduce) until its last batch.
   std::optional<ddp::NoSyncGuard> no_sync;
   if (!steps_now) no_sync.emplace(strategy->gradient_sync());
+  if (strategy->pipeline() != nullptr) {
+    const double value = pipeline_batch(batch);
+    check_finite_loss(value, b);
+    step_timer_.end(StepPhase::kBackward);  // the schedule interleaves the passes: forward counts here too
+    if (steps_now)
+      step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce,
+                       strategy->gradient_sync().exposed_seconds());
+    return value;
+  }
   if (ddp) ddp->before_forward();  // fsdp's runs inside the model's forward
   at::Tensor loss;
   {
@@ -554,18 +578,7 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   for (const auto& callback : options.callbacks()) callback->on_before_backward(trainer, loss);
   const double value = loss.item<double>();
   step_timer_.end(StepPhase::kForward);
-  if (!std::isfinite(value)) {
-    if (!skip_nan) {
-      throw std::runtime_error(
-          "non-finite training loss " + std::to_string(value) + " at step " +
-          std::to_string(position.step + 1) + " (epoch " + std::to_string(step_state->epoch) + ", batch " +
-          std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
-          ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
-          "skip such steps on every rank (on_nan skip)");
-    }
-    group_has_nan_ = true;
-    logged() = logged_before_;  // what this batch logged is dropped with the step
-  }
+  check_finite_loss(value, b);
   const int64_t accumulate = step_state->plan.accumulate_grad_batches;
   scaler.scale(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
   step_timer_.end(StepPhase::kBackward);
@@ -579,6 +592,36 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
     step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce, waits.backward_s);
   }
   return value;
+}
+
+double Trainer::Run::pipeline_batch(const void* batch) {
+  const auto [input, target] = detail::TrainModuleAccess::pipeline_input(*module, batch);
+  TrainModuleBase& m = *module;
+  // Inside an accumulation group each batch's loss counts 1/accumulate, as train_batch divides it.
+  const auto accumulate = static_cast<double>(step_state->plan.accumulate_grad_batches);
+  const double value = strategy->pipeline_step(
+                           input, target, [&m](const at::Tensor& x) { return m.pipeline_forward(x); },
+                           [&m, accumulate](const at::Tensor& output, const at::Tensor& t) {
+                             const at::Tensor loss = m.pipeline_loss(output, t);
+                             return accumulate > 1 ? loss / accumulate : loss;
+                           }) *
+                       accumulate;
+  m.log("train_loss", value, LogOptions().sync_dist(true).prog_bar(true));
+  return value;
+}
+
+void Trainer::Run::check_finite_loss(double value, int64_t b) {
+  if (std::isfinite(value)) return;
+  if (options.on_nan() != OnNan::kSkip) {
+    throw std::runtime_error(
+        "non-finite training loss " + std::to_string(value) + " at step " +
+        std::to_string(position.step + 1) + " (epoch " + std::to_string(step_state->epoch) + ", batch " +
+        std::to_string(b) + ") on rank " + std::to_string(group->rank()) +
+        ": lower the learning rate, clip gradients (gradient_clip_val), check the data, or "
+        "skip such steps on every rank (on_nan skip)");
+  }
+  group_has_nan_ = true;
+  logged() = logged_before_;  // what this batch logged is dropped with the step
 }
 
 bool Trainer::Run::step(int64_t b) {
@@ -779,6 +822,9 @@ TrainerResult Trainer::Run::finish() {
     if (elastic) elastic->shutdown();
     return result_;
   }
+  // Pipeline parallelism: on_fit_end and the caller after fit() see the whole trained model on every rank,
+  // as after ddp.
+  if (strategy->pipeline() != nullptr) strategy->pipeline()->gather_whole();
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
     const shard::FullParameters whole = strategy->whole_parameters();
@@ -787,7 +833,7 @@ TrainerResult Trainer::Run::finish() {
     SafetensorsMetadata metadata{
         {"format", "pt"}, {"producer", options.producer()}, {"model", module->checkpoint_name()}};
     if (!result_.epochs.empty()) metadata["epochs"] = std::to_string(result_.epochs.back().epoch + 1);
-    if (mesh) {
+    if (mesh && mesh->tensor_parallel() > 1) {
       // The model whole, gathered over the tensor-parallel group. final.pt, LibTorch's archive of this
       // module, would hold one rank's slices under the whole model's names: not written.
       const std::vector<NamedTensor> tensors = whole_module_tensors(*module, mesh->tp());

@@ -63,8 +63,9 @@ struct Trainer::Run {
   std::optional<comm::ProcessGroup> owned_group;
   std::unique_ptr<comm::ElasticWorld> elastic;  // options.elastic(): `group` is its current generation's
   comm::ProcessGroup* group = nullptr;
-  // tensor_parallel > 1: the world as data × tensor parallel; the strategy, the data and the epoch's
-  // metrics then work over mesh->dp() (data_group()), and votes and rank 0's duties over the world.
+  // tensor_parallel or pipeline_parallel > 1: the world as data × pipeline × tensor parallel; the strategy,
+  // the data and the epoch's metrics then work over mesh->dp() (data_group()), and votes and rank 0's
+  // duties over the world.
   std::unique_ptr<comm::DeviceMesh> mesh;
   std::shared_ptr<TrainModuleBase> module;
   // The module's step state, written here only: its epoch is the epoch in progress (or just finished, in
@@ -91,8 +92,12 @@ struct Trainer::Run {
   std::string stop_reason;
   double lr = 0.0;
 
-  /// The ranks that train on different data: mesh->dp() under tensor parallelism, else the world.
+  /// The ranks that train on different data: mesh->dp() under tensor or pipeline parallelism, else the world.
   comm::ProcessGroup& data_group() const { return mesh ? mesh->dp() : *group; }
+  /// The checkpoint part this rank's data-parallel group writes and reads (tensor_parallel_path): one per
+  /// tensor-parallel rank and stage, pp_rank × T + tp_rank of P × T; 0 of 1 without a mesh.
+  int part_rank() const { return mesh ? mesh->pp_rank() * mesh->tensor_parallel() + mesh->tp_rank() : 0; }
+  int parts() const { return mesh ? mesh->pipeline_parallel() * mesh->tensor_parallel() : 1; }
 
   /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
   void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;
@@ -126,7 +131,7 @@ struct Trainer::Run {
     double seconds = 0.0;
   };
 
-  /// Shuts the mesh's subgroups down (tensor_parallel); the world stays open.
+  /// Shuts the pipeline's links and the mesh's subgroups down; the world stays open.
   void shutdown_mesh();
   /// This rank's device (options.accelerator(), device_choice.h), made current.
   void choose_device();
@@ -219,6 +224,12 @@ struct Trainer::Run {
   /// Forward and backward of batch `b` (of `samples` samples); returns its loss (non-finite only with
   /// on_nan skip).
   double train_batch(const void* batch, int64_t samples, int64_t b, bool steps_now);
+  /// Under pipeline parallelism, train_batch's forward and backward: the batch through the strategy's
+  /// pipeline, its loss logged as "train_loss". Returns the loss.
+  double pipeline_batch(const void* batch);
+  /// A non-finite training loss: thrown as an error, or (on_nan skip) the step marked to be skipped and
+  /// what the batch logged dropped.
+  void check_finite_loss(double value, int64_t b);
   /// The end of an accumulation group; returns whether the optimizer stepped.
   bool step(int64_t b);
   /// The learning rate of the step about to run (the schedule's), set on the optimizer.

@@ -55,6 +55,20 @@ PY
 }
 run() { "$lockstep" "${common[@]}" "$@" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "fit $* failed"; }; }
 
+# same_losses A.jsonl B.jsonl TOLERANCE: every epoch's train and val losses at most TOLERANCE apart, the same
+# sample counts (the model-parallel cases against ddp).
+same_losses() {
+  "$python" - "$@" <<'PY'
+import json, sys
+a, b, tolerance = [json.loads(l) for l in open(sys.argv[1])], [json.loads(l) for l in open(sys.argv[2])], float(sys.argv[3])
+worst = max(abs(x[k] - y[k]) for x, y in zip(a, b) for k in ("train_loss", "val_loss"))
+print(f"{sys.argv[1]} vs {sys.argv[2]}: losses at most {worst:.3g} apart")
+assert len(a) == len(b) and all(x["train_samples"] == y["train_samples"] and x["val_samples"] == y["val_samples"]
+                              for x, y in zip(a, b)), "other sample counts"
+sys.exit(0 if worst <= tolerance else 1)
+PY
+}
+
 # expect_failure STATUS PATTERN -- CMD... (e2e_lib.sh)
 . "$(dirname "$0")/e2e_lib.sh"
 
@@ -615,17 +629,6 @@ gpt_tp)
   run --devices 2 --batch-size 8 --momentum 0.001 --metrics-file "$work/momentum.jsonl"
   check_metrics "$work/dp2_tp2.jsonl" 2 4 $((2 * 20 * 8)) $((2 * 4 * 8)) 0.1 64
   check_metrics "$work/dp1_tp2.jsonl" 2 2 $((2 * 20 * 8)) $((2 * 4 * 8)) 0.1 64
-  same_losses() {
-    "$python" - "$@" <<'PY'
-import json, sys
-a, b, tolerance = [json.loads(l) for l in open(sys.argv[1])], [json.loads(l) for l in open(sys.argv[2])], float(sys.argv[3])
-worst = max(abs(x[k] - y[k]) for x, y in zip(a, b) for k in ("train_loss", "val_loss"))
-print(f"{sys.argv[1]} vs {sys.argv[2]}: losses at most {worst:.3g} apart")
-assert len(a) == len(b) and all(x["train_samples"] == y["train_samples"] and x["val_samples"] == y["val_samples"]
-                                for x, y in zip(a, b)), "other sample counts"
-sys.exit(0 if worst <= tolerance else 1)
-PY
-  }
   same_losses "$work/dp2_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "2 x 2 tensor parallel trained other losses than ddp"
   same_losses "$work/dp1_tp2.jsonl" "$work/ddp.jsonl" 1e-4 || fail "1 x 2 tensor parallel trained other losses than ddp"
   ! same_losses "$work/momentum.jsonl" "$work/ddp.jsonl" 1e-4 || fail "the comparison cannot tell another training"
@@ -660,6 +663,59 @@ PY
     { cat "$work/out"; fail "lockstep export of the parts failed"; }
   "$python" "$(dirname "$0")/compare_safetensors.py" --exact "$work/tp/joined.safetensors" \
     "$work/tp/final.safetensors" || fail "lockstep export of the parts is not final.safetensors"
+  ;;
+gpt_pp)
+  # --pipeline-parallel: the gpt cut into 2 stages (2 data x 2 pipeline, 1F1B, 4 micro-batches; 1 x 2 GPipe),
+  # and into 4 stages, against 2 data-parallel ranks of the whole model on the same global batches. The unit
+  # tests compare the weights in float64 (1e-12, test_trainer_pipeline_parallel); here float32 processes
+  # must agree on every epoch's losses and counts. Micro-batches sum a batch's gradient in parts, which
+  # moves the losses by rounding (~1e-7); 1e-4 leaves room and still fails another training (same_losses).
+  write_book
+  run --devices 2 --batch-size 8 --metrics-file "$work/ddp.jsonl" --ckpt-dir "$work/ddp"
+  run --devices 4 --pipeline-parallel 2 --micro-batches 4 --batch-size 8 --metrics-file "$work/dp2_pp2.jsonl"
+  grep -q "on text .*, 2 data-parallel x 2 pipeline-parallel rank(s) x batch 8" "$work/run.out" ||
+    { cat "$work/run.out"; fail "no banner naming the mesh"; }
+  run --devices 2 --pipeline-parallel 2 --micro-batches 2 --pipeline-schedule gpipe --batch-size 16 \
+    --metrics-file "$work/dp1_pp2.jsonl"
+  run --devices 4 --pipeline-parallel 4 --micro-batches 8 --batch-size 16 --metrics-file "$work/dp1_pp4.jsonl"
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --strategy zero1 \
+    --metrics-file "$work/zero1_pp2.jsonl"
+  run --devices 2 --batch-size 8 --momentum 0.001 --metrics-file "$work/momentum.jsonl"
+  check_metrics "$work/dp2_pp2.jsonl" 2 4 $((2 * 20 * 8)) $((2 * 4 * 8)) 0.1 64
+  check_metrics "$work/dp1_pp4.jsonl" 2 4 $((20 * 16)) $((4 * 16)) 0.1 64
+  for run_name in dp2_pp2 dp1_pp2 dp1_pp4 zero1_pp2; do
+    same_losses "$work/$run_name.jsonl" "$work/ddp.jsonl" 1e-4 || fail "$run_name trained other losses than ddp"
+  done
+  ! same_losses "$work/momentum.jsonl" "$work/ddp.jsonl" 1e-4 || fail "the comparison cannot tell another training"
+  # Clipping by the whole model's norm (0.3 clips most steps here; the tied embedding counted once).
+  run --devices 2 --batch-size 8 --gradient-clip-val 0.3 --metrics-file "$work/ddp_clip.jsonl"
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --gradient-clip-val 0.3 \
+    --metrics-file "$work/pp_clip.jsonl"
+  same_losses "$work/pp_clip.jsonl" "$work/ddp_clip.jsonl" 5e-4 || fail "2 x 2 pipeline clipped otherwise than ddp"
+  ! same_losses "$work/ddp_clip.jsonl" "$work/ddp.jsonl" 5e-4 || fail "--gradient-clip-val 0.3 clipped nothing"
+  expect_failure 2 "--pipeline-parallel 2 cuts a model built in stages, and --model 'cnn' is one" -- \
+    "$lockstep" fit --model cnn --data synthetic --pipeline-parallel 2 --devices 2
+  expect_failure 2 "--pipeline-parallel 2 does not divide --devices=3" -- "$lockstep" "${common[@]}" --devices 3 \
+    --pipeline-parallel 2
+  expect_failure 2 "--micro-batches 4 cuts a batch for a pipeline, and --pipeline-parallel is 1" -- \
+    "$lockstep" "${common[@]}" --devices 2 --micro-batches 4
+  # Checkpoints: one part per stage (last.ckpt, last.ckpt.tp1.step-40-<save>), each with the whole model;
+  # final.safetensors is ddp's model (close), `lockstep export` of last.ckpt is final.safetensors exactly;
+  # a resume goes on from both parts; resuming with another --pipeline-parallel is refused.
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --ckpt-dir "$work/pp"
+  [ -f "$work/pp/last.ckpt" ] && compgen -G "$work/pp/last.ckpt.tp1.step-40-*" >/dev/null ||
+    { ls -l "$work/pp"; fail "not the checkpoint parts expected"; }
+  "$python" "$(dirname "$0")/compare_safetensors.py" --close "$work/pp/final.safetensors" \
+    "$work/ddp/final.safetensors" || fail "final.safetensors of 2 x 2 pipeline is not ddp's model"
+  "$lockstep" export "$work/pp/last.ckpt" -o "$work/pp/exported.safetensors" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "lockstep export of a pipeline checkpoint failed"; }
+  "$python" "$(dirname "$0")/compare_safetensors.py" --exact "$work/pp/exported.safetensors" \
+    "$work/pp/final.safetensors" || fail "lockstep export of last.ckpt is not final.safetensors"
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --ckpt-dir "$work/pp" --resume last
+  grep -q "resumed from $work/pp/last.ckpt: epoch 2, batch 0, step 40" "$work/run.out" ||
+    { cat "$work/run.out"; fail "no resume from both parts"; }
+  expect_failure 1 "last.ckpt': written with --pipeline-parallel 2, resumed with 1" -- "$lockstep" "${common[@]}" \
+    --devices 2 --ckpt-dir "$work/pp" --resume last
   ;;
 *)
   fail "unknown case"

@@ -261,6 +261,39 @@ TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
   }
 }
 
+// gather_whole: after training, every stage's copy of the whole model (the stages it does not hold too) is
+// one process's; Gpt's tied embedding comes from stage 0.
+TEST(PipelineGatherWhole, EveryStageEndsWithTheWholeModelOfOneProcess) {
+  for (Model kind : {Model::kMlp, Model::kGpt}) {
+    for (int stages : {2, 4}) {
+      SCOPED_TRACE(std::string(model_name(kind)) + " P " + std::to_string(stages));
+      const Data data = make_data(kind, 8);
+      const Reference reference = train_reference(kind, data);
+      std::vector<Subject> subjects;
+      for (int r = 0; r < stages; ++r) subjects.push_back(make_subject(kind));
+      run_group_ranks(stages, "pipeline-gather", [&](int rank, comm::ProcessGroup& group) {
+        Subject& subject = subjects[static_cast<size_t>(rank)];
+        PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::kGPipe, 2, {}});
+        for (int step = 0; step < kSteps; ++step) {
+          pipe.forward_backward(
+              data.inputs[step], data.targets[step], subject.forward,
+              [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(kind, out, t); });
+          sgd(pipe.parameters());
+        }
+        pipe.gather_whole();
+        const auto modules = subject.staged->stage_modules();
+        for (size_t m = 0; m < modules.size(); ++m) {
+          const auto ps = modules[m]->parameters();
+          for (size_t i = 0; i < ps.size(); ++i) {
+            EXPECT_LT((ps[i] - reference.stage_parameters[m][i]).abs().max().item<double>(), kTolerance)
+                << "stage module " << m << " parameter " << i << " on rank " << rank;
+          }
+        }
+      });
+    }
+  }
+}
+
 // Two calls before a step accumulate as two backward passes of one process do: the tied embedding's
 // gradient, summed over its two stages after each call, is not summed again.
 TEST(PipelineAccumulation, TwoCallsAccumulateAsTwoBackwardPassesOfOneProcess) {

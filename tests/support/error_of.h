@@ -1,7 +1,8 @@
 #pragma once
 
-// The message of the std::invalid_argument a call throws, for tests of error messages.
+// The message of the exception a call throws, for tests of error messages.
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,17 @@ std::string invalid_argument_of(F&& f) {
     return e.what();
   }
   return "(no std::invalid_argument thrown)";
+}
+
+/// what() of the std::exception `f()` throws (of any kind), "" when it throws none.
+template <typename F>
+std::string what_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace lockstep::testing

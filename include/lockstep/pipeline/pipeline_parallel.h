@@ -88,6 +88,11 @@ class PipelineParallel : private models::StageRunner {
   double forward_backward(const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                           const Loss& loss);
 
+  /// Makes every stage's copy of the whole model current: each stage module's parameters and buffers are
+  /// broadcast from the first stage whose calls use it (the copies elsewhere are not trained). A collective
+  /// of the group, outside forward_backward: to evaluate or save the whole model on any stage.
+  void gather_whole();
+
   /// Clips the gradients of the whole model as torch.nn.utils.clip_grad_norm_ does on one process (the
   /// 2-norm over every parameter, a module held by several stages counted once; the gradients scaled by
   /// optim::clip_coefficient: max_norm / (norm + 1e-6) when below 1). A collective of the group, after

@@ -65,8 +65,12 @@ struct CheckpointState {
   /// chunks]} (models::ParameterSplit; the others are whole in every part). What `lockstep export` puts the
   /// parts together by.
   std::string tensor_parallel_layout;
-  /// With tensor_parallel > 1: which part this file is (0: rank 0's, the one that names the others), and
-  /// the name of the save that wrote the set (tensor_parallel_save_name).
+  /// The pipeline-parallel size of the run that wrote it (TrainerOptions::pipeline_parallel): one file per
+  /// stage (and tensor-parallel rank), each with the whole model and its stage's optimizer state.
+  int pipeline_parallel = 1;
+  /// With tensor_parallel or pipeline_parallel > 1: which part this file is (stage × tensor_parallel +
+  /// tensor-parallel rank; 0: the one that names the others), and the name of the save that wrote the set
+  /// (tensor_parallel_save_name).
   int tensor_parallel_rank = 0;
   std::string tensor_parallel_save;
 };
@@ -126,11 +130,12 @@ void save_sharded_checkpoint(const std::string& path, const torch::nn::Module& m
 /// checkpoint, of another format version, or holds a model named other than `model_name` or
 /// whose parameters do not have this model's names and shapes; throws std::invalid_argument naming both
 /// when it was written with another tensor_parallel than `tensor_parallel` (each part holds slices of
-/// another shape). Tensors are restored onto the device of
+/// another shape) or another pipeline_parallel than `pipeline_parallel` (each part holds another stage's
+/// optimizer state). Tensors are restored onto the device of
 /// `model`'s first parameter (a checkpoint of a GPU run resumes on the CPU too).
 CheckpointState load_checkpoint(const std::string& path, const std::string& model_name,
                                 torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                int tensor_parallel = 1);
+                                int tensor_parallel = 1, int pipeline_parallel = 1);
 
 /// Copies the parameters and buffers an archive holds (Module::save's layout) into `module`'s existing
 /// tensors, checking names, dtypes and shapes. Unlike Module::load it keeps every tensor object, so the

@@ -4,7 +4,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -105,12 +108,16 @@ struct CapturedLog {
 /// What the Trainer knows before training starts, for configure_optimizers (Lightning's
 /// trainer.estimated_stepping_batches and friends).
 struct TrainingPlan {
-  /// The data-parallel ranks (the world, or world / T under tensor parallelism) and this rank among them.
+  /// The data-parallel ranks (the world, or world / (T × P) under tensor and pipeline parallelism) and this
+  /// rank among them.
   int world_size = 1;
   int rank = 0;
   /// TrainerOptions::tensor_parallel, and this rank's position in its tensor-parallel group.
   int tensor_parallel = 1;
   int tp_rank = 0;
+  /// TrainerOptions::pipeline_parallel, and this rank's stage.
+  int pipeline_parallel = 1;
+  int pp_rank = 0;
   int64_t max_epochs = 1;
   int64_t batches_per_epoch = 0;  ///< this rank's training batches per epoch (after limit_train_batches)
   int64_t steps_per_epoch = 0;  ///< optimizer steps per epoch (batches / accumulate_grad_batches, rounded up)
@@ -135,7 +142,8 @@ struct StepState {
   TrainingPlan plan;       ///< filled before configure_optimizers
   /// While the Trainer captures a CUDA graph: where log() keeps what it is given (null otherwise).
   std::vector<CapturedLog>* captured_logs = nullptr;
-  /// TrainerOptions::tensor_parallel > 1: the run's mesh, from configure_model() to the fit's end.
+  /// TrainerOptions::tensor_parallel or pipeline_parallel > 1: the run's mesh, from configure_model() to the
+  /// fit's end.
   comm::DeviceMesh* mesh = nullptr;
 };
 
@@ -161,6 +169,16 @@ class TrainModuleBase : public torch::nn::Module {
   /// it, through which training_step and validation_step call it (one FSDP unit, the whole model).
   virtual models::Staged* staged_model() { return nullptr; }
 
+  // ---- pipeline parallelism (TrainerOptions::pipeline_parallel > 1): torch.distributed.pipelining's
+  // split of a step into the model and a loss function. The Trainer calls these instead of training_step.
+  /// The model's forward on a micro-batch of inputs (BasicTrainModule::pipeline_input's, cut along dim 0),
+  /// through staged_model()'s stages: every stage runs it, computing its own stages' calls and passing the
+  /// others through. Default: throws std::logic_error naming what to override.
+  virtual at::Tensor pipeline_forward(const at::Tensor& input);
+  /// A micro-batch's loss from pipeline_forward's output and its targets, as the mean over its samples (the
+  /// Trainer weights each micro-batch by its share of the batch). Default: throws std::logic_error.
+  virtual at::Tensor pipeline_loss(const at::Tensor& output, const at::Tensor& target);
+
   /// Records a value for this epoch (see LogOptions). From training_step or validation_step.
   void log(const std::string& name, double value, const LogOptions& options = {});
   /// A scalar tensor (e.g. the loss); read with .item(), detached.
@@ -171,8 +189,8 @@ class TrainModuleBase : public torch::nn::Module {
   int64_t global_step() const { return state_->step; }
   /// Valid from configure_optimizers on.
   const TrainingPlan& plan() const { return state_->plan; }
-  /// The run's DeviceMesh under TrainerOptions::tensor_parallel > 1, from configure_model() to the fit's
-  /// end; null otherwise (Lightning's self.device_mesh).
+  /// The run's DeviceMesh under TrainerOptions::tensor_parallel or pipeline_parallel > 1, from
+  /// configure_model() to the fit's end; null otherwise (Lightning's self.device_mesh).
   comm::DeviceMesh* device_mesh() const { return state_->mesh; }
 
  private:
@@ -182,6 +200,7 @@ class TrainModuleBase : public torch::nn::Module {
   // The steps with the batch type erased: BasicTrainModule<B> casts back to B.
   virtual at::Tensor erased_training_step(const void* batch, int64_t batch_idx) = 0;
   virtual void erased_validation_step(const void* batch, int64_t batch_idx) = 0;
+  virtual std::pair<at::Tensor, at::Tensor> erased_pipeline_input(const void* batch) = 0;
 
   LoggedMetrics logged_;  // what log() adds to; the Trainer clears, counts, restores and reduces it
   std::shared_ptr<const detail::StepState> state_ = std::make_shared<const detail::StepState>();
@@ -214,6 +233,18 @@ class BasicTrainModule : public TrainModuleBase {
   virtual at::Tensor training_step(const B& batch, int64_t batch_idx) = 0;
   /// Called under NoGradGuard for each validation batch; log what to measure.
   virtual void validation_step(const B& /*batch*/, int64_t /*batch_idx*/) {}
+  /// Under pipeline parallelism: a batch's model input and loss target (pipeline_forward's and
+  /// pipeline_loss's), each cut into micro-batches along dim 0. Default: a data::Batch's data and target;
+  /// for other batch types it throws std::logic_error naming what to override.
+  virtual std::pair<at::Tensor, at::Tensor> pipeline_input(const B& batch) {
+    if constexpr (std::is_same_v<B, data::Batch>) {
+      return {batch.data, batch.target};
+    } else {
+      (void)batch;
+      throw std::logic_error(
+          "pipeline parallelism needs the batch's input and target as tensors: override pipeline_input");
+    }
+  }
 
  private:
   at::Tensor erased_training_step(const void* batch, int64_t batch_idx) final {
@@ -221,6 +252,9 @@ class BasicTrainModule : public TrainModuleBase {
   }
   void erased_validation_step(const void* batch, int64_t batch_idx) final {
     validation_step(*static_cast<const B*>(batch), batch_idx);
+  }
+  std::pair<at::Tensor, at::Tensor> erased_pipeline_input(const void* batch) final {
+    return pipeline_input(*static_cast<const B*>(batch));
   }
 };
 

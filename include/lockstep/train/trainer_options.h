@@ -12,6 +12,7 @@
 #include "lockstep/comm/backend.h"
 #include "lockstep/detail/option.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/pipeline/schedule.h"
 #include "lockstep/train/batch_limit.h"
 #include "lockstep/train/callback.h"
 #include "lockstep/train/device_choice.h"
@@ -67,6 +68,24 @@ class TrainerOptions {
   /// whole and final.pt is not written. Strategy ddp or zero1; not with elastic or cuda_graphs. 1 (the
   /// default): none.
   LOCKSTEP_OPTION(TrainerOptions, int, tensor_parallel)
+  /// Pipeline parallelism: the world as a comm::DeviceMesh of world / P data-parallel × P pipeline ranks
+  /// (consecutive ranks are one pipeline's stages). The module's staged_model() is cut into P stages
+  /// (pipeline::PipelineParallel: balanced by parameters, or pipeline_cut), and each training batch runs
+  /// through the pipeline in micro_batches micro-batches by pipeline_schedule: pipeline_forward() then
+  /// pipeline_loss() (train_module.h) instead of training_step, the loss logged as "train_loss". The
+  /// strategy (ddp or zero1), the sampler and the epoch's metrics work over device_mesh()->dp(); a stage's
+  /// optimizer steps its own parameters; validation and the final weights use the whole model (every
+  /// stage's copy made current first). Checkpoints come in one part per stage (tensor_parallel_path's
+  /// names). Precision 32; not with tensor_parallel, elastic or cuda_graphs. 1 (the default): none.
+  LOCKSTEP_OPTION(TrainerOptions, int, pipeline_parallel)
+  /// Micro-batches each rank's batch is cut into under pipeline_parallel (>= 1; 1 without a pipeline).
+  LOCKSTEP_OPTION(TrainerOptions, int, micro_batches)
+  /// The pipeline's schedule: 1F1B (the default; a stage holds at most P - s micro-batches' activations)
+  /// or GPipe (all M).
+  LOCKSTEP_OPTION(TrainerOptions, pipeline::Schedule, pipeline_schedule)
+  /// The first forward call (models::Staged::forward_stages) of each stage after the first: P - 1
+  /// increasing indices. Empty (the default): balanced by the parameters each call uses.
+  LOCKSTEP_OPTION(TrainerOptions, std::vector<size_t>, pipeline_cut)
   /// The comm backend (comm::Backend; kAuto picks one for the machine: nccl for CUDA devices).
   LOCKSTEP_OPTION(TrainerOptions, comm::Backend, backend)
   /// Intra-op threads per rank; 0 = cores / local ranks.
@@ -186,6 +205,10 @@ class TrainerOptions {
   AcceleratorKind accelerator_ = AcceleratorKind::kAuto;
   StrategyOptions strategy_;
   int tensor_parallel_ = 1;
+  int pipeline_parallel_ = 1;
+  int micro_batches_ = 1;
+  pipeline::Schedule pipeline_schedule_ = pipeline::Schedule::k1F1B;
+  std::vector<size_t> pipeline_cut_;
   comm::Backend backend_ = comm::Backend::kAuto;
   int threads_ = 0;
   int64_t max_epochs_ = 10;

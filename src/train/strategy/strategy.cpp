@@ -12,6 +12,7 @@
 
 #include "lockstep/models/tensor_parallel_layout.h"
 #include "lockstep/optim/clip_coefficient.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/shard/fully_sharded_data_parallel.h"
 #include "lockstep/shard/sharded_reducer.h"
 #include "lockstep/shard/zero_optimizer.h"
@@ -89,6 +90,7 @@ shard::ShardedReducer* Strategy::sharded_gradients() const {
 std::shared_ptr<torch::optim::Optimizer> Strategy::wrap_optimizer(
     std::shared_ptr<torch::optim::Optimizer> optimizer) {
   if (!optimizer) throw std::invalid_argument("the optimizer to prepare is null");
+  narrow_to_stage(*optimizer);
   optimizer = wrap(std::move(optimizer));
   optimizers_.push_back(optimizer);
   return optimizer;
@@ -114,6 +116,14 @@ void Strategy::clear_gradients() {
 // the masters step from, and the .grad of the parameters of models prepared after the one they step.
 double Strategy::clip_grad_norm_(double max_norm, double norm_type) {
   if (tensor_parallel_ != nullptr) return clip_split_grad_norm_(max_norm, norm_type);
+  if (pipeline::PipelineParallel* pipe = pipeline()) {
+    if (norm_type != 2.0) {
+      throw std::invalid_argument(
+          "clip_grad_norm_ under pipeline parallelism clips by the 2-norm, got norm_type " +
+          std::to_string(norm_type));
+    }
+    return pipe->clip_grad_norm(max_norm);
+  }
   shard::ShardedReducer* sharded = sharded_gradients();
   shard::ZeroOptimizer* master = master_optimizer();
   if (sharded != nullptr || master != nullptr) {
@@ -174,8 +184,10 @@ double Strategy::clip_split_grad_norm_(double max_norm, double norm_type) {
 
 shard::FullParameters Strategy::whole_parameters() const {
   std::vector<shard::ShardedParameters*> sharded;
-  for (const Model& model : models_)
+  for (const Model& model : models_) {
     if (model.fsdp != nullptr) sharded.push_back(model.fsdp);
+    if (model.pipeline != nullptr) model.pipeline->gather_whole();  // the copies stay; nothing to release
+  }
   if (shard::ZeroOptimizer* master = master_optimizer()) sharded.push_back(master);
   return shard::FullParameters(sharded);
 }
@@ -189,9 +201,13 @@ int64_t Strategy::model_state_bytes() const {
       bytes += static_cast<int64_t>(model.fsdp->shard_bytes());
       continue;
     }
-    // zero1 under bf16-mixed: .grad (bfloat16) beside the float32 buckets, not a view of them.
-    const int64_t copies = master != nullptr && sharded_gradients() == nullptr ? 2 : 1;
-    for (const auto& p : model.module->parameters()) bytes += static_cast<int64_t>(p.nbytes()) * copies;
+    // zero1 under bf16-mixed: .grad beside the buckets; a pipeline stage: .grad, no buckets. A stage counts
+    // the parameters it trains, not its copies of the others.
+    const bool own_gradients = (master != nullptr && sharded_gradients() == nullptr) || model.pipeline;
+    const int64_t copies = own_gradients ? 2 : 1;
+    const std::vector<at::Tensor> parameters =
+        model.pipeline != nullptr ? model.pipeline->parameters() : model.module->parameters();
+    for (const auto& p : parameters) bytes += static_cast<int64_t>(p.nbytes()) * copies;
   }
   for (size_t i = 0; i < optimizers_.size(); ++i) {
     const shard::ZeroOptimizer* zero = sharded_optimizer(i);

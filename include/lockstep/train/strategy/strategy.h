@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,11 @@ class FullyShardedDataParallel;
 class ShardedReducer;
 class ZeroOptimizer;
 }  // namespace lockstep::shard
+
+namespace lockstep::pipeline {
+class PipelineParallel;
+struct PipelineOptions;
+}  // namespace lockstep::pipeline
 
 namespace lockstep::train {
 
@@ -78,6 +84,23 @@ class Strategy {
   virtual std::shared_ptr<shard::FullyShardedDataParallel> shard_model(
       std::shared_ptr<torch::nn::Module> module, models::Staged* staged,
       std::shared_ptr<void> staged_owner = nullptr);
+  /// Pipeline parallelism: `module` (run in the stages of `staged`) cut into stages over `pp`
+  /// (pipeline::PipelineParallel, built here), recorded as the model: pipeline_step() runs a batch through
+  /// it and averages this stage's gradients over the strategy's group (unless gradient_sync() is off);
+  /// wrap_optimizer() narrows an optimizer to this stage's parameters; clip_grad_norm_ clips by the whole
+  /// model's norm; whole_parameters() makes every stage's copy of the model current. Strategy ddp or zero1
+  /// at precision 32 (else std::invalid_argument). Collective of `pp`, which must outlive the strategy.
+  pipeline::PipelineParallel& pipeline_model(std::shared_ptr<torch::nn::Module> module,
+                                             models::Staged& staged, comm::ProcessGroup& pp,
+                                             const pipeline::PipelineOptions& options);
+  /// The pipeline of pipeline_model(), or null.
+  pipeline::PipelineParallel* pipeline() const;
+  /// One batch through pipeline(): `forward` and `loss` as PipelineParallel::forward_backward takes them;
+  /// then, unless gradient_sync() is off, this stage's gradients averaged over the strategy's group (one
+  /// flat all-reduce after the pipeline's last backward). Returns the batch's loss, on every stage.
+  double pipeline_step(const at::Tensor& input, const at::Tensor& target,
+                       const std::function<at::Tensor(const at::Tensor&)>& forward,
+                       const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss);
   size_t model_count() const { return models_.size(); }
   /// Model `i`'s module, as given.
   torch::nn::Module& model(size_t i) const { return *models_.at(i).module; }
@@ -130,6 +153,7 @@ class Strategy {
     std::shared_ptr<void> staged_owner;               // fsdp: what runs the stages, destroyed after FSDP
     std::shared_ptr<void> keep;                       // the DDP or FSDP wrapper
     shard::FullyShardedDataParallel* fsdp = nullptr;  // fsdp
+    pipeline::PipelineParallel* pipeline = nullptr;   // pipeline_model()
   };
 
   Strategy(const StrategyOptions& options, comm::ProcessGroup& group, Precision precision, StrategyApi api);
@@ -139,6 +163,9 @@ class Strategy {
       std::shared_ptr<torch::optim::Optimizer> optimizer) = 0;
   /// The ShardedReducer holding the first model's chunk gradients (zero2, fsdp), else null.
   shard::ShardedReducer* sharded_gradients() const;
+
+  /// Under pipeline_model(): `optimizer`'s parameter groups keep this stage's parameters only.
+  void narrow_to_stage(torch::optim::Optimizer& optimizer) const;
 
   /// clip_grad_norm_ after split_over().
   double clip_split_grad_norm_(double max_norm, double norm_type);

@@ -1,0 +1,225 @@
+// The Trainer with pipeline_parallel P: ranks as threads over an in-memory store. The float64 GPT of
+// lit_gpt.h cut into P stages: P = 2 and 4 alone, 2 data x 2 pipeline under ddp and zero1, GPipe and 1F1B,
+// with accumulation and clipping, end on the parameters one process trains on the same global batches
+// (1e-12), with the same epoch metrics and sample counts; every rank leaves fit() with the whole model.
+// Checkpoints come in one part per stage and resume exactly, onto the same or another data-parallel size;
+// `lockstep export` of the checkpoint is the whole model. What a pipeline cannot work with is refused,
+// naming the fix.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "../comm/thread_group.h"
+#include "../support/error_of.h"
+#include "lit_gpt.h"
+#include "lockstep/train/checkpoint_export.h"
+#include "lockstep/train/safetensors.h"
+#include "lockstep/train/trainer.h"
+
+namespace lockstep::train::pipeline_parallel {
+namespace {
+
+using namespace gpt_fixture;  // NOLINT(google-build-using-namespace): the fixture is this file's vocabulary
+
+using lockstep::testing::expect_all_ok;
+using lockstep::testing::run_ranks;
+
+struct Trained {
+  std::vector<std::map<std::string, at::Tensor>> whole;  // by rank: its module's parameters after fit()
+  TrainerResult result;                                  // rank 0's
+};
+
+// Fits LitGpt on `world` thread ranks, `batch` windows per data-parallel rank.
+Trained fit_gpt(int world, int64_t batch, const TrainerOptions& base) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  QuietOutput quiet;
+  Trained trained;
+  trained.whole.resize(static_cast<size_t>(world));
+  std::vector<std::shared_ptr<LitGpt>> modules;  // built before the ranks start (the default generator)
+  for (int r = 0; r < world; ++r) modules.push_back(std::make_shared<LitGpt>());
+  expect_all_ok(run_ranks(world, [&](int rank) {
+    auto group =
+        comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "pp-fit"));
+    const std::shared_ptr<LitGpt>& module = modules[static_cast<size_t>(rank)];
+    Corpus data(batch);
+    Trainer trainer(TrainerOptions(base)
+                        .process_group(&group)
+                        .environment(lockstep::testing::thread_environment(rank, world))
+                        .out(quiet.file));
+    const TrainerResult result = trainer.fit(module, data);
+    if (rank == 0) trained.result = result;
+    trained.whole[static_cast<size_t>(rank)] = module->whole();
+    group.shutdown();
+  }));
+  return trained;
+}
+
+struct Shape {
+  int world;
+  int stages;
+  int micro_batches;
+  pipeline::Schedule schedule;
+  StrategyKind strategy;
+};
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  return "dp" + std::to_string(s.world / s.stages) + "_pp" + std::to_string(s.stages) + "_m" +
+         std::to_string(s.micro_batches) + "_" + pipeline::to_string(s.schedule) + "_" +
+         to_string(s.strategy);
+}
+
+class TrainerPipelineParallel : public ::testing::TestWithParam<Shape> {};
+
+// Two epochs of 4-window batches per data-parallel rank, two batches accumulated per step and the gradients
+// clipped, against one process with the global batch: the same parameters on every rank, the same epoch
+// values and counts (each sample counted once, not P times).
+TEST_P(TrainerPipelineParallel, EndsOnOneProcessesParametersAndMetrics) {
+  const Shape shape = GetParam();
+  const int dp = shape.world / shape.stages;
+  const auto options =
+      TrainerOptions().max_epochs(2).seed(3).accumulate_grad_batches(2).gradient_clip_val(0.5);
+  const Trained reference = fit_gpt(1, 4 * dp, options);
+  const Trained piped = fit_gpt(shape.world, 4,
+                                TrainerOptions(options)
+                                    .pipeline_parallel(shape.stages)
+                                    .micro_batches(shape.micro_batches)
+                                    .pipeline_schedule(shape.schedule)
+                                    .strategy(shape.strategy));
+  const auto& one = reference.whole[0];
+  for (int r = 0; r < shape.world; ++r)
+    EXPECT_LT(max_diff(piped.whole[static_cast<size_t>(r)], one), 1e-12) << "rank " << r;
+  expect_moved(one);  // the check can fail
+  expect_same_epochs(piped.result, reference.result, shape.world);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TrainerPipelineParallel,
+                         ::testing::Values(Shape{2, 2, 2, pipeline::Schedule::k1F1B, StrategyKind::kDdp},
+                                           Shape{2, 2, 1, pipeline::Schedule::kGPipe, StrategyKind::kDdp},
+                                           Shape{4, 4, 4, pipeline::Schedule::k1F1B, StrategyKind::kDdp},
+                                           Shape{4, 2, 2, pipeline::Schedule::kGPipe, StrategyKind::kDdp},
+                                           Shape{4, 2, 2, pipeline::Schedule::k1F1B, StrategyKind::kZero1}),
+                         shape_name);
+
+// Checkpoints under 2 data x 2 pipeline, ddp and zero1: one part per stage (last.ckpt, last.ckpt.tp1.<save>),
+// each written by its data-parallel group. Trained one epoch and resumed for the second, the run ends
+// exactly where the uninterrupted one does; resumed on 1 x 2 (another data-parallel size, the same global
+// batch) within 1e-12. final.safetensors and `lockstep export` of last.ckpt hold the whole model. Another
+// pipeline_parallel is refused, naming both.
+class TrainerPipelineCheckpoints : public ::testing::TestWithParam<StrategyKind> {};
+
+TEST_P(TrainerPipelineCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
+  const std::string dir = ::testing::TempDir() + "pp_checkpoints_" + to_string(GetParam());
+  std::filesystem::remove_all(dir);
+  const auto options = TrainerOptions().seed(3).pipeline_parallel(2).micro_batches(2).strategy(GetParam());
+  const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2));
+  const Trained first_epoch = fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir));
+  const std::string last = dir + "/last.ckpt";
+  EXPECT_TRUE(std::filesystem::is_regular_file(last));
+  const std::string part1 = only_part(last, 1);
+  EXPECT_EQ(part1.rfind(last + ".tp1.step-4-", 0), 0u) << part1;
+
+  // final.safetensors: the whole model (LitGpt's parameters sit under "model."), and so is last.ckpt's.
+  const SafetensorsFile final_weights = load_safetensors(dir + "/final.safetensors");
+  ASSERT_EQ(final_weights.tensors.size(), first_epoch.whole[0].size());
+  for (const auto& [name, tensor] : final_weights.tensors)
+    EXPECT_TRUE(tensor.equal(first_epoch.whole[0].at(name.substr(std::string("model.").size())))) << name;
+  const SafetensorsFile exported =
+      load_safetensors(export_safetensors(last, dir + "/last.safetensors").output);
+  ASSERT_EQ(exported.tensors.size(), final_weights.tensors.size());
+  for (size_t i = 0; i < exported.tensors.size(); ++i)
+    EXPECT_TRUE(exported.tensors[i].second.equal(final_weights.tensors[i].second))
+        << exported.tensors[i].first;
+
+  const auto resumed = TrainerOptions(options).max_epochs(2).resume(last).save_final_weights(false);
+  for (const auto& [world, batch] : {std::pair{4, 4}, std::pair{2, 8}}) {
+    const Trained again = fit_gpt(world, batch, resumed);
+    ASSERT_EQ(again.result.epochs.size(), 1u) << "world " << world << " trained more than the second epoch";
+    const double diff = max_diff(again.whole[0], uninterrupted.whole[0]);
+    if (world == 4) {
+      EXPECT_EQ(diff, 0.0) << "2 x 2 resumed";
+    }
+    EXPECT_LT(diff, 1e-12) << "world " << world;
+  }
+
+  for (const int stages : {1, 4}) {
+    expect_refused_on_four_ranks(
+        TrainerOptions(resumed).pipeline_parallel(stages).micro_batches(stages > 1 ? 2 : 1),
+        "checkpoint '" + last + "': written with pipeline_parallel 2, resumed with " +
+            std::to_string(stages));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, TrainerPipelineCheckpoints,
+                         ::testing::Values(StrategyKind::kDdp, StrategyKind::kZero1),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// What a pipeline cannot work with yet is refused before any rank waits, naming the fix.
+TEST(TrainerPipelineOptions, WhatItCannotWorkWithIsRefusedNamingTheFix) {
+  const auto error = [](const TrainerOptions& options) {
+    return lockstep::testing::what_of([&] { options.validate(); });
+  };
+  const auto pp = TrainerOptions().pipeline_parallel(2);
+  EXPECT_NE(error(TrainerOptions(pp).strategy(StrategyKind::kFsdp))
+                .find("pipeline_parallel 2 does not work with strategy 'fsdp': the data-parallel dimension "
+                      "runs ddp or zero1"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions(pp).precision(Precision::kBf16Mixed))
+                .find("pipeline_parallel 2 does not work with precision 'bf16-mixed'"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions(pp).tensor_parallel(2))
+                .find("pipeline_parallel 2 does not work with tensor_parallel 2"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions(pp).cuda_graphs(true)).find("does not work with cuda_graphs"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions().micro_batches(4)).find("micro_batches 4 cuts a batch for a pipeline"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions().pipeline_parallel(0)).find("pipeline_parallel must be >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions(pp).pipeline_cut({1, 2}))
+                .find("pipeline_cut names 2 stage start(s); pipeline_parallel 2 needs 1"),
+            std::string::npos);
+  EXPECT_EQ(error(TrainerOptions(pp).micro_batches(8).strategy(StrategyKind::kZero1)), "");
+}
+
+// A module that does not say how to run its parts (pipeline_forward, pipeline_loss) is told what to
+// override; the other stages fail at the collective timeout, naming the link they waited on.
+class LitGptWithoutPipeline : public LitGpt {
+ public:
+  at::Tensor pipeline_forward(const at::Tensor& ids) override {
+    return TrainModuleBase::pipeline_forward(ids);
+  }
+};
+
+TEST(TrainerPipelineModule, AModuleWithoutPipelineForwardIsToldWhatToOverride) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  QuietOutput quiet;
+  std::vector<std::shared_ptr<LitGptWithoutPipeline>> modules;
+  for (int r = 0; r < 2; ++r) modules.push_back(std::make_shared<LitGptWithoutPipeline>());
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    auto group = comm::init_process_group(lockstep::testing::thread_group_options(rank, 2, store, "pp-module")
+                                              .collective_timeout(std::chrono::seconds(2)));
+    Corpus data(4);
+    Trainer trainer(TrainerOptions().pipeline_parallel(2).process_group(&group).out(quiet.file));
+    const std::string error =
+        lockstep::testing::what_of([&] { trainer.fit(modules[static_cast<size_t>(rank)], data); });
+    // Stage 0 throws at its first forward; stage 1, waiting for its activation, at the timeout.
+    if (rank == 0) {
+      EXPECT_NE(error.find("override pipeline_forward"), std::string::npos) << error;
+    } else {
+      EXPECT_NE(error.find("pp-next"), std::string::npos) << error;
+    }
+    group.shutdown();
+  }));
+}
+
+}  // namespace
+}  // namespace lockstep::train::pipeline_parallel

@@ -8,7 +8,11 @@
 // rank. Prints one line per rank: tokens_per_s (the job's: B x context tokens a step over the timed steps'
 // wall time), step_ms, waited (the share of the step this stage spent waiting for a neighbour: its bubble
 // and the transfers), bubble_model ((P - 1)/(M + P - 1)), peak_micro_batches (activations held at once),
-// stage_params.
+// stage_params, cut (the first forward call of stage 1: bench/pp_gpt_torch.py cuts there too), state_mb
+// (the parameters this rank keeps allocated, their gradients and Adam's moments) and peak_rss_mb (the
+// process's peak resident memory, LibTorch's own included).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +31,26 @@
 namespace {
 
 using namespace lockstep;
+
+// The bytes of the parameters `model` keeps allocated, of their gradients, and of `adam`'s state.
+double state_bytes(const torch::nn::Module& model, const torch::optim::Adam& adam) {
+  double bytes = 0;
+  for (const at::Tensor& p : model.parameters()) {
+    bytes += static_cast<double>(p.nbytes());
+    if (p.grad().defined()) bytes += static_cast<double>(p.grad().nbytes());
+  }
+  for (const auto& [key, state] : adam.state()) {
+    const auto& moments = static_cast<const torch::optim::AdamParamState&>(*state);
+    bytes += static_cast<double>(moments.exp_avg().nbytes() + moments.exp_avg_sq().nbytes());
+  }
+  return bytes;
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
 
 int run(pipeline::Schedule schedule, int micro_batches, int64_t batch, int steps, int warmup) {
   at::set_num_threads(1);
@@ -70,11 +94,12 @@ int run(pipeline::Schedule schedule, int micro_batches, int64_t batch, int steps
   const int P = world.size();
   std::printf(
       "rank=%d stage=%d P=%d M=%d schedule=%s tokens_per_s=%.1f step_ms=%.1f waited=%.3f bubble_model=%.3f "
-      "peak_micro_batches=%d stage_params=%lld\n",
+      "peak_micro_batches=%d stage_params=%lld cut=%zu state_mb=%.1f peak_rss_mb=%.1f\n",
       world.rank(), pipe.stage(), P, micro_batches, pipeline::to_string(schedule),
       static_cast<double>(batch * options.context() * steps) / seconds, 1000.0 * seconds / steps,
       waited / stepped, static_cast<double>(P - 1) / (micro_batches + P - 1), pipe.peak_micro_batches(),
-      static_cast<long long>(stage_params));
+      static_cast<long long>(stage_params), P > 1 ? pipe.bounds()[1] : 0,
+      state_bytes(*model, adam) / 1048576.0, peak_rss_mb());
   std::fflush(stdout);
   pipe.shutdown();
   world.shutdown();

@@ -5,7 +5,10 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/autograd.h>
 #include <torch/utils.h>
 
@@ -67,9 +70,11 @@ PipelineParallel::PipelineParallel(std::shared_ptr<torch::nn::Module> module, mo
     group.broadcast(p, 0).wait();
   }
   for (auto& b : module_->buffers()) group.broadcast(b, 0).wait();
+  release_others();
 }
 
 PipelineParallel::~PipelineParallel() {
+  restore_shapes();
   if (failed_) return;  // the links may hold a failed step's transfers: leave them without waiting
   try {
     shutdown();
@@ -86,7 +91,17 @@ std::vector<at::Tensor> PipelineParallel::parameters() const {
   std::vector<at::Tensor> out;
   for (size_t m = 0; m < modules_.size(); ++m) {
     if (!holds(m)) continue;
-    for (const auto& p : modules_[m]->parameters()) out.push_back(p);
+    for (const auto& p : modules_[m]->parameters())
+      if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> PipelineParallel::buffers() const {
+  std::vector<at::Tensor> out;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (!holds(m)) continue;
+    for (const auto& b : modules_[m]->buffers()) out.push_back(b);
   }
   return out;
 }
@@ -169,15 +184,14 @@ void PipelineParallel::backward_micro_batch(int i) {
 
 double PipelineParallel::forward_backward(const at::Tensor& input, const at::Tensor& target,
                                           const Forward& forward, const Loss& loss) {
-  const int M = options_.micro_batches;
   const int64_t batch = input.size(0);
-  if (batch < M || target.size(0) != batch) {
+  if (batch < 1 || target.size(0) != batch) {
     throw std::invalid_argument("PipelineParallel: a batch of " + std::to_string(batch) + " inputs and " +
-                                std::to_string(target.size(0)) + " targets cannot be cut into " +
-                                std::to_string(M) +
-                                " micro-batches: give as many targets as inputs, and at "
-                                "least micro_batches samples");
+                                std::to_string(target.size(0)) +
+                                " targets: give at least one sample, and as many targets as inputs");
   }
+  // A batch smaller than micro_batches (an epoch's short last one) runs as one micro-batch per sample.
+  const int M = static_cast<int>(std::min<int64_t>(options_.micro_batches, batch));
   if (failed_) {
     throw std::logic_error("PipelineParallel: an earlier forward_backward failed on stage " +
                            std::to_string(stage_) +
@@ -235,8 +249,9 @@ void PipelineParallel::reduce_shared_gradients(const std::vector<at::Tensor>& ea
   for (size_t m = 0; m < modules_.size(); ++m) {
     if (users_[m].size() < 2) continue;
     for (auto& p : modules_[m]->parameters()) {
-      // Every stage takes part (a collective of the group); the stages that do not hold it add zeros.
-      if (!holds(m) || !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      // Every stage takes part (a collective of the group); the stages that do not hold it add zeros (of
+      // its whole shape: their copy of it is freed).
+      if (!holds(m) || !p.grad().defined()) p.mutable_grad() = at::zeros(whole_sizes(p), p.options());
       grads.push_back(p.grad());
     }
   }
@@ -256,7 +271,35 @@ void PipelineParallel::reduce_shared_gradients(const std::vector<at::Tensor>& ea
   }
 }
 
+void PipelineParallel::release_others() {
+  std::unordered_set<const void*> held;
+  for (const at::Tensor& p : parameters()) held.insert(p.unsafeGetTensorImpl());
+  torch::NoGradGuard no_grad;
+  for (size_t m = 0; m < modules_.size(); ++m) {
+    if (holds(m)) continue;
+    for (at::Tensor& p : modules_[m]->parameters()) {
+      // A tensor this stage holds through another module stays; one freed already is not freed twice.
+      if (!held.insert(p.unsafeGetTensorImpl()).second) continue;
+      released_.emplace_back(p, p.sizes().vec());
+      p.set_data(at::empty({0}, p.options()));
+    }
+  }
+}
+
+std::vector<int64_t> PipelineParallel::whole_sizes(const at::Tensor& p) const {
+  for (const auto& [freed, sizes] : released_)
+    if (freed.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return sizes;
+  return p.sizes().vec();
+}
+
+void PipelineParallel::restore_shapes() {
+  torch::NoGradGuard no_grad;
+  for (auto& [p, sizes] : released_) p.set_data(at::empty(sizes, p.options()));
+  released_.clear();
+}
+
 void PipelineParallel::gather_whole() {
+  restore_shapes();
   torch::NoGradGuard no_grad;
   for (size_t m = 0; m < modules_.size(); ++m) {
     const int root = users_[m].empty() ? 0 : users_[m].front();

@@ -233,13 +233,19 @@ ExportResult export_safetensors(const std::string& input, const std::string& out
     if (archive.try_read("shards", shards)) metadata["shards"] = std::to_string(shards.toListRef().size());
     c10::IValue tensor_parallel;
     c10::IValue part;
-    if (archive.try_read("tensor_parallel_rank", part) && part.toInt() != 0) {
+    c10::IValue pipeline_parallel;
+    if (archive.try_read("pipeline_parallel", pipeline_parallel))
+      metadata["pipeline_parallel"] = std::to_string(pipeline_parallel.toInt());
+    const bool split = archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1;
+    // A pipeline stage's part holds the whole model (its stage's parameters in its shards, the others'
+    // whole beside them); a tensor-parallel rank's, slices.
+    if (split && archive.try_read("tensor_parallel_rank", part) && part.toInt() != 0) {
       throw std::runtime_error("'" + input + "' is tensor-parallel rank " + std::to_string(part.toInt()) +
                                "'s part of a checkpoint, which holds slices only: export the checkpoint "
                                "itself (the file without the '.tp" +
                                std::to_string(part.toInt()) + ".step-S-...' ending), which names its parts");
     }
-    if (archive.try_read("tensor_parallel", tensor_parallel) && tensor_parallel.toInt() > 1) {
+    if (split) {
       join_tensor_parallel_parts(archive, input, static_cast<int>(tensor_parallel.toInt()), tensors);
       metadata["tensor_parallel"] = std::to_string(tensor_parallel.toInt());
     }

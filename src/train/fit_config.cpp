@@ -106,6 +106,22 @@ void check_mlp_hidden(const FitConfig& config) {
   }
 }
 
+// Pipeline parallelism cuts a model built in stages, and the world into whole pipelines.
+void check_pipeline_options(const FitConfig& config) {
+  const std::optional<int> devices = config.trainer.devices();
+  const int stages = config.trainer.pipeline_parallel();
+  if (stages > 1 && config.model == "cnn") {
+    throw std::invalid_argument("pipeline_parallel " + text(stages) +
+                                " cuts a model built in stages, and model 'cnn' is one: use model mlp, "
+                                "resnet18 or gpt, or pipeline_parallel 1");
+  }
+  if (devices && stages >= 1 && *devices % stages != 0) {
+    throw std::invalid_argument("pipeline_parallel " + text(stages) +
+                                " does not divide devices=" + text(*devices) +
+                                ": choose a multiple of it (the world holds world / P pipelines)");
+  }
+}
+
 // A language model reads text and only text; an image classifier, images.
 void check_text_options(const FitConfig& config) {
   const bool text_data = config.data == "text";
@@ -129,17 +145,6 @@ void check_text_options(const FitConfig& config) {
     throw std::invalid_argument("tensor_parallel " + text(config.trainer.tensor_parallel()) +
                                 " does not divide devices=" + text(*devices) +
                                 ": choose a multiple of it (the world holds world / T data-parallel groups)");
-  }
-  const int stages = config.trainer.pipeline_parallel();
-  if (stages > 1 && config.model == "cnn") {
-    throw std::invalid_argument("pipeline_parallel " + text(stages) +
-                                " cuts a model built in stages, and model 'cnn' is one: use model mlp, "
-                                "resnet18 or gpt, or pipeline_parallel 1");
-  }
-  if (devices && stages >= 1 && *devices % stages != 0) {
-    throw std::invalid_argument("pipeline_parallel " + text(stages) +
-                                " does not divide devices=" + text(*devices) +
-                                ": choose a multiple of it (the world holds world / P pipelines)");
   }
   if (!text_data) return;
   if (!config.data_dir.empty()) {
@@ -189,6 +194,7 @@ void check_data_options(const FitConfig& config) {
     }
   }
   check_text_options(config);
+  check_pipeline_options(config);
   if ((config.data == "mnist" || config.data == "cifar10") && config.data_dir.empty()) {
     throw std::invalid_argument("data '" + config.data + "' needs data_dir, the directory holding its files");
   }

@@ -102,8 +102,9 @@ inline void check_tensor_parallel(const TensorParallelUse& use) {
 struct PipelineParallelUse {
   int pipeline_parallel = 1;
   int micro_batches = 1;
+  size_t cut_starts = 0;  ///< pipeline_cut's stage starts (0: a balanced cut)
   int tensor_parallel = 1;
-  StrategyKind strategy = StrategyKind::kDdp;
+  StrategyOptions strategy;
   Precision precision = Precision::k32;
   bool elastic = false;
   bool cuda_graphs = false;
@@ -115,6 +116,9 @@ inline void check_pipeline_parallel(const PipelineParallelUse& use) {
   check_at_least("pipeline_parallel", use.pipeline_parallel, 1);
   check_at_least("micro_batches", use.micro_batches, 1);
   if (use.pipeline_parallel == 1) {
+    if (use.cut_starts > 0)
+      throw std::invalid_argument(
+          "pipeline_cut cuts a pipeline, and pipeline_parallel is 1: set both, or neither");
     if (use.micro_batches > 1) {
       throw std::invalid_argument("micro_batches " + text(use.micro_batches) +
                                   " cuts a batch for a pipeline, and pipeline_parallel is 1: set "
@@ -126,9 +130,21 @@ inline void check_pipeline_parallel(const PipelineParallelUse& use) {
     throw std::invalid_argument("pipeline_parallel " + text(use.pipeline_parallel) + " does not work with " +
                                 what + ": " + fix);
   };
-  if (use.strategy != StrategyKind::kDdp && use.strategy != StrategyKind::kZero1) {
-    refuse(std::string("strategy '") + to_string(use.strategy) + "'",
+  const StrategyKind kind = use.strategy.kind();
+  if (kind != StrategyKind::kDdp && kind != StrategyKind::kZero1) {
+    refuse(std::string("strategy '") + to_string(kind) + "'",
            "the data-parallel dimension runs ddp or zero1; use one of them, or pipeline_parallel 1");
+  }
+  // The stage's gradients are averaged in one all-reduce after the pipeline's flush, not by DDP's buckets.
+  if (use.strategy.find_unused_parameters() || use.strategy.comm_hook() || use.strategy.bucket_cap_mb()) {
+    refuse("DDP's find_unused_parameters, comm_hook or bucket_cap_mb",
+           "a stage's gradients are averaged in one all-reduce after the pipeline's last backward (an "
+           "unused parameter's as zero); leave them unset");
+  }
+  if (use.cut_starts != 0 && use.cut_starts + 1 != static_cast<size_t>(use.pipeline_parallel)) {
+    throw std::invalid_argument("pipeline_cut names " + text(use.cut_starts) +
+                                " stage start(s); pipeline_parallel " + text(use.pipeline_parallel) +
+                                " needs " + text(use.pipeline_parallel - 1) + " (or none: a balanced cut)");
   }
   if (use.precision != Precision::k32) {
     refuse(std::string("precision '") + to_string(use.precision) + "'",

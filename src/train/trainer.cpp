@@ -23,7 +23,6 @@
 #include "lockstep/launch/launcher.h"
 #include "lockstep/launch/rank_start.h"
 #include "lockstep/models/tensor_parallel_layout.h"
-#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/train/checkpoint.h"
 #include "lockstep/train/precision.h"
 #include "option_checks.h"
@@ -156,8 +155,9 @@ void Trainer::save_checkpoint(const std::string& path) {
   const std::string save =
       run.mesh ? world.broadcast_string(world.rank() == 0 ? tensor_parallel_save_name(step) : "") : "";
   const std::string mine = tensor_parallel_path(path, part, save);
-  // Every stage's part holds the whole model (so that any part exports alone); its optimizer, the stage's.
-  if (auto* pipe = run.strategy->pipeline()) pipe->gather_whole();
+  // Under pipeline parallelism every stage's part holds the whole model (any part exports alone), and its
+  // stage's optimizer state.
+  const shard::FullParameters whole = run.strategy->checkpoint_parameters();
   run.flush_graph_logs();  // what replays of a CUDA graph logged, into the table
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   std::vector<std::string> logged =

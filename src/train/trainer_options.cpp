@@ -84,13 +84,8 @@ void TrainerOptions::validate() const {
   strategy_.validate(precision_, "precision");
   check_elastic();
   detail::check_tensor_parallel({tensor_parallel_, strategy_.kind(), elastic_, cuda_graphs_});
-  detail::check_pipeline_parallel({pipeline_parallel_, micro_batches_, tensor_parallel_, strategy_.kind(),
-                                   precision_, elastic_, cuda_graphs_});
-  if (!pipeline_cut_.empty() && pipeline_cut_.size() + 1 != static_cast<size_t>(pipeline_parallel_)) {
-    throw std::invalid_argument("pipeline_cut names " + text(pipeline_cut_.size()) +
-                                " stage start(s); pipeline_parallel " + text(pipeline_parallel_) + " needs " +
-                                text(pipeline_parallel_ - 1) + " (or none: a balanced cut)");
-  }
+  detail::check_pipeline_parallel({pipeline_parallel_, micro_batches_, pipeline_cut_.size(), tensor_parallel_,
+                                   strategy_, precision_, elastic_, cuda_graphs_});
   if (accelerator_ == AcceleratorKind::kCpu) check_cpu_training("accelerator 'cpu'");
   check_resume(*this);
 }

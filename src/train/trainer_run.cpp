@@ -135,31 +135,33 @@ Trainer::Run::~Run() {
   step_state->mesh = nullptr;  // the module outlives the run
 }
 
-// The ranks of a tensor-parallel group compute the epoch's metrics from other slices, equal up to rounding:
-// tensor-parallel rank 0's values become every rank's (by name, bit for bit), so that callbacks deciding
-// from callback_metrics() (ModelCheckpoint, EarlyStopping) decide alike on every rank.
-void Trainer::Run::share_metrics(std::vector<detail::MetricValue>& metrics) {
+// The ranks of a tensor-parallel group compute the epoch's metrics from other slices, equal up to rounding,
+// and a pipeline's stages see what its last stage logged (pipeline_loss runs there): `root`'s table of
+// `group` becomes every rank's (names, values bit for bit, prog_bar), so that callbacks deciding from
+// callback_metrics() (ModelCheckpoint, EarlyStopping) decide alike on every rank.
+void Trainer::Run::share_metrics(std::vector<detail::MetricValue>& metrics, comm::ProcessGroup& group,
+                                 int root) {
+  if (group.size() == 1) return;
   std::string text;
   for (const auto& metric : metrics) {
     uint64_t bits = 0;
     std::memcpy(&bits, &metric.value, sizeof bits);
-    text += metric.name + '\n' + std::to_string(bits) + '\n';
+    text += metric.name + '\n' + std::to_string(bits) + '\n' + (metric.prog_bar ? "1" : "0") + '\n';
   }
-  std::istringstream root(mesh->tp().broadcast_string(text, 0));
-  std::map<std::string, double> values;
-  for (std::string name, bits; std::getline(root, name) && std::getline(root, bits);) {
+  std::istringstream shared(group.broadcast_string(text, root));
+  metrics.clear();
+  for (std::string name, bits, prog_bar;
+       std::getline(shared, name) && std::getline(shared, bits) && std::getline(shared, prog_bar);) {
     const uint64_t word = std::stoull(bits);
     double value = 0;
     std::memcpy(&value, &word, sizeof value);
-    values[name] = value;
+    metrics.push_back(detail::MetricValue{name, value, prog_bar == "1"});
   }
-  for (auto& metric : metrics)
-    if (auto it = values.find(metric.name); it != values.end()) metric.value = it->second;
 }
 
 void Trainer::Run::shutdown_mesh() {
   if (!mesh) return;
-  if (strategy && strategy->pipeline()) strategy->pipeline()->shutdown();
+  if (strategy) strategy->shutdown();
   mesh->shutdown();
   step_state->mesh = nullptr;
   scaler.agree_over(nullptr);
@@ -298,18 +300,12 @@ void Trainer::Run::setup_model() {
 }
 
 void Trainer::Run::wrap_model(bool init_sync) {
-  // The strategy wraps the model: DDP (its options from the strategy), or FSDP over the Staged model.
+  // The strategy wraps the model: DDP (its options from the strategy), FSDP over the Staged model, or a
+  // pipeline of its stages.
   strategy = Strategy::make(options.strategy(), data_group(), precision_, StrategyApi::kTrainer);
   if (mesh && mesh->tensor_parallel() > 1) strategy->split_over(mesh->tp());
   if (mesh && mesh->pipeline_parallel() > 1) {
-    models::Staged* staged = module->staged_model();
-    if (staged == nullptr) {
-      throw std::invalid_argument("pipeline_parallel " + std::to_string(mesh->pipeline_parallel()) +
-                                  " cuts the module's staged_model() into stages, and module '" +
-                                  module->checkpoint_name() +
-                                  "' returns none: return its models::Staged model there");
-    }
-    strategy->pipeline_model(module, *staged, mesh->pp(),
+    strategy->pipeline_model(module, module->staged_model(), mesh->pp(),
                              {options.pipeline_schedule(), options.micro_batches(), options.pipeline_cut()});
   } else if (strategy->shards_parameters()) {
     fsdp = strategy->shard_model(module, module->staged_model());
@@ -559,10 +555,11 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
   if (strategy->pipeline() != nullptr) {
     const double value = pipeline_batch(batch);
     check_finite_loss(value, b);
-    step_timer_.end(StepPhase::kBackward);  // the schedule interleaves the passes: forward counts here too
-    if (steps_now)
-      step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce,
-                       strategy->gradient_sync().exposed_seconds());
+    // The schedule interleaves the passes: forward counts as backward; the waits on neighbours and the
+    // average as communication.
+    step_timer_.end(StepPhase::kBackward);
+    step_timer_.move(StepPhase::kBackward, StepPhase::kAllreduce,
+                     strategy->gradient_sync().exposed_seconds());
     return value;
   }
   if (ddp) ddp->before_forward();  // fsdp's runs inside the model's forward
@@ -747,7 +744,10 @@ EpochMetrics Trainer::Run::reduce_epoch(int64_t e, const EpochTraining& training
       peak_rss_mb(),          static_cast<double>(strategy->model_state_bytes()) / (1024.0 * 1024.0),
       peak_device_mb(device_)};
   detail::ReducedEpoch reduced = detail::reduce_epoch(data_group(), logged(), mine, e);
-  if (mesh) share_metrics(reduced.metrics);
+  if (mesh) {
+    share_metrics(reduced.metrics, mesh->tp(), 0);
+    share_metrics(reduced.metrics, mesh->pp(), mesh->pipeline_parallel() - 1);
+  }
   EpochMetrics m;
   m.epoch = e;
   m.step = position.step;
@@ -822,9 +822,9 @@ TrainerResult Trainer::Run::finish() {
     if (elastic) elastic->shutdown();
     return result_;
   }
-  // Pipeline parallelism: on_fit_end and the caller after fit() see the whole trained model on every rank,
-  // as after ddp.
-  if (strategy->pipeline() != nullptr) strategy->pipeline()->gather_whole();
+  // on_fit_end and the caller after fit() see the whole trained model on every rank (pipeline: gathered for
+  // good; the scopes below leave it so).
+  strategy->leave_whole();
   for (const auto& callback : options.callbacks()) callback->on_fit_end(trainer);
   if (!options.ckpt_dir().empty() && options.save_final_weights()) {
     const shard::FullParameters whole = strategy->whole_parameters();

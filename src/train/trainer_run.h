@@ -163,7 +163,7 @@ struct Trainer::Run {
   std::string resume_path() const;
   void reshard_after(const CheckpointState& saved);
   CheckpointState load_tensor_parallel_part(const std::string& whole_path);
-  void share_metrics(std::vector<detail::MetricValue>& metrics);
+  void share_metrics(std::vector<detail::MetricValue>& metrics, comm::ProcessGroup& group, int root);
   void load_shards(const std::vector<std::string>& shards);
 
   // ---- cuda_graphs (trainer_graph.cpp: the Run's side of TrainerGraph) ----

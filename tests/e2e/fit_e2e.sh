@@ -714,8 +714,31 @@ gpt_pp)
   run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --ckpt-dir "$work/pp" --resume last
   grep -q "resumed from $work/pp/last.ckpt: epoch 2, batch 0, step 40" "$work/run.out" ||
     { cat "$work/run.out"; fail "no resume from both parts"; }
+  # Stopped at step 30 (mid-epoch: each stage's part holds its SGD state) and resumed, the run ends on the
+  # uninterrupted run's weights, bit for bit.
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --ckpt-dir "$work/pp_cut" --max-steps 30
+  run --devices 4 --pipeline-parallel 2 --micro-batches 2 --batch-size 8 --ckpt-dir "$work/pp_cut" --resume last
+  grep -q "resumed from $work/pp_cut/last.ckpt: epoch 1, batch 10, step 30" "$work/run.out" ||
+    { cat "$work/run.out"; fail "no resume at step 30"; }
+  "$python" "$(dirname "$0")/compare_safetensors.py" --exact "$work/pp_cut/final.safetensors" \
+    "$work/pp/final.safetensors" || fail "stopped at step 30 and resumed, 2 x 2 pipeline ends elsewhere"
   expect_failure 1 "last.ckpt': written with --pipeline-parallel 2, resumed with 1" -- "$lockstep" "${common[@]}" \
     --devices 2 --ckpt-dir "$work/pp" --resume last
+  ;;
+pp_image)
+  # --pipeline-parallel on the image models built in stages: mlp (2 data x 2 stages, 1F1B, 4 micro-batches)
+  # gives ddp's epoch losses (float32: within 1e-4, as gpt_pp); resnet18, whose BatchNorm normalises each
+  # micro-batch by its own statistics (so not ddp's step, as in PyTorch's pipelining), trains on 2 stages.
+  common=(fit --data synthetic --synthetic-size 512 --model mlp --dropout 0 --seed 7 --progress off --threads 1
+          --max-epochs 2 --batch-size 16 --lr-schedule constant)
+  run --devices 2 --metrics-file "$work/ddp.jsonl"
+  run --devices 4 --pipeline-parallel 2 --micro-batches 4 --metrics-file "$work/pp.jsonl"
+  grep -q "2 data-parallel x 2 pipeline-parallel rank(s)" "$work/run.out" || { cat "$work/run.out"; fail "no mesh"; }
+  same_losses "$work/pp.jsonl" "$work/ddp.jsonl" 1e-4 || fail "mlp on 2 x 2 pipeline trained other losses than ddp"
+  "$lockstep" fit --data synthetic --synthetic-size 128 --model resnet18 --seed 7 --progress off --threads 1 \
+    --max-epochs 1 --batch-size 16 --devices 2 --pipeline-parallel 2 --micro-batches 2 \
+    --metrics-file "$work/resnet.jsonl" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "resnet18 on 2 stages failed"; }
+  check_metrics "$work/resnet.jsonl" 1 2 128 $((128 / 4)) 0.0
   ;;
 *)
   fail "unknown case"

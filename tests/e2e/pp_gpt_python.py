@@ -32,26 +32,27 @@ from tp_gpt_python import Gpt, compare_losses, load  # noqa: E402
 
 
 class FirstStage(nn.Module):
-    """The embeddings and block 0."""
+    """The embeddings and the first `blocks` blocks (bench/pp_gpt_torch.py cuts elsewhere than after 1)."""
 
-    def __init__(self, full):
+    def __init__(self, full, blocks=1):
         super().__init__()
-        self.wte, self.wpe, self.block = full.wte, full.wpe, full.blocks[0]
+        self.wte, self.wpe, self.blocks = full.wte, full.wpe, nn.Sequential(*full.blocks[:blocks])
 
     def forward(self, ids):
-        return self.block(self.wte(ids) + self.wpe(torch.arange(ids.shape[1])))
+        return self.blocks(self.wte(ids) + self.wpe(torch.arange(ids.shape[1])))
 
 
 class LastStage(nn.Module):
-    """Block 1, ln_f and the head, whose weight is a copy of the token embedding."""
+    """The blocks after the first `first_blocks`, ln_f and the head, whose weight is a copy of the token
+    embedding."""
 
-    def __init__(self, full):
+    def __init__(self, full, first_blocks=1):
         super().__init__()
-        self.block, self.ln_f = full.blocks[1], full.ln_f
+        self.blocks, self.ln_f = nn.Sequential(*full.blocks[first_blocks:]), full.ln_f
         self.head = nn.Parameter(full.wte.weight.detach().clone())
 
     def forward(self, x):
-        return F.linear(self.ln_f(self.block(x)), self.head)
+        return F.linear(self.ln_f(self.blocks(x)), self.head)
 
 
 def rank_main(rank, directory):

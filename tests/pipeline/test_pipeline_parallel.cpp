@@ -261,8 +261,9 @@ TEST(PipelineClip, TheWholeModelsNormAndGradientsAreOneProcesss) {
   }
 }
 
-// gather_whole: after training, every stage's copy of the whole model (the stages it does not hold too) is
-// one process's; Gpt's tied embedding comes from stage 0.
+// Between gathers a stage keeps only its own stage modules' parameters; gather_whole: after training, every
+// stage's copy of the whole model (the stages it does not hold too) is one process's; Gpt's tied embedding
+// comes from stage 0.
 TEST(PipelineGatherWhole, EveryStageEndsWithTheWholeModelOfOneProcess) {
   for (Model kind : {Model::kMlp, Model::kGpt}) {
     for (int stages : {2, 4}) {
@@ -280,8 +281,14 @@ TEST(PipelineGatherWhole, EveryStageEndsWithTheWholeModelOfOneProcess) {
               [&](const at::Tensor& out, const at::Tensor& t) { return loss_of(kind, out, t); });
           sgd(pipe.parameters());
         }
-        pipe.gather_whole();
         const auto modules = subject.staged->stage_modules();
+        EXPECT_TRUE(pipe.released());  // between gathers, only this stage's parameters take memory
+        for (size_t m = 0; m < modules.size(); ++m) {
+          for (const auto& p : modules[m]->parameters())
+            EXPECT_EQ(p.numel() > 0, pipe.holds(m)) << "stage module " << m << " on rank " << rank;
+        }
+        pipe.gather_whole();
+        EXPECT_FALSE(pipe.released());
         for (size_t m = 0; m < modules.size(); ++m) {
           const auto ps = modules[m]->parameters();
           for (size_t i = 0; i < ps.size(); ++i) {
@@ -378,8 +385,12 @@ TEST(PipelineCut, GptsTiedEmbeddingIsOnTheFirstAndLastStage) {
   });
 }
 
-TEST(PipelineInput, RefusesTooFewSamplesAndNoMicroBatches) {
+TEST(PipelineInput, ASmallBatchRunsOneMicroBatchPerSampleAndBadInputIsRefused) {
   std::vector<Subject> subjects{make_subject(Model::kMlp), make_subject(Model::kMlp)};
+  Subject reference = make_subject(Model::kMlp);
+  const Data data = make_data(Model::kMlp, 3);
+  const double expected =
+      loss_of(Model::kMlp, reference.forward(data.inputs[0]), data.targets[0]).item<double>();
   run_group_ranks(2, "pipeline-input", [&](int rank, comm::ProcessGroup& group) {
     Subject& subject = subjects[static_cast<size_t>(rank)];
     const std::string none = lockstep::testing::invalid_argument_of([&] {
@@ -387,13 +398,15 @@ TEST(PipelineInput, RefusesTooFewSamplesAndNoMicroBatches) {
     });
     EXPECT_NE(none.find("micro_batches must be >= 1, got 0"), std::string::npos) << none;
     PipelineParallel pipe(subject.module, *subject.staged, group, {Schedule::kGPipe, 4, {}});
-    const std::string few = lockstep::testing::invalid_argument_of([&] {
-      pipe.forward_backward(
-          at::zeros({3, 6}, at::kDouble), at::zeros({3}, at::kLong), subject.forward,
-          [](const at::Tensor& out, const at::Tensor& t) { return loss_of(Model::kMlp, out, t); });
+    const auto loss = [](const at::Tensor& out, const at::Tensor& t) { return loss_of(Model::kMlp, out, t); };
+    // 3 samples, 4 micro-batches: 3 of one sample each (an epoch's short last batch).
+    EXPECT_NEAR(pipe.forward_backward(data.inputs[0], data.targets[0], subject.forward, loss), expected,
+                kTolerance);
+    EXPECT_EQ(pipe.peak_micro_batches(), 3) << "rank " << rank;
+    const std::string mismatched = lockstep::testing::invalid_argument_of([&] {
+      pipe.forward_backward(at::zeros({3, 6}, at::kDouble), at::zeros({2}, at::kLong), subject.forward, loss);
     });
-    EXPECT_NE(few.find("a batch of 3 inputs"), std::string::npos) << few;
-    EXPECT_NE(few.find("4 micro-batches"), std::string::npos) << few;
+    EXPECT_NE(mismatched.find("a batch of 3 inputs and 2 targets"), std::string::npos) << mismatched;
   });
 }
 

@@ -87,7 +87,9 @@ inline models::Gpt seeded_gpt() {
 // A float64 Gpt from kSeed; under tensor parallelism, its slices (configure_model).
 class LitGpt : public BasicTrainModule<Windows> {
  public:
-  LitGpt() : full_(register_module("model", seeded_gpt())) {}
+  /// SGD at lr 0.5 with `momentum` (checkpoints then carry optimizer state).
+  explicit LitGpt(double momentum = 0.0)
+      : full_(register_module("model", seeded_gpt())), momentum_(momentum) {}
 
   void configure_model() override {
     if (device_mesh() == nullptr || device_mesh()->tensor_parallel() == 1) return;
@@ -120,7 +122,9 @@ class LitGpt : public BasicTrainModule<Windows> {
   }
 
   OptimizerConfig configure_optimizers() override {
-    return {std::make_unique<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.5)), std::nullopt};
+    return {
+        std::make_unique<torch::optim::SGD>(parameters(), torch::optim::SGDOptions(0.5).momentum(momentum_)),
+        std::nullopt};
   }
 
   // The parameters whole, under Gpt's names: a collective of the tensor-parallel group.
@@ -146,6 +150,7 @@ class LitGpt : public BasicTrainModule<Windows> {
 
   models::Gpt full_{nullptr};
   models::TensorParallelGpt split_{nullptr};
+  double momentum_ = 0.0;
 };
 
 struct QuietOutput {

@@ -7,9 +7,11 @@
 // naming the fix.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +23,7 @@
 #include "../support/error_of.h"
 #include "lit_gpt.h"
 #include "lockstep/train/checkpoint_export.h"
+#include "lockstep/train/model_checkpoint.h"
 #include "lockstep/train/safetensors.h"
 #include "lockstep/train/trainer.h"
 
@@ -37,23 +40,27 @@ struct Trained {
   TrainerResult result;                                  // rank 0's
 };
 
-// Fits LitGpt on `world` thread ranks, `batch` windows per data-parallel rank.
-Trained fit_gpt(int world, int64_t batch, const TrainerOptions& base) {
+// Fits LitGpt (SGD with `momentum`) on `world` thread ranks, `batch` windows per data-parallel rank, with
+// the callback `callback` makes for each rank, if any.
+Trained fit_gpt(int world, int64_t batch, const TrainerOptions& base, double momentum = 0.0,
+                const std::function<std::shared_ptr<Callback>()>& callback = nullptr) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   QuietOutput quiet;
   Trained trained;
   trained.whole.resize(static_cast<size_t>(world));
   std::vector<std::shared_ptr<LitGpt>> modules;  // built before the ranks start (the default generator)
-  for (int r = 0; r < world; ++r) modules.push_back(std::make_shared<LitGpt>());
+  for (int r = 0; r < world; ++r) modules.push_back(std::make_shared<LitGpt>(momentum));
   expect_all_ok(run_ranks(world, [&](int rank) {
     auto group =
         comm::init_process_group(lockstep::testing::thread_group_options(rank, world, store, "pp-fit"));
     const std::shared_ptr<LitGpt>& module = modules[static_cast<size_t>(rank)];
     Corpus data(batch);
-    Trainer trainer(TrainerOptions(base)
-                        .process_group(&group)
-                        .environment(lockstep::testing::thread_environment(rank, world))
-                        .out(quiet.file));
+    TrainerOptions options = TrainerOptions(base)
+                                 .process_group(&group)
+                                 .environment(lockstep::testing::thread_environment(rank, world))
+                                 .out(quiet.file);
+    if (callback) options.callback(callback());
+    Trainer trainer(options);
     const TrainerResult result = trainer.fit(module, data);
     if (rank == 0) trained.result = result;
     trained.whole[static_cast<size_t>(rank)] = module->whole();
@@ -120,8 +127,9 @@ TEST_P(TrainerPipelineCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
   const std::string dir = ::testing::TempDir() + "pp_checkpoints_" + to_string(GetParam());
   std::filesystem::remove_all(dir);
   const auto options = TrainerOptions().seed(3).pipeline_parallel(2).micro_batches(2).strategy(GetParam());
-  const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2));
-  const Trained first_epoch = fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir));
+  constexpr double kMomentum = 0.9;  // optimizer state in each stage's part
+  const Trained uninterrupted = fit_gpt(4, 4, TrainerOptions(options).max_epochs(2), kMomentum);
+  const Trained first_epoch = fit_gpt(4, 4, TrainerOptions(options).max_epochs(1).ckpt_dir(dir), kMomentum);
   const std::string last = dir + "/last.ckpt";
   EXPECT_TRUE(std::filesystem::is_regular_file(last));
   const std::string part1 = only_part(last, 1);
@@ -132,16 +140,18 @@ TEST_P(TrainerPipelineCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
   ASSERT_EQ(final_weights.tensors.size(), first_epoch.whole[0].size());
   for (const auto& [name, tensor] : final_weights.tensors)
     EXPECT_TRUE(tensor.equal(first_epoch.whole[0].at(name.substr(std::string("model.").size())))) << name;
-  const SafetensorsFile exported =
-      load_safetensors(export_safetensors(last, dir + "/last.safetensors").output);
-  ASSERT_EQ(exported.tensors.size(), final_weights.tensors.size());
-  for (size_t i = 0; i < exported.tensors.size(); ++i)
-    EXPECT_TRUE(exported.tensors[i].second.equal(final_weights.tensors[i].second))
-        << exported.tensors[i].first;
+  // Every part holds the whole model (stage 1's too: its shards fill its stage, the rest is beside them).
+  for (const std::string& part : {last, part1}) {
+    const SafetensorsFile exported = load_safetensors(export_safetensors(part, part + ".safetensors").output);
+    ASSERT_EQ(exported.tensors.size(), final_weights.tensors.size()) << part;
+    for (size_t i = 0; i < exported.tensors.size(); ++i)
+      EXPECT_TRUE(exported.tensors[i].second.equal(final_weights.tensors[i].second))
+          << part << " " << exported.tensors[i].first;
+  }
 
   const auto resumed = TrainerOptions(options).max_epochs(2).resume(last).save_final_weights(false);
   for (const auto& [world, batch] : {std::pair{4, 4}, std::pair{2, 8}}) {
-    const Trained again = fit_gpt(world, batch, resumed);
+    const Trained again = fit_gpt(world, batch, resumed, kMomentum);
     ASSERT_EQ(again.result.epochs.size(), 1u) << "world " << world << " trained more than the second epoch";
     const double diff = max_diff(again.whole[0], uninterrupted.whole[0]);
     if (world == 4) {
@@ -161,6 +171,43 @@ TEST_P(TrainerPipelineCheckpoints, ResumeOntoTheSameOrAnotherDataParallelSize) {
 INSTANTIATE_TEST_SUITE_P(Strategies, TrainerPipelineCheckpoints,
                          ::testing::Values(StrategyKind::kDdp, StrategyKind::kZero1),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// The names of the files in `dir` that end with ".ckpt", sorted.
+std::vector<std::string> checkpoints_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".ckpt") == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// max_steps inside the second epoch and a ModelCheckpoint on val_loss (its saves are collectives of every
+// rank, decided from callback_metrics(), which every stage shares): 2 data x 2 stages end where one process
+// does, at the same step, and save the same checkpoints.
+TEST(TrainerPipelineCallbacks, MaxStepsAndModelCheckpointAsOneProcess) {
+  const std::string dir = ::testing::TempDir() + "pp_callbacks";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/one");
+  std::filesystem::create_directories(dir + "/pp");
+  const auto checkpoint = [](const std::string& path) {
+    return [path] {
+      return std::make_shared<ModelCheckpoint>(ModelCheckpointOptions().dirpath(path).monitor("val_loss"));
+    };
+  };
+  const auto options = TrainerOptions().seed(3).max_epochs(3).max_steps(6);
+  const Trained one = fit_gpt(1, 8, options, 0.0, checkpoint(dir + "/one"));
+  const Trained piped = fit_gpt(4, 4, TrainerOptions(options).pipeline_parallel(2).micro_batches(2), 0.0,
+                                checkpoint(dir + "/pp"));
+  EXPECT_EQ(one.result.global_step, 6);
+  EXPECT_EQ(piped.result.global_step, 6);
+  EXPECT_EQ(piped.result.stop_reason, "max_steps");
+  for (int r = 0; r < 4; ++r)
+    EXPECT_LT(max_diff(piped.whole[static_cast<size_t>(r)], one.whole[0]), 1e-12) << "rank " << r;
+  EXPECT_FALSE(checkpoints_in(dir + "/one").empty());
+  EXPECT_EQ(checkpoints_in(dir + "/pp"), checkpoints_in(dir + "/one"));
+}
 
 // What a pipeline cannot work with yet is refused before any rank waits, naming the fix.
 TEST(TrainerPipelineOptions, WhatItCannotWorkWithIsRefusedNamingTheFix) {
@@ -187,7 +234,13 @@ TEST(TrainerPipelineOptions, WhatItCannotWorkWithIsRefusedNamingTheFix) {
   EXPECT_NE(error(TrainerOptions(pp).pipeline_cut({1, 2}))
                 .find("pipeline_cut names 2 stage start(s); pipeline_parallel 2 needs 1"),
             std::string::npos);
-  EXPECT_EQ(error(TrainerOptions(pp).micro_batches(8).strategy(StrategyKind::kZero1)), "");
+  EXPECT_NE(error(TrainerOptions(pp).strategy(DdpStrategy().find_unused_parameters(true)))
+                .find("does not work with DDP's find_unused_parameters, comm_hook or bucket_cap_mb"),
+            std::string::npos);
+  EXPECT_NE(error(TrainerOptions().pipeline_cut({3}))
+                .find("pipeline_cut cuts a pipeline, and pipeline_parallel is 1"),
+            std::string::npos);
+  EXPECT_EQ(error(TrainerOptions(pp).micro_batches(8).strategy(StrategyKind::kZero1).pipeline_cut({3})), "");
 }
 
 // A module that does not say how to run its parts (pipeline_forward, pipeline_loss) is told what to

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -18,7 +19,8 @@ namespace lockstep::pipeline {
 /// How a PipelineParallel runs.
 struct PipelineOptions {
   Schedule schedule = Schedule::k1F1B;
-  /// Micro-batches a batch is cut into (along dim 0, as torch.tensor_split: sizes differ by at most one).
+  /// Micro-batches a batch is cut into (along dim 0, as torch.tensor_split: sizes differ by at most one; a
+  /// smaller batch into one per sample).
   int micro_batches = 1;
   /// The first forward call (Staged::forward_stages) of each stage after the first: P - 1 increasing
   /// indices. Empty: balanced_cut by the parameters each call uses (a tied module counts at each call).
@@ -29,11 +31,12 @@ struct PipelineOptions {
  * Pipeline parallelism (GPipe, 1F1B) of a Staged model over a group of P ranks, rank s being stage s.
  *
  * Every rank builds the whole model (its parameters and buffers are broadcast from stage 0, so replicas
- * agree), and runs the calls [bounds[s], bounds[s + 1]) of the forward's stage calls (the partition): the
- * model's forward runs on every rank with this object as its StageRunner, which passes the other stages'
- * calls through untouched and puts the activation received from stage s - 1 in at its first call. A module
- * used by calls of several stages (Gpt's tied embedding: stage 0 and the head) is stepped on each of them
- * with its gradients summed over them, which keeps the copies equal, as Megatron does for its embeddings.
+ * agree; then the parameters of the stages it does not run are freed until gather_whole()), and runs the
+ * calls [bounds[s], bounds[s + 1]) of the forward's stage calls (the partition): the model's forward runs on
+ * every rank with this object as its StageRunner, which passes the other stages' calls through untouched and
+ * puts the activation received from stage s - 1 in at its first call. A module used by calls of several
+ * stages (Gpt's tied embedding: stage 0 and the head) is stepped on each of them with its gradients summed
+ * over them, which keeps the copies equal, as Megatron does for its embeddings.
  *
  * forward_backward() cuts a batch into M micro-batches and runs stage_actions(schedule, P, M, s): a forward
  * receives its input from s - 1 and posts its output to s + 1 (comm::ChainLinks), a backward receives the
@@ -59,11 +62,14 @@ class PipelineParallel : private models::StageRunner {
 
   /// A collective of `group` (which, like the model, must outlive this object); `module` and `staged` are
   /// the same model. The pipeline is `staged`'s stage runner only inside forward_backward(): outside, the
-  /// model's forward runs this rank's whole copy, of which only this stage's modules are trained. Throws
+  /// model's forward runs this rank's copy of the whole model, whose other stages' parameters are freed
+  /// (release_others) until gather_whole(). Throws
   /// std::invalid_argument naming the value for micro_batches < 1, a bad cut, or fewer forward calls than
   /// stages.
   PipelineParallel(std::shared_ptr<torch::nn::Module> module, models::Staged& staged,
                    comm::ProcessGroup& group, PipelineOptions options);
+  /// Gives the freed parameters their shapes back, their values unspecified (gather_whole() first to keep
+  /// the whole model).
   ~PipelineParallel() override;
   PipelineParallel(const PipelineParallel&) = delete;
   PipelineParallel& operator=(const PipelineParallel&) = delete;
@@ -74,24 +80,34 @@ class PipelineParallel : private models::StageRunner {
   const std::vector<size_t>& bounds() const { return bounds_; }
   /// Whether this stage's calls use stage module `index` (Staged::stage_modules()).
   bool holds(size_t index) const;
-  /// The parameters of the stage modules this stage holds: what its optimizer steps.
+  /// The trainable parameters of the stage modules this stage holds: what its optimizer steps.
   std::vector<at::Tensor> parameters() const;
+  /// The buffers of the stage modules this stage holds (BatchNorm's statistics).
+  std::vector<at::Tensor> buffers() const;
 
   /// One batch's forward and backward passes, in the schedule's order: `input` and `target` are cut into
   /// micro-batches along dim 0 (every stage passes the same batch: stage 0 reads `input`, the last stage
-  /// `target`); `forward` is the model's forward, `loss` the micro-batch loss. Gradients accumulate into
-  /// parameters()' .grad as one backward of the batch's mean loss would. Returns that loss on every stage.
-  /// Throws std::invalid_argument when the batch has fewer samples than micro-batches, std::logic_error
+  /// `target`; a batch of fewer samples than micro_batches into one per sample); `forward` is the model's
+  /// forward, `loss` the micro-batch loss. Gradients accumulate into parameters()' .grad as one backward
+  /// of the batch's mean loss would. Returns that loss on every stage. Throws std::invalid_argument for an
+  /// empty batch or one with another number of targets than inputs, std::logic_error
   /// when the forward's calls differ from Staged::forward_stages(). Called several times before a step,
   /// the gradients accumulate (a shared module's too). After a failure (here or on another stage), the
   /// links may hold that step's transfers: later calls throw std::logic_error; build a new one.
   double forward_backward(const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                           const Loss& loss);
 
-  /// Makes every stage's copy of the whole model current: each stage module's parameters and buffers are
-  /// broadcast from the first stage whose calls use it (the copies elsewhere are not trained). A collective
-  /// of the group, outside forward_backward: to evaluate or save the whole model on any stage.
+  /// Makes every stage's copy of the whole model current: the parameters release_others() freed are
+  /// allocated again, and each stage module's parameters and buffers broadcast from the first stage whose
+  /// calls use it. A collective of the group, outside forward_backward: to evaluate or save the whole model
+  /// on any stage.
   void gather_whole();
+  /// Frees the parameters of the stage modules this stage does not hold (each becomes an empty tensor; its
+  /// shape is kept for gather_whole), as the constructor does: between gathers a stage keeps its own
+  /// parameters only. Buffers stay. Local.
+  void release_others();
+  /// Whether release_others() has freed parameters that no gather_whole() has brought back.
+  bool released() const { return !released_.empty(); }
 
   /// Clips the gradients of the whole model as torch.nn.utils.clip_grad_norm_ does on one process (the
   /// 2-norm over every parameter, a module held by several stages counted once; the gradients scaled by
@@ -123,6 +139,10 @@ class PipelineParallel : private models::StageRunner {
   void forward_micro_batch(int i, const at::Tensor& input, const at::Tensor& target, const Forward& forward,
                            const Loss& loss, int64_t batch);
   void backward_micro_batch(int i);
+  /// `p`'s shape in the whole model (also while release_others() has freed it).
+  std::vector<int64_t> whole_sizes(const at::Tensor& p) const;
+  /// The freed parameters allocated again at their shapes (values unspecified).
+  void restore_shapes();
   /// The gradients of modules held by several stages, before this step (to be added back after the sum),
   /// zeroed.
   std::vector<at::Tensor> stash_shared_gradients();
@@ -160,6 +180,8 @@ class PipelineParallel : private models::StageRunner {
   at::Tensor produced_;
   std::vector<InFlight> in_flight_;
   at::Tensor loss_sum_;  // the last stage's weighted micro-batch losses, summed (float64, on the device)
+  // release_others(): the freed parameters and their shapes
+  std::vector<std::pair<at::Tensor, std::vector<int64_t>>> released_;
   bool failed_ = false;
   int held_ = 0;
   int peak_held_ = 0;

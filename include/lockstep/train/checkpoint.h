@@ -69,8 +69,8 @@ struct CheckpointState {
   /// stage (and tensor-parallel rank), each with the whole model and its stage's optimizer state.
   int pipeline_parallel = 1;
   /// With tensor_parallel or pipeline_parallel > 1: which part this file is (stage × tensor_parallel +
-  /// tensor-parallel rank; 0: the one that names the others), and the name of the save that wrote the set
-  /// (tensor_parallel_save_name).
+  /// tensor-parallel rank; 0: the one that names the others; the field keeps its name from when parts were
+  /// tensor-parallel only), and the name of the save that wrote the set (tensor_parallel_save_name).
   int tensor_parallel_rank = 0;
   std::string tensor_parallel_save;
 };

@@ -74,9 +74,11 @@ class TrainerOptions {
   /// through the pipeline in micro_batches micro-batches by pipeline_schedule: pipeline_forward() then
   /// pipeline_loss() (train_module.h) instead of training_step, the loss logged as "train_loss". The
   /// strategy (ddp or zero1), the sampler and the epoch's metrics work over device_mesh()->dp(); a stage's
-  /// optimizer steps its own parameters; validation and the final weights use the whole model (every
-  /// stage's copy made current first). Checkpoints come in one part per stage (tensor_parallel_path's
-  /// names). Precision 32; not with tensor_parallel, elastic or cuda_graphs. 1 (the default): none.
+  /// optimizer steps its own parameters, and between gathers it keeps only those (the other stages' are
+  /// freed); validation and the final weights gather the whole model. Checkpoints come in one part per
+  /// stage (tensor_parallel_path's names), each with the whole model. Strategy ddp or zero1 without
+  /// find_unused_parameters, comm_hook or bucket_cap_mb; precision 32; not with tensor_parallel, elastic or
+  /// cuda_graphs. 1 (the default): none.
   LOCKSTEP_OPTION(TrainerOptions, int, pipeline_parallel)
   /// Micro-batches each rank's batch is cut into under pipeline_parallel (>= 1; 1 without a pipeline).
   LOCKSTEP_OPTION(TrainerOptions, int, micro_batches)

@@ -3,11 +3,13 @@
 // (data-parallel) group after each batch.
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <unordered_set>
 
 #include <ATen/ops/zeros_like.h>
 
 #include "../option_checks.h"
+#include "lockstep/models/staged.h"
 #include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/train/strategy/strategy.h"
 
@@ -34,36 +36,94 @@ class PipelineSync final : public ddp::GradientSync {
   double exposed_seconds_ = 0.0;
 };
 
+// The pipeline's whole model for a scope (Strategy::whole_parameters): the other stages' parameters
+// gathered, then freed again at the outermost scope's end unless they were whole before it.
+class PipelineWhole final : public shard::ShardedParameters {
+ public:
+  explicit PipelineWhole(pipeline::PipelineParallel& pipe) : pipe_(pipe) {}
+  void gather_all() override {
+    if (depth_++ == 0) {
+      release_after_ = pipe_.released();
+      pipe_.gather_whole();
+    }
+  }
+  void reshard(bool /*from_parameters: each stage's parameters are its own*/) override {
+    if (--depth_ == 0 && release_after_) pipe_.release_others();
+  }
+
+ private:
+  pipeline::PipelineParallel& pipe_;
+  int depth_ = 0;
+  bool release_after_ = false;
+};
+
 struct PipelineOwner {
   PipelineSync sync;
   std::unique_ptr<pipeline::PipelineParallel> pipe;
+  std::unique_ptr<PipelineWhole> whole;
 };
 
 }  // namespace
 
+namespace {
+
+// The parameters of `module` that none of `staged`'s stage modules holds: a pipeline would never train them.
+std::vector<std::string> outside_stages(const torch::nn::Module& module, models::Staged& staged) {
+  std::unordered_set<const void*> staged_parameters;
+  for (const auto& stage : staged.stage_modules())
+    for (const at::Tensor& p : stage->parameters()) staged_parameters.insert(p.unsafeGetTensorImpl());
+  std::vector<std::string> outside;
+  for (const auto& named : module.named_parameters())
+    if (staged_parameters.count(named.value().unsafeGetTensorImpl()) == 0) outside.push_back(named.key());
+  return outside;
+}
+
+}  // namespace
+
 pipeline::PipelineParallel& Strategy::pipeline_model(std::shared_ptr<torch::nn::Module> module,
-                                                     models::Staged& staged, comm::ProcessGroup& pp,
+                                                     models::Staged* staged, comm::ProcessGroup& pp,
                                                      const pipeline::PipelineOptions& options) {
   detail::PipelineParallelUse use;
   use.pipeline_parallel = pp.size();
   use.micro_batches = options.micro_batches;
-  use.strategy = kind();
+  use.cut_starts = options.cut.size();
+  use.strategy = options_;
   use.precision = precision_;
   detail::check_pipeline_parallel(use);
+  const std::string where = api_ == StrategyApi::kTrainer ? "the TrainModule's staged_model()" : "the model";
+  if (staged == nullptr) {
+    throw std::invalid_argument("pipeline_parallel " + std::to_string(pp.size()) +
+                                " cuts a model built in stages (models::Staged), and " + where +
+                                " is none: make the model Staged (models/staged.h) and return it there");
+  }
+  if (const std::vector<std::string> outside = outside_stages(*module, *staged); !outside.empty()) {
+    throw std::invalid_argument("pipeline_parallel trains the parameters of " + where +
+                                "'s stage modules, and '" + outside.front() + "' (of " +
+                                std::to_string(outside.size()) +
+                                " outside them) is in none: move it into a stage of the Staged model");
+  }
   if (!models_.empty())
     throw std::invalid_argument("pipeline parallelism cuts one model, and a second one was prepared");
   auto owner = std::make_shared<PipelineOwner>();
-  owner->pipe = std::make_unique<pipeline::PipelineParallel>(module, staged, pp, options);
+  owner->pipe = std::make_unique<pipeline::PipelineParallel>(module, *staged, pp, options);
   pipeline::PipelineParallel& pipe = *owner->pipe;
-  if (group_.size() > 1) {  // the pipelines start from group rank 0's model, as DDP's replicas do
+  owner->whole = std::make_unique<PipelineWhole>(pipe);
+  if (group_.size() > 1) {  // the pipelines start from group rank 0's stage, as DDP's replicas do
     at::NoGradGuard no_grad;
-    for (at::Tensor& p : module->parameters()) group_.broadcast(p, 0).wait();
-    for (at::Tensor& b : module->buffers()) group_.broadcast(b, 0).wait();
+    for (at::Tensor& p : pipe.parameters()) group_.broadcast(p, 0).wait();
+    for (at::Tensor& b : pipe.buffers()) group_.broadcast(b, 0).wait();
   }
-  Model model{std::move(module), &owner->sync, nullptr, nullptr, nullptr, &pipe};
+  Model model{std::move(module), &owner->sync, nullptr, nullptr, nullptr, &pipe, owner->whole.get()};
   model.keep = std::move(owner);
   models_.push_back(std::move(model));
   return pipe;
+}
+
+shard::FullParameters Strategy::checkpoint_parameters() const {
+  std::vector<shard::ShardedParameters*> whole;
+  for (const Model& model : models_)
+    if (model.pipeline_whole != nullptr) whole.push_back(model.pipeline_whole);
+  return shard::FullParameters(whole);
 }
 
 pipeline::PipelineParallel* Strategy::pipeline() const {
@@ -75,23 +135,37 @@ double Strategy::pipeline_step(const at::Tensor& input, const at::Tensor& target
                                const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss) {
   pipeline::PipelineParallel* pipe = pipeline();
   if (pipe == nullptr) throw std::logic_error("Strategy::pipeline_step without a pipeline_model()");
-  const double value = pipe->forward_backward(input, target, forward, loss);
   auto& sync = static_cast<PipelineSync&>(*models_.front().sync);
-  if (!sync.sync() || group_.size() == 1) {
-    sync.set_exposed_seconds(0.0);
-    return value;
+  const bool averaged = sync.sync() && group_.size() > 1;
+  // DDP's broadcast_buffers: BatchNorm's statistics are data-parallel rank 0's before each forward.
+  if (group_.size() > 1 && options_.broadcast_buffers()) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& b : pipe->buffers()) group_.broadcast(b, 0).wait();
   }
+  const double value = pipe->forward_backward(input, target, forward, loss);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<at::Tensor> gradients;
-  for (const at::Tensor& p : pipe->parameters()) {
-    // A held parameter the batch did not use averages as a zero gradient (DDP with unused parameters
-    // found).
-    if (!p.grad().defined()) const_cast<at::Tensor&>(p).mutable_grad() = at::zeros_like(p);
-    gradients.push_back(p.grad());
+  if (averaged) {
+    std::vector<at::Tensor> gradients;
+    for (at::Tensor p : pipe->parameters()) {
+      // A held parameter the batch did not use averages as a zero gradient (unlike DDP's, it is stepped).
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      gradients.push_back(p.grad());
+    }
+    group_.all_reduce(gradients, comm::ReduceOp::kAvg).wait();
   }
-  group_.all_reduce(gradients, comm::ReduceOp::kAvg).wait();
-  sync.set_exposed_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // What the step breakdown counts as communication the computation did not hide: the stage's waits for
+  // its neighbours (its bubble and the transfers) and the average.
+  sync.set_exposed_seconds(pipe->waited_seconds() +
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return value;
+}
+
+void Strategy::leave_whole() {
+  if (pipeline::PipelineParallel* pipe = pipeline()) pipe->gather_whole();
+}
+
+void Strategy::shutdown() {
+  if (pipeline::PipelineParallel* pipe = pipeline()) pipe->shutdown();
 }
 
 // The optimizer over the whole model (configure_optimizers) narrowed to the parameters this stage trains:

@@ -186,7 +186,7 @@ shard::FullParameters Strategy::whole_parameters() const {
   std::vector<shard::ShardedParameters*> sharded;
   for (const Model& model : models_) {
     if (model.fsdp != nullptr) sharded.push_back(model.fsdp);
-    if (model.pipeline != nullptr) model.pipeline->gather_whole();  // the copies stay; nothing to release
+    if (model.pipeline_whole != nullptr) sharded.push_back(model.pipeline_whole);
   }
   if (shard::ZeroOptimizer* master = master_optimizer()) sharded.push_back(master);
   return shard::FullParameters(sharded);

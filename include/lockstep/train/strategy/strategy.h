@@ -88,19 +88,29 @@ class Strategy {
   /// (pipeline::PipelineParallel, built here), recorded as the model: pipeline_step() runs a batch through
   /// it and averages this stage's gradients over the strategy's group (unless gradient_sync() is off);
   /// wrap_optimizer() narrows an optimizer to this stage's parameters; clip_grad_norm_ clips by the whole
-  /// model's norm; whole_parameters() makes every stage's copy of the model current. Strategy ddp or zero1
-  /// at precision 32 (else std::invalid_argument). Collective of `pp`, which must outlive the strategy.
+  /// model's norm; whole_parameters() and checkpoint_parameters() make the whole model current on every
+  /// stage for a scope (between them a stage keeps its own parameters only). Collective of `pp` (which must
+  /// outlive the strategy) and the group. Throws std::invalid_argument naming the fix when `staged` is
+  /// null, a parameter of `module` is in none of its stage modules, or the strategy's options or precision
+  /// cannot run a pipeline (detail::check_pipeline_parallel: ddp or zero1 at precision 32).
   pipeline::PipelineParallel& pipeline_model(std::shared_ptr<torch::nn::Module> module,
-                                             models::Staged& staged, comm::ProcessGroup& pp,
+                                             models::Staged* staged, comm::ProcessGroup& pp,
                                              const pipeline::PipelineOptions& options);
   /// The pipeline of pipeline_model(), or null.
   pipeline::PipelineParallel* pipeline() const;
-  /// One batch through pipeline(): `forward` and `loss` as PipelineParallel::forward_backward takes them;
-  /// then, unless gradient_sync() is off, this stage's gradients averaged over the strategy's group (one
-  /// flat all-reduce after the pipeline's last backward). Returns the batch's loss, on every stage.
+  /// One batch through pipeline(): `forward` and `loss` as PipelineParallel::forward_backward takes them
+  /// (the held buffers broadcast from group rank 0 first, as DDP's broadcast_buffers); then, unless
+  /// gradient_sync() is off, this stage's gradients averaged over the strategy's group (one flat all-reduce
+  /// after the pipeline's last backward). Returns the batch's loss, on every stage.
   double pipeline_step(const at::Tensor& input, const at::Tensor& target,
                        const std::function<at::Tensor(const at::Tensor&)>& forward,
                        const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss);
+  /// After training: the whole model left current on every rank for good where it is not (a pipeline's
+  /// other stages gathered; a collective). Nothing for the other strategies.
+  void leave_whole();
+  /// Waits for the pipeline's last transfers and closes its links (before its group shuts down).
+  /// Nothing without a pipeline. Idempotent.
+  void shutdown();
   size_t model_count() const { return models_.size(); }
   /// Model `i`'s module, as given.
   torch::nn::Module& model(size_t i) const { return *models_.at(i).module; }
@@ -135,9 +145,13 @@ class Strategy {
   /// `tp`. The 2-norm, with float32 gradients on the models (ddp, zero1 at precision 32); otherwise
   /// clip_grad_norm_ throws std::invalid_argument naming what to change. `tp` must outlive the strategy.
   void split_over(comm::ProcessGroup& tp) { tensor_parallel_ = &tp; }
-  /// Every parameter whole while the result lives: fsdp's, and the float32 masters under bf16 zero1/zero2
-  /// (a collective). Nothing for ddp.
+  /// Every parameter whole while the result lives: fsdp's, the float32 masters under bf16 zero1/zero2, the
+  /// other stages' under pipeline_model() (a collective). Nothing for ddp.
   shard::FullParameters whole_parameters() const;
+  /// What a checkpoint part needs whole while it is written (a collective): under pipeline_model() every
+  /// stage's parameters (each part holds the whole model); nothing otherwise (sharded strategies write
+  /// their shards).
+  shard::FullParameters checkpoint_parameters() const;
   /// This rank's parameters, gradient buckets and optimizer state, bytes.
   int64_t model_state_bytes() const;
 
@@ -150,10 +164,11 @@ class Strategy {
   struct Model {
     std::shared_ptr<torch::nn::Module> module;
     ddp::GradientSync* sync = nullptr;
-    std::shared_ptr<void> staged_owner;               // fsdp: what runs the stages, destroyed after FSDP
-    std::shared_ptr<void> keep;                       // the DDP or FSDP wrapper
-    shard::FullyShardedDataParallel* fsdp = nullptr;  // fsdp
-    pipeline::PipelineParallel* pipeline = nullptr;   // pipeline_model()
+    std::shared_ptr<void> staged_owner;                  // fsdp: what runs the stages, destroyed after FSDP
+    std::shared_ptr<void> keep;                          // the DDP or FSDP wrapper
+    shard::FullyShardedDataParallel* fsdp = nullptr;     // fsdp
+    pipeline::PipelineParallel* pipeline = nullptr;      // pipeline_model()
+    shard::ShardedParameters* pipeline_whole = nullptr;  // pipeline_model(): its whole model for a scope
   };
 
   Strategy(const StrategyOptions& options, comm::ProcessGroup& group, Precision precision, StrategyApi api);

@@ -53,11 +53,10 @@ DeviceMesh::DeviceMesh(ProcessGroup& world, int tensor_parallel, int pipeline_pa
   const at::Tensor mine = at::tensor(std::vector<int64_t>{tensor_parallel, pipeline_parallel}, at::kLong);
   check_sizes(world, world.all_gather_stacked(mine), tensor_parallel, pipeline_parallel);
   const int rank = world.rank();
-  const int T = tensor_parallel;
-  const int PT = tensor_parallel * pipeline_parallel;
-  tp_ = world.split(rank / T, "tp");
-  pp_ = world.split((rank / PT) * T + rank % T, "pp");
-  dp_ = world.split(rank % PT, "dp");
+  const int pipeline_size = tensor_parallel * pipeline_parallel;  // the ranks of one pipeline, P × T
+  tp_ = world.split(rank / tensor_parallel, "tp");
+  pp_ = world.split((rank / pipeline_size) * tensor_parallel + rank % tensor_parallel, "pp");
+  dp_ = world.split(rank % pipeline_size, "dp");
 }
 
 void DeviceMesh::shutdown() {

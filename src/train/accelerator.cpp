@@ -16,6 +16,7 @@
 #include "admission.h"
 #include "lockstep/comm/process_group_options.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/pipeline/pipeline_parallel.h"
 #include "lockstep/train/device.h"
 #include "option_checks.h"
 
@@ -64,10 +65,12 @@ Accelerator::Accelerator(comm::ProcessGroup& group, AcceleratorOptions options)
 }
 
 void Accelerator::make_strategy() {
-  if (options_.tensor_parallel() > 1)
-    mesh_ = std::make_unique<comm::DeviceMesh>(*group_, options_.tensor_parallel());
+  if (options_.tensor_parallel() > 1 || options_.pipeline_parallel() > 1) {
+    mesh_ =
+        std::make_unique<comm::DeviceMesh>(*group_, options_.tensor_parallel(), options_.pipeline_parallel());
+  }
   strategy_ = Strategy::make(options_.strategy(), data_group(), precision_, StrategyApi::kAccelerator);
-  if (mesh_) {
+  if (mesh_ && mesh_->tensor_parallel() > 1) {
     strategy_->split_over(mesh_->tp());
     scaler_.agree_over(&mesh_->tp());  // fp16: every slice's inf skips the step on every rank
   }
@@ -111,6 +114,32 @@ std::shared_ptr<detail::FsdpModel> Accelerator::shard_model(
   if (!staged) sharded->single = std::make_shared<models::SingleStage>(module);
   sharded->fsdp = strategy_->shard_model(module, sharded->single.get(), sharded->single);
   return sharded;
+}
+
+ddp::GradientSync& Accelerator::pipeline_model(const std::shared_ptr<torch::nn::Module>& module,
+                                               models::Staged* staged) {
+  strategy_->pipeline_model(
+      module, staged, mesh_->pp(),
+      {options_.pipeline_schedule(), options_.micro_batches(), options_.pipeline_cut()});
+  return strategy_->gradient_sync(strategy_->model_count() - 1);
+}
+
+double Accelerator::pipeline_step(
+    const at::Tensor& input, const at::Tensor& target,
+    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss) {
+  if (strategy_->pipeline() == nullptr) {
+    throw std::logic_error(
+        "Accelerator::pipeline_step without a pipeline: set AcceleratorOptions().pipeline_parallel(P > 1) "
+        "and "
+        "prepare a models::Staged model");
+  }
+  // As backward(): each micro-step's loss counts 1 / the accumulation group's length.
+  const auto length = static_cast<double>(gradient_state_->group_size);
+  return strategy_->pipeline_step(input, target, forward, [&](const at::Tensor& output, const at::Tensor& t) {
+    const at::Tensor value = loss(output, t);
+    return length > 1 ? value / length : value;
+  }) * length;
 }
 
 FullParameters Accelerator::full_parameters() {

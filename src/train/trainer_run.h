@@ -96,8 +96,8 @@ struct Trainer::Run {
   comm::ProcessGroup& data_group() const { return mesh ? mesh->dp() : *group; }
   /// The checkpoint part this rank's data-parallel group writes and reads (tensor_parallel_path): one per
   /// tensor-parallel rank and stage, pp_rank × T + tp_rank of P × T; 0 of 1 without a mesh.
-  int part_rank() const { return mesh ? mesh->pp_rank() * mesh->tensor_parallel() + mesh->tp_rank() : 0; }
-  int parts() const { return mesh ? mesh->pipeline_parallel() * mesh->tensor_parallel() : 1; }
+  int part_rank() const { return mesh ? mesh->model_parallel_rank() : 0; }
+  int parts() const { return mesh ? mesh->model_parallel() : 1; }
 
   /// Every logger records `scalars` at `step` (rank 0; nothing elsewhere).
   void log_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step) const;

@@ -46,6 +46,11 @@ class DeviceMesh {
   int pp_rank() const { return pp_.rank(); }
   int dp_rank() const { return dp_.rank(); }
 
+  /// This rank's place among the ranks that hold different parts of the model (what a checkpoint writes
+  /// one part for): pp_rank × T + tp_rank of model_parallel() = P × T.
+  int model_parallel_rank() const { return pp_rank() * tensor_parallel() + tp_rank(); }
+  int model_parallel() const { return pipeline_parallel() * tensor_parallel(); }
+
   ProcessGroup& world() { return *world_; }
   /// The ranks that split a layer with this one.
   ProcessGroup& tp() { return tp_; }

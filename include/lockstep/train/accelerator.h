@@ -172,6 +172,20 @@ class Accelerator {
   /// std::logic_error when no model was prepared.
   void backward(const at::Tensor& loss);
 
+  /// Under AcceleratorOptions::pipeline_parallel: one batch's forward and backward passes through the
+  /// pipeline that prepare() cut `model` into (pipeline::PipelineParallel: `input` and `target` cut into
+  /// micro-batches; `loss(output, target)` a micro-batch's mean loss, computed on the last stage), in
+  /// place of `model(x)` and backward(): the loss divided by the accumulation group's length, the stage's
+  /// gradients averaged over the data-parallel ranks on sync steps. Returns the batch's loss on every
+  /// rank. Collective. Throws std::logic_error without a pipeline.
+  template <typename M, typename L>
+  double pipeline_step(PreparedModel<M>& model, const at::Tensor& input, const at::Tensor& target, L&& loss) {
+    M& net = model.module();
+    return pipeline_step(
+        input, target, [&net](const at::Tensor& x) { return at::Tensor(net->forward(x)); },
+        std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>(std::forward<L>(loss)));
+  }
+
   /// On a sync step: unscales the gradients (fp16), then clips the total norm of every prepared model's
   /// gradients to max_norm and returns the norm before clipping. On other micro-steps: does nothing and
   /// returns std::nullopt (the gradients there are partial, local sums).
@@ -306,6 +320,12 @@ class Accelerator {
   void move_to_device(torch::nn::Module& module) const;
   /// strategy fsdp: FSDP over `module` (one stage when it is not Staged).
   std::shared_ptr<detail::FsdpModel> shard_model(const std::shared_ptr<torch::nn::Module>& module);
+  /// pipeline_parallel: `module` (`staged`, or null when it is not models::Staged) cut over mesh_->pp() by
+  /// the strategy; returns its gradient sync (what accumulate() turns off).
+  ddp::GradientSync& pipeline_model(const std::shared_ptr<torch::nn::Module>& module, models::Staged* staged);
+  double pipeline_step(const at::Tensor& input, const at::Tensor& target,
+                       const std::function<at::Tensor(const at::Tensor&)>& forward,
+                       const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss);
   bool begin_micro_step();
   /// elastic: the commit vote of the current sync step (once, whatever the number of optimizers); throws
   /// comm::MembershipChanged when the world changed first. Records what the step commits.
@@ -354,6 +374,10 @@ PreparedModel<M> Accelerator::prepare_model(M model) {
                 "torch::nn::Module subclass");
   std::shared_ptr<torch::nn::Module> module = detail::module_ptr(model);
   move_to_device(*module);
+  if (mesh_ && mesh_->pipeline_parallel() > 1) {
+    ddp::GradientSync& sync = pipeline_model(module, dynamic_cast<models::Staged*>(module.get()));
+    return PreparedModel<M>(std::move(model), nullptr, nullptr, precision_, device_.type(), &sync);
+  }
   if (strategy_->shards_parameters())
     return PreparedModel<M>(std::move(model), nullptr, shard_model(module), precision_, device_.type());
   auto slot = std::make_shared<detail::DdpSlot<M>>();

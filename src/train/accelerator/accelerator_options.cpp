@@ -90,6 +90,10 @@ void AcceleratorOptions::validate() const {
     use.strategy = strategy_.kind();
     use.elastic = elastic_;
     detail::check_tensor_parallel(use);
+    detail::check_pipeline_parallel({pipeline_parallel_, micro_batches_, pipeline_cut_.size(),
+                                     tensor_parallel_, strategy_, mixed_precision_.value_or(Precision::k32),
+                                     elastic_,
+                                     /*cuda_graphs=*/false});
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("AcceleratorOptions: ") + e.what());
   }

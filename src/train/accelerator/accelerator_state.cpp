@@ -51,31 +51,32 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
 }  // namespace
 
 void Accelerator::save_state(const std::string& whole_dir) {
-  // Under tensor parallelism each tensor-parallel rank's data-parallel group saves that rank's part, in
-  // tensor_parallel_path(whole_dir, r, save): whole_dir itself for rank 0, written once the others are, and
+  // Under tensor and pipeline parallelism each part's data-parallel group (DeviceMesh::model_parallel_rank:
+  // a tensor-parallel rank's slices, a stage's optimizer and the whole model) saves that part, in
+  // tensor_parallel_path(whole_dir, r, save): whole_dir itself for part 0, written once the others are, and
   // naming their save (world rank 0 draws its name); then the parts of the states it replaced go.
-  const int tp_rank = mesh_ ? mesh_->tp_rank() : 0;
+  const int part = mesh_ ? mesh_->model_parallel_rank() : 0;
   const std::string save =
       mesh_ ? group_->broadcast_string(
                   group_->rank() == 0 ? tensor_parallel_save_name(gradient_state_->sync_steps) : "")
             : "";
-  const std::string dir = tensor_parallel_path(whole_dir, tp_rank, save);
+  const std::string dir = tensor_parallel_path(whole_dir, part, save);
   comm::ProcessGroup& group = data_group();
   // Every rank's generator, so that each continues its own dropout stream.
   const at::Tensor rng_states = group.all_gather_stacked(cpu_rng_state());
   const std::string path = (std::filesystem::path(dir) / kStateFile).string();
   const std::vector<std::vector<std::string>> shards = save_optimizer_shards(dir);
-  // fsdp, bf16 zero1/zero2: the model is saved whole, in float32 (optimizer: shards above).
+  // fsdp, bf16 zero1/zero2, a pipeline: the model is saved whole, in float32 (optimizer: shards above).
   const FullParameters whole = strategy_->whole_parameters();
   if (mesh_) {
-    on_every_rank(dir, "a tensor-parallel rank could not write its part", [&] {
-      if (tp_rank > 0 && group.rank() == 0) write_state(dir, path, rng_states, shards, save);
+    on_every_rank(dir, "a rank could not write its part", [&] {
+      if (part > 0 && group.rank() == 0) write_state(dir, path, rng_states, shards, save);
     });
   }
   on_every_rank(dir, "rank 0 could not write " + path, [&] {
-    if (tp_rank != 0 || group.rank() != 0) return;
+    if (part != 0 || group.rank() != 0) return;
     write_state(dir, path, rng_states, shards, save);
-    if (mesh_) remove_tensor_parallel_parts(whole_dir, mesh_->tensor_parallel(), save);
+    if (mesh_) remove_tensor_parallel_parts(whole_dir, mesh_->model_parallel(), save);
   });
 }
 
@@ -88,7 +89,10 @@ void Accelerator::write_state(const std::string& dir, const std::string& path, c
   archive.write("world_size", c10::IValue(static_cast<int64_t>(data_group().size())));
   archive.write("mixed_precision", c10::IValue(std::string(to_string(precision_))));
   archive.write("tensor_parallel", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tensor_parallel() : 1)));
-  archive.write("tensor_parallel_rank", c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->tp_rank() : 0)));
+  archive.write("pipeline_parallel",
+                c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->pipeline_parallel() : 1)));
+  archive.write("tensor_parallel_rank",  // the part: DeviceMesh::model_parallel_rank
+                c10::IValue(static_cast<int64_t>(mesh_ ? mesh_->model_parallel_rank() : 0)));
   archive.write("tensor_parallel_save", c10::IValue(save));
   archive.write("step", c10::IValue(gradient_state_->sync_steps));
   archive.write("micro_steps", c10::IValue(gradient_state_->micro_steps));
@@ -207,6 +211,13 @@ std::string Accelerator::open_state(const std::string& dir, torch::serialize::In
                              std::to_string(written) + ", loaded with " + std::to_string(tensor_parallel) +
                              ": load it with the tensor_parallel it was written with");
   }
+  const int pipeline_parallel = mesh_ ? mesh_->pipeline_parallel() : 1;
+  const int64_t stages = archive.try_read("pipeline_parallel", saved) ? saved.toInt() : 1;
+  if (stages != pipeline_parallel) {
+    throw std::runtime_error("Accelerator::load_state '" + dir + "': written with pipeline_parallel " +
+                             std::to_string(stages) + ", loaded with " + std::to_string(pipeline_parallel) +
+                             ": load it with the pipeline_parallel it was written with");
+  }
   return path;
 }
 
@@ -227,15 +238,15 @@ void Accelerator::load_state(const std::string& whole_dir) {
       return read_value(first, open_state(whole_dir, first), "tensor_parallel_save").toStringRef();
     });
     const std::string& save = saves.at(0);
-    dir = tensor_parallel_path(whole_dir, mesh_->tp_rank(), save);
+    dir = tensor_parallel_path(whole_dir, mesh_->model_parallel_rank(), save);
     detail::on_every_rank(*group_, what, [&] {
       path = open_state(dir, archive);
       const std::string part_save = read_value(archive, path, "tensor_parallel_save").toStringRef();
       const int64_t part = read_value(archive, path, "tensor_parallel_rank").toInt();
-      if (part_save != save || part != mesh_->tp_rank()) {
-        throw std::runtime_error("Accelerator::load_state: '" + dir + "' is tensor-parallel rank " +
-                                 std::to_string(part) + "'s part of save '" + part_save + "', not rank " +
-                                 std::to_string(mesh_->tp_rank()) + "'s of '" + save +
+      if (part_save != save || part != mesh_->model_parallel_rank()) {
+        throw std::runtime_error("Accelerator::load_state: '" + dir + "' is part " + std::to_string(part) +
+                                 " of save '" + part_save + "', not part " +
+                                 std::to_string(mesh_->model_parallel_rank()) + " of '" + save +
                                  "': the parts are of different saves");
       }
       return std::string();

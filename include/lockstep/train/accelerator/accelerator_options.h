@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "lockstep/comm/backend.h"
 #include "lockstep/detail/option.h"
 #include "lockstep/env/environment.h"
+#include "lockstep/pipeline/schedule.h"
 #include "lockstep/train/device_choice.h"
 #include "lockstep/train/precision.h"
 #include "lockstep/train/precision_mode.h"
@@ -70,6 +72,19 @@ class AcceleratorOptions {
   /// reduce work over its dp(); save_state writes one part per tensor-parallel rank (dir, dir.tp1, ...), as
   /// the Trainer's checkpoints do. Not with elastic. Default 1.
   LOCKSTEP_OPTION(AcceleratorOptions, int, tensor_parallel)
+  /// Pipeline parallelism (TrainerOptions::pipeline_parallel): the world as world / P data-parallel × P
+  /// pipeline ranks (device_mesh()); prepare() cuts a models::Staged model into P stages
+  /// (pipeline::PipelineParallel) instead of wrapping it in DDP, and each batch goes through it with
+  /// Accelerator::pipeline_step in micro_batches micro-batches by pipeline_schedule (the model's own forward
+  /// is not called outside it). Strategy ddp or zero1 (no find_unused_parameters, comm_hook or
+  /// bucket_cap_mb), mixed_precision no; not with tensor_parallel or elastic. 1 (the default): none.
+  LOCKSTEP_OPTION(AcceleratorOptions, int, pipeline_parallel)
+  /// Micro-batches per batch under pipeline_parallel (>= 1).
+  LOCKSTEP_OPTION(AcceleratorOptions, int, micro_batches)
+  /// 1F1B (the default) or GPipe.
+  LOCKSTEP_OPTION(AcceleratorOptions, pipeline::Schedule, pipeline_schedule)
+  /// The first forward call of each stage after the first (P - 1 of them); empty: balanced by parameters.
+  LOCKSTEP_OPTION(AcceleratorOptions, std::vector<size_t>, pipeline_cut)
 
   /// Throws std::invalid_argument naming the option, the bad value and what is accepted. Unset options
   /// count as their defaults.
@@ -85,6 +100,10 @@ class AcceleratorOptions {
   StrategyOptions strategy_;
   GradScalerOptions scaler_;
   int tensor_parallel_ = 1;
+  int pipeline_parallel_ = 1;
+  int micro_batches_ = 1;
+  pipeline::Schedule pipeline_schedule_ = pipeline::Schedule::k1F1B;
+  std::vector<size_t> pipeline_cut_;
   bool elastic_ = false;
 };
 

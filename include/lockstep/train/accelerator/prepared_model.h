@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -55,6 +56,11 @@ class PreparedModel {
  public:
   template <typename... Args>
   auto forward(Args&&... args) {
+    if (pipeline_sync_ != nullptr) {
+      throw std::logic_error(
+          "PreparedModel: under pipeline_parallel the model runs in stages on several ranks: call "
+          "Accelerator::pipeline_step(model, input, target, loss) instead of model(x) and backward()");
+    }
     AutocastScope autocast(precision_, device_type_);
     if (!fsdp_) return detail::outputs_to_float32(ddp_->ddp->forward(std::forward<Args>(args)...));
     if (!fsdp_->single) return detail::outputs_to_float32(model_->forward(std::forward<Args>(args)...));
@@ -71,25 +77,31 @@ class PreparedModel {
   /// The DDP wrapper; std::logic_error under fsdp. Under elastic, Accelerator::recover() replaces it by one
   /// over the new group: do not keep the reference across a recovery.
   ddp::DistributedDataParallel<M>& ddp() const {
-    if (!ddp_) throw std::logic_error("PreparedModel::ddp(): the model is sharded by FSDP (strategy fsdp)");
+    if (!ddp_) {
+      throw std::logic_error(std::string("PreparedModel::ddp(): the model is ") +
+                             (pipeline_sync_ ? "cut into pipeline stages (pipeline_parallel)"
+                                             : "sharded by FSDP (strategy fsdp)"));
+    }
     return *ddp_->ddp;
   }
   /// The FSDP wrapper under strategy fsdp, else null.
   shard::FullyShardedDataParallel* fsdp() const { return fsdp_ ? fsdp_->fsdp.get() : nullptr; }
   /// What synchronises the model's gradients (DDP's reducer or FSDP's).
   ddp::GradientSync& gradient_sync() const {
+    if (pipeline_sync_ != nullptr) return *pipeline_sync_;
     return fsdp_ ? static_cast<ddp::GradientSync&>(fsdp_->fsdp->reducer()) : ddp_->ddp->gradient_sync();
   }
 
  private:
   friend class Accelerator;
   PreparedModel(M model, std::shared_ptr<detail::DdpSlot<M>> ddp, std::shared_ptr<detail::FsdpModel> fsdp,
-                Precision precision, c10::DeviceType device)
+                Precision precision, c10::DeviceType device, ddp::GradientSync* pipeline_sync = nullptr)
       : model_(std::move(model)),
         ddp_(std::move(ddp)),
         fsdp_(std::move(fsdp)),
         precision_(precision),
-        device_type_(device) {}
+        device_type_(device),
+        pipeline_sync_(pipeline_sync) {}
   // A model not built in stages is one stage: its forward runs through it (FSDP gathers the whole model
   // around it). Its forward must take a tensor first and return a tensor. Declared to return what the
   // model's forward returns, so that forward() has one return type whatever the model returns (a tuple is
@@ -114,6 +126,7 @@ class PreparedModel {
   std::shared_ptr<detail::FsdpModel> fsdp_;  // fsdp
   Precision precision_;
   c10::DeviceType device_type_;
+  ddp::GradientSync* pipeline_sync_;  // pipeline_parallel: the strategy's (the model runs as a pipeline)
 };
 
 }  // namespace lockstep::train

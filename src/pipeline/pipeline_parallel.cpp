@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -74,7 +75,10 @@ PipelineParallel::PipelineParallel(std::shared_ptr<torch::nn::Module> module, mo
 }
 
 PipelineParallel::~PipelineParallel() {
-  restore_shapes();
+  try {
+    restore_shapes(/*poison=*/true);
+  } catch (...) {  // out of memory: the parameters stay empty
+  }
   if (failed_) return;  // the links may hold a failed step's transfers: leave them without waiting
   try {
     shutdown();
@@ -271,12 +275,21 @@ void PipelineParallel::reduce_shared_gradients(const std::vector<at::Tensor>& ea
   }
 }
 
+std::vector<at::Tensor> PipelineParallel::held_parameters() const {
+  std::vector<at::Tensor> out;
+  for (size_t m = 0; m < modules_.size(); ++m)
+    if (holds(m) || users_[m].empty())
+      for (const auto& p : modules_[m]->parameters()) out.push_back(p);
+  return out;
+}
+
 void PipelineParallel::release_others() {
+  if (released()) return;
   std::unordered_set<const void*> held;
-  for (const at::Tensor& p : parameters()) held.insert(p.unsafeGetTensorImpl());
+  for (const at::Tensor& p : held_parameters()) held.insert(p.unsafeGetTensorImpl());
   torch::NoGradGuard no_grad;
   for (size_t m = 0; m < modules_.size(); ++m) {
-    if (holds(m)) continue;
+    if (holds(m) || users_[m].empty()) continue;  // a module no call uses stays on every stage
     for (at::Tensor& p : modules_[m]->parameters()) {
       // A tensor this stage holds through another module stays; one freed already is not freed twice.
       if (!held.insert(p.unsafeGetTensorImpl()).second) continue;
@@ -292,9 +305,12 @@ std::vector<int64_t> PipelineParallel::whole_sizes(const at::Tensor& p) const {
   return p.sizes().vec();
 }
 
-void PipelineParallel::restore_shapes() {
+void PipelineParallel::restore_shapes(bool poison) {
   torch::NoGradGuard no_grad;
-  for (auto& [p, sizes] : released_) p.set_data(at::empty(sizes, p.options()));
+  for (auto& [p, sizes] : released_) {
+    p.set_data(at::empty(sizes, p.options()));
+    if (poison && at::isFloatingType(p.scalar_type())) p.fill_(std::numeric_limits<double>::quiet_NaN());
+  }
   released_.clear();
 }
 

@@ -131,15 +131,10 @@ double Accelerator::pipeline_step(
   if (strategy_->pipeline() == nullptr) {
     throw std::logic_error(
         "Accelerator::pipeline_step without a pipeline: set AcceleratorOptions().pipeline_parallel(P > 1) "
-        "and "
-        "prepare a models::Staged model");
+        "and prepare a models::Staged model");
   }
   // As backward(): each micro-step's loss counts 1 / the accumulation group's length.
-  const auto length = static_cast<double>(gradient_state_->group_size);
-  return strategy_->pipeline_step(input, target, forward, [&](const at::Tensor& output, const at::Tensor& t) {
-    const at::Tensor value = loss(output, t);
-    return length > 1 ? value / length : value;
-  }) * length;
+  return strategy_->pipeline_step(input, target, forward, loss, gradient_state_->group_size);
 }
 
 FullParameters Accelerator::full_parameters() {
@@ -290,6 +285,9 @@ at::Tensor Accelerator::reduce(const at::Tensor& tensor, Reduction reduction) {
 }
 
 void Accelerator::end_training() {
+  // A pipeline leaves the whole trained model on every rank (as ddp does), its links closed before the mesh.
+  strategy_->leave_whole();
+  strategy_->shutdown();
   if (mesh_) mesh_->shutdown();
   if (owned_group_) owned_group_->shutdown();
   if (elastic_) elastic_->shutdown();

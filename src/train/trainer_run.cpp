@@ -594,15 +594,10 @@ double Trainer::Run::train_batch(const void* batch, int64_t samples, int64_t b, 
 double Trainer::Run::pipeline_batch(const void* batch) {
   const auto [input, target] = detail::TrainModuleAccess::pipeline_input(*module, batch);
   TrainModuleBase& m = *module;
-  // Inside an accumulation group each batch's loss counts 1/accumulate, as train_batch divides it.
-  const auto accumulate = static_cast<double>(step_state->plan.accumulate_grad_batches);
   const double value = strategy->pipeline_step(
-                           input, target, [&m](const at::Tensor& x) { return m.pipeline_forward(x); },
-                           [&m, accumulate](const at::Tensor& output, const at::Tensor& t) {
-                             const at::Tensor loss = m.pipeline_loss(output, t);
-                             return accumulate > 1 ? loss / accumulate : loss;
-                           }) *
-                       accumulate;
+      input, target, [&m](const at::Tensor& x) { return m.pipeline_forward(x); },
+      [&m](const at::Tensor& output, const at::Tensor& t) { return m.pipeline_loss(output, t); },
+      step_state->plan.accumulate_grad_batches);
   m.log("train_loss", value, LogOptions().sync_dist(true).prog_bar(true));
   return value;
 }

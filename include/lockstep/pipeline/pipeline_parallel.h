@@ -68,8 +68,8 @@ class PipelineParallel : private models::StageRunner {
   /// stages.
   PipelineParallel(std::shared_ptr<torch::nn::Module> module, models::Staged& staged,
                    comm::ProcessGroup& group, PipelineOptions options);
-  /// Gives the freed parameters their shapes back, their values unspecified (gather_whole() first to keep
-  /// the whole model).
+  /// Gives the freed parameters their shapes back, filled with NaN (gather_whole() first to keep the whole
+  /// model).
   ~PipelineParallel() override;
   PipelineParallel(const PipelineParallel&) = delete;
   PipelineParallel& operator=(const PipelineParallel&) = delete;
@@ -84,6 +84,9 @@ class PipelineParallel : private models::StageRunner {
   std::vector<at::Tensor> parameters() const;
   /// The buffers of the stage modules this stage holds (BatchNorm's statistics).
   std::vector<at::Tensor> buffers() const;
+  /// Every parameter this stage keeps between gathers, frozen ones too (and those of stage modules no
+  /// forward call uses, which every stage keeps).
+  std::vector<at::Tensor> held_parameters() const;
 
   /// One batch's forward and backward passes, in the schedule's order: `input` and `target` are cut into
   /// micro-batches along dim 0 (every stage passes the same batch: stage 0 reads `input`, the last stage
@@ -104,7 +107,7 @@ class PipelineParallel : private models::StageRunner {
   void gather_whole();
   /// Frees the parameters of the stage modules this stage does not hold (each becomes an empty tensor; its
   /// shape is kept for gather_whole), as the constructor does: between gathers a stage keeps its own
-  /// parameters only. Buffers stay. Local.
+  /// parameters only. Buffers stay. Local; nothing when they are freed already.
   void release_others();
   /// Whether release_others() has freed parameters that no gather_whole() has brought back.
   bool released() const { return !released_.empty(); }
@@ -141,8 +144,8 @@ class PipelineParallel : private models::StageRunner {
   void backward_micro_batch(int i);
   /// `p`'s shape in the whole model (also while release_others() has freed it).
   std::vector<int64_t> whole_sizes(const at::Tensor& p) const;
-  /// The freed parameters allocated again at their shapes (values unspecified).
-  void restore_shapes();
+  /// The freed parameters allocated again at their shapes (values unspecified, or NaN with `poison`).
+  void restore_shapes(bool poison = false);
   /// The gradients of modules held by several stages, before this step (to be added back after the sum),
   /// zeroed.
   std::vector<at::Tensor> stash_shared_gradients();

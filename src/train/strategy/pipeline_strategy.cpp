@@ -42,10 +42,11 @@ class PipelineWhole final : public shard::ShardedParameters {
  public:
   explicit PipelineWhole(pipeline::PipelineParallel& pipe) : pipe_(pipe) {}
   void gather_all() override {
-    if (depth_++ == 0) {
+    if (depth_ == 0) {
       release_after_ = pipe_.released();
       pipe_.gather_whole();
     }
+    ++depth_;  // after the gather: one that threw leaves no scope open
   }
   void reshard(bool /*from_parameters: each stage's parameters are its own*/) override {
     if (--depth_ == 0 && release_after_) pipe_.release_others();
@@ -104,13 +105,18 @@ pipeline::PipelineParallel& Strategy::pipeline_model(std::shared_ptr<torch::nn::
   }
   if (!models_.empty())
     throw std::invalid_argument("pipeline parallelism cuts one model, and a second one was prepared");
+  if (!optimizers_.empty()) {
+    throw std::invalid_argument(
+        "pipeline parallelism narrows the optimizer to a stage's parameters: prepare the model before its "
+        "optimizer");
+  }
   auto owner = std::make_shared<PipelineOwner>();
   owner->pipe = std::make_unique<pipeline::PipelineParallel>(module, *staged, pp, options);
   pipeline::PipelineParallel& pipe = *owner->pipe;
   owner->whole = std::make_unique<PipelineWhole>(pipe);
   if (group_.size() > 1) {  // the pipelines start from group rank 0's stage, as DDP's replicas do
     at::NoGradGuard no_grad;
-    for (at::Tensor& p : pipe.parameters()) group_.broadcast(p, 0).wait();
+    for (at::Tensor& p : pipe.held_parameters()) group_.broadcast(p, 0).wait();
     for (at::Tensor& b : pipe.buffers()) group_.broadcast(b, 0).wait();
   }
   Model model{std::move(module), &owner->sync, nullptr, nullptr, nullptr, &pipe, owner->whole.get()};
@@ -132,7 +138,8 @@ pipeline::PipelineParallel* Strategy::pipeline() const {
 
 double Strategy::pipeline_step(const at::Tensor& input, const at::Tensor& target,
                                const std::function<at::Tensor(const at::Tensor&)>& forward,
-                               const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss) {
+                               const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss,
+                               int64_t accumulation) {
   pipeline::PipelineParallel* pipe = pipeline();
   if (pipe == nullptr) throw std::logic_error("Strategy::pipeline_step without a pipeline_model()");
   auto& sync = static_cast<PipelineSync&>(*models_.front().sync);
@@ -142,7 +149,15 @@ double Strategy::pipeline_step(const at::Tensor& input, const at::Tensor& target
     at::NoGradGuard no_grad;
     for (at::Tensor& b : pipe->buffers()) group_.broadcast(b, 0).wait();
   }
-  const double value = pipe->forward_backward(input, target, forward, loss);
+  // Inside an accumulation group of `accumulation` batches each one's loss counts 1/accumulation (as the
+  // Trainer's and the Accelerator's backward divide it); the batch's own loss is returned.
+  const auto length = static_cast<double>(accumulation);
+  const double value = pipe->forward_backward(input, target, forward,
+                                              [&](const at::Tensor& output, const at::Tensor& t) {
+                                                const at::Tensor mean = loss(output, t);
+                                                return length > 1 ? mean / length : mean;
+                                              }) *
+                       length;
   const auto start = std::chrono::steady_clock::now();
   if (averaged) {
     std::vector<at::Tensor> gradients;

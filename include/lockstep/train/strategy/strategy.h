@@ -98,13 +98,16 @@ class Strategy {
                                              const pipeline::PipelineOptions& options);
   /// The pipeline of pipeline_model(), or null.
   pipeline::PipelineParallel* pipeline() const;
-  /// One batch through pipeline(): `forward` and `loss` as PipelineParallel::forward_backward takes them
-  /// (the held buffers broadcast from group rank 0 first, as DDP's broadcast_buffers); then, unless
-  /// gradient_sync() is off, this stage's gradients averaged over the strategy's group (one flat all-reduce
-  /// after the pipeline's last backward). Returns the batch's loss, on every stage.
+  /// One batch through pipeline(): `forward` and `loss` as PipelineParallel::forward_backward takes them,
+  /// the loss divided by `accumulation` (the batches of the accumulation group in progress) as backward
+  /// would be given it (the held buffers broadcast from group rank 0 first, as DDP's broadcast_buffers);
+  /// then, unless gradient_sync() is off, this stage's gradients averaged over the strategy's group (one
+  /// flat all-reduce after the pipeline's last backward). Returns the batch's loss (undivided), on every
+  /// stage. Throws std::invalid_argument from pipeline_model() when an optimizer was prepared first.
   double pipeline_step(const at::Tensor& input, const at::Tensor& target,
                        const std::function<at::Tensor(const at::Tensor&)>& forward,
-                       const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss);
+                       const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss,
+                       int64_t accumulation = 1);
   /// After training: the whole model left current on every rank for good where it is not (a pipeline's
   /// other stages gathered; a collective). Nothing for the other strategies.
   void leave_whole();
